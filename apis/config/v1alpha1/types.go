@@ -1,0 +1,119 @@
+// Package v1alpha1 holds netplane's versioned configuration file format, in
+// the manner of kube-proxy's KubeProxyConfiguration: one document with a
+// section per role, defaults that make an empty file useful, and validation
+// whose errors name the field a user must change.
+package v1alpha1
+
+import (
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+)
+
+const (
+	// GroupVersion is the apiVersion of a configuration file.
+	GroupVersion = "netplane.io/v1alpha1"
+	// Kind is the kind of a configuration file.
+	Kind = "Configuration"
+)
+
+// Role names, as given to --role.
+const (
+	RoleController = "controller"
+	RoleDNS        = "dns"
+	RoleNode       = "node"
+)
+
+// Roles lists every valid role in the order they are started.
+var Roles = []string{RoleController, RoleDNS, RoleNode}
+
+// Configuration is the whole configuration of one netplane process.
+type Configuration struct {
+	metav1.TypeMeta `json:",inline"`
+
+	// Roles this process runs: any of controller, dns, node.
+	Roles []string `json:"roles,omitempty"`
+	// ClientConnection says how to reach the Kubernetes API server.
+	ClientConnection ClientConnection `json:"clientConnection"`
+	// HealthBindAddress is host:port for /healthz and /readyz; "" disables it, port 0 picks one.
+	HealthBindAddress string `json:"healthBindAddress"`
+	// MetricsBindAddress is host:port for /metrics; "" disables it, port 0 picks one.
+	MetricsBindAddress string `json:"metricsBindAddress"`
+	// ShutdownTimeout bounds a graceful stop after SIGTERM.
+	ShutdownTimeout metav1.Duration `json:"shutdownTimeout"`
+
+	Controller Controller `json:"controller"`
+	DNS        DNS        `json:"dns"`
+	Node       Node       `json:"node"`
+}
+
+// ClientConnection configures the Kubernetes client.
+type ClientConnection struct {
+	// Kubeconfig is a kubeconfig file; empty means $KUBECONFIG, then in-cluster config.
+	Kubeconfig string `json:"kubeconfig"`
+	// ControlPlaneEndpoint overrides the API server address (https://host:port).
+	// The node role needs it where the kubernetes Service VIP is what it programs.
+	ControlPlaneEndpoint string `json:"controlPlaneEndpoint"`
+	// QPS and Burst are client-side rate limits, as client-go defines them.
+	QPS   float32 `json:"qps"`
+	Burst int32   `json:"burst"`
+}
+
+// Controller configures the EndpointSlice controller role.
+type Controller struct {
+	MaxEndpointsPerSlice           int32           `json:"maxEndpointsPerSlice"`
+	MirroringMaxEndpointsPerSubset int32           `json:"mirroringMaxEndpointsPerSubset"`
+	EndpointUpdatesBatchPeriod     metav1.Duration `json:"endpointUpdatesBatchPeriod"`
+	ConcurrentSyncs                int32           `json:"concurrentSyncs"`
+	LeaderElection                 LeaderElection  `json:"leaderElection"`
+}
+
+// LeaderElection keeps two controller replicas from both writing.
+type LeaderElection struct {
+	LeaderElect       bool            `json:"leaderElect"`
+	ResourceNamespace string          `json:"resourceNamespace"`
+	ResourceName      string          `json:"resourceName"`
+	LeaseDuration     metav1.Duration `json:"leaseDuration"`
+	RenewDeadline     metav1.Duration `json:"renewDeadline"`
+	RetryPeriod       metav1.Duration `json:"retryPeriod"`
+}
+
+// Pod record modes, as CoreDNS's kubernetes plugin names them.
+const (
+	PodRecordsDisabled = "disabled"
+	PodRecordsInsecure = "insecure"
+	PodRecordsVerified = "verified"
+)
+
+// DNS configures the cluster DNS role.
+type DNS struct {
+	BindAddress   string `json:"bindAddress"`
+	ClusterDomain string `json:"clusterDomain"`
+	TTL           int32  `json:"ttl"`
+	PodRecords    string `json:"podRecords"`
+	Autopath      bool   `json:"autopath"`
+	// Upstream servers (host or host:port); empty means the nameservers of ResolvConf.
+	Upstream        []string        `json:"upstream,omitempty"`
+	ResolvConf      string          `json:"resolvConf"`
+	UpstreamTimeout metav1.Duration `json:"upstreamTimeout"`
+	CacheSize       int32           `json:"cacheSize"`
+	CacheMaxTTL     metav1.Duration `json:"cacheMaxTTL"`
+	// DNSService is namespace/name of the Service whose ClusterIPs are the zone's NS glue.
+	DNSService string `json:"dnsService"`
+}
+
+// Node configures the node agent: service proxy and pod networking.
+type Node struct {
+	NodeName          string          `json:"nodeName"`
+	ClusterCIDRs      []string        `json:"clusterCIDRs,omitempty"`
+	MasqueradeAll     bool            `json:"masqueradeAll"`
+	NodePortAddresses []string        `json:"nodePortAddresses,omitempty"`
+	SyncPeriod        metav1.Duration `json:"syncPeriod"`
+	MinSyncPeriod     metav1.Duration `json:"minSyncPeriod"`
+	CNIConfDir        string          `json:"cniConfDir"`
+	CNIBinDir         string          `json:"cniBinDir"`
+	// CNIPluginPath is the plugin binary to install; empty means netplane-cni beside netplane.
+	CNIPluginPath string `json:"cniPluginPath"`
+	IPAMStateDir  string `json:"ipamStateDir"`
+	Bridge        string `json:"bridge"`
+	// MTU of pod interfaces; 0 means the MTU of the node's default-route interface.
+	MTU int32 `json:"mtu"`
+}

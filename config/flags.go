@@ -1,0 +1,94 @@
+// Package config loads a v1alpha1.Configuration from three layers with viper:
+// command-line flags win over NETPLANE_* environment variables, which win over
+// the --config YAML file, which wins over the defaults. Every flag has an
+// environment variable named after it (--max-endpoints-per-slice is
+// NETPLANE_MAX_ENDPOINTS_PER_SLICE) and a key in the file.
+package config
+
+import (
+	"strings"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+)
+
+// flag ties a command-line flag to its key in the configuration file.
+type flag struct {
+	name string // flag name without dashes
+	key  string // dotted path of json names in v1alpha1.Configuration
+}
+
+// EnvName is the environment variable that sets a flag.
+func EnvName(flagName string) string {
+	return "NETPLANE_" + strings.ToUpper(strings.ReplaceAll(flagName, "-", "_"))
+}
+
+// ConfigFlag names the flag that points at the configuration file.
+const ConfigFlag = "config"
+
+// AddFlags registers every configuration flag on fs with the defaults of
+// v1alpha1.Default, and returns the flag→key table that Load binds.
+func AddFlags(fs *pflag.FlagSet) []flag {
+	d := v1alpha1.Default()
+	var table []flag
+	add := func(name, key string) { table = append(table, flag{name, key}) }
+	str := func(name, key, def, usage string) { fs.String(name, def, usage); add(name, key) }
+	strs := func(name, key string, def []string, usage string) { fs.StringSlice(name, def, usage); add(name, key) }
+	i32 := func(name, key string, def int32, usage string) { fs.Int32(name, def, usage); add(name, key) }
+	boolean := func(name, key string, def bool, usage string) { fs.Bool(name, def, usage); add(name, key) }
+	dur := func(name, key string, def time.Duration, usage string) { fs.Duration(name, def, usage); add(name, key) }
+
+	fs.String(ConfigFlag, "", "Path to a Configuration YAML file (apiVersion netplane.io/v1alpha1). Flags and NETPLANE_* variables override it.")
+	strs("role", "roles", nil, "Roles to run, comma-separated: controller, dns, node.")
+
+	str("kubeconfig", "clientConnection.kubeconfig", "", "Path to a kubeconfig. Empty: $KUBECONFIG, then the in-cluster config.")
+	str("control-plane-endpoint", "clientConnection.controlPlaneEndpoint", "", "API server URL (https://host:port) overriding the kubeconfig's; the node role needs it where the kubernetes Service VIP is not yet programmed.")
+	fs.Float32("kube-api-qps", d.ClientConnection.QPS, "Client-side queries per second to the API server.")
+	add("kube-api-qps", "clientConnection.qps")
+	i32("kube-api-burst", "clientConnection.burst", d.ClientConnection.Burst, "Client-side burst of queries to the API server.")
+	str("health-bind-address", "healthBindAddress", d.HealthBindAddress, "host:port serving /healthz and /readyz; port 0 picks a free port, \"\" disables.")
+	str("metrics-bind-address", "metricsBindAddress", d.MetricsBindAddress, "host:port serving Prometheus /metrics; port 0 picks a free port, \"\" disables.")
+	dur("shutdown-timeout", "shutdownTimeout", d.ShutdownTimeout.Duration, "Longest time a graceful stop after SIGTERM may take.")
+
+	c := d.Controller
+	i32("max-endpoints-per-slice", "controller.maxEndpointsPerSlice", c.MaxEndpointsPerSlice, "Most endpoints in one EndpointSlice (1 to 1000).")
+	i32("mirroring-max-endpoints-per-subset", "controller.mirroringMaxEndpointsPerSubset", c.MirroringMaxEndpointsPerSubset, "Most addresses mirrored from one Endpoints subset (1 to 1000).")
+	dur("endpoint-updates-batch-period", "controller.endpointUpdatesBatchPeriod", c.EndpointUpdatesBatchPeriod.Duration, "Window in which pod changes to one Service are coalesced into one sync.")
+	i32("concurrent-service-endpoint-syncs", "controller.concurrentSyncs", c.ConcurrentSyncs, "Services synced at once.")
+	boolean("leader-elect", "controller.leaderElection.leaderElect", c.LeaderElection.LeaderElect, "Elect a leader among controller replicas so only one writes.")
+	str("leader-elect-resource-namespace", "controller.leaderElection.resourceNamespace", c.LeaderElection.ResourceNamespace, "Namespace of the leader election Lease.")
+	str("leader-elect-resource-name", "controller.leaderElection.resourceName", c.LeaderElection.ResourceName, "Name of the leader election Lease.")
+	dur("leader-elect-lease-duration", "controller.leaderElection.leaseDuration", c.LeaderElection.LeaseDuration.Duration, "How long a non-leader waits before taking over.")
+	dur("leader-elect-renew-deadline", "controller.leaderElection.renewDeadline", c.LeaderElection.RenewDeadline.Duration, "How long the leader retries renewing before it gives up.")
+	dur("leader-elect-retry-period", "controller.leaderElection.retryPeriod", c.LeaderElection.RetryPeriod.Duration, "Wait between leader election attempts.")
+
+	n := d.DNS
+	str("dns-bind-address", "dns.bindAddress", n.BindAddress, "host:port the DNS server listens on, UDP and TCP.")
+	str("cluster-domain", "dns.clusterDomain", n.ClusterDomain, "The cluster's DNS domain.")
+	i32("ttl", "dns.ttl", n.TTL, "TTL of cluster records in seconds (0 to 3600).")
+	str("pod-records", "dns.podRecords", n.PodRecords, "Pod A records: disabled, insecure (any name in the pod form) or verified (only existing pods).")
+	boolean("autopath", "dns.autopath", n.Autopath, "Resolve a known pod's search path on the server and answer with a CNAME.")
+	strs("upstream", "dns.upstream", nil, "Upstream DNS servers (IP or IP:port). Empty: the nameservers of --resolv-conf.")
+	str("resolv-conf", "dns.resolvConf", n.ResolvConf, "resolv.conf that names the upstream servers when --upstream is empty.")
+	dur("upstream-timeout", "dns.upstreamTimeout", n.UpstreamTimeout.Duration, "Time after which a query forwarded upstream is answered with SERVFAIL.")
+	i32("cache-size", "dns.cacheSize", n.CacheSize, "Most answers held in the forwarding cache (0 disables it).")
+	dur("cache-max-ttl", "dns.cacheMaxTTL", n.CacheMaxTTL.Duration, "Longest time an upstream answer is cached.")
+	str("dns-service", "dns.dnsService", n.DNSService, "namespace/name of the Service whose ClusterIPs are the zone's name server.")
+
+	o := d.Node
+	str("node-name", "node.nodeName", o.NodeName, "Name of the Node this agent runs on.")
+	strs("cluster-cidr", "node.clusterCIDRs", nil, "Pod CIDRs of the cluster, one per family; traffic from outside them to a ClusterIP is masqueraded.")
+	boolean("masquerade-all", "node.masqueradeAll", o.MasqueradeAll, "Masquerade all traffic to Service IPs.")
+	strs("nodeport-addresses", "node.nodePortAddresses", nil, "CIDRs whose node addresses accept NodePort traffic, or \"primary\". Empty: the node's primary IPs.")
+	dur("sync-period", "node.syncPeriod", o.SyncPeriod.Duration, "Period of full resyncs that heal rules changed by someone else.")
+	dur("min-sync-period", "node.minSyncPeriod", o.MinSyncPeriod.Duration, "Shortest time between two syncs; changes in between are batched.")
+	str("cni-conf-dir", "node.cniConfDir", o.CNIConfDir, "Directory the CNI configuration is written to.")
+	str("cni-bin-dir", "node.cniBinDir", o.CNIBinDir, "Directory the netplane-cni plugin is installed into.")
+	str("cni-plugin-path", "node.cniPluginPath", o.CNIPluginPath, "Plugin binary to install. Empty: netplane-cni beside this executable.")
+	str("ipam-state-dir", "node.ipamStateDir", o.IPAMStateDir, "Directory of the CNI plugin's IP allocation store.")
+	str("bridge", "node.bridge", o.Bridge, "Name of the node's pod bridge.")
+	i32("mtu", "node.mtu", o.MTU, "MTU of pod interfaces; 0 uses the default-route interface's MTU.")
+	return table
+}

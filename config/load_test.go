@@ -1,0 +1,173 @@
+package config
+
+import (
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/spf13/pflag"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+)
+
+// load parses args against a fresh flag set, with a config file holding file
+// (none when empty) and the given environment.
+func load(t *testing.T, file string, env map[string]string, args ...string) (*v1alpha1.Configuration, error) {
+	t.Helper()
+	fs := pflag.NewFlagSet("test", pflag.ContinueOnError)
+	table := AddFlags(fs)
+	if file != "" {
+		path := filepath.Join(t.TempDir(), "netplane.yaml")
+		if err := os.WriteFile(path, []byte(file), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		args = append(args, "--config="+path)
+	}
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	if err := fs.Parse(args); err != nil {
+		t.Fatal(err)
+	}
+	return Load(fs, table)
+}
+
+func TestPrecedenceFlagOverEnvOverFileOverDefault(t *testing.T) {
+	file := "apiVersion: netplane.io/v1alpha1\nkind: Configuration\ndns:\n  ttl: 10\n"
+	cases := []struct {
+		name string
+		file string
+		env  map[string]string
+		args []string
+		want int32
+	}{
+		{"default", "", nil, nil, 5},
+		{"file over default", file, nil, nil, 10},
+		{"env over file", file, map[string]string{"NETPLANE_TTL": "20"}, nil, 20},
+		{"flag over env", file, map[string]string{"NETPLANE_TTL": "20"}, []string{"--ttl=30"}, 30},
+		{"flag over file", file, nil, []string{"--ttl=30"}, 30},
+		{"explicit zero in file is kept", "dns:\n  ttl: 0\n", nil, nil, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			cfg, err := load(t, c.file, c.env, append([]string{"--role=dns"}, c.args...)...)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := cfg.DNS.TTL; got != c.want {
+				t.Errorf("dns.ttl = %d, want %d", got, c.want)
+			}
+		})
+	}
+}
+
+func TestEveryLayerReachesEveryKind(t *testing.T) {
+	file := `
+roles: [controller]
+controller:
+  endpointUpdatesBatchPeriod: 2s
+  leaderElection:
+    leaderElect: false
+dns:
+  upstream: ["127.0.0.1:5353"]
+node:
+  clusterCIDRs: [10.244.0.0/16, fd00:10:244::/56]
+`
+	c, err := load(t, file, map[string]string{
+		"NETPLANE_KUBE_API_QPS":       "50",
+		"NETPLANE_NODEPORT_ADDRESSES": "10.0.0.0/8,primary",
+	}, "--shutdown-timeout=3s", "--autopath=false")
+	if err != nil {
+		t.Fatal(err)
+	}
+	checks := []struct {
+		name      string
+		got, want any
+	}{
+		{"roles from file", strings.Join(c.Roles, ","), "controller"},
+		{"duration from file", c.Controller.EndpointUpdatesBatchPeriod.Duration, 2 * time.Second},
+		{"nested bool from file", c.Controller.LeaderElection.LeaderElect, false},
+		{"list from file", strings.Join(c.DNS.Upstream, ","), "127.0.0.1:5353"},
+		{"dual-stack list from file", len(c.Node.ClusterCIDRs), 2},
+		{"float from env", c.ClientConnection.QPS, float32(50)},
+		{"list from env", strings.Join(c.Node.NodePortAddresses, ","), "10.0.0.0/8,primary"},
+		{"duration from flag", c.ShutdownTimeout.Duration, 3 * time.Second},
+		{"bool from flag", c.DNS.Autopath, false},
+		{"untouched default", c.Controller.MaxEndpointsPerSlice, int32(100)},
+	}
+	for _, ch := range checks {
+		if ch.got != ch.want {
+			t.Errorf("%s: got %v, want %v", ch.name, ch.got, ch.want)
+		}
+	}
+}
+
+func TestFileErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name, file, want string
+	}{
+		{"unknown top-level field", "dsn:\n  ttl: 5\n", "dsn: unknown field"},
+		{"unknown nested field", "dns:\n  tll: 5\n", "dns.tll: unknown field"},
+		{"unknown field two levels down", "controller:\n  leaderElection:\n    elect: true\n", "controller.leaderElection.elect: unknown field"},
+		{"wrong type", "dns:\n  ttl: five\n", "dns.ttl: expected an integer, got string"},
+		{"wrong type list", "dns:\n  upstream: 5\n", "dns.upstream: expected a list, got number"},
+		{"bad duration", "dns:\n  upstreamTimeout: soon\n", `dns.upstreamTimeout: "soon" is not a duration`},
+		{"not yaml", "dns: [\n", "not valid YAML"},
+		{"wrong kind", "kind: KubeProxyConfiguration\n", "kind: must be Configuration"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := load(t, c.file, nil, "--role=dns")
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, c.want)
+			}
+			if c.name != "not yaml" && !strings.Contains(err.Error(), "netplane.yaml") && !strings.HasPrefix(c.want, "kind") {
+				t.Errorf("error %q does not name the file", err)
+			}
+		})
+	}
+}
+
+func TestValidationErrorsNameTheField(t *testing.T) {
+	cases := []struct {
+		name string
+		args []string
+		env  map[string]string
+		want string
+	}{
+		{"ttl too large", []string{"--ttl=4000"}, nil, "dns.ttl: must be between 0 and 3600"},
+		{"ttl from env", nil, map[string]string{"NETPLANE_TTL": "-1"}, "dns.ttl: must be between 0 and 3600"},
+		{"slice size", []string{"--max-endpoints-per-slice=0"}, nil, "controller.maxEndpointsPerSlice: must be between 1 and 1000"},
+		{"pod records", []string{"--pod-records=all"}, nil, "dns.podRecords: must be one of disabled, insecure, verified"},
+		{"cluster cidr", []string{"--cluster-cidr=10.244.0.0"}, nil, "node.clusterCIDRs[0]: must be a CIDR"},
+		{"upstream", []string{"--upstream=dns.example"}, nil, "dns.upstream[0]: must be an IP address"},
+		{"bind address", []string{"--health-bind-address=nowhere"}, nil, "healthBindAddress: must be host:port"},
+		{"unknown role", []string{"--role=proxy"}, nil, `roles: unknown role "proxy": valid roles are controller,dns,node`},
+		{"no role", []string{"--role="}, nil, "roles: no role given"},
+		{"bridge name", []string{"--bridge=a-very-long-bridge-name"}, nil, "node.bridge: must be an interface name"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			args := c.args
+			if !strings.HasPrefix(strings.Join(args, " "), "--role") {
+				args = append([]string{"--role=dns"}, args...)
+			}
+			_, err := load(t, "", c.env, args...)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, c.want)
+			}
+		})
+	}
+}
+
+func TestDisablingAServerWithAnEmptyAddress(t *testing.T) {
+	c, err := load(t, "", nil, "--role=dns", "--metrics-bind-address=", "--health-bind-address=127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if c.MetricsBindAddress != "" || c.HealthBindAddress != "127.0.0.1:0" {
+		t.Errorf("metrics=%q health=%q", c.MetricsBindAddress, c.HealthBindAddress)
+	}
+}

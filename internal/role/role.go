@@ -1,0 +1,57 @@
+// Package role is the contract between the netplane process and its roles
+// (controller, dns, node): what each role is handed, and how it runs.
+package role
+
+import (
+	"context"
+	"errors"
+	"sync/atomic"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/serve"
+)
+
+// Deps is what the process hands every role. Roles in one process share the
+// client, the informer factory (so each resource is watched once), the checks
+// and the metrics registry.
+type Deps struct {
+	Config     *v1alpha1.Configuration
+	RestConfig *rest.Config
+	Client     kubernetes.Interface
+	Informers  informers.SharedInformerFactory
+	Checks     *serve.Checks
+	Metrics    prometheus.Registerer
+	Log        logr.Logger
+}
+
+// Func runs a role until ctx is cancelled (a graceful stop, returning nil) or
+// it fails (returning the error, which stops the process).
+type Func func(ctx context.Context, d Deps) error
+
+// WaitForSync starts the shared informer factory and waits until every given
+// informer has synced. Until then /readyz reports name as not ready, so a
+// role is never ready on a half-filled cache. It returns false when ctx ended
+// first.
+func WaitForSync(ctx context.Context, d Deps, name string, synced ...cache.InformerSynced) bool {
+	var done atomic.Bool
+	d.Checks.AddReady(name, func() error {
+		if !done.Load() {
+			return errors.New("informer caches have not synced yet")
+		}
+		return nil
+	})
+	d.Informers.Start(ctx.Done())
+	if !cache.WaitForNamedCacheSync(name, ctx.Done(), synced...) {
+		return false
+	}
+	done.Store(true)
+	d.Log.Info("caches synced", "role", name)
+	return true
+}
