@@ -2,7 +2,9 @@ package main
 
 import (
 	"context"
+	"errors"
 
+	"github.com/netplane/netplane/cni/node"
 	"github.com/netplane/netplane/controllers/endpointslice"
 	"github.com/netplane/netplane/dns"
 	"github.com/netplane/netplane/internal/role"
@@ -13,5 +15,20 @@ func runController(ctx context.Context, d role.Deps) error { return endpointslic
 
 func runDNS(ctx context.Context, d role.Deps) error { return dns.Run(ctx, d) }
 
-// runNode runs the service proxy; the pod networking half joins it here.
-func runNode(ctx context.Context, d role.Deps) error { return proxy.Run(ctx, d) }
+// runNode runs the node agent's two halves side by side, the service proxy
+// and pod networking; when one fails, the other is stopped too.
+func runNode(ctx context.Context, d role.Deps) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, 2)
+	for _, half := range []role.Func{proxy.Run, node.Run} {
+		go func() {
+			err := half(ctx, d)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	return errors.Join(<-errs, <-errs)
+}

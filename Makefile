@@ -1,0 +1,52 @@
+# netplane: the network control plane of a Kubernetes cluster in one binary.
+# `make demo` brings up the lab; `make test` runs every test. Both install
+# what they need on a fresh Debian machine (as root) through `make tools`.
+
+SHELL := /bin/bash
+GO ?= go
+BIN := $(CURDIR)/bin
+VERSION ?= $(shell git describe --tags --always --dirty 2>/dev/null || echo v0.0.0-dev)
+COMMIT ?= $(shell git rev-parse --short HEAD 2>/dev/null || echo unknown)
+LDFLAGS := -s -w -X github.com/netplane/netplane/internal/version.Version=$(VERSION) -X github.com/netplane/netplane/internal/version.Commit=$(COMMIT)
+STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
+TEST_TIMEOUT ?= 50m
+
+.PHONY: all build tools anchors test unit bench lint demo demo-down clean
+
+all: build
+
+build: ## the two binaries, into bin/
+	@mkdir -p $(BIN)
+	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/netplane ./cmd/netplane
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/netplane-cni ./cmd/netplane-cni
+
+tools: ## packages (apt-get) and kube-apiserver & co. built from the pinned module
+	@./hack/install-tools.sh
+
+anchors: tools ## the upstream systems the benchmarks compare against
+	@./hack/build-anchors.sh $(BIN)
+
+test: ## everything: unit, integration and end-to-end; needs root
+	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, nftables, apt-get)" >&2; exit 1; fi
+	@$(MAKE) --no-print-directory tools build
+	NETPLANE_E2E_REQUIRED=1 NETPLANE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
+
+unit: ## the fast tests only: no root, no API server
+	$(GO) test -count=1 -short ./...
+
+bench: tools build ## benchmarks, with ratios against the anchors where they are built
+	NETPLANE_BIN_DIR=$(BIN) $(GO) test -count=1 -run '^$$' -bench . -benchtime 1x -timeout 60m ./...
+
+lint: ## gofmt, go vet, staticcheck
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt would change:"; echo "$$out"; exit 1; fi
+	$(GO) vet ./...
+	$(GO) run $(STATICCHECK) ./...
+
+demo: tools build ## the lab: a multi-node cluster in network namespaces
+	@./hack/demo.sh up
+
+demo-down: ## remove everything the demo made
+	@./hack/demo.sh down
+
+clean:
+	rm -rf $(BIN)

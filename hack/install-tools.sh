@@ -1,0 +1,34 @@
+#!/usr/bin/env bash
+# install-tools.sh: everything netplane's tests and lab need on a fresh Debian
+# machine, as root. Idempotent: packages already present and binaries already
+# built at the pinned version are skipped.
+set -euo pipefail
+here=$(cd "$(dirname "$0")" && pwd)
+bin=${NETPLANE_BIN_DIR:-$here/../bin}
+
+packages=(etcd-server nftables iproute2 conntrack dnsutils containerd runc iputils-ping util-linux procps)
+missing=()
+for p in "${packages[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+if [ ${#missing[@]} -gt 0 ]; then
+  if [ "$(id -u)" != 0 ]; then
+    echo "install-tools: need root to install: ${missing[*]}" >&2
+    exit 1
+  fi
+  echo "install-tools: apt-get install ${missing[*]}"
+  # Keep the packages' services (etcd, containerd) from starting: tests and
+  # the lab start their own instances, on their own ports, and stop them.
+  guard=""
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' > /usr/sbin/policy-rc.d
+    chmod +x /usr/sbin/policy-rc.d
+    guard=/usr/sbin/policy-rc.d
+  fi
+  trap '[ -n "$guard" ] && rm -f "$guard"' EXIT
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+
+"$here/build-kube.sh" "$bin" kube-apiserver kube-controller-manager kube-scheduler
