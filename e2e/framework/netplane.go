@@ -1,0 +1,107 @@
+package framework
+
+import (
+	"fmt"
+	"io"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+var (
+	buildOnce sync.Once
+	buildDir  string
+	buildErr  error
+)
+
+// NetplaneBinaries builds bin/netplane and bin/netplane-cni from the working
+// tree once per test process (go's build cache makes this quick) so a test
+// never runs a stale binary, and returns the folder holding both.
+func NetplaneBinaries(t testing.TB) string {
+	t.Helper()
+	buildOnce.Do(func() {
+		buildDir, buildErr = os.MkdirTemp("", "netplane-bin-")
+		if buildErr != nil {
+			return
+		}
+		for _, b := range []struct{ name, pkg, cgo string }{
+			{"netplane", "./cmd/netplane", "1"},
+			{"netplane-cni", "./cmd/netplane-cni", "0"},
+		} {
+			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, b.name), b.pkg)
+			cmd.Dir = RepoRoot()
+			cmd.Env = append(os.Environ(), "CGO_ENABLED="+b.cgo)
+			if out, err := cmd.CombinedOutput(); err != nil {
+				buildErr = fmt.Errorf("go build %s: %v\n%s", b.pkg, err, out)
+				return
+			}
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return buildDir
+}
+
+var servingLine = regexp.MustCompile(`"serving".*server="(health|metrics)" address="([^"]+)"`)
+
+// ServedAddresses waits until a netplane process has logged the addresses of
+// its health and metrics servers (it picks free ports for port 0) and
+// returns them.
+func ServedAddresses(t testing.TB, p *Process, timeout time.Duration) (health, metrics string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for time.Now().Before(deadline) {
+		data, _ := os.ReadFile(p.Log)
+		for _, m := range servingLine.FindAllStringSubmatch(string(data), -1) {
+			if m[1] == "health" {
+				health = m[2]
+			} else {
+				metrics = m[2]
+			}
+		}
+		if health != "" && metrics != "" {
+			return health, metrics
+		}
+		if p.Exited() {
+			t.Fatalf("%s exited before serving:\n%s", p.Name, p.Tail(30))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	t.Fatalf("%s did not log its server addresses within %v:\n%s", p.Name, timeout, p.Tail(30))
+	return "", ""
+}
+
+// HTTPGet fetches url with client and returns the status code and body.
+func HTTPGet(client *http.Client, url string) (int, string, error) {
+	resp, err := client.Get(url)
+	if err != nil {
+		return 0, "", err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, string(body), err
+}
+
+// Eventually polls cond until it returns "" or timeout passes, then fails
+// the test with the last reason cond gave.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	last := ""
+	for {
+		if last = cond(); last == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s: not true after %v: %s", what, timeout, strings.TrimSpace(last))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}

@@ -1,0 +1,9 @@
+//go:build tools
+
+// Package cniplugins pins the commands built by hack/build-anchors.sh.
+package cniplugins
+
+import (
+	_ "github.com/containernetworking/plugins/plugins/ipam/host-local"
+	_ "github.com/containernetworking/plugins/plugins/main/bridge"
+)
