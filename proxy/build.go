@@ -1,0 +1,500 @@
+package proxy
+
+import (
+	"crypto/sha256"
+	"encoding/base32"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// NodeFacts are the facts about this node the rules depend on.
+type NodeFacts struct {
+	Name string
+	Zone string // topology.kubernetes.io/zone of the Node
+	// ClusterCIDRs: traffic from outside them to a ClusterIP is masqueraded.
+	ClusterCIDRs []netip.Prefix
+	// NodePortIPs are the addresses NodePorts are served on.
+	NodePortIPs   []netip.Addr
+	MasqueradeAll bool
+}
+
+// Input is everything the desired ruleset is a function of.
+type Input struct {
+	Services []*v1.Service
+	// Slices by Service, as selected by the kubernetes.io/service-name label.
+	Slices map[types.NamespacedName][]*discovery.EndpointSlice
+	Node   NodeFacts
+}
+
+// Desired is the ruleset for both families plus what the health-check
+// server, the conntrack cleaner and the metrics need from the same pass.
+type Desired struct {
+	Tables map[nftables.TableFamily]*Table
+	// Health has one entry per Service with a healthCheckNodePort.
+	Health map[types.NamespacedName]HealthInfo
+	// UDP maps a UDP service address (VIP:port or node port) to the endpoint
+	// addresses it may go to; a flow to anything else is stale.
+	UDP map[netip.AddrPort]map[netip.Addr]bool
+	// NoLocalEndpoints counts ports with Local policy and no local endpoint.
+	NoLocalInternal, NoLocalExternal int
+}
+
+// HealthInfo is what the health-check node port of one Service reports.
+type HealthInfo struct {
+	Port           uint16
+	LocalEndpoints int
+}
+
+// Families are the two tables netplane programs.
+var Families = []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6}
+
+// Names of the fixed chains and sets; per-Service chains are named after
+// their Service (see chainBase).
+const (
+	chServices        = "services"
+	chFirewallCheck   = "firewall-check"
+	chEndpointsCheck  = "service-endpoints-check"
+	chNodePortsCheck  = "nodeport-endpoints-check"
+	chClusterIPsCheck = "cluster-ips-check"
+	chReject          = "reject-chain"
+	chMasquerading    = "masquerading"
+
+	setServiceIPs    = "service-ips"
+	setNodePorts     = "service-nodeports"
+	setNodePortIPs   = "nodeport-ips"
+	setNoEndpoints   = "no-endpoint-services"
+	setNoEPNodePorts = "no-endpoint-nodeports"
+	setFirewallIPs   = "firewall-ips"
+	setClusterIPs    = "cluster-ips"
+	setHairpin       = "hairpin"
+)
+
+// Build computes the desired ruleset. It is a pure function of in.
+func Build(in Input) *Desired {
+	d := &Desired{
+		Tables: map[nftables.TableFamily]*Table{},
+		Health: map[types.NamespacedName]HealthInfo{},
+		UDP:    map[netip.AddrPort]map[netip.Addr]bool{},
+	}
+	for _, fam := range Families {
+		t := newTable(fam)
+		baseRules(t, in.Node)
+		d.Tables[fam] = t
+	}
+	for _, svc := range in.Services {
+		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+		for _, sp := range servicePorts(svc) {
+			eps := endpointsFor(&sp, in.Slices[name], in.Node.Name)
+			for _, fam := range Families {
+				b := &builder{t: d.Tables[fam], d: d, node: in.Node, sp: &sp}
+				b.build(familyEndpoints(eps, fam))
+			}
+		}
+	}
+	return d
+}
+
+func isFamily(a netip.Addr, fam nftables.TableFamily) bool {
+	return a.Is4() == (fam == nftables.TableFamilyIPv4)
+}
+
+func familyAddrs(as []netip.Addr, fam nftables.TableFamily) []netip.Addr {
+	var out []netip.Addr
+	for _, a := range as {
+		if isFamily(a, fam) {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+func familyEndpoints(eps []endpoint, fam nftables.TableFamily) []endpoint {
+	return filter(eps, func(e endpoint) bool { return isFamily(e.Addr, fam) })
+}
+
+// Hook priorities: the contract with other software on the node, which can
+// order itself around netplane by them (see doc.go).
+const (
+	PriorityFirewall   = -110 // source ranges, before DNAT
+	PriorityDNAT       = -100 // Service DNAT (dstnat)
+	PriorityFilter     = 0    // reject/drop of Services without endpoints
+	PriorityMasquerade = 100  // SNAT (srcnat)
+)
+
+func baseRules(t *Table, n NodeFacts) {
+	f := t.Family
+	base := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio int32, jumps ...string) {
+		t.chain(name, &Hook{Type: typ, Hook: *hook, Priority: prio})
+		for _, j := range jumps {
+			if typ == nftables.ChainTypeNAT {
+				t.addRule(name, newRule(f).jump(j).done())
+			} else {
+				t.addRule(name, newRule(f).ctStateNew().jump(j).done())
+			}
+		}
+	}
+	for _, c := range []string{chServices, chFirewallCheck, chEndpointsCheck, chNodePortsCheck, chClusterIPsCheck, chReject, chMasquerading} {
+		t.chain(c, nil)
+	}
+	base("filter-prerouting-pre-dnat", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, PriorityFirewall, chFirewallCheck)
+	base("filter-output-pre-dnat", nftables.ChainTypeFilter, nftables.ChainHookOutput, PriorityFirewall, chFirewallCheck)
+	base("nat-prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, PriorityDNAT, chServices)
+	base("nat-output", nftables.ChainTypeNAT, nftables.ChainHookOutput, PriorityDNAT, chServices)
+	base("filter-forward", nftables.ChainTypeFilter, nftables.ChainHookForward, PriorityFilter, chEndpointsCheck, chClusterIPsCheck)
+	base("filter-input", nftables.ChainTypeFilter, nftables.ChainHookInput, PriorityFilter, chNodePortsCheck, chEndpointsCheck)
+	base("filter-output", nftables.ChainTypeFilter, nftables.ChainHookOutput, PriorityFilter, chEndpointsCheck, chClusterIPsCheck)
+	base("nat-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, PriorityMasquerade, chMasquerading)
+
+	addr := nftables.TypeIPAddr
+	if f == nftables.TableFamilyIPv6 {
+		addr = nftables.TypeIP6Addr
+	}
+	vip := nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService)
+	pp := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
+	vmap := func(key nftables.SetDatatype) SetSpec { return SetSpec{Key: key, Data: nftables.TypeVerdict} }
+	t.set(setServiceIPs, vmap(vip))
+	t.set(setNoEndpoints, vmap(vip))
+	t.set(setFirewallIPs, vmap(vip))
+	t.set(setNodePorts, vmap(pp))
+	t.set(setNoEPNodePorts, vmap(pp))
+	t.set(setNodePortIPs, SetSpec{Key: addr})
+	t.set(setClusterIPs, SetSpec{Key: addr})
+	t.set(setHairpin, SetSpec{Key: nftables.MustConcatSetType(addr, addr)})
+
+	t.addRule(chServices, newRule(f).vmapAddrProtoPort(setServiceIPs).done())
+	t.addRule(chServices, newRule(f).lookupAddr("daddr", setNodePortIPs).vmapProtoPort(setNodePorts).done())
+	t.addRule(chFirewallCheck, newRule(f).vmapAddrProtoPort(setFirewallIPs).done())
+	t.addRule(chEndpointsCheck, newRule(f).vmapAddrProtoPort(setNoEndpoints).done())
+	t.addRule(chNodePortsCheck, newRule(f).lookupAddr("daddr", setNodePortIPs).vmapProtoPort(setNoEPNodePorts).done())
+	t.addRule(chClusterIPsCheck, newRule(f).lookupAddr("daddr", setClusterIPs).reject().done())
+	t.addRule(chReject, newRule(f).reject().done())
+	t.addRule(chMasquerading, newRule(f).masqMarked().masquerade().done())
+	t.addRule(chMasquerading, newRule(f).lookupSaddrDaddr(setHairpin).masquerade().done())
+
+	for _, a := range familyAddrs(n.NodePortIPs, f) {
+		t.addElement(setNodePortIPs, Element{Key: a.AsSlice(), Text: a.String()})
+	}
+}
+
+// builder writes the chains and elements of one servicePort in one family.
+type builder struct {
+	t    *Table
+	d    *Desired
+	node NodeFacts
+	sp   *servicePort
+}
+
+// chainBase is "HASH-namespace/name/proto/port": readable, and unique by the
+// hash even after truncation to the kernel's name limit.
+func chainBase(s string) string {
+	sum := sha256.Sum256([]byte(s))
+	h := base32.StdEncoding.EncodeToString(sum[:])[:8]
+	if len(s) > 200 {
+		s = s[:200]
+	}
+	return h + "-" + s
+}
+
+func (b *builder) chainName(kind string) string { return kind + "-" + chainBase(b.sp.String()) }
+
+func (b *builder) endpointSuffix(e endpoint) string {
+	return chainBase(b.sp.String() + "__" + strings.ReplaceAll(e.addrPort().String(), ":", "."))
+}
+
+func protoNumber(p v1.Protocol) uint8 {
+	switch p {
+	case v1.ProtocolUDP:
+		return unix.IPPROTO_UDP
+	case v1.ProtocolSCTP:
+		return unix.IPPROTO_SCTP
+	}
+	return unix.IPPROTO_TCP
+}
+
+func (b *builder) build(eps []endpoint) {
+	f, sp := b.t.Family, b.sp
+	cips := familyAddrs(sp.ClusterIPs, f)
+	if len(cips) == 0 {
+		return // a single-stack Service of the other family
+	}
+	cat := categorize(sp, eps, b.node.Name, b.node.Zone)
+	internal, external := cat.Cluster, cat.Cluster
+	if sp.InternalLocal {
+		internal = cat.Local
+	}
+	if sp.ExternalLocal {
+		external = cat.Local
+	}
+	clusterChain, localChain := b.chainName("service"), b.chainName("local")
+	internalChain := clusterChain
+	if sp.InternalLocal {
+		internalChain = localChain
+	}
+	// Only the internal chain masquerades ClusterIP traffic; the other one
+	// is reached by external traffic only.
+	masqFor := func(chain string) []netip.Addr {
+		if chain == internalChain {
+			return cips
+		}
+		return nil
+	}
+	if sp.usesClusterEndpoints() && len(cat.Cluster) > 0 {
+		b.policyChain(clusterChain, masqFor(clusterChain), cat.Cluster)
+	}
+	if sp.usesLocalEndpoints() && len(cat.Local) > 0 {
+		b.policyChain(localChain, masqFor(localChain), cat.Local)
+	}
+	externalChain := ""
+	if sp.externallyAccessible() && len(external) > 0 {
+		externalChain = b.externalChain(clusterChain, localChain, cat)
+	}
+	b.counts(sp, cat, f)
+
+	proto := protoNumber(sp.Protocol)
+	verdict := func(has bool) *expr.Verdict {
+		if !cat.Any {
+			return &expr.Verdict{Kind: expr.VerdictGoto, Chain: chReject}
+		}
+		if !has {
+			return &expr.Verdict{Kind: expr.VerdictDrop}
+		}
+		return nil
+	}
+	for _, ip := range cips {
+		b.t.addElement(setClusterIPs, Element{Key: ip.AsSlice(), Text: ip.String()})
+		b.vip(ip, proto, internalChain, verdict(len(internal) > 0))
+		b.udp(netip.AddrPortFrom(ip, sp.Port), internal)
+	}
+	for _, ip := range familyAddrs(append(append([]netip.Addr{}, sp.ExternalIPs...), sp.LoadBalancer...), f) {
+		b.vip(ip, proto, externalChain, verdict(len(external) > 0))
+		b.udp(netip.AddrPortFrom(ip, sp.Port), cat.Cluster)
+	}
+	if sp.NodePort != 0 {
+		b.nodePort(proto, externalChain, verdict(len(external) > 0))
+		for _, ip := range familyAddrs(b.node.NodePortIPs, f) {
+			b.udp(netip.AddrPortFrom(ip, sp.NodePort), cat.Cluster)
+		}
+	}
+	b.firewall(proto)
+}
+
+// vip dispatches ip.proto.port to chain, or records its no-endpoint verdict.
+func (b *builder) vip(ip netip.Addr, proto uint8, chain string, noEndpoints *expr.Verdict) {
+	key := concat(ip.AsSlice(), protoKey(proto), port(b.sp.Port))
+	text := fmt.Sprintf("%s . %s . %d : ", ip, protoName(proto), b.sp.Port)
+	if noEndpoints != nil {
+		b.t.addElement(setNoEndpoints, Element{Key: key, Verdict: noEndpoints, Text: text + verdictText(noEndpoints)})
+		return
+	}
+	v := &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
+	b.t.addElement(setServiceIPs, Element{Key: key, Verdict: v, Text: text + verdictText(v)})
+}
+
+func (b *builder) nodePort(proto uint8, chain string, noEndpoints *expr.Verdict) {
+	key := concat(protoKey(proto), port(b.sp.NodePort))
+	text := fmt.Sprintf("%s . %d : ", protoName(proto), b.sp.NodePort)
+	if noEndpoints != nil {
+		b.t.addElement(setNoEPNodePorts, Element{Key: key, Verdict: noEndpoints, Text: text + verdictText(noEndpoints)})
+		return
+	}
+	v := &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
+	b.t.addElement(setNodePorts, Element{Key: key, Verdict: v, Text: text + verdictText(v)})
+}
+
+func verdictText(v *expr.Verdict) string {
+	if v.Kind == expr.VerdictDrop {
+		return "drop"
+	}
+	return "goto " + v.Chain
+}
+
+// firewall drops sources outside loadBalancerSourceRanges before DNAT. As
+// in kube-proxy, when a range holds a node address the LB IPs themselves
+// are allowed too, for traffic the load balancer SNATs to its own IP.
+func (b *builder) firewall(proto uint8) {
+	f, sp := b.t.Family, b.sp
+	lbs := familyAddrs(sp.LoadBalancer, f)
+	var ranges []netip.Prefix
+	for _, r := range sp.SourceRanges {
+		if r.Addr().Is4() == (f == nftables.TableFamilyIPv4) {
+			ranges = append(ranges, r)
+		}
+	}
+	if len(lbs) == 0 || len(sp.SourceRanges) == 0 {
+		return
+	}
+	for _, r := range ranges {
+		if containsAny(r, b.node.NodePortIPs) {
+			for _, lb := range lbs {
+				ranges = append(ranges, netip.PrefixFrom(lb, lb.BitLen()))
+			}
+			break
+		}
+	}
+	name := b.chainName("firewall")
+	b.t.chain(name, nil)
+	r := newRule(f)
+	if len(ranges) > 0 {
+		r.notInAnon("saddr", ranges)
+	}
+	b.t.addRule(name, r.drop().done())
+	v := &expr.Verdict{Kind: expr.VerdictGoto, Chain: name}
+	for _, lb := range lbs {
+		b.t.addElement(setFirewallIPs, Element{
+			Key:     concat(lb.AsSlice(), protoKey(proto), port(sp.Port)),
+			Verdict: v,
+			Text:    fmt.Sprintf("%s . %s . %d : goto %s", lb, protoName(proto), sp.Port, name),
+		})
+	}
+}
+
+func containsAny(p netip.Prefix, as []netip.Addr) bool {
+	for _, a := range as {
+		if p.Contains(a) {
+			return true
+		}
+	}
+	return false
+}
+
+func (b *builder) udp(vip netip.AddrPort, eps []endpoint) {
+	if b.sp.Protocol != v1.ProtocolUDP {
+		return
+	}
+	m := b.d.UDP[vip]
+	if m == nil {
+		m = map[netip.Addr]bool{}
+		b.d.UDP[vip] = m
+	}
+	for _, e := range eps {
+		m[e.Addr] = true
+	}
+}
+
+func (b *builder) counts(sp *servicePort, cat categorized, f nftables.TableFamily) {
+	if f != nftables.TableFamilyIPv4 && len(familyAddrs(sp.ClusterIPs, nftables.TableFamilyIPv4)) > 0 {
+		return // count each Service once, in its first family
+	}
+	if cat.Any && len(cat.Local) == 0 {
+		if sp.InternalLocal {
+			b.d.NoLocalInternal++
+		}
+		if sp.ExternalLocal {
+			b.d.NoLocalExternal++
+		}
+	}
+	if sp.HealthCheckNodePort != 0 {
+		local := 0
+		for _, e := range cat.Local {
+			if e.Ready { // terminating endpoints count as none: the LB should move away
+				local++
+			}
+		}
+		h := b.d.Health[sp.Service]
+		h.Port = sp.HealthCheckNodePort
+		h.LocalEndpoints = max(h.LocalEndpoints, local)
+		b.d.Health[sp.Service] = h
+	}
+}
+
+// policyChain writes a service-/local- chain: the ClusterIP masquerade
+// mark, then the choice of endpoint and its DNAT.
+func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint) {
+	f, sp, t := b.t.Family, b.sp, b.t
+	t.chain(name, nil)
+	for _, cip := range cips {
+		if b.node.MasqueradeAll {
+			t.addRule(name, newRule(f).matchPrefix("daddr", netip.PrefixFrom(cip, cip.BitLen()), false).setMasqMark().done())
+		} else if cidr, ok := b.clusterCIDR(); ok {
+			t.addRule(name, newRule(f).matchPrefix("daddr", netip.PrefixFrom(cip, cip.BitLen()), false).
+				matchPrefix("saddr", cidr, true).setMasqMark().done())
+		}
+	}
+	proto := protoNumber(sp.Protocol)
+	for _, e := range eps {
+		t.addElement(setHairpin, Element{Key: concat(e.Addr.AsSlice(), e.Addr.AsSlice()), Text: e.Addr.String() + " . " + e.Addr.String()})
+	}
+	if sp.Affinity > 0 {
+		b.affinity(name, proto, eps)
+		return
+	}
+	targets := make([]netip.AddrPort, len(eps))
+	for i, e := range eps {
+		targets[i] = e.addrPort()
+	}
+	r := newRule(f).l4proto(proto)
+	if len(targets) == 1 {
+		r.dnatTo(targets[0])
+	} else {
+		r.dnatRandom(targets)
+	}
+	t.addRule(name, r.done())
+}
+
+// affinity sends a client that chose an endpoint in the last timeout back to
+// it: one dynamic set of client addresses and one chain per endpoint.
+func (b *builder) affinity(name string, proto uint8, eps []endpoint) {
+	f, sp, t := b.t.Family, b.sp, b.t
+	addr := nftables.TypeIPAddr
+	if f == nftables.TableFamilyIPv6 {
+		addr = nftables.TypeIP6Addr
+	}
+	chains := make([]string, len(eps))
+	for i, e := range eps {
+		suffix := b.endpointSuffix(e)
+		set, chain := "affinity-"+suffix, "endpoint-"+suffix
+		chains[i] = chain
+		t.set(set, SetSpec{Key: addr, Dynamic: true, Timeout: sp.Affinity})
+		t.chain(chain, nil)
+		t.addRule(chain, newRule(f).updateSaddr(set, sp.Affinity).done())
+		t.addRule(chain, newRule(f).l4proto(proto).dnatTo(e.addrPort()).done())
+		t.addRule(name, newRule(f).lookupAddr("saddr", set).goTo(chain).done())
+	}
+	t.addRule(name, newRule(f).numgenVmap(chains).done())
+}
+
+// externalChain writes the external- chain NodePorts, externalIPs and LB
+// IPs lead to, and returns its name.
+func (b *builder) externalChain(clusterChain, localChain string, cat categorized) string {
+	f, t := b.t.Family, b.t
+	name := b.chainName("external")
+	t.chain(name, nil)
+	if !b.sp.ExternalLocal {
+		// The reply must come back through this node to be un-DNATed.
+		t.addRule(name, newRule(f).setMasqMark().done())
+		t.addRule(name, newRule(f).goTo(clusterChain).done())
+		return name
+	}
+	// Local policy keeps the client's address and uses only local endpoints,
+	// but pods and the node itself reach every endpoint, as if they had
+	// hairpinned through the load balancer.
+	short := clusterChain
+	if !b.sp.usesClusterEndpoints() || len(cat.Cluster) == 0 {
+		short = localChain
+	}
+	if cidr, ok := b.clusterCIDR(); ok {
+		t.addRule(name, newRule(f).matchPrefix("saddr", cidr, false).goTo(short).done())
+	}
+	t.addRule(name, newRule(f).fibSaddrLocal().setMasqMark().done())
+	t.addRule(name, newRule(f).fibSaddrLocal().goTo(short).done())
+	t.addRule(name, newRule(f).goTo(localChain).done())
+	return name
+}
+
+// clusterCIDR is the first --cluster-cidr of this table's family.
+func (b *builder) clusterCIDR() (netip.Prefix, bool) {
+	for _, p := range b.node.ClusterCIDRs {
+		if p.Addr().Is4() == (b.t.Family == nftables.TableFamilyIPv4) {
+			return p.Masked(), true
+		}
+	}
+	return netip.Prefix{}, false
+}

@@ -1,0 +1,196 @@
+package proxy
+
+import (
+	"flag"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/nftables"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/utils/ptr"
+)
+
+var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
+
+// Fixture conventions follow kube-proxy's tests: pods 10.0.0.0/8, ClusterIPs
+// 172.30.0.0/16, node 192.168.0.2 (this node is "node-a" in zone "z1").
+var testNode = NodeFacts{
+	Name:         "node-a",
+	Zone:         "z1",
+	ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00:10::/64")},
+	NodePortIPs:  []netip.Addr{netip.MustParseAddr("192.168.0.2"), netip.MustParseAddr("2001:db8::1")},
+}
+
+func svc(ns, name string, mut func(*v1.Service)) *v1.Service {
+	s := &v1.Service{
+		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
+		Spec:       v1.ServiceSpec{Type: v1.ServiceTypeClusterIP},
+	}
+	mut(s)
+	if s.Spec.ClusterIP != "" && len(s.Spec.ClusterIPs) == 0 {
+		s.Spec.ClusterIPs = []string{s.Spec.ClusterIP}
+	}
+	return s
+}
+
+func tcp(name string, p int32) v1.ServicePort {
+	return v1.ServicePort{Name: name, Protocol: v1.ProtocolTCP, Port: p}
+}
+
+type ep struct {
+	ip                         string
+	node                       string
+	notReady, serving, termin  bool
+	zones                      []string
+}
+
+func slice(svcName, name string, ports map[string]int32, proto v1.Protocol, eps ...ep) *discovery.EndpointSlice {
+	ns, n, _ := strings.Cut(svcName, "/")
+	at := discovery.AddressTypeIPv4
+	if strings.Contains(eps[0].ip, ":") {
+		at = discovery.AddressTypeIPv6
+	}
+	s := &discovery.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Namespace: ns, Name: name, Labels: map[string]string{discovery.LabelServiceName: n}},
+		AddressType: at,
+	}
+	for pn, p := range ports {
+		s.Ports = append(s.Ports, discovery.EndpointPort{Name: ptr.To(pn), Port: ptr.To(p), Protocol: ptr.To(proto)})
+	}
+	for _, e := range eps {
+		de := discovery.Endpoint{Addresses: []string{e.ip}, Conditions: discovery.EndpointConditions{
+			Ready: ptr.To(!e.notReady), Serving: ptr.To(!e.notReady || e.serving), Terminating: ptr.To(e.termin)}}
+		if e.node != "" {
+			de.NodeName = ptr.To(e.node)
+		}
+		if len(e.zones) > 0 {
+			de.Hints = &discovery.EndpointHints{}
+			for _, z := range e.zones {
+				de.Hints.ForZones = append(de.Hints.ForZones, discovery.ForZone{Name: z})
+			}
+		}
+		s.Endpoints = append(s.Endpoints, de)
+	}
+	return s
+}
+
+func input(node NodeFacts, objs ...any) Input {
+	in := Input{Slices: map[types.NamespacedName][]*discovery.EndpointSlice{}, Node: node}
+	for _, o := range objs {
+		switch o := o.(type) {
+		case *v1.Service:
+			in.Services = append(in.Services, o)
+		case *discovery.EndpointSlice:
+			k := types.NamespacedName{Namespace: o.Namespace, Name: o.Labels[discovery.LabelServiceName]}
+			in.Slices[k] = append(in.Slices[k], o)
+		}
+	}
+	return in
+}
+
+func golden(t *testing.T, name, got string) {
+	t.Helper()
+	path := filepath.Join("testdata", name)
+	if *update {
+		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	want, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatalf("%v (run go test ./proxy -run %s -update to create it)", err, t.Name())
+	}
+	if diff := cmp.Diff(string(want), got); diff != "" {
+		t.Errorf("%s differs from the desired ruleset (-want +got):\n%s", path, diff)
+	}
+}
+
+// overall is one of each kind of Service, as kube-proxy's
+// TestOverallNFTablesRules: the golden dump documents the whole layout.
+func overall() Input {
+	return input(testNode,
+		// A plain ClusterIP with two endpoints, one here and one elsewhere.
+		svc("ns1", "svc1", func(s *v1.Service) {
+			s.Spec.ClusterIP = "172.30.0.41"
+			s.Spec.Ports = []v1.ServicePort{tcp("p80", 80)}
+		}),
+		slice("ns1/svc1", "svc1-a", map[string]int32{"p80": 8080}, v1.ProtocolTCP, ep{ip: "10.180.0.1", node: "node-a"}, ep{ip: "10.180.1.1", node: "node-b"}),
+		// LoadBalancer, externalTrafficPolicy Local, externalIP, healthCheckNodePort.
+		svc("ns2", "svc2", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ClusterIP = "172.30.0.42"
+			s.Spec.ExternalIPs = []string{"192.168.99.22"}
+			s.Spec.Ports = []v1.ServicePort{{Name: "p80", Protocol: v1.ProtocolTCP, Port: 80, NodePort: 3001}}
+			s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+			s.Spec.HealthCheckNodePort = 30000
+			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "1.2.3.4"}, {IP: "5.6.7.8", IPMode: ptr.To(v1.LoadBalancerIPModeProxy)}}
+		}),
+		slice("ns2/svc2", "svc2-a", map[string]int32{"p80": 80}, v1.ProtocolTCP, ep{ip: "10.180.0.2", node: "node-a"}, ep{ip: "10.180.1.2", node: "node-b"}),
+		// NodePort, UDP, two ports, one of them SCTP.
+		svc("ns3", "svc3", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeNodePort
+			s.Spec.ClusterIP = "172.30.0.43"
+			s.Spec.Ports = []v1.ServicePort{{Name: "dns", Protocol: v1.ProtocolUDP, Port: 53, NodePort: 3003}, {Name: "sctp", Protocol: v1.ProtocolSCTP, Port: 9, NodePort: 3004}}
+		}),
+		slice("ns3/svc3", "svc3-a", map[string]int32{"dns": 5353}, v1.ProtocolUDP, ep{ip: "10.180.0.3", node: "node-a"}),
+		slice("ns3/svc3", "svc3-b", map[string]int32{"sctp": 9999}, v1.ProtocolSCTP, ep{ip: "10.180.0.3", node: "node-a"}),
+		// LoadBalancer with source ranges and ClientIP affinity.
+		svc("ns5", "svc5", func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ClusterIP = "172.30.0.45"
+			s.Spec.Ports = []v1.ServicePort{{Name: "p80", Protocol: v1.ProtocolTCP, Port: 80, NodePort: 3002}}
+			s.Spec.LoadBalancerSourceRanges = []string{" 203.0.113.0/25", "203.0.113.64/26"}
+			s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
+			s.Spec.SessionAffinityConfig = &v1.SessionAffinityConfig{ClientIP: &v1.ClientIPConfig{TimeoutSeconds: ptr.To[int32](10)}}
+			s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "5.6.7.8"}}
+		}),
+		slice("ns5/svc5", "svc5-a", map[string]int32{"p80": 80}, v1.ProtocolTCP, ep{ip: "10.180.0.5", node: "node-a"}, ep{ip: "10.180.1.5", node: "node-b"}),
+		// No endpoints: rejected.
+		svc("ns6", "svc6", func(s *v1.Service) {
+			s.Spec.ClusterIP = "172.30.0.46"
+			s.Spec.Ports = []v1.ServicePort{tcp("", 80)}
+		}),
+		// Dual-stack, internalTrafficPolicy Local with only a remote endpoint: dropped.
+		svc("ns7", "svc7", func(s *v1.Service) {
+			s.Spec.ClusterIPs = []string{"172.30.0.47", "fd00:10:96::47"}
+			s.Spec.ClusterIP = "172.30.0.47"
+			s.Spec.Ports = []v1.ServicePort{tcp("", 80)}
+			s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
+		}),
+		slice("ns7/svc7", "svc7-a", map[string]int32{"": 80}, v1.ProtocolTCP, ep{ip: "10.180.1.7", node: "node-b"}),
+		slice("ns7/svc7", "svc7-b", map[string]int32{"": 80}, v1.ProtocolTCP, ep{ip: "fd00:10:180::7", node: "node-b"}),
+		// Headless and ExternalName Services get no rules.
+		svc("ns8", "headless", func(s *v1.Service) { s.Spec.ClusterIP = v1.ClusterIPNone; s.Spec.Ports = []v1.ServicePort{tcp("", 80)} }),
+		svc("ns8", "external", func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeExternalName; s.Spec.ExternalName = "example.com" }),
+	)
+}
+
+func TestOverallRulesetMatchesGoldenDump(t *testing.T) {
+	d := Build(overall())
+	golden(t, "overall-ip.nft", d.Tables[nftables.TableFamilyIPv4].Dump())
+	golden(t, "overall-ip6.nft", d.Tables[nftables.TableFamilyIPv6].Dump())
+	want := map[types.NamespacedName]HealthInfo{{Namespace: "ns2", Name: "svc2"}: {Port: 30000, LocalEndpoints: 1}}
+	if diff := cmp.Diff(want, d.Health); diff != "" {
+		t.Errorf("health-check node ports (-want +got):\n%s", diff)
+	}
+	if d.NoLocalInternal != 1 || d.NoLocalExternal != 0 {
+		t.Errorf("no-local-endpoint counts: got internal %d external %d, want 1 and 0", d.NoLocalInternal, d.NoLocalExternal)
+	}
+}
+
+func TestMasqueradeAllGolden(t *testing.T) {
+	n := testNode
+	n.MasqueradeAll = true
+	n.ClusterCIDRs = nil
+	in := overall()
+	in.Node = n
+	golden(t, "masquerade-all-ip.nft", Build(in).Tables[nftables.TableFamilyIPv4].Dump())
+}

@@ -1,0 +1,222 @@
+package proxy
+
+import (
+	"encoding/hex"
+	"fmt"
+	"slices"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+)
+
+// TableName is the name of netplane's table in both the ip and ip6 families.
+// Nothing outside these two tables is ever touched.
+const TableName = "netplane"
+
+// Table is one family's desired (or observed) nftables table as typed
+// values: what the renderer programs and what the golden tests compare.
+type Table struct {
+	Family nftables.TableFamily
+	Chains map[string]*Chain
+	Sets   map[string]*Set
+}
+
+func newTable(fam nftables.TableFamily) *Table {
+	return &Table{Family: fam, Chains: map[string]*Chain{}, Sets: map[string]*Set{}}
+}
+
+// Hook makes a chain a base chain.
+type Hook struct {
+	Type     nftables.ChainType
+	Hook     nftables.ChainHook
+	Priority int32
+}
+
+// Chain is a chain and its rules in order.
+type Chain struct {
+	Name  string
+	Base  *Hook
+	Rules []Rule
+}
+
+// sameRules reports whether two chains hold the same rules; rules are
+// compared by their text, which names every value they match on.
+func (c *Chain) sameRules(o *Chain) bool {
+	if len(c.Rules) != len(o.Rules) {
+		return false
+	}
+	for i := range c.Rules {
+		if c.Rules[i].Text != o.Rules[i].Text {
+			return false
+		}
+	}
+	return true
+}
+
+func (c *Chain) sameHook(o *Chain) bool {
+	if c.Base == nil || o.Base == nil {
+		return c.Base == nil && o.Base == nil
+	}
+	return *c.Base == *o.Base
+}
+
+// Rule is one rule: its nft text (for dumps, diffs and the fingerprint kept
+// in the kernel) and the expressions that implement it.
+type Rule struct {
+	Text  string
+	Exprs []expr.Any
+	// Anon is an anonymous constant set the rule looks up; its Lookup
+	// expression names anonSetName and gets the real id when rendered.
+	Anon *AnonSet
+}
+
+// anonSetName marks the Lookup of a rule's anonymous set in Rule.Exprs.
+const anonSetName = "@anon"
+
+// AnonSet is the constant set of one rule.
+type AnonSet struct {
+	Key      nftables.SetDatatype
+	Data     nftables.SetDatatype // zero for a plain set
+	Interval bool
+	Elements []nftables.SetElement
+}
+
+// SetSpec is the shape of a named set or map.
+type SetSpec struct {
+	Key     nftables.SetDatatype
+	Data    nftables.SetDatatype // nftables.TypeVerdict for a verdict map, zero for a set
+	Dynamic bool                 // elements are added by the packet path (affinity)
+	Timeout time.Duration
+}
+
+func (s SetSpec) isMap() bool { return s.Data.Name != "" }
+
+// Set is a named set or map with its elements, keyed by elementID.
+type Set struct {
+	Name     string
+	Spec     SetSpec
+	Elements map[string]Element
+}
+
+// Element is one element of a named set or map.
+type Element struct {
+	Key     []byte
+	Val     []byte
+	Verdict *expr.Verdict
+	Text    string // as nft prints it, for dumps
+}
+
+// id identifies an element with its value, so a changed value is a delete
+// of the old element and an add of the new.
+func (e Element) id() string {
+	var b strings.Builder
+	b.WriteString(hex.EncodeToString(e.Key))
+	b.WriteString("=")
+	if e.Verdict != nil {
+		fmt.Fprintf(&b, "%d/%s", e.Verdict.Kind, e.Verdict.Chain)
+	} else {
+		b.WriteString(hex.EncodeToString(e.Val))
+	}
+	return b.String()
+}
+
+func (t *Table) set(name string, spec SetSpec) *Set {
+	s := t.Sets[name]
+	if s == nil {
+		s = &Set{Name: name, Spec: spec, Elements: map[string]Element{}}
+		t.Sets[name] = s
+	}
+	return s
+}
+
+func (t *Table) addElement(set string, e Element) {
+	t.Sets[set].Elements[e.id()] = e
+}
+
+func (t *Table) chain(name string, base *Hook) *Chain {
+	c := t.Chains[name]
+	if c == nil {
+		c = &Chain{Name: name, Base: base}
+		t.Chains[name] = c
+	}
+	return c
+}
+
+func (t *Table) addRule(chain string, r Rule) {
+	c := t.Chains[chain]
+	c.Rules = append(c.Rules, r)
+}
+
+func familyName(f nftables.TableFamily) string {
+	if f == nftables.TableFamilyIPv6 {
+		return "ip6"
+	}
+	return "ip"
+}
+
+var hookNames = map[nftables.ChainHook]string{
+	*nftables.ChainHookPrerouting:  "prerouting",
+	*nftables.ChainHookInput:       "input",
+	*nftables.ChainHookForward:     "forward",
+	*nftables.ChainHookOutput:      "output",
+	*nftables.ChainHookPostrouting: "postrouting",
+}
+
+// Dump renders the table as `nft` input lines in a stable order (table,
+// chains, sets and maps, elements by set, rules in chain order), in the
+// manner of knftables' fake, so a failing test reads like a ruleset diff.
+func (t *Table) Dump() string {
+	fam := familyName(t.Family)
+	var b strings.Builder
+	fmt.Fprintf(&b, "add table %s %s\n", fam, TableName)
+	for _, name := range sortedKeys(t.Chains) {
+		c := t.Chains[name]
+		if c.Base != nil {
+			fmt.Fprintf(&b, "add chain %s %s %s { type %s hook %s priority %d ; }\n",
+				fam, TableName, name, c.Base.Type, hookNames[c.Base.Hook], c.Base.Priority)
+		} else {
+			fmt.Fprintf(&b, "add chain %s %s %s\n", fam, TableName, name)
+		}
+	}
+	for _, name := range sortedKeys(t.Sets) {
+		s := t.Sets[name]
+		kind, typ := "set", s.Spec.Key.Name
+		if s.Spec.isMap() {
+			kind, typ = "map", typ+" : "+s.Spec.Data.Name
+		}
+		flags := ""
+		if s.Spec.Dynamic {
+			flags = fmt.Sprintf(" flags dynamic,timeout ; timeout %ds ;", int(s.Spec.Timeout.Seconds()))
+		}
+		fmt.Fprintf(&b, "add %s %s %s %s { type %s ;%s }\n", kind, fam, TableName, name, typ, flags)
+	}
+	for _, name := range sortedKeys(t.Sets) {
+		s := t.Sets[name]
+		texts := make([]string, 0, len(s.Elements))
+		for _, e := range s.Elements {
+			texts = append(texts, e.Text)
+		}
+		sort.Strings(texts)
+		for _, e := range texts {
+			fmt.Fprintf(&b, "add element %s %s %s { %s }\n", fam, TableName, name, e)
+		}
+	}
+	for _, name := range sortedKeys(t.Chains) {
+		for _, r := range t.Chains[name].Rules {
+			fmt.Fprintf(&b, "add rule %s %s %s %s\n", fam, TableName, name, r.Text)
+		}
+	}
+	return b.String()
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	return keys
+}

@@ -1,0 +1,356 @@
+package proxy
+
+import (
+	"encoding/binary"
+	"fmt"
+	"net/netip"
+	"strings"
+	"time"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/binaryutil"
+	"github.com/google/nftables/expr"
+	"golang.org/x/sys/unix"
+)
+
+// This file turns the handful of statements netplane uses into both nft text
+// and kernel expressions, so the two can never disagree. Registers are
+// numbered as 32-bit registers (unix.NFT_REG32_00 upward) throughout, which
+// is what concatenations need.
+
+const reg = unix.NFT_REG32_00
+
+// masqBit marks packets for masquerade in postrouting (kube-proxy's default
+// masquerade bit 14). The mark is not an API: other software must not rely on it.
+const masqBit = 0x4000
+
+// rule accumulates statements into a Rule.
+type rule struct {
+	fam   nftables.TableFamily
+	text  []string
+	exprs []expr.Any
+	anon  *AnonSet
+}
+
+func newRule(fam nftables.TableFamily) *rule { return &rule{fam: fam} }
+
+func (r *rule) add(text string, e ...expr.Any) *rule {
+	r.text = append(r.text, text)
+	r.exprs = append(r.exprs, e...)
+	return r
+}
+
+func (r *rule) done() Rule {
+	return Rule{Text: strings.Join(r.text, " "), Exprs: r.exprs, Anon: r.anon}
+}
+
+func (r *rule) v6() bool { return r.fam == nftables.TableFamilyIPv6 }
+
+func (r *rule) ipWord() string {
+	if r.v6() {
+		return "ip6"
+	}
+	return "ip"
+}
+
+func (r *rule) addrLen() uint32 {
+	if r.v6() {
+		return 16
+	}
+	return 4
+}
+
+// addrLoad loads the source or destination address into register dst.
+func (r *rule) addrLoad(field string, dst uint32) *expr.Payload {
+	off := map[string]uint32{"saddr": 12, "daddr": 16}[field]
+	if r.v6() {
+		off = map[string]uint32{"saddr": 8, "daddr": 24}[field]
+	}
+	return &expr.Payload{DestRegister: dst, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: r.addrLen()}
+}
+
+// matchPrefix: "ip saddr 10.0.0.0/8", "ip daddr != 10.96.0.1".
+func (r *rule) matchPrefix(field string, p netip.Prefix, neq bool) *rule {
+	op, word := expr.CmpOpEq, ""
+	if neq {
+		op, word = expr.CmpOpNeq, "!= "
+	}
+	text := fmt.Sprintf("%s %s %s%s", r.ipWord(), field, word, prefixText(p))
+	ex := []expr.Any{r.addrLoad(field, reg)}
+	if p.Bits() < p.Addr().BitLen() {
+		mask := netipMask(p)
+		ex = append(ex, &expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: r.addrLen(), Mask: mask, Xor: make([]byte, len(mask))})
+	}
+	ex = append(ex, &expr.Cmp{Op: op, Register: reg, Data: p.Masked().Addr().AsSlice()})
+	return r.add(text, ex...)
+}
+
+func prefixText(p netip.Prefix) string {
+	if p.Bits() == p.Addr().BitLen() {
+		return p.Addr().String()
+	}
+	return p.Masked().String()
+}
+
+func netipMask(p netip.Prefix) []byte {
+	b := make([]byte, p.Addr().BitLen()/8)
+	for i := 0; i < p.Bits(); i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	return b
+}
+
+// lookupAddr: "ip daddr @cluster-ips".
+func (r *rule) lookupAddr(field, set string) *rule {
+	return r.add(fmt.Sprintf("%s %s @%s", r.ipWord(), field, set),
+		r.addrLoad(field, reg), &expr.Lookup{SourceRegister: reg, SetName: set})
+}
+
+// notInAnon: "ip saddr != { 203.0.113.0/25, ... }".
+func (r *rule) notInAnon(field string, prefixes []netip.Prefix) *rule {
+	texts := make([]string, len(prefixes))
+	for i, p := range prefixes {
+		texts[i] = prefixText(p)
+	}
+	key := nftables.TypeIPAddr
+	if r.v6() {
+		key = nftables.TypeIP6Addr
+	}
+	r.anon = &AnonSet{Key: key, Interval: true, Elements: intervalElements(prefixes)}
+	return r.add(fmt.Sprintf("%s %s != { %s }", r.ipWord(), field, strings.Join(texts, ", ")),
+		r.addrLoad(field, reg), &expr.Lookup{SourceRegister: reg, SetName: anonSetName, Invert: true})
+}
+
+// ctStateNew: "ct state new".
+func (r *rule) ctStateNew() *rule {
+	return r.add("ct state new",
+		&expr.Ct{Register: reg, Key: expr.CtKeySTATE},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(expr.CtStateBitNEW), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: make([]byte, 4)})
+}
+
+// l4proto: "meta l4proto tcp".
+func (r *rule) l4proto(p uint8) *rule {
+	return r.add("meta l4proto "+protoName(p),
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{p}})
+}
+
+// fibSaddrLocal: "fib saddr type local" (the packet comes from this node).
+func (r *rule) fibSaddrLocal() *rule {
+	return r.add("fib saddr type local",
+		&expr.Fib{Register: reg, FlagSADDR: true, ResultADDRTYPE: true},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: binaryutil.NativeEndian.PutUint32(unix.RTN_LOCAL)})
+}
+
+// vmapAddrProtoPort: "ip daddr . meta l4proto . th dport vmap @set".
+func (r *rule) vmapAddrProtoPort(set string) *rule {
+	n := r.addrLen() / 4
+	return r.add(fmt.Sprintf("%s daddr . meta l4proto . th dport vmap @%s", r.ipWord(), set),
+		r.addrLoad("daddr", reg),
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg + n},
+		&expr.Payload{DestRegister: reg + n + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: reg, SetName: set, IsDestRegSet: true, DestRegister: unix.NFT_REG_VERDICT})
+}
+
+// vmapProtoPort: "meta l4proto . th dport vmap @set".
+func (r *rule) vmapProtoPort(set string) *rule {
+	return r.add(fmt.Sprintf("meta l4proto . th dport vmap @%s", set),
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
+		&expr.Payload{DestRegister: reg + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Lookup{SourceRegister: reg, SetName: set, IsDestRegSet: true, DestRegister: unix.NFT_REG_VERDICT})
+}
+
+// lookupSaddrDaddr: "ip saddr . ip daddr @set" (hairpin: a pod reaching itself).
+func (r *rule) lookupSaddrDaddr(set string) *rule {
+	w := r.ipWord()
+	return r.add(fmt.Sprintf("%s saddr . %s daddr @%s", w, w, set),
+		r.addrLoad("saddr", reg), r.addrLoad("daddr", reg+r.addrLen()/4),
+		&expr.Lookup{SourceRegister: reg, SetName: set})
+}
+
+// setMasqMark: "meta mark set meta mark | 0x4000".
+func (r *rule) setMasqMark() *rule {
+	return r.add(fmt.Sprintf("meta mark set meta mark | 0x%x", masqBit),
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: reg},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(^uint32(masqBit)), Xor: binaryutil.NativeEndian.PutUint32(masqBit)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg})
+}
+
+// masqMarked: "meta mark & 0x4000 != 0 meta mark set meta mark & ~0x4000":
+// clearing the bit keeps a re-used skb (VXLAN) from being masqueraded twice.
+func (r *rule) masqMarked() *rule {
+	return r.add(fmt.Sprintf("meta mark & 0x%x != 0 meta mark set meta mark & 0x%x", masqBit, ^uint32(masqBit)),
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: reg},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(masqBit), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: make([]byte, 4)},
+		&expr.Meta{Key: expr.MetaKeyMARK, Register: reg},
+		&expr.Bitwise{SourceRegister: reg, DestRegister: reg, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(^uint32(masqBit)), Xor: make([]byte, 4)},
+		&expr.Meta{Key: expr.MetaKeyMARK, SourceRegister: true, Register: reg})
+}
+
+func (r *rule) masquerade() *rule {
+	return r.add("masquerade fully-random", &expr.Masq{FullyRandom: true})
+}
+
+func (r *rule) verdict(kind expr.VerdictKind, chain string) *rule {
+	text := map[expr.VerdictKind]string{expr.VerdictJump: "jump " + chain, expr.VerdictGoto: "goto " + chain,
+		expr.VerdictDrop: "drop", expr.VerdictReturn: "return", expr.VerdictAccept: "accept"}[kind]
+	return r.add(text, &expr.Verdict{Kind: kind, Chain: chain})
+}
+
+func (r *rule) jump(chain string) *rule { return r.verdict(expr.VerdictJump, chain) }
+func (r *rule) goTo(chain string) *rule { return r.verdict(expr.VerdictGoto, chain) }
+func (r *rule) drop() *rule             { return r.verdict(expr.VerdictDrop, "") }
+
+// reject answers with ICMP port unreachable (ECONNREFUSED for TCP), as
+// kube-proxy does.
+func (r *rule) reject() *rule {
+	code := uint8(3) // ICMP_PORT_UNREACH
+	if r.v6() {
+		code = 4 // ICMPV6_PORT_UNREACH
+	}
+	return r.add("reject", &expr.Reject{Type: unix.NFT_REJECT_ICMP_UNREACH, Code: code})
+}
+
+// dnatTo: "dnat to 10.0.0.1:80" for one endpoint.
+func (r *rule) dnatTo(ep netip.AddrPort) *rule {
+	return r.add(fmt.Sprintf("dnat %s to %s", r.ipWord(), ep),
+		&expr.Immediate{Register: reg, Data: ep.Addr().AsSlice()},
+		&expr.Immediate{Register: reg + r.addrLen()/4, Data: binaryutil.BigEndian.PutUint16(ep.Port())},
+		r.nat(reg+r.addrLen()/4))
+}
+
+func (r *rule) nat(portReg uint32) *expr.NAT {
+	fam := uint32(unix.NFPROTO_IPV4)
+	if r.v6() {
+		fam = unix.NFPROTO_IPV6
+	}
+	return &expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg, RegProtoMin: portReg, Specified: true}
+}
+
+// dnatRandom: "dnat to numgen random mod N map { 0 : a . p, ... }", one
+// rule choosing among equal-weight endpoints without a chain per endpoint.
+func (r *rule) dnatRandom(eps []netip.AddrPort) *rule {
+	addrType := nftables.TypeIPAddr
+	if r.v6() {
+		addrType = nftables.TypeIP6Addr
+	}
+	texts := make([]string, len(eps))
+	elems := make([]nftables.SetElement, len(eps))
+	for i, ep := range eps {
+		texts[i] = fmt.Sprintf("%d : %s . %d", i, ep.Addr(), ep.Port())
+		elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: concat(ep.Addr().AsSlice(), port(ep.Port()))}
+	}
+	r.anon = &AnonSet{Key: nftables.TypeInteger, Data: nftables.MustConcatSetType(addrType, nftables.TypeInetService), Elements: elems}
+	return r.add(fmt.Sprintf("dnat %s to numgen random mod %d map { %s }", r.ipWord(), len(eps), strings.Join(texts, ", ")),
+		&expr.Numgen{Register: reg, Modulus: uint32(len(eps)), Type: unix.NFT_NG_RANDOM},
+		&expr.Lookup{SourceRegister: reg, SetName: anonSetName, IsDestRegSet: true, DestRegister: reg},
+		r.nat(reg+r.addrLen()/4))
+}
+
+// numgenVmap: "numgen random mod N vmap { 0 : goto a, ... }" (affinity).
+func (r *rule) numgenVmap(chains []string) *rule {
+	texts := make([]string, len(chains))
+	elems := make([]nftables.SetElement, len(chains))
+	for i, c := range chains {
+		texts[i] = fmt.Sprintf("%d : goto %s", i, c)
+		elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), VerdictData: &expr.Verdict{Kind: expr.VerdictGoto, Chain: c}}
+	}
+	r.anon = &AnonSet{Key: nftables.TypeInteger, Data: nftables.TypeVerdict, Elements: elems}
+	return r.add(fmt.Sprintf("numgen random mod %d vmap { %s }", len(chains), strings.Join(texts, ", ")),
+		&expr.Numgen{Register: reg, Modulus: uint32(len(chains)), Type: unix.NFT_NG_RANDOM},
+		&expr.Lookup{SourceRegister: reg, SetName: anonSetName, IsDestRegSet: true, DestRegister: unix.NFT_REG_VERDICT})
+}
+
+// updateSaddr: "update @set { ip saddr }" refreshes a client's affinity.
+func (r *rule) updateSaddr(set string, timeout time.Duration) *rule {
+	return r.add(fmt.Sprintf("update @%s { %s saddr }", set, r.ipWord()),
+		r.addrLoad("saddr", reg),
+		&expr.Dynset{SrcRegKey: reg, SetName: set, Operation: unix.NFT_DYNSET_OP_UPDATE, Timeout: timeout})
+}
+
+func protoName(p uint8) string {
+	switch p {
+	case unix.IPPROTO_TCP:
+		return "tcp"
+	case unix.IPPROTO_UDP:
+		return "udp"
+	case unix.IPPROTO_SCTP:
+		return "sctp"
+	}
+	return fmt.Sprint(p)
+}
+
+// port is a port in a concatenation: big endian, padded to a register.
+func port(p uint16) []byte {
+	b := make([]byte, 4)
+	binary.BigEndian.PutUint16(b, p)
+	return b
+}
+
+// concat joins key parts; each part must already be a multiple of 4 bytes.
+func concat(parts ...[]byte) []byte {
+	var out []byte
+	for _, p := range parts {
+		out = append(out, p...)
+	}
+	return out
+}
+
+func protoKey(p uint8) []byte { return []byte{p, 0, 0, 0} }
+
+// intervalElements turns prefixes into the start/end pairs of an interval
+// set. Overlapping prefixes are merged first: the kernel refuses overlaps.
+func intervalElements(prefixes []netip.Prefix) []nftables.SetElement {
+	var elems []nftables.SetElement
+	for _, rg := range mergePrefixes(prefixes) {
+		elems = append(elems, nftables.SetElement{Key: rg[0].AsSlice()})
+		if end := rg[1].Next(); end.IsValid() {
+			elems = append(elems, nftables.SetElement{Key: end.AsSlice(), IntervalEnd: true})
+		}
+	}
+	return elems
+}
+
+// mergePrefixes returns the sorted, merged [first,last] address ranges.
+func mergePrefixes(prefixes []netip.Prefix) [][2]netip.Addr {
+	var rs [][2]netip.Addr
+	for _, p := range prefixes {
+		p = p.Masked()
+		rs = append(rs, [2]netip.Addr{p.Addr(), lastAddr(p)})
+	}
+	sortRanges(rs)
+	var out [][2]netip.Addr
+	for _, r := range rs {
+		if n := len(out); n > 0 && (out[n-1][1].Next() == r[0] || out[n-1][1].Compare(r[0]) >= 0) {
+			if r[1].Compare(out[n-1][1]) > 0 {
+				out[n-1][1] = r[1]
+			}
+			continue
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func sortRanges(rs [][2]netip.Addr) {
+	for i := 1; i < len(rs); i++ {
+		for j := i; j > 0 && rs[j][0].Less(rs[j-1][0]); j-- {
+			rs[j], rs[j-1] = rs[j-1], rs[j]
+		}
+	}
+}
+
+func lastAddr(p netip.Prefix) netip.Addr {
+	b := p.Addr().AsSlice()
+	for i := p.Bits(); i < len(b)*8; i++ {
+		b[i/8] |= 0x80 >> (i % 8)
+	}
+	a, _ := netip.AddrFromSlice(b)
+	return a
+}

@@ -1,0 +1,82 @@
+package proxy
+
+import "slices"
+
+// categorized is the endpoint choice for one servicePort on this node, as
+// kube-proxy's CategorizeEndpoints makes it.
+type categorized struct {
+	Cluster []endpoint // for Cluster-policy traffic (after topology)
+	Local   []endpoint // for Local-policy traffic
+	Any     bool       // some usable endpoint exists anywhere
+}
+
+// categorize picks the endpoints traffic may go to: ready ones, or when
+// there are none, serving-and-terminating ones (so connections drain rather
+// than fail); for Cluster traffic narrowed by topology hints when every
+// ready endpoint carries them and one matches this node or zone.
+func categorize(sp *servicePort, eps []endpoint, node, zone string) categorized {
+	var c categorized
+	if sp.usesClusterEndpoints() {
+		byNode, byZone := topologyMode(eps, node, zone)
+		c.Cluster = filter(eps, func(e endpoint) bool {
+			switch {
+			case !e.Ready:
+				return false
+			case byNode:
+				return slices.Contains(e.NodeHints, node)
+			case byZone:
+				return slices.Contains(e.ZoneHints, zone)
+			}
+			return true
+		})
+		if len(c.Cluster) == 0 {
+			c.Cluster = filter(eps, func(e endpoint) bool { return e.Serving && e.Terminating })
+		}
+		c.Any = len(c.Cluster) > 0
+	}
+	if !sp.usesLocalEndpoints() {
+		return c
+	}
+	for _, e := range eps {
+		if e.Ready || e.Serving && e.Terminating {
+			c.Any = true
+		}
+	}
+	c.Local = filter(eps, func(e endpoint) bool { return e.Local && e.Ready })
+	if len(c.Local) == 0 {
+		c.Local = filter(eps, func(e endpoint) bool { return e.Local && e.Serving && e.Terminating })
+	}
+	return c
+}
+
+// topologyMode decides whether node hints or zone hints apply. Hints are
+// used only when every ready endpoint has some, and at least one hint
+// names this node (node hints win) or this zone; otherwise routing would
+// black-hole traffic, so all endpoints are used.
+func topologyMode(eps []endpoint, node, zone string) (byNode, byZone bool) {
+	forNode, forZone := false, false
+	for _, e := range eps {
+		if !e.Ready {
+			continue
+		}
+		if len(e.ZoneHints) == 0 && len(e.NodeHints) == 0 {
+			return false, false
+		}
+		forNode = forNode || slices.Contains(e.NodeHints, node)
+		forZone = forZone || zone != "" && slices.Contains(e.ZoneHints, zone)
+	}
+	if forNode {
+		return true, false
+	}
+	return false, forZone
+}
+
+func filter(eps []endpoint, keep func(endpoint) bool) []endpoint {
+	var out []endpoint
+	for _, e := range eps {
+		if keep(e) {
+			out = append(out, e)
+		}
+	}
+	return out
+}
