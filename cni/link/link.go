@@ -1,0 +1,181 @@
+// Package link holds the kernel-facing pieces the plugin and the node agent
+// share: the node bridge with its gateway addresses, the MTU of the node's
+// uplink, and per-namespace sysctls. Every function is idempotent, so both
+// sides may call it on every run.
+package link
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// dumpRetries bounds retries of netlink dumps that the kernel interrupted
+// (ErrDumpInterrupted); a busy node changes links and addresses all the time.
+const dumpRetries = 5
+
+// Retry runs a netlink dump again while the kernel reports it interrupted.
+func Retry[T any](dump func() (T, error)) (T, error) {
+	var v T
+	var err error
+	for range dumpRetries {
+		v, err = dump()
+		if !errors.Is(err, netlink.ErrDumpInterrupted) {
+			return v, err
+		}
+	}
+	return v, err
+}
+
+// EnsureBridge makes the bridge exist and be up, with one gateway address
+// per pod CIDR (gateway/prefix). A missing bridge is created with the given
+// MTU (0: kernel default). An interface of that name that is not a bridge is
+// an error, not something to delete.
+func EnsureBridge(h *netlink.Handle, name string, mtu int, gateways []netip.Prefix) (*netlink.Bridge, error) {
+	br, err := bridge(h, name, mtu)
+	if err != nil {
+		return nil, err
+	}
+	if br.Attrs().Flags&net.FlagUp == 0 {
+		if err := h.LinkSetUp(br); err != nil {
+			return nil, fmt.Errorf("set bridge %s up: %w", name, err)
+		}
+	}
+	have, err := Retry(func() ([]netlink.Addr, error) { return h.AddrList(br, netlink.FAMILY_ALL) })
+	if err != nil {
+		return nil, fmt.Errorf("list addresses of bridge %s: %w", name, err)
+	}
+	for _, gw := range gateways {
+		if hasAddr(have, gw) {
+			continue
+		}
+		a := &netlink.Addr{IPNet: IPNet(gw)}
+		if gw.Addr().Is6() {
+			a.Flags = unix.IFA_F_NODAD // usable at once: ADD must never wait
+		}
+		if err := h.AddrAdd(br, a); err != nil && !errors.Is(err, unix.EEXIST) {
+			return nil, fmt.Errorf("add gateway %s to bridge %s: %w", gw, name, err)
+		}
+	}
+	return br, nil
+}
+
+func bridge(h *netlink.Handle, name string, mtu int) (*netlink.Bridge, error) {
+	l, err := h.LinkByName(name)
+	if err == nil {
+		br, ok := l.(*netlink.Bridge)
+		if !ok {
+			return nil, fmt.Errorf("interface %s exists but is a %s, not a bridge: rename it or choose another bridge name", name, l.Type())
+		}
+		return br, nil
+	}
+	var notFound netlink.LinkNotFoundError
+	if !errors.As(err, &notFound) {
+		return nil, fmt.Errorf("look up bridge %s: %w", name, err)
+	}
+	attrs := netlink.NewLinkAttrs()
+	attrs.Name = name
+	attrs.MTU = mtu
+	if err := h.LinkAdd(&netlink.Bridge{LinkAttrs: attrs}); err != nil && !errors.Is(err, unix.EEXIST) {
+		return nil, fmt.Errorf("create bridge %s: %w", name, err)
+	}
+	l, err = h.LinkByName(name)
+	if err != nil {
+		return nil, fmt.Errorf("look up bridge %s: %w", name, err)
+	}
+	br, ok := l.(*netlink.Bridge)
+	if !ok {
+		return nil, fmt.Errorf("interface %s exists but is a %s, not a bridge", name, l.Type())
+	}
+	// Pin the bridge's MAC to its current value. Otherwise the kernel gives
+	// the bridge the lowest MAC of its ports, and every pod start or stop
+	// may change the gateway's MAC under all pods' neighbour caches.
+	if err := h.LinkSetHardwareAddr(br, br.Attrs().HardwareAddr); err != nil {
+		return nil, fmt.Errorf("pin MAC of bridge %s: %w", name, err)
+	}
+	return br, nil
+}
+
+func hasAddr(have []netlink.Addr, want netip.Prefix) bool {
+	for _, a := range have {
+		if p, ok := Prefix(a.IPNet); ok && p == want {
+			return true
+		}
+	}
+	return false
+}
+
+// IPNet converts a prefix that keeps its host bits (10.244.1.1/24).
+func IPNet(p netip.Prefix) *net.IPNet {
+	bits := 32
+	if p.Addr().Is6() {
+		bits = 128
+	}
+	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), bits)}
+}
+
+// Prefix converts back, keeping host bits.
+func Prefix(n *net.IPNet) (netip.Prefix, bool) {
+	if n == nil {
+		return netip.Prefix{}, false
+	}
+	a, ok := netip.AddrFromSlice(n.IP)
+	if !ok {
+		return netip.Prefix{}, false
+	}
+	ones, _ := n.Mask.Size()
+	return netip.PrefixFrom(a.Unmap(), ones), true
+}
+
+// DefaultRouteMTU is the MTU of the interface of the node's IPv4 (else IPv6)
+// default route; 1500 when there is none.
+func DefaultRouteMTU(h *netlink.Handle) int {
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		routes, err := Retry(func() ([]netlink.Route, error) { return h.RouteList(nil, fam) })
+		if err != nil {
+			continue
+		}
+		for _, r := range routes {
+			if r.LinkIndex == 0 || !isDefault(r.Dst) {
+				continue
+			}
+			if l, err := h.LinkByIndex(r.LinkIndex); err == nil && l.Attrs().MTU > 0 {
+				return l.Attrs().MTU
+			}
+		}
+	}
+	return 1500
+}
+
+// Sysctl writes a /proc/sys value (key as a path: net/ipv4/ip_forward, so
+// that interface names with dots work) in the calling thread's network
+// namespace; writing the value it already has is a no-op.
+func Sysctl(key, value string) error {
+	path := filepath.Join("/proc/sys", key)
+	if cur, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(cur)) == value {
+		return nil
+	}
+	if err := os.WriteFile(path, []byte(value), 0o644); err != nil {
+		if errors.Is(err, syscall.ENOENT) {
+			return fmt.Errorf("sysctl %s does not exist on this kernel: %w", key, err)
+		}
+		return fmt.Errorf("set sysctl %s=%s: %w", key, value, err)
+	}
+	return nil
+}
+
+func isDefault(dst *net.IPNet) bool {
+	if dst == nil {
+		return true
+	}
+	ones, _ := dst.Mask.Size()
+	return ones == 0
+}

@@ -1,0 +1,170 @@
+package plugin
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+
+	"github.com/containernetworking/cni/pkg/skel"
+	"github.com/containernetworking/cni/pkg/types"
+	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+
+	"github.com/netplane/netplane/cni/ipam"
+	"github.com/netplane/netplane/cni/link"
+)
+
+// Funcs are the plugin's verbs for skel.PluginMainFuncs.
+func Funcs() skel.CNIFuncs {
+	return skel.CNIFuncs{Add: cmdAdd, Del: cmdDel, Check: cmdCheck, Status: cmdStatus, GC: cmdGC}
+}
+
+// VethName is the host end's name for an attachment: derived from the
+// container ID and interface so DEL and GC find it without the pod's netns.
+func VethName(containerID, ifname string) string {
+	sum := sha256.Sum256([]byte(containerID + "/" + ifname))
+	return "npv" + hex.EncodeToString(sum[:])[:12]
+}
+
+// host is the netlink handle of the node namespace the plugin runs in.
+var host = &netlink.Handle{}
+
+func cmdAdd(args *skel.CmdArgs) error {
+	conf, err := parseConf(args.StdinData)
+	if err != nil {
+		return err
+	}
+	if err := conf.requireRanges(); err != nil {
+		return err
+	}
+	requested, err := conf.requested(args.Args)
+	if err != nil {
+		return err
+	}
+	ports, err := conf.portMappings()
+	if err != nil {
+		return err
+	}
+	podNS, err := netns.GetFromPath(args.Netns)
+	if err != nil {
+		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS=%s cannot be opened", args.Netns), err.Error())
+	}
+	defer podNS.Close()
+	pod, err := netlink.NewHandleAt(podNS)
+	if err != nil {
+		return fmt.Errorf("open netlink in %s: %w", args.Netns, err)
+	}
+	defer pod.Close()
+
+	mtu := conf.MTU
+	if mtu == 0 {
+		mtu = link.DefaultRouteMTU(host)
+	}
+	br, err := link.EnsureBridge(host, conf.Bridge, mtu, conf.gateways())
+	if err != nil {
+		return types.NewError(types.ErrTryAgainLater, "cannot prepare the node bridge", err.Error())
+	}
+	if len(ports) > 0 {
+		if err := allowLocalhost(conf.Bridge); err != nil {
+			return err
+		}
+	}
+	store, err := ipam.NewStore(conf.StateDir)
+	if err != nil {
+		return types.NewError(types.ErrIOFailure, "cannot open the IPAM store", err.Error())
+	}
+	att, err := allocate(store, conf, args, requested, ports)
+	if err != nil {
+		return err
+	}
+	success := false
+	defer func() {
+		if !success {
+			rollback(store, conf, args, att)
+		}
+	}()
+	res, err := setUp(conf, args, br, mtu, pod, podNS, att)
+	if err != nil {
+		return err
+	}
+	if conf.FailAfterAllocationForTests {
+		return fmt.Errorf("failing after allocation because failAfterAllocationForTests is set")
+	}
+	success = true
+	return types.PrintResult(res, conf.CNIVersion)
+}
+
+// allocate records the attachment and programs its hostPorts in one locked
+// store update: if the rules cannot be written the record is not kept.
+func allocate(store *ipam.Store, conf *NetConf, args *skel.CmdArgs, requested []netip.Addr, ports []ipam.PortMapping) (ipam.Attachment, error) {
+	var att ipam.Attachment
+	err := store.Update(func(st *ipam.State) error {
+		var err error
+		att, err = st.Allocate(conf.ranges, ipam.Request{ContainerID: args.ContainerID, IfName: args.IfName, Requested: requested},
+			VethName(args.ContainerID, args.IfName), ports)
+		if err != nil || len(ports) == 0 {
+			return err
+		}
+		return programHostPorts(st)
+	})
+	var full *ipam.ErrExhausted
+	switch {
+	case errors.As(err, &full):
+		return att, types.NewError(types.ErrTryAgainLater, err.Error(), "")
+	case errors.Is(err, ipam.ErrDuplicate):
+		return att, types.NewError(types.ErrInternal, fmt.Sprintf("container %s already has interface %s: DEL it before adding it again", args.ContainerID, args.IfName), "")
+	case err != nil:
+		return att, types.NewError(types.ErrInternal, "IP allocation failed", err.Error())
+	}
+	return att, nil
+}
+
+// rollback undoes a failed ADD after allocation: the host veth (its pod
+// end goes with it), the record, and the hostPort rules.
+func rollback(store *ipam.Store, conf *NetConf, args *skel.CmdArgs, att ipam.Attachment) {
+	_ = deleteLink(att.HostVeth)
+	_ = store.Update(func(st *ipam.State) error {
+		st.Release(args.ContainerID, args.IfName)
+		if len(att.PortMappings) == 0 {
+			return nil
+		}
+		return programHostPorts(st)
+	})
+}
+
+func setUp(conf *NetConf, args *skel.CmdArgs, br *netlink.Bridge, mtu int, pod *netlink.Handle, podNS netns.NsHandle, att ipam.Attachment) (*current.Result, error) {
+	hostVeth, err := addVeth(br, att.HostVeth, args.IfName, mtu, podNS, pod)
+	if err != nil {
+		return nil, err
+	}
+	podLink, err := configurePod(pod, podNS, args.IfName, att.IPs)
+	if err != nil {
+		return nil, err
+	}
+	res := &current.Result{
+		CNIVersion: current.ImplementedSpecVersion,
+		Interfaces: []*current.Interface{
+			{Name: br.Attrs().Name, Mac: br.Attrs().HardwareAddr.String()},
+			{Name: hostVeth.Attrs().Name, Mac: hostVeth.Attrs().HardwareAddr.String(), Mtu: mtu},
+			{Name: args.IfName, Mac: podLink.Attrs().HardwareAddr.String(), Mtu: mtu, Sandbox: args.Netns},
+		},
+		DNS: conf.DNS,
+	}
+	for _, ip := range att.IPs {
+		gw := ipam.Gateway(ip.Masked()).AsSlice()
+		res.IPs = append(res.IPs, &current.IPConfig{Interface: current.Int(2), Address: *link.IPNet(ip), Gateway: gw})
+		res.Routes = append(res.Routes, &types.Route{Dst: defaultDst(ip.Addr()), GW: gw})
+	}
+	return res, nil
+}
+
+func defaultDst(a netip.Addr) net.IPNet {
+	if a.Is4() {
+		return net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
+	}
+	return net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
+}

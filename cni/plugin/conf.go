@@ -1,0 +1,173 @@
+// Package plugin is the netplane-cni plugin: one function per CNI verb
+// (ADD, DEL, CHECK, STATUS, GC) that gives a pod a veth on the node bridge
+// and addresses from the node's pod CIDRs. It keeps no Kubernetes client:
+// cmd/netplane-cni links it into the small binary every pod start executes.
+package plugin
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/netip"
+	"strings"
+
+	"github.com/containernetworking/cni/pkg/types"
+	"github.com/containernetworking/cni/pkg/version"
+
+	"github.com/netplane/netplane/cni/ipam"
+)
+
+// Type is the plugin's name in a conflist.
+const Type = "netplane-cni"
+
+// NetConf is the plugin's configuration as the node agent writes it.
+type NetConf struct {
+	types.NetConf
+	// Bridge is the node bridge pods attach to.
+	Bridge string `json:"bridge"`
+	// MTU of both veth ends; 0 means the node's default-route interface MTU.
+	MTU int `json:"mtu,omitempty"`
+	// PodCIDRs of this node, at most one per family.
+	PodCIDRs []string `json:"podCIDRs"`
+	// StateDir holds the IPAM store.
+	StateDir string `json:"stateDir"`
+
+	RuntimeConfig struct {
+		PortMappings []PortMapEntry `json:"portMappings,omitempty"`
+		IPs          []string       `json:"ips,omitempty"`
+	} `json:"runtimeConfig"`
+	Args struct {
+		CNI struct {
+			IPs []string `json:"ips,omitempty"`
+		} `json:"cni"`
+	} `json:"args"`
+
+	// FailAfterAllocationForTests makes ADD fail once everything is set up,
+	// so tests can prove that a late failure rolls back all of it.
+	FailAfterAllocationForTests bool `json:"failAfterAllocationForTests,omitempty"`
+
+	ranges []netip.Prefix
+}
+
+// PortMapEntry is one element of the portMappings capability.
+type PortMapEntry struct {
+	HostPort      int    `json:"hostPort"`
+	ContainerPort int    `json:"containerPort"`
+	Protocol      string `json:"protocol"`
+	HostIP        string `json:"hostIP,omitempty"`
+}
+
+// parseConf decodes and validates stdin; the error is a coded CNI error.
+func parseConf(data []byte) (*NetConf, error) {
+	c := &NetConf{Bridge: "cni0"}
+	if err := json.Unmarshal(data, c); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "cannot decode the network configuration", err.Error())
+	}
+	if c.IPAM.Type != "" {
+		return nil, types.NewError(types.ErrUnsupportedField, fmt.Sprintf("unsupported field ipam.type=%q", c.IPAM.Type),
+			"netplane-cni allocates pod addresses itself from podCIDRs: remove the ipam section")
+	}
+	if c.RawPrevResult != nil {
+		if err := version.ParsePrevResult(&c.NetConf); err != nil {
+			return nil, types.NewError(types.ErrDecodingFailure, "cannot decode prevResult", err.Error())
+		}
+	}
+	if c.StateDir == "" {
+		return nil, invalidConf("stateDir is empty: set it to the IPAM state directory (netplane --ipam-state-dir)")
+	}
+	if c.Bridge == "" || len(c.Bridge) > 15 || strings.ContainsAny(c.Bridge, "/ :") {
+		return nil, invalidConf(fmt.Sprintf("bridge %q is not a valid interface name", c.Bridge))
+	}
+	if c.MTU < 0 || c.MTU > 65535 {
+		return nil, invalidConf(fmt.Sprintf("mtu %d is out of range (0 for the uplink's MTU, else 68 to 65535)", c.MTU))
+	}
+	return c, c.parseRanges()
+}
+
+func (c *NetConf) parseRanges() error {
+	seen := map[bool]bool{}
+	for _, s := range c.PodCIDRs {
+		p, err := netip.ParsePrefix(s)
+		if err != nil {
+			return invalidConf(fmt.Sprintf("podCIDRs: %q is not a CIDR", s))
+		}
+		if err := ipam.ValidateRange(p); err != nil {
+			return invalidConf("podCIDRs: " + err.Error())
+		}
+		if seen[p.Addr().Is4()] {
+			return invalidConf(fmt.Sprintf("podCIDRs %v has two CIDRs of one family: give at most one IPv4 and one IPv6", c.PodCIDRs))
+		}
+		seen[p.Addr().Is4()] = true
+		c.ranges = append(c.ranges, p)
+	}
+	return nil
+}
+
+// requireRanges is for the verbs that need a pod CIDR (ADD, STATUS).
+func (c *NetConf) requireRanges() error {
+	if len(c.ranges) == 0 {
+		return invalidConf("podCIDRs is empty: the node has no pod CIDR yet; netplane --role=node writes it once the Node has spec.podCIDRs")
+	}
+	return nil
+}
+
+// requested collects the addresses the runtime asked for (runtimeConfig.ips,
+// args.cni.ips, CNI_ARGS IP=a,b).
+func (c *NetConf) requested(cniArgs string) ([]netip.Addr, error) {
+	raw := append(append([]string{}, c.RuntimeConfig.IPs...), c.Args.CNI.IPs...)
+	for _, kv := range strings.Split(cniArgs, ";") {
+		if k, v, ok := strings.Cut(kv, "="); ok && k == "IP" {
+			raw = append(raw, strings.Split(v, ",")...)
+		}
+	}
+	var out []netip.Addr
+	for _, s := range raw {
+		// Runtimes send "10.0.0.5" or "10.0.0.5/24"; only the address matters.
+		s, _, _ = strings.Cut(s, "/")
+		a, err := netip.ParseAddr(strings.TrimSpace(s))
+		if err != nil {
+			return nil, invalidConf(fmt.Sprintf("requested IP %q is not an IP address", s))
+		}
+		out = append(out, a)
+	}
+	return out, nil
+}
+
+// portMappings validates the portMappings capability.
+func (c *NetConf) portMappings() ([]ipam.PortMapping, error) {
+	var out []ipam.PortMapping
+	for _, e := range c.RuntimeConfig.PortMappings {
+		proto := strings.ToLower(e.Protocol)
+		if proto == "" {
+			proto = "tcp"
+		}
+		if proto != "tcp" && proto != "udp" {
+			return nil, types.NewError(types.ErrUnsupportedField, fmt.Sprintf("unsupported portMappings protocol %q", e.Protocol), "use tcp or udp")
+		}
+		if e.HostPort < 1 || e.HostPort > 65535 || e.ContainerPort < 1 || e.ContainerPort > 65535 {
+			return nil, invalidConf(fmt.Sprintf("portMappings entry %d->%d has a port outside 1-65535", e.HostPort, e.ContainerPort))
+		}
+		m := ipam.PortMapping{HostPort: uint16(e.HostPort), ContainerPort: uint16(e.ContainerPort), Protocol: proto}
+		if e.HostIP != "" && e.HostIP != "0.0.0.0" && e.HostIP != "::" {
+			a, err := netip.ParseAddr(e.HostIP)
+			if err != nil {
+				return nil, invalidConf(fmt.Sprintf("portMappings hostIP %q is not an IP address", e.HostIP))
+			}
+			m.HostIP = a
+		}
+		out = append(out, m)
+	}
+	return out, nil
+}
+
+func invalidConf(msg string) error {
+	return types.NewError(types.ErrInvalidNetworkConfig, msg, "")
+}
+
+// gateways are the bridge's addresses: the first address of each pod CIDR.
+func (c *NetConf) gateways() []netip.Prefix {
+	var out []netip.Prefix
+	for _, r := range c.ranges {
+		out = append(out, netip.PrefixFrom(ipam.Gateway(r), r.Bits()))
+	}
+	return out
+}
