@@ -7,7 +7,7 @@ import (
 
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/cni/link"
-		"github.com/netplane/netplane/cni/nft"
+	"github.com/netplane/netplane/cni/nft"
 )
 
 // HostPortTable is the inet table holding every hostPort of the node. It is

@@ -65,7 +65,9 @@ func requirePodKernelState(t *testing.T, n *node, pod *netns.NS, cid, cidr, gw s
 		t.Errorf("pod addresses %v, want %s", addrs, cidr)
 	}
 	routes, _ := p.RouteList(eth0, netlink.FAMILY_V4)
-	if !slices.ContainsFunc(routes, func(r netlink.Route) bool { return r.Gw.String() == gw && (r.Dst == nil || r.Dst.String() == "0.0.0.0/0") }) {
+	if !slices.ContainsFunc(routes, func(r netlink.Route) bool {
+		return r.Gw.String() == gw && (r.Dst == nil || r.Dst.String() == "0.0.0.0/0")
+	}) {
 		t.Errorf("pod routes %v lack default via %s", routes, gw)
 	}
 	h := handle(t, n.ns)
