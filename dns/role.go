@@ -1,23 +1,93 @@
-// Package dns is netplane's cluster DNS server: authoritative for the
-// cluster domain, a caching forwarder for every other name.
+// Package dns is netplane's cluster DNS server, a drop-in for CoreDNS in a
+// Kubernetes cluster: authoritative for the cluster domain per the
+// Kubernetes DNS specification (schema 1.1.0), with CoreDNS's behaviour
+// where the specification is silent, and a caching forwarder for every
+// other name.
+//
+// The answers are a pure function of an immutable Index (answer.go) built
+// from slim copies of Services, EndpointSlices, Namespaces and Pods
+// (objects.go, records.go) and swapped atomically as the informers report
+// changes (index.go, watch.go). Around that sit the sockets (server.go),
+// the query path with autopath (handler.go) and the forwarder with its
+// cache (forward.go, cache.go).
 package dns
 
 import (
 	"context"
+	"errors"
+	"runtime"
+	"strings"
+	"time"
 
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
 )
 
-// Run is the dns role.
+// Run is the dns role: it serves until ctx ends. The sockets open at once;
+// until the informers have synced, the cluster zone is answered SERVFAIL
+// and other names are forwarded. An unreachable API server keeps it in
+// that state, it never stops the process.
 func Run(ctx context.Context, d role.Deps) error {
-	f := d.Informers
-	if !role.WaitForSync(ctx, d, "dns",
-		f.Core().V1().Services().Informer().HasSynced,
-		f.Core().V1().Namespaces().Informer().HasSynced,
-		f.Discovery().V1().EndpointSlices().Informer().HasSynced,
-	) {
-		return nil
+	s, err := Start(ctx, d.Config.DNS, d.Client, d.Metrics, d.Log)
+	if err != nil {
+		return err
 	}
+	d.Checks.AddReady("dns", s.Ready)
 	<-ctx.Done()
+	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	s.Listeners.Shutdown(shutdown)
 	return nil
+}
+
+// Server is a running DNS server.
+type Server struct {
+	Handler   *Handler
+	Listeners *Listeners
+}
+
+// Ready reports whether the cluster zone is being answered.
+func (s *Server) Ready() error {
+	if !s.Handler.Index().synced {
+		return errors.New("the Service, EndpointSlice, Namespace and Pod caches have not synced yet: the cluster zone is answered SERVFAIL")
+	}
+	return nil
+}
+
+// Start opens the sockets, starts watching the API server, and serves.
+func Start(ctx context.Context, c v1alpha1.DNS, client kubernetes.Interface, reg prometheus.Registerer, log logr.Logger) (*Server, error) {
+	ns, name, _ := strings.Cut(c.DNSService, "/")
+	z := &Zone{
+		Origin:     strings.ToLower(strings.TrimSuffix(c.ClusterDomain, ".")) + ".",
+		TTL:        uint32(c.TTL),
+		PodRecords: c.PodRecords,
+		DNSService: svcKey{ns, name},
+	}
+	upstreams := c.Upstream
+	resolvServers, search, rerr := ResolvConf(c.ResolvConf)
+	if len(upstreams) == 0 {
+		upstreams = resolvServers
+		if len(upstreams) == 0 {
+			log.Info("WARNING: no upstream DNS servers; names outside the cluster zone are answered SERVFAIL", "resolvConf", c.ResolvConf, "error", rerr)
+		}
+	}
+	l, err := Listen(c.BindAddress, runtime.GOMAXPROCS(0))
+	if err != nil {
+		return nil, err
+	}
+	m, err := newMetrics(reg, "dns://"+c.BindAddress, z.Origin)
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	fwd := NewForwarder(upstreams, c.UpstreamTimeout.Duration, NewCache(int(c.CacheSize), c.CacheMaxTTL.Duration), m)
+	h := NewHandler(z, fwd, m, c.Autopath, search)
+	l.Serve(h)
+	log.Info("serving DNS", "address", l.Addr, "zone", z.Origin, "upstreams", upstreams, "autopath", c.Autopath, "podRecords", c.PodRecords)
+	startWatch(ctx, client, h, m, log, c.Autopath || c.PodRecords == podsVerified)
+	return &Server{Handler: h, Listeners: l}, nil
 }

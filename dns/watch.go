@@ -1,0 +1,252 @@
+package dns
+
+import (
+	"context"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/cache"
+)
+
+const byService = "service"
+
+// watcher keeps the Handler's index in step with the API server. Informer
+// handlers only note which Service, namespace or pod changed; one worker
+// rebuilds exactly those from the informer caches and swaps the new index
+// in, so a burst of events costs one swap and a change costs in proportion
+// to the Services it touches, not to the cluster.
+type watcher struct {
+	h       *Handler
+	metrics *metrics
+	log     logr.Logger
+
+	services cache.Store
+	slices   cache.Indexer
+	nss      cache.Store
+	pods     cache.Store // nil when no feature needs pods
+
+	mu      sync.Mutex
+	pending pending
+	kick    chan struct{}
+
+	podIPs map[string][]netip.Addr // worker only: where each pod is in the index
+}
+
+type pending struct {
+	svcs     map[svcKey]struct{}
+	nss      map[string]struct{}
+	pods     map[string]struct{}
+	triggers []trigger
+	synced   bool
+}
+
+// trigger is an EndpointSlice change whose trigger time the programming
+// latency is measured from once the change is served.
+type trigger struct {
+	at  time.Time
+	svc svcKey
+}
+
+func newPending() pending {
+	return pending{svcs: map[svcKey]struct{}{}, nss: map[string]struct{}{}, pods: map[string]struct{}{}}
+}
+
+// startWatch starts the informers (pods only when withPods) and the worker.
+// The index stays unsynced until every informer has listed.
+func startWatch(ctx context.Context, client kubernetes.Interface, h *Handler, m *metrics, log logr.Logger, withPods bool) {
+	w := &watcher{h: h, metrics: m, log: log, pending: newPending(), kick: make(chan struct{}, 1), podIPs: map[string][]netip.Addr{}}
+	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slim))
+	svcInf := f.Core().V1().Services().Informer()
+	sliceInf := f.Discovery().V1().EndpointSlices().Informer()
+	nsInf := f.Core().V1().Namespaces().Informer()
+	_ = sliceInf.AddIndexers(cache.Indexers{byService: sliceService})
+	w.services, w.slices, w.nss = svcInf.GetStore(), sliceInf.GetIndexer(), nsInf.GetStore()
+
+	var regs []cache.InformerSynced
+	add := func(inf cache.SharedIndexInformer, note func(obj any, fresh bool)) {
+		reg, _ := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { note(obj, true) },
+			UpdateFunc: func(old, cur any) { note(old, false); note(cur, true) },
+			DeleteFunc: func(obj any) { note(obj, false) },
+		})
+		regs = append(regs, reg.HasSynced)
+	}
+	add(svcInf, w.noteService)
+	add(sliceInf, w.noteSlice)
+	add(nsInf, w.noteNamespace)
+	f.Start(ctx.Done())
+	if withPods {
+		// Finished pods give their address back; leaving them out on the
+		// server side keeps a reused address from naming the wrong pod.
+		pf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slim),
+			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
+				o.FieldSelector = fields.AndSelectors(
+					fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+					fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed))).String()
+			}))
+		podInf := pf.Core().V1().Pods().Informer()
+		w.pods = podInf.GetStore()
+		add(podInf, w.notePod)
+		pf.Start(ctx.Done())
+	}
+	go func() {
+		if cache.WaitForCacheSync(ctx.Done(), regs...) {
+			w.note(func(p *pending) { p.synced = true })
+			log.Info("caches synced, answering for the cluster zone")
+		}
+	}()
+	go w.run(ctx)
+}
+
+func sliceService(obj any) ([]string, error) {
+	sl, ok := obj.(*discoveryv1.EndpointSlice)
+	if !ok || sl.Labels[discoveryv1.LabelServiceName] == "" {
+		return nil, nil
+	}
+	return []string{sl.Namespace + "/" + sl.Labels[discoveryv1.LabelServiceName]}, nil
+}
+
+func unwrap(obj any) any {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		return t.Obj
+	}
+	return obj
+}
+
+func (w *watcher) note(f func(*pending)) {
+	w.mu.Lock()
+	f(&w.pending)
+	w.mu.Unlock()
+	select {
+	case w.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (w *watcher) noteService(obj any, _ bool) {
+	if s, ok := unwrap(obj).(*corev1.Service); ok {
+		w.note(func(p *pending) { p.svcs[svcKey{s.Namespace, s.Name}] = struct{}{} })
+	}
+}
+
+func (w *watcher) noteSlice(obj any, fresh bool) {
+	sl, ok := unwrap(obj).(*discoveryv1.EndpointSlice)
+	if !ok || sl.Labels[discoveryv1.LabelServiceName] == "" {
+		return
+	}
+	k := svcKey{sl.Namespace, sl.Labels[discoveryv1.LabelServiceName]}
+	at, err := time.Parse(time.RFC3339, sl.Annotations[triggerTimeAnnotation])
+	w.note(func(p *pending) {
+		p.svcs[k] = struct{}{}
+		// Only changes after the first sync: the initial list replays
+		// history, whose latency is not ours.
+		if fresh && err == nil && w.h.Index().synced {
+			p.triggers = append(p.triggers, trigger{at, k})
+		}
+	})
+}
+
+func (w *watcher) noteNamespace(obj any, _ bool) {
+	if n, ok := unwrap(obj).(*corev1.Namespace); ok {
+		w.note(func(p *pending) { p.nss[n.Name] = struct{}{} })
+	}
+}
+
+func (w *watcher) notePod(obj any, _ bool) {
+	if pod, ok := unwrap(obj).(*corev1.Pod); ok {
+		w.note(func(p *pending) { p.pods[pod.Namespace+"/"+pod.Name] = struct{}{} })
+	}
+}
+
+func (w *watcher) run(ctx context.Context) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-w.kick:
+		}
+		w.mu.Lock()
+		p := w.pending
+		w.pending = newPending()
+		w.mu.Unlock()
+		w.apply(p)
+	}
+}
+
+// apply rebuilds what p names from the caches and swaps in the new index.
+func (w *watcher) apply(p pending) {
+	c := w.h.Index().Edit()
+	for k := range p.svcs {
+		c.SetService(svcKey{k.ns, k.name}, w.build(k))
+	}
+	for ns := range p.nss {
+		_, exists, _ := w.nss.GetByKey(ns)
+		c.SetNamespace(ns, exists)
+	}
+	for key := range p.pods {
+		cur := w.podAddrs(key)
+		ns, name, _ := cache.SplitMetaNamespaceKey(key)
+		c.SetPod(podRef{ns, name}, w.podIPs[key], cur)
+		if len(cur) == 0 {
+			delete(w.podIPs, key)
+		} else {
+			w.podIPs[key] = cur
+		}
+	}
+	if p.synced {
+		c.MarkSynced()
+	}
+	ix := c.Done(uint32(time.Now().Unix()))
+	w.h.SetIndex(ix)
+	for _, t := range p.triggers {
+		kind := "cluster_ip"
+		if s := ix.service(t.svc.ns, t.svc.name); s != nil && s.kind == kindHeadless {
+			kind = "headless"
+		}
+		w.metrics.programmed(kind, time.Since(t.at))
+	}
+}
+
+func (w *watcher) build(k svcKey) *service {
+	obj, exists, _ := w.services.GetByKey(k.ns + "/" + k.name)
+	if !exists {
+		return nil
+	}
+	svc, _ := obj.(*corev1.Service)
+	objs, _ := w.slices.ByIndex(byService, k.ns+"/"+k.name)
+	sls := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	for _, o := range objs {
+		if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
+			sls = append(sls, sl)
+		}
+	}
+	return buildService(svc, sls)
+}
+
+func (w *watcher) podAddrs(key string) []netip.Addr {
+	obj, exists, _ := w.pods.GetByKey(key)
+	pod, ok := obj.(*corev1.Pod)
+	if !exists || !ok || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	var out []netip.Addr
+	for _, ip := range pod.Status.PodIPs {
+		if a, err := netip.ParseAddr(ip.IP); err == nil {
+			out = append(out, a.Unmap())
+		}
+	}
+	if len(out) == 0 && pod.Status.PodIP != "" {
+		if a, err := netip.ParseAddr(pod.Status.PodIP); err == nil {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
