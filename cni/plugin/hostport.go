@@ -17,7 +17,7 @@ import (
 const HostPortTable = "netplane-hostports"
 
 type hostPort struct {
-	pod netip.Addr
+	pod netip.Prefix // the pod's address with its pod CIDR's length
 	m   ipam.PortMapping
 }
 
@@ -29,7 +29,7 @@ func hostPorts(st *ipam.State) []hostPort {
 				if m.HostIP.IsValid() && m.HostIP.Is4() != ip.Addr().Is4() {
 					continue
 				}
-				out = append(out, hostPort{pod: ip.Addr(), m: m})
+				out = append(out, hostPort{pod: ip, m: m})
 			}
 		}
 	}
@@ -40,9 +40,10 @@ func hostPorts(st *ipam.State) []hostPort {
 //
 //	prerouting/output (dstnat): traffic to a node address (or the mapping's
 //	  hostIP) and the host port → DNAT to pod:containerPort
-//	postrouting (srcnat): DNATed traffic from the pod to itself (hairpin)
-//	  and from the node's 127.0.0.0/8 is masqueraded, so replies come back
-//	  through the node and are un-NATed.
+//	postrouting (srcnat): DNATed traffic from a pod of the node to a pod of
+//	  the node (including itself: hairpin), and from the node's 127.0.0.0/8,
+//	  is masqueraded. Pods on one bridge would otherwise answer each other
+//	  directly over L2, around the node's conntrack, with the wrong source.
 func programHostPorts(st *ipam.State) error {
 	hps := hostPorts(st)
 	if len(hps) == 0 {
@@ -55,16 +56,16 @@ func programHostPorts(st *ipam.State) error {
 		post := nft.Chain(c, t, "postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
 		nft.Rule(c, pre, nft.Jump(hpc.Name))
 		nft.Rule(c, out, nft.Jump(hpc.Name))
-		hairpin := map[netip.Addr]bool{}
+		hairpin := map[netip.Prefix]bool{}
 		for _, hp := range hps {
 			dst := nft.LocalDst()
 			if hp.m.HostIP.IsValid() {
 				dst = nft.Addr(hp.m.HostIP, true)
 			}
-			nft.Rule(c, hpc, nft.SameFamily(hp.pod), dst, nft.L4Port(hp.m.Protocol, hp.m.HostPort), nft.DNAT(hp.pod, hp.m.ContainerPort))
-			if !hairpin[hp.pod] {
-				hairpin[hp.pod] = true
-				nft.Rule(c, post, nft.WasDNATed(), nft.Addr(hp.pod, false), nft.Addr(hp.pod, true), nft.Masquerade())
+			nft.Rule(c, hpc, nft.SameFamily(hp.pod.Addr()), dst, nft.L4Port(hp.m.Protocol, hp.m.HostPort), nft.DNAT(hp.pod.Addr(), hp.m.ContainerPort))
+			if r := hp.pod.Masked(); !hairpin[r] {
+				hairpin[r] = true
+				nft.Rule(c, post, nft.WasDNATed(), nft.InPrefix(r, false, false), nft.InPrefix(r, true, false), nft.Masquerade())
 			}
 		}
 		nft.Rule(c, post, nft.WasDNATed(), nft.InPrefix(netip.MustParsePrefix("127.0.0.0/8"), false, false), nft.Masquerade())

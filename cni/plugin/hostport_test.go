@@ -1,0 +1,198 @@
+package plugin_test
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"net/netip"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vishvananda/netlink"
+
+	"github.com/netplane/netplane/e2e/netns"
+)
+
+// echoServers answers TCP and UDP on port inside ns with "<name> <data>".
+func echoServers(t *testing.T, ns *netns.NS, name string, port int) {
+	t.Helper()
+	l, err := ns.Listen(fmt.Sprintf(":%d", port))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var pc net.PacketConn
+	if err := ns.Do(func() error {
+		var err error
+		pc, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { l.Close(); pc.Close() })
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			go func() {
+				defer c.Close()
+				line, _ := bufio.NewReader(c).ReadString('\n')
+				fmt.Fprintf(c, "%s %s", name, line)
+			}()
+		}
+	}()
+	go func() {
+		buf := make([]byte, 1500)
+		for {
+			n, from, err := pc.ReadFrom(buf)
+			if err != nil {
+				return
+			}
+			pc.WriteTo([]byte(name+" "+string(buf[:n])), from)
+		}
+	}()
+}
+
+// ask sends "ping\n" over network to addr from inside ns and returns the answer.
+func ask(ns *netns.NS, network, addr string) (string, error) {
+	var answer string
+	err := ns.Do(func() error {
+		c, err := net.DialTimeout(network, addr, 2*time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		c.SetDeadline(time.Now().Add(2 * time.Second))
+		if _, err := io.WriteString(c, "ping\n"); err != nil {
+			return err
+		}
+		buf := make([]byte, 100)
+		n, err := c.Read(buf)
+		answer = strings.TrimSpace(string(buf[:n]))
+		return err
+	})
+	return answer, err
+}
+
+// askEventually retries ask for a few seconds: the first packets to a new
+// pod may wait for neighbour resolution.
+func askEventually(t *testing.T, ns *netns.NS, network, addr, want string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		got, err := ask(ns, network, addr)
+		if err == nil && got == want {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s %s from %s: got %q, %v; want %q", network, addr, ns.Name, got, err, want)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func TestHostPortsForwardTCPAndUDPFromOutsideLocalhostOtherPodsAndThePodItself(t *testing.T) {
+	n := newNode(t, nodeOpts{})
+	n.ns.Sysctl(t, "net.ipv4.ip_forward", "1")
+	ext := netns.Host(t, "ext", n.ns, "uplink", "eth0")
+	n.ns.Addr(t, "uplink", "192.168.50.1/24")
+	ext.Addr(t, "eth0", "192.168.50.2/24")
+
+	a, b := netns.New(t, "pod"), netns.New(t, "pod")
+	ra := rt(a, "hp-a")
+	ra.CapabilityArgs = map[string]any{"portMappings": []map[string]any{
+		{"hostPort": 30080, "containerPort": 8080, "protocol": "tcp"},
+		{"hostPort": 30053, "containerPort": 8080, "protocol": "UDP"},
+	}}
+	n.mustAdd(t, ra)
+	n.mustAdd(t, rt(b, "hp-b"))
+	echoServers(t, a, "a", 8080)
+
+	for _, tc := range []struct {
+		from *netns.NS
+		who  string
+		addr string
+	}{
+		{ext, "outside", "192.168.50.1"},
+		{n.ns, "the node", "192.168.50.1"},
+		{b, "another pod", "192.168.50.1"},
+		{a, "the pod itself (hairpin)", "192.168.50.1"},
+		{a, "the pod itself via the gateway", "10.244.1.1"},
+	} {
+		t.Run(tc.who, func(t *testing.T) {
+			askEventually(t, tc.from, "tcp", tc.addr+":30080", "a ping")
+			askEventually(t, tc.from, "udp", tc.addr+":30053", "a ping")
+		})
+	}
+	t.Run("node localhost", func(t *testing.T) {
+		askEventually(t, n.ns, "tcp", "127.0.0.1:30080", "a ping")
+		askEventually(t, n.ns, "udp", "127.0.0.1:30053", "a ping")
+	})
+	if err := n.check(ra); err != nil {
+		t.Fatalf("CHECK: %v", err)
+	}
+	n.mustDel(t, ra)
+	if out, _ := n.ns.Exec("nft", "list", "table", "inet", "netplane-hostports"); !strings.Contains(out, "No such file") {
+		t.Fatalf("hostPort table still there after the last DEL:\n%s", out)
+	}
+	if _, err := ask(ext, "tcp", "192.168.50.1:30080"); err == nil {
+		t.Fatal("hostPort still answers after DEL")
+	}
+}
+
+func TestDualStackPodHasUsableIPv6WhenAddReturns(t *testing.T) {
+	n := newNode(t, nodeOpts{podCIDRs: []string{"10.244.1.0/24", "fd00:10:244:1::/64"}})
+	a, b := netns.New(t, "pod"), netns.New(t, "pod")
+	resA := n.mustAdd(t, rt(a, "ds-a"))
+	if len(resA.IPs) != 2 {
+		t.Fatalf("IPs %v, want one per family", resA.IPs)
+	}
+	// Right after ADD, before anything else: no address may be tentative.
+	for _, pod := range []*netns.NS{a} {
+		if out := pod.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0"); strings.Contains(out, "tentative") {
+			t.Fatalf("IPv6 address still tentative after ADD:\n%s", out)
+		}
+	}
+	resB := n.mustAdd(t, rt(b, "ds-b"))
+	v6b := addrOf(t, resB, true)
+	if v6b != netip.MustParseAddr("fd00:10:244:1::3") {
+		t.Fatalf("second pod's IPv6 %s", v6b)
+	}
+	echoServers(t, b, "b", 9000)
+	askEventually(t, a, "tcp", net.JoinHostPort(v6b.String(), "9000"), "b ping")
+	askEventually(t, a, "tcp", net.JoinHostPort(addrOf(t, resB, false).String(), "9000"), "b ping")
+	// The pod reaches the gateway over IPv6 too.
+	a.MustExec(t, "ping", "-6", "-c1", "-W2", "fd00:10:244:1::1")
+	routes, _ := handle(t, a).RouteList(nil, netlink.FAMILY_V6)
+	found := false
+	for _, r := range routes {
+		if r.Gw.String() == "fd00:10:244:1::1" {
+			found = true
+		}
+	}
+	if !found {
+		t.Fatalf("no IPv6 default route via the gateway: %v", routes)
+	}
+}
+
+func TestVersionListsTheSupportedSpecVersions(t *testing.T) {
+	n := newNode(t, nodeOpts{})
+	var got []string
+	err := n.do(func(ctx context.Context) error {
+		info, err := n.cni.GetVersionInfo(ctx, "netplane-cni")
+		if err == nil {
+			got = info.SupportedVersions()
+		}
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, ",") != "0.4.0,1.0.0,1.1.0" {
+		t.Fatalf("supported versions %v", got)
+	}
+}
