@@ -1,0 +1,352 @@
+package endpointslice
+
+import (
+	"context"
+	"fmt"
+	"net/netip"
+	"slices"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+
+	"github.com/netplane/netplane/controllers/internal/kit"
+	esrec "k8s.io/endpointslice"
+	esutil "k8s.io/endpointslice/util"
+)
+
+// ControllerName is the managed-by label value of the slices this controller
+// owns. It is kube-controller-manager's value on purpose: consumers and the
+// garbage collector treat our slices exactly as theirs, and a cluster can
+// switch between the two controllers without orphaning a slice.
+const ControllerName = "endpointslice-controller.k8s.io"
+
+// sliceChangeMinDelay delays syncs caused by foreign changes to our slices
+// (a hand edit, the garbage collector), so that a burst of them costs one
+// sync, as in kube-controller-manager.
+const sliceChangeMinDelay = time.Second
+
+// Options tune a Controller.
+type Options struct {
+	MaxEndpointsPerSlice int32
+	// BatchPeriod delays syncs caused by Pod events so that the changes of
+	// one Service within the window cost one sync.
+	BatchPeriod time.Duration
+}
+
+// Controller keeps the EndpointSlices of Services with a selector true to
+// their Pods. The slice planning is k8s.io/endpointslice's Reconciler, the
+// library kube-controller-manager itself runs; this type is the shell
+// around it: informer handlers, a rate-limited queue, stale-cache
+// protection, events and metrics.
+type Controller struct {
+	log      logr.Logger
+	client   kubernetes.Interface
+	services corelisters.ServiceLister
+	pods     corelisters.PodLister
+	slices   discoverylisters.EndpointSliceLister
+	nodes    corelisters.NodeLister
+
+	tracker    *esutil.EndpointSliceTracker
+	triggers   *esutil.TriggerTimeTracker
+	reconciler *esrec.Reconciler
+	recorder   record.EventRecorder
+	metrics    *kit.Metrics
+	queue      workqueue.TypedRateLimitingInterface[string]
+	batch      time.Duration
+}
+
+// New builds a Controller on the shared informers f, registers its event
+// handlers and its metrics on reg. It writes through client.
+func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInformerFactory, recorder record.EventRecorder, reg prometheus.Registerer, opts Options) (*Controller, error) {
+	c := &Controller{
+		log:      log,
+		services: f.Core().V1().Services().Lister(),
+		pods:     f.Core().V1().Pods().Lister(),
+		slices:   f.Discovery().V1().EndpointSlices().Lister(),
+		nodes:    f.Core().V1().Nodes().Lister(),
+		tracker:  esutil.NewEndpointSliceTracker(),
+		triggers: esutil.NewTriggerTimeTracker(),
+		recorder: recorder,
+		batch:    opts.BatchPeriod,
+		queue:    kit.NewQueue("endpointslice"),
+	}
+	m, err := kit.NewMetrics(reg, "endpointslice", c.countSlices)
+	if err != nil {
+		return nil, err
+	}
+	c.metrics = m
+	c.client = kit.CountWrites(client, m)
+	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, nil, recorder,
+		ControllerName, esrec.WithPreferSameTrafficDistributionEnabled(true))
+	return c, c.addHandlers(f)
+}
+
+func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
+	handlers := []struct {
+		informer cache.SharedIndexInformer
+		h        cache.ResourceEventHandler
+	}{
+		{f.Core().V1().Services().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.enqueueObject,
+			UpdateFunc: func(_, cur any) { c.enqueueObject(cur) },
+			DeleteFunc: c.enqueueObject,
+		}},
+		{f.Core().V1().Pods().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(obj any) { c.onPod(nil, obj) },
+			UpdateFunc: c.onPod,
+			DeleteFunc: func(obj any) { c.onPod(nil, obj) },
+		}},
+		{f.Discovery().V1().EndpointSlices().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    c.onSliceAdd,
+			UpdateFunc: c.onSliceUpdate,
+			DeleteFunc: c.onSliceDelete,
+		}},
+	}
+	for _, x := range handlers {
+		if _, err := x.informer.AddEventHandler(x.h); err != nil {
+			return fmt.Errorf("adding event handler: %w", err)
+		}
+	}
+	return nil
+}
+
+// Run syncs Services with workers goroutines until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer c.queue.ShutDown()
+	c.log.Info("starting EndpointSlice controller", "workers", workers)
+	for range workers {
+		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	<-ctx.Done()
+	c.log.Info("stopping EndpointSlice controller")
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for c.processNext(ctx) {
+	}
+}
+
+func (c *Controller) processNext(ctx context.Context) bool {
+	key, quit := c.queue.Get()
+	if quit {
+		return false
+	}
+	defer c.queue.Done(key)
+	err := c.syncService(key)
+	c.metrics.ObserveSync(err)
+	c.handleErr(key, err)
+	return true
+}
+
+func (c *Controller) handleErr(key string, err error) {
+	if err == nil {
+		c.queue.Forget(key)
+		return
+	}
+	if c.queue.NumRequeues(key) < kit.MaxRetries {
+		c.log.V(2).Info("sync failed, retrying", "service", key, "err", err.Error())
+		c.queue.AddRateLimited(key)
+		return
+	}
+	c.log.Error(err, "sync failed too often, dropping the Service until its next change", "service", key)
+	c.queue.Forget(key)
+}
+
+// syncService converges the slices of one Service, given as namespace/name.
+func (c *Controller) syncService(key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return err
+	}
+	svc, err := c.services.Services(ns).Get(name)
+	if apierrors.IsNotFound(err) {
+		// The garbage collector deletes the slices through their ownerRefs.
+		c.forget(ns, name)
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	if svc.Spec.Type == corev1.ServiceTypeExternalName || svc.Spec.Selector == nil {
+		// Such Services get no managed slices; users write their own.
+		c.metrics.SetDesired(key, 0)
+		return nil
+	}
+	pods, err := c.pods.Pods(ns).List(labels.Set(svc.Spec.Selector).AsSelectorPreValidated())
+	if err != nil {
+		return err
+	}
+	slices, err := c.ownSlices(svc)
+	if err != nil {
+		return err
+	}
+	if c.tracker.StaleSlices(svc, slices) {
+		return kit.ErrStaleCache
+	}
+	// Computed even when nothing will be written, so the tracker forgets
+	// the pod changes this sync accounts for.
+	trigger := c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, pods)
+	c.metrics.SetDesired(key, desiredEndpoints(svc, pods))
+	if err := c.reconciler.Reconcile(c.log, svc, pods, slices, trigger); err != nil {
+		c.recorder.Eventf(svc, corev1.EventTypeWarning, "FailedToUpdateEndpointSlices",
+			"Error updating EndpointSlices for Service %s/%s: %v", ns, name, err)
+		return err
+	}
+	return nil
+}
+
+// ownSlices lists the slices of svc this controller manages, minus those
+// already being deleted (waiting on them would stall the Service).
+func (c *Controller) ownSlices(svc *corev1.Service) ([]*discovery.EndpointSlice, error) {
+	sel := labels.Set{
+		discovery.LabelServiceName: svc.Name,
+		discovery.LabelManagedBy:   ControllerName,
+	}.AsSelectorPreValidated()
+	all, err := c.slices.EndpointSlices(svc.Namespace).List(sel)
+	if err != nil {
+		return nil, err
+	}
+	out := all[:0:0]
+	for _, s := range all {
+		if s.DeletionTimestamp == nil {
+			out = append(out, s)
+		}
+	}
+	return out, nil
+}
+
+func (c *Controller) forget(ns, name string) {
+	c.triggers.DeleteService(ns, name)
+	c.reconciler.DeleteService(ns, name)
+	c.tracker.DeleteService(ns, name)
+	c.metrics.SetDesired(ns+"/"+name, 0)
+}
+
+func (c *Controller) enqueueObject(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+// onPod queues every Service whose membership or endpoint the change can
+// affect, after the batch period so that changes coalesce.
+func (c *Controller) onPod(old, cur any) {
+	key := esutil.GetPodUpdateProjectionKey(old, cur)
+	if key == nil {
+		return
+	}
+	services, err := esutil.GetServicesToUpdate(c.services, key)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	for svc := range services {
+		c.queue.AddAfter(svc, c.batch)
+	}
+}
+
+// Slice events matter only when they are not our own writes echoing back:
+// the tracker knows the generation of every slice we wrote.
+func (c *Controller) onSliceAdd(obj any) {
+	s, ok := obj.(*discovery.EndpointSlice)
+	if ok && c.reconciler.ManagedByController(s) && c.tracker.ShouldSync(s) {
+		c.enqueueForSlice(s)
+	}
+}
+
+func (c *Controller) onSliceUpdate(oldObj, curObj any) {
+	old, ok1 := oldObj.(*discovery.EndpointSlice)
+	cur, ok2 := curObj.(*discovery.EndpointSlice)
+	if !ok1 || !ok2 {
+		return
+	}
+	// A label edit does not bump the generation, so check it explicitly.
+	if old.Labels[discovery.LabelServiceName] != cur.Labels[discovery.LabelServiceName] {
+		c.enqueueForSlice(old)
+		c.enqueueForSlice(cur)
+		return
+	}
+	if c.reconciler.ManagedByChanged(old, cur) || (c.reconciler.ManagedByController(cur) && c.tracker.ShouldSync(cur)) {
+		c.enqueueForSlice(cur)
+	}
+}
+
+func (c *Controller) onSliceDelete(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	s, ok := obj.(*discovery.EndpointSlice)
+	if !ok || !c.reconciler.ManagedByController(s) || !c.tracker.Has(s) {
+		return
+	}
+	// HandleDeletion is false when we did not delete it ourselves.
+	if !c.tracker.HandleDeletion(s) {
+		c.enqueueForSlice(s)
+	}
+}
+
+func (c *Controller) enqueueForSlice(s *discovery.EndpointSlice) {
+	key, err := esrec.ServiceControllerKey(s)
+	if err != nil {
+		return // not labelled with a Service: not ours to sync
+	}
+	c.queue.AddAfter(key, max(sliceChangeMinDelay, c.batch))
+}
+
+// countSlices is the number of slices this controller manages, for metrics.
+func (c *Controller) countSlices() int {
+	all, err := c.slices.List(labels.Set{discovery.LabelManagedBy: ControllerName}.AsSelectorPreValidated())
+	if err != nil {
+		return 0
+	}
+	return len(all)
+}
+
+// desiredEndpoints counts the endpoints svc should have over all its
+// address families: each included pod once per family it has an IP of.
+func desiredEndpoints(svc *corev1.Service, pods []*corev1.Pod) int {
+	n := 0
+	for _, p := range pods {
+		if !esutil.ShouldPodBeInEndpoints(p, true) {
+			continue
+		}
+		for _, ip := range p.Status.PodIPs {
+			if familyWanted(svc, ip.IP) {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+func familyWanted(svc *corev1.Service, ip string) bool {
+	addr, err := netip.ParseAddr(ip)
+	if err != nil {
+		return false
+	}
+	want := corev1.IPv4Protocol
+	if addr.Is6() && !addr.Is4In6() {
+		want = corev1.IPv6Protocol
+	}
+	if len(svc.Spec.IPFamilies) == 0 {
+		return true // headless without families: both
+	}
+	return slices.Contains(svc.Spec.IPFamilies, want)
+}

@@ -1,0 +1,171 @@
+// Package kit is what netplane's two EndpointSlice controllers (the selector
+// one and the mirroring one) share in their shells: the retry queue, the
+// metrics, and a client wrapper that counts the slice writes they make.
+package kit
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"golang.org/x/time/rate"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	typeddiscovery "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	"k8s.io/client-go/util/workqueue"
+)
+
+// Retry tuning shared with kube-controller-manager's slice controllers: a
+// 1 s base backoff (client-go's default is 5 ms) because one failing sync can
+// mean many writes, and an overall 10 qps / 100 burst bound on retries.
+const (
+	SyncBackoff    = time.Second
+	MaxSyncBackoff = 1000 * time.Second
+	// MaxRetries is how often a failing key is retried before it is dropped
+	// until its next event; after 15 rounds the backoff is at its cap anyway.
+	MaxRetries = 15
+)
+
+// NewQueue returns the rate-limited work queue of a slice controller.
+func NewQueue(name string) workqueue.TypedRateLimitingInterface[string] {
+	return workqueue.NewTypedRateLimitingQueueWithConfig(
+		workqueue.NewTypedMaxOfRateLimiter(
+			workqueue.NewTypedItemExponentialFailureRateLimiter[string](SyncBackoff, MaxSyncBackoff),
+			&workqueue.TypedBucketRateLimiter[string]{Limiter: rate.NewLimiter(rate.Limit(10), 100)},
+		),
+		workqueue.TypedRateLimitingQueueConfig[string]{Name: name},
+	)
+}
+
+// ErrStaleCache means the slice cache does not yet show a write the
+// controller made; acting on it would conflict with or undo that write, so
+// the key is retried until the informer caught up.
+var ErrStaleCache = errors.New("EndpointSlice informer cache is older than our last write; retrying")
+
+// Metrics are one controller's Prometheus metrics, named
+// netplane_<subsystem>_*.
+type Metrics struct {
+	syncs   *prometheus.CounterVec
+	changes *prometheus.CounterVec
+
+	mu      sync.Mutex
+	desired map[string]int // per Service (or Endpoints) key
+}
+
+// NewMetrics registers the metrics of subsystem on reg. slices reports how
+// many slices the controller manages right now (read at scrape time).
+func NewMetrics(reg prometheus.Registerer, subsystem string, slices func() int) (*Metrics, error) {
+	m := &Metrics{
+		syncs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "netplane", Subsystem: subsystem, Name: "syncs_total",
+			Help: "Syncs by result: success, stale (cache behind our writes, retried) or error.",
+		}, []string{"result"}),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Namespace: "netplane", Subsystem: subsystem, Name: "changes_total",
+			Help: "EndpointSlice writes by operation: create, update, delete.",
+		}, []string{"operation"}),
+		desired: map[string]int{},
+	}
+	desired := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "netplane", Subsystem: subsystem, Name: "desired_endpoints",
+		Help: "Endpoints the controller wants published, summed over all Services.",
+	}, func() float64 { return float64(m.totalDesired()) })
+	count := prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+		Namespace: "netplane", Subsystem: subsystem, Name: "slices",
+		Help: "EndpointSlices this controller manages, as its cache sees them.",
+	}, func() float64 { return float64(slices()) })
+	for _, c := range []prometheus.Collector{m.syncs, m.changes, desired, count} {
+		if err := reg.Register(c); err != nil {
+			return nil, err
+		}
+	}
+	return m, nil
+}
+
+// ObserveSync counts one sync by its result.
+func (m *Metrics) ObserveSync(err error) {
+	result := "success"
+	switch {
+	case errors.Is(err, ErrStaleCache):
+		result = "stale"
+	case err != nil:
+		result = "error"
+	}
+	m.syncs.WithLabelValues(result).Inc()
+}
+
+// SetDesired records how many endpoints key should have; 0 forgets it.
+func (m *Metrics) SetDesired(key string, n int) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if n == 0 {
+		delete(m.desired, key)
+		return
+	}
+	m.desired[key] = n
+}
+
+func (m *Metrics) totalDesired() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	total := 0
+	for _, n := range m.desired {
+		total += n
+	}
+	return total
+}
+
+// CountWrites returns client with its EndpointSlice writes counted in m.
+func CountWrites(client kubernetes.Interface, m *Metrics) kubernetes.Interface {
+	return countingClient{Interface: client, m: m}
+}
+
+type countingClient struct {
+	kubernetes.Interface
+	m *Metrics
+}
+
+func (c countingClient) DiscoveryV1() typeddiscovery.DiscoveryV1Interface {
+	return countingDiscovery{DiscoveryV1Interface: c.Interface.DiscoveryV1(), m: c.m}
+}
+
+type countingDiscovery struct {
+	typeddiscovery.DiscoveryV1Interface
+	m *Metrics
+}
+
+func (d countingDiscovery) EndpointSlices(ns string) typeddiscovery.EndpointSliceInterface {
+	return countingSlices{EndpointSliceInterface: d.DiscoveryV1Interface.EndpointSlices(ns), m: d.m}
+}
+
+type countingSlices struct {
+	typeddiscovery.EndpointSliceInterface
+	m *Metrics
+}
+
+func (s countingSlices) count(op string, err error) {
+	if err == nil {
+		s.m.changes.WithLabelValues(op).Inc()
+	}
+}
+
+func (s countingSlices) Create(ctx context.Context, es *discoveryv1.EndpointSlice, o metav1.CreateOptions) (*discoveryv1.EndpointSlice, error) {
+	out, err := s.EndpointSliceInterface.Create(ctx, es, o)
+	s.count("create", err)
+	return out, err
+}
+
+func (s countingSlices) Update(ctx context.Context, es *discoveryv1.EndpointSlice, o metav1.UpdateOptions) (*discoveryv1.EndpointSlice, error) {
+	out, err := s.EndpointSliceInterface.Update(ctx, es, o)
+	s.count("update", err)
+	return out, err
+}
+
+func (s countingSlices) Delete(ctx context.Context, name string, o metav1.DeleteOptions) error {
+	err := s.EndpointSliceInterface.Delete(ctx, name, o)
+	s.count("delete", err)
+	return err
+}

@@ -1,0 +1,301 @@
+package mirroring
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/client-go/tools/record"
+	"k8s.io/client-go/util/workqueue"
+	esutil "k8s.io/endpointslice/util"
+
+	"github.com/netplane/netplane/controllers/internal/kit"
+)
+
+// Options tune a Controller.
+type Options struct {
+	// MaxEndpointsPerSubset bounds the addresses mirrored from one subset.
+	MaxEndpointsPerSubset int32
+}
+
+// Controller mirrors Endpoints of selector-less Services into slices.
+type Controller struct {
+	log       logr.Logger
+	client    kubernetes.Interface
+	services  corelisters.ServiceLister
+	endpoints corelisters.EndpointsLister
+	slices    discoverylisters.EndpointSliceLister
+	tracker   *esutil.EndpointSliceTracker
+	recorder  record.EventRecorder
+	metrics   *kit.Metrics
+	queue     workqueue.TypedRateLimitingInterface[string]
+	max       int
+}
+
+// New builds a Controller on the shared informers f, registering its event
+// handlers and its metrics (netplane_endpointslicemirroring_*) on reg.
+func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInformerFactory, recorder record.EventRecorder, reg prometheus.Registerer, opts Options) (*Controller, error) {
+	c := &Controller{
+		log:       log,
+		services:  f.Core().V1().Services().Lister(),
+		endpoints: f.Core().V1().Endpoints().Lister(),
+		slices:    f.Discovery().V1().EndpointSlices().Lister(),
+		tracker:   esutil.NewEndpointSliceTracker(),
+		recorder:  recorder,
+		queue:     kit.NewQueue("endpointslicemirroring"),
+		max:       int(opts.MaxEndpointsPerSubset),
+	}
+	m, err := kit.NewMetrics(reg, "endpointslicemirroring", c.countSlices)
+	if err != nil {
+		return nil, err
+	}
+	c.metrics = m
+	c.client = kit.CountWrites(client, m)
+	return c, c.addHandlers(f)
+}
+
+func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
+	_, err1 := f.Core().V1().Endpoints().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.enqueue,
+		UpdateFunc: func(_, cur any) { c.enqueue(cur) },
+		DeleteFunc: c.enqueue,
+	})
+	// Only a selector appearing or vanishing changes whether we mirror.
+	_, err2 := f.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: c.enqueue,
+		UpdateFunc: func(old, cur any) {
+			o, ok1 := old.(*corev1.Service)
+			n, ok2 := cur.(*corev1.Service)
+			if ok1 && ok2 && (o.Spec.Selector == nil) != (n.Spec.Selector == nil) {
+				c.enqueue(cur)
+			}
+		},
+		DeleteFunc: c.enqueue,
+	})
+	_, err3 := f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    c.onSlice,
+		UpdateFunc: c.onSliceUpdate,
+		DeleteFunc: c.onSliceDelete,
+	})
+	return errors.Join(err1, err2, err3)
+}
+
+// Run mirrors with workers goroutines until ctx ends.
+func (c *Controller) Run(ctx context.Context, workers int) {
+	defer c.queue.ShutDown()
+	c.log.Info("starting EndpointSlice mirroring controller", "workers", workers)
+	for range workers {
+		go wait.UntilWithContext(ctx, c.worker, time.Second)
+	}
+	<-ctx.Done()
+}
+
+func (c *Controller) worker(ctx context.Context) {
+	for {
+		key, quit := c.queue.Get()
+		if quit {
+			return
+		}
+		err := c.sync(ctx, key)
+		c.metrics.ObserveSync(err)
+		switch {
+		case err == nil:
+			c.queue.Forget(key)
+		case c.queue.NumRequeues(key) < kit.MaxRetries:
+			c.queue.AddRateLimited(key)
+		default:
+			c.log.Error(err, "mirroring failed too often, dropping until the next change", "endpoints", key)
+			c.queue.Forget(key)
+		}
+		c.queue.Done(key)
+	}
+}
+
+// sync converges the mirrored slices of the Endpoints namespace/name.
+func (c *Controller) sync(ctx context.Context, key string) error {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return err
+	}
+	ep, err := c.endpoints.Endpoints(ns).Get(name)
+	if err != nil && !apierrors.IsNotFound(err) {
+		return err
+	}
+	mirror := err == nil && shouldMirror(ep)
+	if mirror {
+		svc, err := c.services.Services(ns).Get(name)
+		if err != nil && !apierrors.IsNotFound(err) {
+			return err
+		}
+		mirror = err == nil && svc.Spec.Selector == nil
+	}
+	existing, err := c.mirrored(ns, name)
+	if err != nil {
+		return err
+	}
+	if !mirror {
+		c.metrics.SetDesired(key, 0)
+		return c.deleteAll(ctx, ns, name, existing)
+	}
+	if c.tracker.StaleSlices(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, existing) {
+		return kit.ErrStaleCache
+	}
+	p := Compute(ep, existing, c.max)
+	c.report(ep, p)
+	return c.apply(ctx, ep, p)
+}
+
+// shouldMirror is false for Endpoints that opt out and for the old
+// Endpoints-based leader election records, which are not service backends.
+func shouldMirror(ep *corev1.Endpoints) bool {
+	if ep.Labels[discovery.LabelSkipMirror] == "true" {
+		return false
+	}
+	_, isLock := ep.Annotations[resourcelock.LeaderElectionRecordAnnotationKey]
+	return !isLock
+}
+
+func (c *Controller) report(ep *corev1.Endpoints, p Plan) {
+	n := 0
+	for _, s := range append(append([]*discovery.EndpointSlice{}, p.Create...), p.Update...) {
+		n += len(s.Endpoints)
+	}
+	c.metrics.SetDesired(ep.Namespace+"/"+ep.Name, n)
+	if p.Invalid > 0 {
+		c.recorder.Eventf(ep, corev1.EventTypeWarning, "AddressNotMirrored",
+			"Skipped %d addresses that are not valid IPs when mirroring to EndpointSlices; fix them in the Endpoints", p.Invalid)
+	}
+	if p.Skipped > 0 {
+		c.recorder.Eventf(ep, corev1.EventTypeWarning, "TooManyAddressesToMirror",
+			"A max of %d addresses can be mirrored to EndpointSlices per Endpoints subset. %d addresses were skipped", c.max, p.Skipped)
+	}
+}
+
+func (c *Controller) apply(ctx context.Context, ep *corev1.Endpoints, p Plan) error {
+	api := c.client.DiscoveryV1().EndpointSlices(ep.Namespace)
+	if ep.DeletionTimestamp == nil {
+		for _, s := range p.Create {
+			got, err := api.Create(ctx, s, metav1.CreateOptions{})
+			if apierrors.HasStatusCause(err, corev1.NamespaceTerminatingCause) {
+				return nil
+			}
+			if err != nil {
+				return c.failed(ep, fmt.Errorf("creating a mirrored EndpointSlice: %w", err))
+			}
+			c.tracker.Update(got)
+		}
+	}
+	for _, s := range p.Update {
+		got, err := api.Update(ctx, s, metav1.UpdateOptions{})
+		if err != nil {
+			return c.failed(ep, fmt.Errorf("updating mirrored EndpointSlice %s: %w", s.Name, err))
+		}
+		c.tracker.Update(got)
+	}
+	for _, s := range p.Delete {
+		if err := api.Delete(ctx, s.Name, metav1.DeleteOptions{}); err != nil && !apierrors.IsNotFound(err) {
+			return c.failed(ep, fmt.Errorf("deleting mirrored EndpointSlice %s: %w", s.Name, err))
+		}
+		c.tracker.ExpectDeletion(s)
+	}
+	return nil
+}
+
+func (c *Controller) failed(ep *corev1.Endpoints, err error) error {
+	c.recorder.Eventf(ep, corev1.EventTypeWarning, "FailedToUpdateEndpointSlices", "Error mirroring Endpoints to EndpointSlices: %v", err)
+	return err
+}
+
+func (c *Controller) deleteAll(ctx context.Context, ns, name string, existing []*discovery.EndpointSlice) error {
+	c.tracker.DeleteService(ns, name)
+	var errs []error
+	for _, s := range existing {
+		err := c.client.DiscoveryV1().EndpointSlices(ns).Delete(ctx, s.Name, metav1.DeleteOptions{})
+		if err != nil && !apierrors.IsNotFound(err) {
+			errs = append(errs, err)
+		}
+	}
+	return errors.Join(errs...)
+}
+
+func (c *Controller) mirrored(ns, name string) ([]*discovery.EndpointSlice, error) {
+	return c.slices.EndpointSlices(ns).List(labels.Set{
+		discovery.LabelServiceName: name,
+		discovery.LabelManagedBy:   ControllerName,
+	}.AsSelectorPreValidated())
+}
+
+func (c *Controller) countSlices() int {
+	all, err := c.slices.List(labels.Set{discovery.LabelManagedBy: ControllerName}.AsSelectorPreValidated())
+	if err != nil {
+		return 0
+	}
+	return len(all)
+}
+
+func (c *Controller) enqueue(obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	c.queue.Add(key)
+}
+
+func managed(s *discovery.EndpointSlice) bool {
+	return s.Labels[discovery.LabelManagedBy] == ControllerName
+}
+
+func (c *Controller) onSlice(obj any) {
+	if s, ok := obj.(*discovery.EndpointSlice); ok && managed(s) && c.tracker.ShouldSync(s) {
+		c.enqueueForSlice(s)
+	}
+}
+
+func (c *Controller) onSliceUpdate(oldObj, curObj any) {
+	old, ok1 := oldObj.(*discovery.EndpointSlice)
+	cur, ok2 := curObj.(*discovery.EndpointSlice)
+	if !ok1 || !ok2 {
+		return
+	}
+	if old.Labels[discovery.LabelServiceName] != cur.Labels[discovery.LabelServiceName] {
+		c.enqueueForSlice(old)
+		c.enqueueForSlice(cur)
+		return
+	}
+	if managed(old) != managed(cur) || (managed(cur) && c.tracker.ShouldSync(cur)) {
+		c.enqueueForSlice(cur)
+	}
+}
+
+func (c *Controller) onSliceDelete(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	s, ok := obj.(*discovery.EndpointSlice)
+	if ok && managed(s) && c.tracker.Has(s) && !c.tracker.HandleDeletion(s) {
+		c.enqueueForSlice(s)
+	}
+}
+
+func (c *Controller) enqueueForSlice(s *discovery.EndpointSlice) {
+	if name := s.Labels[discovery.LabelServiceName]; name != "" {
+		c.queue.Add(s.Namespace + "/" + name)
+	}
+}
