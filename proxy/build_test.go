@@ -45,10 +45,10 @@ func tcp(name string, p int32) v1.ServicePort {
 }
 
 type ep struct {
-	ip                         string
-	node                       string
-	notReady, serving, termin  bool
-	zones                      []string
+	ip                        string
+	node                      string
+	notReady, serving, termin bool
+	zones                     []string
 }
 
 func slice(svcName, name string, ports map[string]int32, proto v1.Protocol, eps ...ep) *discovery.EndpointSlice {

@@ -2,8 +2,8 @@ package proxy
 
 import (
 	"crypto/sha256"
-	"encoding/binary"
 	"encoding/base32"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"strings"

@@ -1,16 +1,59 @@
-// Package proxy is netplane's service proxy: it programs Services and their
-// EndpointSlices into nftables on every node.
+// Package proxy is netplane's service proxy, a drop-in for kube-proxy's
+// nftables mode: it programs Services and their EndpointSlices into one
+// nftables table per family, named "netplane", on every node.
+//
+// The layers: model.go and topology.go reduce API objects to service ports
+// and endpoints; build.go turns them into the desired tables (a pure
+// function, golden-tested); render.go sends the kernel only the difference
+// over netlink; this file is the sync loop that ties them to the informers.
+//
+// Hook priorities are the contract with other software on the node, which
+// must never edit our table but can order itself around it:
+//
+//	filter prerouting/output -110  loadBalancerSourceRanges (drop before DNAT)
+//	nat    prerouting/output -100  Service DNAT (dstnat)
+//	filter input/forward/output 0  reject (no endpoints) or drop (no local endpoint)
+//	nat    postrouting        100  masquerade (srcnat)
+//
+// The masquerade mark (0x4000) is internal and may change.
 package proxy
 
 import (
 	"context"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/google/nftables"
 
 	"github.com/netplane/netplane/internal/role"
 )
 
-// Run is the proxy half of the node role.
+// Run is the proxy half of the node role. A graceful stop leaves the rules in
+// place, so Services keep working while the agent is restarted or upgraded.
 func Run(ctx context.Context, d role.Deps) error {
+	if os.Getenv("NETPLANE_PROXY_DISABLED") == "1" {
+		<-ctx.Done() // for nodes where another proxy is in charge
+		return nil
+	}
+	conn, err := nftables.New(nftables.AsLasting())
+	if err != nil {
+		return fmt.Errorf("opening nftables netlink socket (needs CAP_NET_ADMIN): %w", err)
+	}
+	defer func() { _ = conn.CloseLasting() }()
+	p := newProxier(d, conn)
 	f := d.Informers
+	handler := p.eventHandler()
+	if _, err := f.Core().V1().Services().Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	if _, err := f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(handler); err != nil {
+		return err
+	}
+	if _, err := f.Core().V1().Nodes().Informer().AddEventHandler(p.nodeHandler()); err != nil {
+		return err
+	}
+	d.Checks.AddHealth("proxy", p.healthz)
 	if !role.WaitForSync(ctx, d, "proxy",
 		f.Core().V1().Services().Informer().HasSynced,
 		f.Core().V1().Nodes().Informer().HasSynced,
@@ -18,6 +61,10 @@ func Run(ctx context.Context, d role.Deps) error {
 	) {
 		return nil
 	}
-	<-ctx.Done()
+	p.run(ctx)
+	shutdown, cancel := context.WithTimeout(context.Background(), time.Second)
+	defer cancel()
+	p.health.Close(shutdown)
+	d.Log.Info("stopped; rules left in place so Services keep working")
 	return nil
 }

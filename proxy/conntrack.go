@@ -1,0 +1,61 @@
+package proxy
+
+import (
+	"maps"
+	"net/netip"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+)
+
+// UDP has no connection to end: a conntrack entry keeps sending a client's
+// datagrams to the endpoint it first chose, even after that endpoint is gone
+// (DNS through a Service breaks when its pods move). After the rules change,
+// entries for a Service address whose reply comes from an address that is no
+// longer one of its endpoints are deleted.
+
+// staleUDP decides whether one UDP flow is stale: it is addressed to a
+// service address (VIP:port or node port) and answered by something that is
+// not a current endpoint, or to a service address that no longer exists.
+type staleUDP struct {
+	now, before map[netip.AddrPort]map[netip.Addr]bool
+}
+
+func (s staleUDP) stale(dst netip.AddrPort, replySrc netip.Addr) bool {
+	if eps, ok := s.now[dst]; ok {
+		return !eps[replySrc]
+	}
+	_, was := s.before[dst]
+	return was
+}
+
+// MatchConntrackFlow implements netlink.CustomConntrackFilter.
+func (s staleUDP) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
+	if f.Forward.Protocol != unix.IPPROTO_UDP {
+		return false
+	}
+	dst, ok1 := netip.AddrFromSlice(f.Forward.DstIP)
+	src, ok2 := netip.AddrFromSlice(f.Reverse.SrcIP)
+	if !ok1 || !ok2 {
+		return false
+	}
+	return s.stale(netip.AddrPortFrom(dst.Unmap(), f.Forward.DstPort), src.Unmap())
+}
+
+// udpChanged reports whether the UDP service map changed at all; only then
+// is the conntrack table walked.
+func udpChanged(a, b map[netip.AddrPort]map[netip.Addr]bool) bool {
+	return !maps.EqualFunc(a, b, func(x, y map[netip.Addr]bool) bool { return maps.Equal(x, y) })
+}
+
+// cleanConntrack deletes stale UDP entries of both families in the
+// caller's network namespace.
+func cleanConntrack(before, now map[netip.AddrPort]map[netip.Addr]bool) (uint, error) {
+	f := staleUDP{now: now, before: before}
+	n4, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f)
+	if err != nil {
+		return n4, err
+	}
+	n6, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET6, f)
+	return n4 + n6, err
+}

@@ -1,0 +1,314 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/nftables"
+	"github.com/vishvananda/netlink"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/types"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/role"
+)
+
+// proxier is the level-triggered sync loop: any event marks the state dirty,
+// and a sync recomputes the desired tables from the informer caches.
+type proxier struct {
+	log       logr.Logger
+	cfg       v1alpha1.Node
+	services  corelisters.ServiceLister
+	slices    discoverylisters.EndpointSliceLister
+	nodes     corelisters.NodeLister
+	renderers map[nftables.TableFamily]*Renderer
+	health    *healthServers
+	metrics   *metrics
+	kick      chan struct{}
+
+	mu           sync.Mutex
+	pendingSince time.Time   // first change not yet programmed; zero when none
+	pending      int         // changes not yet programmed
+	triggers     []time.Time // endpoint change trigger times not yet programmed
+	lastSuccess  time.Time
+	lastUDP      map[netip.AddrPort]map[netip.Addr]bool
+}
+
+func newProxier(d role.Deps, conn *nftables.Conn) *proxier {
+	f := d.Informers
+	p := &proxier{
+		log:      d.Log,
+		cfg:      d.Config.Node,
+		services: f.Core().V1().Services().Lister(),
+		slices:   f.Discovery().V1().EndpointSlices().Lister(),
+		nodes:    f.Core().V1().Nodes().Lister(),
+		renderers: map[nftables.TableFamily]*Renderer{
+			nftables.TableFamilyIPv4: NewRenderer(conn, nftables.TableFamilyIPv4),
+			nftables.TableFamilyIPv6: NewRenderer(conn, nftables.TableFamilyIPv6),
+		},
+		metrics: newMetrics(d.Metrics),
+		kick:    make(chan struct{}, 1),
+	}
+	p.health = newHealthServers(d.Log, func() bool { return p.healthz() == nil })
+	return p
+}
+
+// changed records a change and asks for a sync.
+func (p *proxier) changed(obj any) {
+	p.mu.Lock()
+	if p.pendingSince.IsZero() {
+		p.pendingSince = time.Now()
+	}
+	p.pending++
+	if s, ok := obj.(*discovery.EndpointSlice); ok {
+		if t, err := time.Parse(time.RFC3339, s.Annotations[v1.EndpointsLastChangeTriggerTime]); err == nil {
+			p.triggers = append(p.triggers, t)
+		}
+	}
+	p.metrics.pendingChanges.Set(float64(p.pending))
+	p.mu.Unlock()
+	select {
+	case p.kick <- struct{}{}:
+	default:
+	}
+}
+
+func (p *proxier) eventHandler() cache.ResourceEventHandler {
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    p.changed,
+		UpdateFunc: func(_, obj any) { p.changed(obj) },
+		DeleteFunc: p.changed,
+	}
+}
+
+// nodeHandler reacts to this node only (its addresses and zone).
+func (p *proxier) nodeHandler() cache.ResourceEventHandler {
+	return cache.FilteringResourceEventHandler{
+		FilterFunc: func(obj any) bool {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			n, ok := obj.(*v1.Node)
+			return ok && n.Name == p.cfg.NodeName
+		},
+		Handler: p.eventHandler(),
+	}
+}
+
+// healthz fails, as kube-proxy's does, when a change has waited for
+// programming longer than twice the sync period.
+func (p *proxier) healthz() error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	limit := 2 * p.cfg.SyncPeriod.Duration
+	if !p.pendingSince.IsZero() && time.Since(p.pendingSince) > limit {
+		return fmt.Errorf("a change has waited %v to be programmed (limit %v); last successful sync %v",
+			time.Since(p.pendingSince).Round(time.Second), limit, p.lastSuccess.Format(time.RFC3339))
+	}
+	return nil
+}
+
+// run syncs on demand, at most once per --min-sync-period, fully once per
+// --sync-period, and retries failures as full syncs.
+func (p *proxier) run(ctx context.Context) {
+	full := true
+	fullTimer := time.NewTimer(0)
+	defer fullTimer.Stop()
+	var last time.Time
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-p.kick:
+		case <-fullTimer.C:
+			full = true
+		}
+		if wait := p.cfg.MinSyncPeriod.Duration - time.Since(last); wait > 0 {
+			select {
+			case <-ctx.Done():
+				return
+			case <-time.After(wait):
+			}
+		}
+		last = time.Now()
+		if err := p.sync(full); err != nil {
+			p.log.Error(err, "sync failed; retrying with a full sync")
+			p.metrics.syncFailures.Inc()
+			full = true
+			time.AfterFunc(time.Second, func() { p.changed(nil) })
+			continue
+		}
+		if full {
+			fullTimer.Reset(p.cfg.SyncPeriod.Duration)
+		}
+		full = false
+	}
+}
+
+// sync programs the current state. Changes arriving meanwhile stay pending.
+func (p *proxier) sync(full bool) error {
+	start := time.Now()
+	p.mu.Lock()
+	triggers := p.triggers
+	p.triggers, p.pending, p.pendingSince = nil, 0, time.Time{}
+	p.metrics.pendingChanges.Set(0)
+	p.mu.Unlock()
+
+	in, err := p.input()
+	if err != nil {
+		return err
+	}
+	d := Build(in)
+	var errs []error
+	for _, fam := range Families {
+		if _, err := p.renderers[fam].Sync(d.Tables[fam], full); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if err := errors.Join(errs...); err != nil {
+		p.mu.Lock()
+		p.triggers = append(p.triggers, triggers...)
+		if p.pendingSince.IsZero() {
+			p.pendingSince = start
+		}
+		p.mu.Unlock()
+		return err
+	}
+	p.afterSync(d, full, start, triggers)
+	return nil
+}
+
+func (p *proxier) afterSync(d *Desired, full bool, start time.Time, triggers []time.Time) {
+	kind := "partial"
+	if full {
+		kind = "full"
+	}
+	now := time.Now()
+	p.metrics.syncDuration.WithLabelValues(kind).Observe(now.Sub(start).Seconds())
+	p.metrics.lastSync.Set(float64(now.Unix()))
+	for _, t := range triggers {
+		p.metrics.programming.Observe(now.Sub(t).Seconds())
+	}
+	p.metrics.noLocalEndpoints.WithLabelValues("internal").Set(float64(d.NoLocalInternal))
+	p.metrics.noLocalEndpoints.WithLabelValues("external").Set(float64(d.NoLocalExternal))
+	p.mu.Lock()
+	p.lastSuccess = now
+	before := p.lastUDP
+	p.lastUDP = d.UDP
+	p.mu.Unlock()
+	p.health.Sync(d.Health)
+	if before == nil || udpChanged(before, d.UDP) {
+		n, err := cleanConntrack(before, d.UDP)
+		if err != nil {
+			p.log.Error(err, "deleting stale UDP conntrack entries")
+		}
+		p.metrics.conntrackDeletions.Add(float64(n))
+	}
+	p.log.V(2).Info("synced", "type", kind, "took", now.Sub(start))
+}
+
+// input gathers the informer caches and this node's facts.
+func (p *proxier) input() (Input, error) {
+	svcs, err := p.services.List(labels.Everything())
+	if err != nil {
+		return Input{}, err
+	}
+	all, err := p.slices.List(labels.Everything())
+	if err != nil {
+		return Input{}, err
+	}
+	in := Input{Services: svcs, Slices: map[types.NamespacedName][]*discovery.EndpointSlice{}}
+	for _, s := range all {
+		if name := s.Labels[discovery.LabelServiceName]; name != "" {
+			k := types.NamespacedName{Namespace: s.Namespace, Name: name}
+			in.Slices[k] = append(in.Slices[k], s)
+		}
+	}
+	in.Node = p.nodeFacts()
+	return in, nil
+}
+
+func (p *proxier) nodeFacts() NodeFacts {
+	nf := NodeFacts{Name: p.cfg.NodeName, MasqueradeAll: p.cfg.MasqueradeAll}
+	for _, c := range p.cfg.ClusterCIDRs {
+		if pr, err := netip.ParsePrefix(c); err == nil {
+			nf.ClusterCIDRs = append(nf.ClusterCIDRs, pr.Masked())
+		}
+	}
+	node, err := p.nodes.Get(p.cfg.NodeName)
+	if err != nil {
+		p.log.V(1).Info("own Node not found; no zone and no primary node IPs for NodePorts until it exists", "node", p.cfg.NodeName)
+		return nf
+	}
+	nf.Zone = node.Labels[v1.LabelTopologyZone]
+	nf.NodePortIPs = nodePortIPs(p.cfg.NodePortAddresses, node, localAddrs)
+	return nf
+}
+
+// nodePortIPs resolves --nodeport-addresses: empty or "primary" means the
+// Node's primary IPs (first InternalIP, else ExternalIP, per family); CIDRs
+// select the node's own interface addresses.
+func nodePortIPs(spec []string, node *v1.Node, local func() []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	var cidrs []netip.Prefix
+	for _, s := range spec {
+		if pr, err := netip.ParsePrefix(s); err == nil {
+			cidrs = append(cidrs, pr.Masked())
+		}
+	}
+	if len(spec) == 0 || slices.Contains(spec, "primary") {
+		out = append(out, primaryIPs(node)...)
+	}
+	if len(cidrs) > 0 {
+		for _, a := range local() {
+			if !a.IsLoopback() && slices.ContainsFunc(cidrs, func(c netip.Prefix) bool { return c.Contains(a) }) && !slices.Contains(out, a) {
+				out = append(out, a)
+			}
+		}
+	}
+	return out
+}
+
+func primaryIPs(node *v1.Node) []netip.Addr {
+	var out []netip.Addr
+	for _, fam := range Families {
+		for _, typ := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
+			found := false
+			for _, a := range node.Status.Addresses {
+				if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == typ && isFamily(ip.Unmap(), fam) {
+					out, found = append(out, ip.Unmap()), true
+					break
+				}
+			}
+			if found {
+				break
+			}
+		}
+	}
+	return out
+}
+
+func localAddrs() []netip.Addr {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
