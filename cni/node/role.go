@@ -1,19 +1,228 @@
 // Package node is the pod-networking half of the node role: it prepares the
-// node for the netplane-cni plugin (bridge, CNI configuration, plugin binary,
-// routes to other nodes' pod CIDRs, masquerade of pod egress).
+// node for the netplane-cni plugin. Once its Node has spec.podCIDRs it keeps
+// the bridge, the forwarding sysctls, the egress masquerade table, the CNI
+// conflist, the installed plugin binary and the routes to other nodes' pod
+// CIDRs in the desired state. Every sync recomputes all of it from the Node
+// cache (level-triggered), so lost events, restarts and someone deleting a
+// route or flushing the table are healed by the next sync.
 package node
 
 import (
 	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"sync"
+	"time"
 
+	"github.com/vishvananda/netlink"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/netplane/netplane/cni/link"
 	"github.com/netplane/netplane/internal/role"
 )
 
 // Run is the pod-networking half of the node role.
 func Run(ctx context.Context, d role.Deps) error {
-	if !role.WaitForSync(ctx, d, "podnetwork", d.Informers.Core().V1().Nodes().Informer().HasSynced) {
+	cfg := d.Config.Node
+	clusterCIDRs, err := parseCIDRs(cfg.ClusterCIDRs)
+	if err != nil {
+		return fmt.Errorf("--cluster-cidr: %w", err)
+	}
+	nodes := d.Informers.Core().V1().Nodes()
+	kick := make(chan struct{}, 1)
+	poke := func(any) {
+		select {
+		case kick <- struct{}{}:
+		default:
+		}
+	}
+	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }, DeleteFunc: poke,
+	}); err != nil {
+		return err
+	}
+	a := &agent{d: d, nodes: nodes.Lister(), clusterCIDRs: clusterCIDRs, host: &netlink.Handle{}, offLink: map[string]bool{}}
+	a.pluginPath = cfg.CNIPluginPath
+	if a.pluginPath == "" {
+		a.pluginPath = defaultPluginPath()
+	}
+	d.Checks.AddReady("podnetwork-setup", a.ready)
+	if !role.WaitForSync(ctx, d, "podnetwork", nodes.Informer().HasSynced) {
 		return nil
 	}
-	<-ctx.Done()
+	a.recorder = newRecorder(ctx, d, cfg.NodeName)
+	period := cfg.SyncPeriod.Duration
+	if period <= 0 {
+		period = 30 * time.Second
+	}
+	ticker := time.NewTicker(period)
+	defer ticker.Stop()
+	for {
+		a.sync()
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-kick:
+		case <-ticker.C:
+		}
+		// Coalesce bursts of Node updates (every kubelet heartbeat is one).
+		select {
+		case <-ctx.Done():
+			return nil
+		case <-time.After(cfg.MinSyncPeriod.Duration):
+		}
+	}
+}
+
+func newRecorder(ctx context.Context, d role.Deps, nodeName string) record.EventRecorder {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events("")})
+	go func() { <-ctx.Done(); b.Shutdown() }()
+	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "netplane-node", Host: nodeName})
+}
+
+type agent struct {
+	d            role.Deps
+	nodes        corelisters.NodeLister
+	clusterCIDRs []netip.Prefix
+	pluginPath   string
+	host         *netlink.Handle
+	recorder     record.EventRecorder
+
+	offLink  map[string]bool // nodes last seen not on our L2 segment
+	lastMasq string          // the masquerade plan last written
+
+	mu      sync.Mutex
+	lastErr error
+}
+
+func (a *agent) ready() error {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	return a.lastErr
+}
+
+func (a *agent) sync() {
+	err := a.syncOnce()
+	a.mu.Lock()
+	changed := (err == nil) != (a.lastErr == nil)
+	a.lastErr = err
+	a.mu.Unlock()
+	if err != nil {
+		a.d.Log.Error(err, "pod networking sync failed; retrying at the next sync")
+	} else if changed {
+		a.d.Log.Info("pod networking is set up")
+	}
+}
+
+func (a *agent) syncOnce() error {
+	cfg := a.d.Config.Node
+	list, err := a.nodes.List(everything)
+	if err != nil {
+		return err
+	}
+	var infos []nodeInfo
+	var self *nodeInfo
+	for _, n := range list {
+		infos = append(infos, infoOf(n))
+		if n.Name == cfg.NodeName {
+			self = &infos[len(infos)-1]
+		}
+	}
+	if self == nil || len(self.PodCIDRs) == 0 {
+		return fmt.Errorf("node %q has no spec.podCIDRs yet: waiting for the controller that assigns them (or check --node-name)", cfg.NodeName)
+	}
+	me := *self
+	var errs []error
+	if err := a.setUpNode(me); err != nil {
+		return err // no conflist before the bridge and forwarding are in place
+	}
+	if plan := planMasquerade(me, a.clusterCIDRs, infos); fmt.Sprint(plan) != a.lastMasq {
+		if err := programMasquerade(plan); err != nil {
+			errs = append(errs, err)
+		} else {
+			a.lastMasq = fmt.Sprint(plan)
+		}
+	}
+	errs = append(errs, a.writeCNIFiles(me), a.syncRoutes(infos))
+	return errors.Join(errs...)
+}
+
+func (a *agent) setUpNode(me nodeInfo) error {
+	cfg := a.d.Config.Node
+	var gws []netip.Prefix
+	for _, p := range me.PodCIDRs {
+		gws = append(gws, netip.PrefixFrom(p.Addr().Next(), p.Bits()))
+	}
+	if _, err := link.EnsureBridge(a.host, cfg.Bridge, a.mtu(), gws); err != nil {
+		return err
+	}
+	sysctls := [][2]string{{"net/ipv4/ip_forward", "1"}, {"net/ipv4/conf/" + cfg.Bridge + "/route_localnet", "1"}}
+	for _, p := range me.PodCIDRs {
+		if p.Addr().Is6() {
+			sysctls = append(sysctls, [2]string{"net/ipv6/conf/all/forwarding", "1"})
+		}
+	}
+	for _, s := range sysctls {
+		if err := link.Sysctl(s[0], s[1]); err != nil {
+			return err
+		}
+	}
 	return nil
+}
+
+func (a *agent) mtu() int {
+	if m := a.d.Config.Node.MTU; m > 0 {
+		return int(m)
+	}
+	return link.DefaultRouteMTU(a.host)
+}
+
+func (a *agent) writeCNIFiles(me nodeInfo) error {
+	cfg := a.d.Config.Node
+	dst := filepath.Join(cfg.CNIBinDir, "netplane-cni")
+	if wrote, err := installPlugin(a.pluginPath, dst); err != nil {
+		return err
+	} else if wrote {
+		a.d.Log.Info("installed the CNI plugin", "from", a.pluginPath, "to", dst)
+	}
+	conf := renderConflist(conflistOpts{PodCIDRs: me.PodCIDRs, Bridge: cfg.Bridge, MTU: a.mtu(), StateDir: cfg.IPAMStateDir})
+	path := filepath.Join(cfg.CNIConfDir, ConflistName)
+	wrote, err := writeAtomic(path, conf, 0o644)
+	if wrote {
+		a.d.Log.Info("wrote the CNI configuration", "path", path, "podCIDRs", me.PodCIDRs)
+	}
+	return err
+}
+
+// syncRoutes routes other nodes' pod CIDRs to them, host-gw style. A node
+// whose address is reachable only through a gateway cannot be a next hop:
+// it is reported (event and log, once per change) instead of routed.
+func (a *agent) syncRoutes(infos []nodeInfo) error {
+	var want []route
+	for _, r := range desiredRoutes(a.d.Config.Node.NodeName, infos) {
+		ok, err := onLink(a.host, r.Via)
+		if err == nil && ok {
+			want = append(want, r)
+			if a.offLink[r.Node] {
+				delete(a.offLink, r.Node)
+				a.d.Log.Info("node is on our L2 segment again", "node", r.Node, "address", r.Via)
+			}
+			continue
+		}
+		if !a.offLink[r.Node] {
+			a.offLink[r.Node] = true
+			msg := fmt.Sprintf("pod CIDR %s of node %s is not routed: its address %s is not on this node's L2 segment (%v); netplane routes pods host-gw style and needs the nodes on one segment", r.Dst, r.Node, r.Via, err)
+			a.d.Log.Info(msg)
+			a.recorder.Event(&v1.ObjectReference{Kind: "Node", Name: r.Node, UID: typesUID(r.Node)}, v1.EventTypeWarning, "PodCIDRNotRoutable", msg)
+		}
+	}
+	return syncRoutes(a.host, want)
 }
