@@ -1,0 +1,60 @@
+{{/* Names and labels shared by every object of the chart. */}}
+
+{{- define "netplane.name" -}}netplane{{- end -}}
+
+{{- define "netplane.image" -}}
+{{ .Values.image.repository }}:{{ .Values.image.tag | default .Chart.AppVersion }}
+{{- end -}}
+
+{{- define "netplane.labels" -}}
+app.kubernetes.io/name: netplane
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ .Chart.Name }}-{{ .Chart.Version }}
+{{- end -}}
+
+{{/* selector ROLE: the labels that select one role's pods. */}}
+{{- define "netplane.selector" -}}
+app.kubernetes.io/name: netplane
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .role }}
+{{- end -}}
+
+{{/*
+config ROLE SECTION: the Configuration file of one role. Only the role's own
+section is rendered, so a change to the DNS settings rolls only DNS pods.
+*/}}
+{{- define "netplane.config" -}}
+apiVersion: netplane.io/v1alpha1
+kind: Configuration
+roles: [{{ .role }}]
+clientConnection:
+{{ toYaml .root.Values.config.clientConnection | indent 2 }}
+healthBindAddress: {{ .health | quote }}
+metricsBindAddress: {{ .metrics | quote }}
+{{ .section }}:
+{{ toYaml .values | indent 2 }}
+{{- end -}}
+
+{{/* args: the command line every role shares. */}}
+{{- define "netplane.args" -}}
+- --config=/etc/netplane/config.yaml
+- --v={{ .Values.logVerbosity }}
+{{- end -}}
+
+{{/* The three roles' Configuration files; their checksums roll only their own pods. */}}
+{{- define "netplane.controllerConfig" -}}
+{{- include "netplane.config" (dict "root" . "role" "controller" "section" "controller" "values" .Values.controller.config "health" "0.0.0.0:10290" "metrics" "0.0.0.0:10291") }}
+{{- end -}}
+
+{{- define "netplane.dnsConfig" -}}
+{{- $fixed := dict "bindAddress" ":53" "dnsService" (printf "%s/%s" .Release.Namespace .Values.dns.service.name) }}
+{{- include "netplane.config" (dict "root" . "role" "dns" "section" "dns" "values" (merge $fixed (deepCopy .Values.dns.config)) "health" "0.0.0.0:10290" "metrics" "0.0.0.0:9153") }}
+{{- end -}}
+
+{{/* The node agent sees the host's CNI folders under /host; the plugin ships in the image. */}}
+{{- define "netplane.nodeConfig" -}}
+{{- $fixed := dict "cniBinDir" "/host/opt/cni/bin" "cniConfDir" "/host/etc/cni/net.d" "ipamStateDir" (printf "%s/ipam" .Values.node.stateDir) "cniPluginPath" "/usr/local/bin/netplane-cni" }}
+{{- include "netplane.config" (dict "root" . "role" "node" "section" "node" "values" (merge $fixed (deepCopy .Values.node.config)) "health" "0.0.0.0:10290" "metrics" "0.0.0.0:10291") }}
+{{- end -}}
