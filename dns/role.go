@@ -17,6 +17,7 @@ import (
 	"errors"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -32,11 +33,18 @@ import (
 // and other names are forwarded. An unreachable API server keeps it in
 // that state, it never stops the process.
 func Run(ctx context.Context, d role.Deps) error {
+	var started atomic.Pointer[Server]
+	d.Checks.AddReady("dns", func() error {
+		if s := started.Load(); s != nil {
+			return s.Ready()
+		}
+		return errors.New("the DNS server has not started")
+	})
 	s, err := Start(ctx, d.Config.DNS, d.Client, d.Metrics, d.Log)
 	if err != nil {
 		return err
 	}
-	d.Checks.AddReady("dns", s.Ready)
+	started.Store(s)
 	<-ctx.Done()
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()

@@ -33,9 +33,20 @@ func reusePort(_, _ string, c syscall.RawConn) error {
 }
 
 // Listen opens udpSockets UDP sockets and a TCP listener on addr (port 0
-// picks a free port, the same for all of them). It opens sockets in the
-// calling thread's network namespace.
+// picks a port free for both protocols, the same for all sockets). It opens
+// sockets in the calling thread's network namespace.
 func Listen(addr string, udpSockets int) (*Listeners, error) {
+	_, port, _ := net.SplitHostPort(addr)
+	for tries := 1; ; tries++ {
+		l, err := listen(addr, udpSockets)
+		// A port the kernel picked free for UDP may be taken for TCP.
+		if port != "0" || tries == 10 || !errors.Is(err, syscall.EADDRINUSE) {
+			return l, err
+		}
+	}
+}
+
+func listen(addr string, udpSockets int) (*Listeners, error) {
 	lc := net.ListenConfig{Control: reusePort}
 	l := &Listeners{}
 	first, err := lc.ListenPacket(context.Background(), "udp", addr)
