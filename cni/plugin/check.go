@@ -157,6 +157,9 @@ func cmdStatus(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if conf.rangesErr != nil {
+		return conf.rangesErr
+	}
 	if len(conf.ranges) == 0 {
 		return types.NewError(types.ErrPluginNotAvailable, "the node has no pod CIDR yet", "netplane --role=node writes podCIDRs once the Node has spec.podCIDRs")
 	}

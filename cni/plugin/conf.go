@@ -45,7 +45,8 @@ type NetConf struct {
 	// so tests can prove that a late failure rolls back all of it.
 	FailAfterAllocationForTests bool `json:"failAfterAllocationForTests,omitempty"`
 
-	ranges []netip.Prefix
+	ranges    []netip.Prefix
+	rangesErr error // kept for ADD and STATUS; DEL and GC work without ranges
 }
 
 // PortMapEntry is one element of the portMappings capability.
@@ -80,7 +81,8 @@ func parseConf(data []byte) (*NetConf, error) {
 	if c.MTU < 0 || c.MTU > 65535 {
 		return nil, invalidConf(fmt.Sprintf("mtu %d is out of range (0 for the uplink's MTU, else 68 to 65535)", c.MTU))
 	}
-	return c, c.parseRanges()
+	c.rangesErr = c.parseRanges()
+	return c, nil
 }
 
 func (c *NetConf) parseRanges() error {
@@ -104,6 +106,9 @@ func (c *NetConf) parseRanges() error {
 
 // requireRanges is for the verbs that need a pod CIDR (ADD, STATUS).
 func (c *NetConf) requireRanges() error {
+	if c.rangesErr != nil {
+		return c.rangesErr
+	}
 	if len(c.ranges) == 0 {
 		return invalidConf("podCIDRs is empty: the node has no pod CIDR yet; netplane --role=node writes it once the Node has spec.podCIDRs")
 	}

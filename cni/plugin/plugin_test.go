@@ -136,6 +136,14 @@ func TestDelIsBestEffortAndIdempotent(t *testing.T) {
 		}
 		n.mustDel(t, r)
 	})
+	t.Run("with a config whose pod CIDRs became invalid", func(t *testing.T) {
+		r := rt(netns.New(t, "pod"), "bad-conf")
+		n.mustAdd(t, r)
+		broken := n.conflist(t, nodeOpts{podCIDRs: []string{"garbage"}})
+		if err := n.do(func(ctx context.Context) error { return n.cni.DelNetworkList(ctx, broken, r) }); err != nil {
+			t.Fatalf("DEL: %v", err)
+		}
+	})
 	n.requireClean(t)
 }
 
