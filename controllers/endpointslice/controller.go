@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -67,6 +68,7 @@ type Controller struct {
 	metrics    *kit.Metrics
 	queue      workqueue.TypedRateLimitingInterface[string]
 	batch      time.Duration
+	inflight   atomic.Int32 // syncs in progress
 }
 
 // New builds a Controller on the shared informers f, registers its event
@@ -145,12 +147,18 @@ func (c *Controller) processNext(ctx context.Context) bool {
 	if quit {
 		return false
 	}
+	c.inflight.Add(1)
+	defer c.inflight.Add(-1)
 	defer c.queue.Done(key)
 	err := c.syncService(key)
 	c.metrics.ObserveSync(err)
 	c.handleErr(key, err)
 	return true
 }
+
+// idle reports whether no Service is queued or being synced; a Service
+// waiting out a delay (batching, backoff) is not counted.
+func (c *Controller) idle() bool { return c.queue.Len() == 0 && c.inflight.Load() == 0 }
 
 func (c *Controller) handleErr(key string, err error) {
 	if err == nil {

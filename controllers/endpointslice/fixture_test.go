@@ -2,6 +2,7 @@ package endpointslice
 
 import (
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
 	"testing"
@@ -147,7 +148,7 @@ type podOpt func(*corev1.Pod)
 // 10.0.x.y and IPv6 fd00::x:y.
 func newPod(app string, i int, opts ...podOpt) *corev1.Pod {
 	v4 := fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)
-	v6 := fmt.Sprintf("fd00::%x:%x", i/250, i%250+1)
+	v6 := netip.MustParseAddr(fmt.Sprintf("fd00::%x:%x", i/250, i%250+1)).String()
 	p := &corev1.Pod{
 		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", app, i), Namespace: "ns",
 			UID: types.UID(fmt.Sprintf("%s-%d-uid", app, i)), Labels: map[string]string{"app": app}, ResourceVersion: "1"},

@@ -1,0 +1,233 @@
+package endpointslice
+
+import (
+	"context"
+	"fmt"
+	"maps"
+	"math/rand/v2"
+	"slices"
+	"testing"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/sets"
+
+	"github.com/netplane/netplane/e2e/framework"
+)
+
+// setup creates a namespace, node-1, Service a and n pods, and runs a
+// controller that has converged on them.
+func setup(t *testing.T, n int, opts Options) (*framework.APIServer, string, *corev1.Service, *running) {
+	s := sharedAPIServer(t)
+	ns := newNamespace(t, s, "repair")
+	createNode(t, s, "node-1", "zone-a")
+	svc := createService(t, s.Client, ns, newService("a"))
+	t.Cleanup(func() { s.Client.CoreV1().Services(ns).Delete(context.Background(), "a", metav1.DeleteOptions{}) })
+	for i := range n {
+		createPod(t, s.Client, ns, newPod("a", i))
+	}
+	r := startController(t, s, opts)
+	waitEndpoints(t, s, ns, "a", n)
+	return s, ns, svc, r
+}
+
+// waitEndpoints waits until the slices of svc list exactly the want pods,
+// each once.
+func waitEndpoints(t *testing.T, s *framework.APIServer, ns, svc string, want int) {
+	t.Helper()
+	eventually(t, 30*time.Second, "endpoints of "+svc, func() (bool, string) {
+		names, dups := endpointNames(listOwn(t, s.Client, ns, svc, ControllerName))
+		return names.Len() == want && dups == 0, fmt.Sprintf("%d endpoints, %d duplicated, want %d", names.Len(), dups, want)
+	})
+}
+
+func endpointNames(ss []*discovery.EndpointSlice) (sets.Set[string], int) {
+	names, dups := sets.New[string](), 0
+	for _, s := range ss {
+		for _, e := range s.Endpoints {
+			if names.Has(e.TargetRef.Name) {
+				dups++
+			}
+			names.Insert(e.TargetRef.Name)
+		}
+	}
+	return names, dups
+}
+
+func TestHandEditedSliceIsCorrected(t *testing.T) {
+	s, ns, _, _ := setup(t, 3, Options{})
+	slice := listOwn(t, s.Client, ns, "a", ControllerName)[0]
+	slice.Endpoints = slice.Endpoints[:1]
+	slice.Endpoints[0].Addresses = []string{"192.0.2.99"}
+	if _, err := s.Client.DiscoveryV1().EndpointSlices(ns).Update(framework.Ctx(t), slice, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "slice repaired", func() (bool, string) {
+		got := listOwn(t, s.Client, ns, "a", ControllerName)
+		var addrs []string
+		for _, s := range got {
+			for _, e := range s.Endpoints {
+				addrs = append(addrs, e.Addresses[0])
+			}
+		}
+		slices.Sort(addrs)
+		return slices.Equal(addrs, []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}), fmt.Sprintf("addresses %v", addrs)
+	})
+}
+
+func TestHandDeletedSliceIsRecreated(t *testing.T) {
+	s, ns, _, _ := setup(t, 3, Options{})
+	slice := listOwn(t, s.Client, ns, "a", ControllerName)[0]
+	if err := s.Client.DiscoveryV1().EndpointSlices(ns).Delete(framework.Ctx(t), slice.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	eventually(t, 30*time.Second, "slice recreated", func() (bool, string) {
+		got := listOwn(t, s.Client, ns, "a", ControllerName)
+		names, _ := endpointNames(got)
+		return len(got) == 1 && got[0].Name != slice.Name && names.Len() == 3, fmt.Sprintf("%d slices", len(got))
+	})
+}
+
+func TestForeignSliceIsLeftAlone(t *testing.T) {
+	s, ns, _, r := setup(t, 2, Options{})
+	foreign := &discovery.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Name: "by-hand", Labels: map[string]string{
+			discovery.LabelServiceName: "a", discovery.LabelManagedBy: "someone-else"}},
+		AddressType: discovery.AddressTypeIPv4,
+		Endpoints:   []discovery.Endpoint{{Addresses: []string{"192.0.2.1"}}},
+	}
+	if _, err := s.Client.DiscoveryV1().EndpointSlices(ns).Create(framework.Ctx(t), foreign, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.settle(t)
+	before := r.writes.get(ns)
+	foreign.Endpoints[0].Addresses = []string{"192.0.2.2"}
+	got, err := s.Client.DiscoveryV1().EndpointSlices(ns).Get(framework.Ctx(t), "by-hand", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	got.Endpoints = foreign.Endpoints
+	if _, err := s.Client.DiscoveryV1().EndpointSlices(ns).Update(framework.Ctx(t), got, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	r.settle(t)
+	if after := r.writes.get(ns); after != before {
+		t.Errorf("writes went from %v to %v after a foreign slice changed", before, after)
+	}
+	if _, err := s.Client.DiscoveryV1().EndpointSlices(ns).Get(framework.Ctx(t), "by-hand", metav1.GetOptions{}); err != nil {
+		t.Errorf("foreign slice: %v", err)
+	}
+}
+
+// TestRecreatedServiceGetsFreshSlices: no garbage collector runs here, so
+// the old Service's slices survive its deletion, as they may for a while in
+// a real cluster; the controller must replace them, not adopt them.
+func TestRecreatedServiceGetsFreshSlices(t *testing.T) {
+	s, ns, old, _ := setup(t, 2, Options{})
+	if err := s.Client.CoreV1().Services(ns).Delete(framework.Ctx(t), "a", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	svc := createService(t, s.Client, ns, newService("a"))
+	eventually(t, 30*time.Second, "slices owned by the new Service", func() (bool, string) {
+		got := listOwn(t, s.Client, ns, "a", ControllerName)
+		var owners []string
+		for _, s := range got {
+			owners = append(owners, string(s.OwnerReferences[0].UID))
+		}
+		names, _ := endpointNames(got)
+		ok := len(got) == 1 && owners[0] == string(svc.UID) && names.Len() == 2
+		return ok, fmt.Sprintf("owners %v (old %s, new %s)", owners, old.UID, svc.UID)
+	})
+}
+
+func TestPodOnLateNodeIsAddedWhenTheNodeAppears(t *testing.T) {
+	s, ns, _, _ := setup(t, 1, Options{})
+	createPod(t, s.Client, ns, newPod("a", 1, onNode("late-node")))
+	createNode(t, s, "late-node", "zone-b")
+	// Node events do not trigger syncs; the retry with backoff does.
+	waitEndpoints(t, s, ns, "a", 2)
+}
+
+// TestChurn scales a Service up and down, flips readiness and deletes pods
+// at random while the controller runs; afterwards the slices must equal a
+// fresh computation, with no endpoint duplicated or lost.
+func TestChurn(t *testing.T) {
+	s, ns, svc, _ := setup(t, 20, Options{MaxEndpointsPerSlice: 10})
+	rng := rand.New(rand.NewPCG(1, 2))
+	live := map[string]bool{}
+	for i := range 20 {
+		live[fmt.Sprintf("a-%d", i)] = true
+	}
+	next := 20
+	pods := s.Client.CoreV1().Pods(ns)
+	for range 150 {
+		names := slices.Sorted(maps.Keys(live))
+		switch op := rng.IntN(10); {
+		case op < 3 || len(names) < 5: // scale up
+			createPod(t, s.Client, ns, newPod("a", next))
+			live[fmt.Sprintf("a-%d", next)] = true
+			next++
+		case op < 5: // scale down
+			name := names[rng.IntN(len(names))]
+			if err := pods.Delete(framework.Ctx(t), name, metav1.DeleteOptions{GracePeriodSeconds: new(int64(0))}); err != nil {
+				t.Fatal(err)
+			}
+			delete(live, name)
+		default: // flip readiness
+			name := names[rng.IntN(len(names))]
+			p, err := pods.Get(framework.Ctx(t), name, metav1.GetOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			c := &p.Status.Conditions[0]
+			c.Status = map[corev1.ConditionStatus]corev1.ConditionStatus{corev1.ConditionTrue: corev1.ConditionFalse, corev1.ConditionFalse: corev1.ConditionTrue}[c.Status]
+			c.LastTransitionTime = metav1.Now()
+			if _, err := pods.UpdateStatus(framework.Ctx(t), p, metav1.UpdateOptions{}); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	// The fresh computation: the library on the final API state.
+	want := freshEndpoints(t, s, svc, 10)
+	eventually(t, 60*time.Second, "slices equal a fresh computation", func() (bool, string) {
+		got := listOwn(t, s.Client, ns, "a", ControllerName)
+		_, dups := endpointNames(got)
+		g := endpointSummary(got)
+		return dups == 0 && slices.Equal(g, want), fmt.Sprintf("%d duplicates; got %d endpoints, want %d", dups, len(g), len(want))
+	})
+}
+
+// freshEndpoints computes svc's endpoints from scratch from the API's
+// current pods, with the same library and no existing slices.
+func freshEndpoints(t *testing.T, s *framework.APIServer, svc *corev1.Service, maxPerSlice int32) []string {
+	t.Helper()
+	fx := newFixture(t, maxPerSlice)
+	node, err := s.Client.CoreV1().Nodes().Get(framework.Ctx(t), "node-1", metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.add(svc, node)
+	list, err := s.Client.CoreV1().Pods(svc.Namespace).List(framework.Ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := range list.Items {
+		fx.add(&list.Items[i])
+	}
+	return endpointSummary(fx.sync(svc).creates)
+}
+
+// endpointSummary lists "pod address ready serving terminating", sorted.
+func endpointSummary(ss []*discovery.EndpointSlice) []string {
+	var out []string
+	for _, s := range ss {
+		for _, e := range s.Endpoints {
+			c := e.Conditions
+			out = append(out, fmt.Sprintf("%s %s %v %v %v", e.TargetRef.Name, e.Addresses[0], *c.Ready, *c.Serving, *c.Terminating))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
