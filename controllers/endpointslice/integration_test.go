@@ -81,8 +81,8 @@ func TestAgainstAPIServer(t *testing.T) {
 				}
 			}},
 		{name: "zone, hostname, labels and owner", nodeZone: "zone-a",
-			svc: newService("a", func(s *corev1.Service) { s.Labels = map[string]string{"team": "x"} }),
-			pods: []runtime.Object{newPod("a", 0, func(p *corev1.Pod) { p.Spec.Hostname, p.Spec.Subdomain = "web", "a" })},
+			svc:       newService("a", func(s *corev1.Service) { s.Labels = map[string]string{"team": "x"} }),
+			pods:      []runtime.Object{newPod("a", 0, func(p *corev1.Pod) { p.Spec.Hostname, p.Spec.Subdomain = "web", "a" })},
 			wantSizes: []int{1}, wantWrites: [3]int{1, 0, 0},
 			check: func(t *testing.T, got []*discovery.EndpointSlice) {
 				e := got[0].Endpoints[0]
