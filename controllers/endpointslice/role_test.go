@@ -1,0 +1,189 @@
+package endpointslice
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/controllers/mirroring"
+	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/internal/serve"
+)
+
+// replica is one in-process run of the controller role.
+type replica struct {
+	checks *serve.Checks
+	writes *writeCounter
+	cancel context.CancelFunc
+	done   chan error
+	once   sync.Once
+}
+
+func startReplica(t *testing.T, s *framework.APIServer, change func(*v1alpha1.Controller)) *replica {
+	t.Helper()
+	cfg := v1alpha1.Default()
+	cfg.Roles = []string{v1alpha1.RoleController}
+	cfg.Controller.LeaderElection.LeaseDuration = metav1.Duration{Duration: 3 * time.Second}
+	cfg.Controller.LeaderElection.RenewDeadline = metav1.Duration{Duration: 2 * time.Second}
+	cfg.Controller.LeaderElection.RetryPeriod = metav1.Duration{Duration: 200 * time.Millisecond}
+	change(&cfg.Controller)
+	if err := cfg.Validate(); err != nil {
+		t.Fatal(err)
+	}
+	rc, writes := countingConfig(s.RestConfig)
+	client := kubernetes.NewForConfigOrDie(rc)
+	f := informers.NewSharedInformerFactory(client, 0)
+	r := &replica{checks: serve.NewChecks(), writes: writes, done: make(chan error, 1)}
+	ctx, cancel := context.WithCancel(context.Background())
+	r.cancel = cancel
+	d := role.Deps{Config: cfg, RestConfig: rc, Client: client, Informers: f, Checks: r.checks,
+		Metrics: prometheus.NewRegistry(), Log: testr.New(t)}
+	go func() { r.done <- Run(ctx, d) }()
+	t.Cleanup(func() {
+		r.stop(t)
+		f.Shutdown()
+	})
+	return r
+}
+
+// stop ends the replica and checks that it stopped gracefully.
+func (r *replica) stop(t *testing.T) {
+	r.once.Do(func() {
+		r.cancel()
+		select {
+		case err := <-r.done:
+			if err != nil {
+				t.Errorf("role returned %v on a graceful stop, want nil", err)
+			}
+		case <-time.After(15 * time.Second):
+			t.Errorf("role did not stop within 15s")
+		}
+	})
+}
+
+func TestTwoReplicasOnlyTheLeaderWrites(t *testing.T) {
+	s := sharedAPIServer(t)
+	lease := fmt.Sprintf("netplane-test-%d", time.Now().UnixNano())
+	withLease := func(c *v1alpha1.Controller) { c.LeaderElection.ResourceName = lease }
+	a := startReplica(t, s, withLease)
+	b := startReplica(t, s, withLease)
+	eventually(t, 30*time.Second, "both replicas ready", func() (bool, string) {
+		ea, eb := a.checks.Ready(), b.checks.Ready()
+		return ea == nil && eb == nil, fmt.Sprintf("a: %v; b: %v", ea, eb)
+	})
+
+	ns := newNamespace(t, s, "leader")
+	createNode(t, s, "node-1", "")
+	createService(t, s.Client, ns, newService("a"))
+	t.Cleanup(func() { s.Client.CoreV1().Services(ns).Delete(context.Background(), "a", metav1.DeleteOptions{}) })
+	for i := range 3 {
+		createPod(t, s.Client, ns, newPod("a", i))
+	}
+	waitEndpoints(t, s, ns, "a", 3)
+	leader, follower := a, b
+	if a.writes.total() == 0 {
+		leader, follower = b, a
+	}
+	if leader.writes.total() == 0 || follower.writes.total() != 0 {
+		t.Fatalf("writes: leader %d, follower %d; want only one replica writing", leader.writes.total(), follower.writes.total())
+	}
+
+	// A graceful stop releases the Lease; the other replica takes over.
+	leader.stop(t)
+	createPod(t, s.Client, ns, newPod("a", 3))
+	waitEndpoints(t, s, ns, "a", 4)
+	if follower.writes.total() == 0 {
+		t.Errorf("the remaining replica did not take over")
+	}
+}
+
+func TestRoleMirrorsEndpoints(t *testing.T) {
+	s := sharedAPIServer(t)
+	startReplica(t, s, func(c *v1alpha1.Controller) {
+		c.LeaderElection.LeaderElect = false
+		c.MirroringMaxEndpointsPerSubset = 2
+	})
+	ns := newNamespace(t, s, "mirror")
+	createService(t, s.Client, ns, newService("ext", func(svc *corev1.Service) { svc.Spec.Selector = nil }))
+	eps := s.Client.CoreV1().Endpoints(ns)
+	ep := &corev1.Endpoints{
+		ObjectMeta: metav1.ObjectMeta{Name: "ext", Labels: map[string]string{"team": "x"}},
+		Subsets: []corev1.EndpointSubset{{
+			Addresses:         []corev1.EndpointAddress{{IP: "192.0.2.1"}},
+			NotReadyAddresses: []corev1.EndpointAddress{{IP: "192.0.2.2"}},
+			Ports:             []corev1.EndpointPort{{Name: "http", Port: 80, Protocol: corev1.ProtocolTCP}},
+		}},
+	}
+	ep, err := eps.Create(framework.Ctx(t), ep, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	mirrored := func(want string) {
+		t.Helper()
+		eventually(t, 30*time.Second, "mirrored slices", func() (bool, string) {
+			got := listOwn(t, s.Client, ns, "ext", mirroring.ControllerName)
+			desc := fmt.Sprint(mirrorSummary(got))
+			return desc == want, desc
+		})
+	}
+	mirrored("[IPv4 team=x 192.0.2.1:true 192.0.2.2:false]")
+
+	ep.Subsets[0].Addresses = append(ep.Subsets[0].Addresses, corev1.EndpointAddress{IP: "192.0.2.3"}, corev1.EndpointAddress{IP: "2001:db8::1"})
+	if ep, err = eps.Update(framework.Ctx(t), ep, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	// At most 2 addresses per subset: the rest is skipped with an event.
+	mirrored("[IPv4 team=x 192.0.2.1:true 192.0.2.3:true]")
+	eventually(t, 30*time.Second, "TooManyAddressesToMirror event", func() (bool, string) {
+		list, err := s.Client.CoreV1().Events(ns).List(framework.Ctx(t), metav1.ListOptions{})
+		if err != nil {
+			return false, err.Error()
+		}
+		for _, e := range list.Items {
+			if e.Reason == "TooManyAddressesToMirror" && e.InvolvedObject.Name == "ext" {
+				return true, ""
+			}
+		}
+		return false, fmt.Sprintf("%d events, none about skipped addresses", len(list.Items))
+	})
+
+	ep.Labels[discovery.LabelSkipMirror] = "true"
+	if ep, err = eps.Update(framework.Ctx(t), ep, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mirrored("[]")
+	delete(ep.Labels, discovery.LabelSkipMirror)
+	if _, err = eps.Update(framework.Ctx(t), ep, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mirrored("[IPv4 team=x 192.0.2.1:true 192.0.2.3:true]")
+	if err := eps.Delete(framework.Ctx(t), "ext", metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	mirrored("[]")
+}
+
+// mirrorSummary describes slices as "family team=label addr:ready...".
+func mirrorSummary(ss []*discovery.EndpointSlice) []string {
+	var out []string
+	for _, s := range ss {
+		d := fmt.Sprintf("%s team=%s", s.AddressType, s.Labels["team"])
+		for _, e := range s.Endpoints {
+			d += fmt.Sprintf(" %s:%v", e.Addresses[0], *e.Conditions.Ready)
+		}
+		out = append(out, d)
+	}
+	return out
+}
