@@ -1,0 +1,386 @@
+package proxy
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/e2e/netns"
+)
+
+// The lab: node-a (192.168.0.2) runs `netplane --role=node`; pods a1, a2 on
+// it (10.244.1.0/24, routed veths); node-b (192.168.0.3) with pod b1
+// (10.244.2.2) is "another node"; ext (203.0.113.2) is an external client.
+// Every pod runs echo servers that answer "<pod> <client address seen>".
+
+type lab struct {
+	t    *testing.T
+	api  *framework.APIServer
+	node *netns.NS
+	pods map[string]*netns.NS
+	ext  *netns.NS
+	proc *framework.Process
+	args []string
+	ctx  context.Context
+}
+
+var (
+	buildOnce sync.Once
+	binPath   string
+	buildErr  error
+)
+
+// netplaneBinary builds cmd/netplane from this tree once per test binary,
+// so the test never runs a stale bin/netplane.
+func netplaneBinary(t *testing.T) string {
+	buildOnce.Do(func() {
+		dir, err := os.MkdirTemp("", "netplane-proxy-e2e-")
+		if err != nil {
+			buildErr = err
+			return
+		}
+		binPath = filepath.Join(dir, "netplane")
+		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/netplane")
+		cmd.Dir = framework.RepoRoot()
+		if out, err := cmd.CombinedOutput(); err != nil {
+			buildErr = fmt.Errorf("go build ./cmd/netplane: %v\n%s", err, out)
+		}
+	})
+	if buildErr != nil {
+		t.Fatal(buildErr)
+	}
+	return binPath
+}
+
+func newLab(t *testing.T) *lab {
+	if testing.Short() {
+		t.Skip("end-to-end")
+	}
+	framework.RequireRoot(t)
+	bin := netplaneBinary(t)
+	l := &lab{t: t, api: framework.StartAPIServer(t, framework.Options{}), pods: map[string]*netns.NS{}, ctx: framework.Ctx(t)}
+	l.node = l.host("node-a")
+	l.node.Sysctl(t, "net.ipv4.ip_forward", "1")
+	l.node.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
+	nodeB := netns.New(t, "node-b")
+	l.quiet(nodeB)
+	nodeB.Sysctl(t, "net.ipv4.ip_forward", "1")
+	nodeB.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
+	netns.Veth(t, l.node, "underlay", nodeB, "underlay")
+	l.node.Addr(t, "underlay", "192.168.0.2/24")
+	l.node.Addr(t, "underlay", "fd00:192::2/64")
+	nodeB.Addr(t, "underlay", "192.168.0.3/24")
+	nodeB.Addr(t, "underlay", "fd00:192::3/64")
+	l.node.Route(t, "10.244.2.0/24", "via", "192.168.0.3")
+	l.node.Route(t, "fd00:244:2::/64", "via", "fd00:192::3")
+	nodeB.Route(t, "default", "via", "192.168.0.2")
+	nodeB.Route(t, "default", "via", "fd00:192::2")
+	l.pod(l.node, "a1", "10.244.1.2", "fd00:244:1::2")
+	l.pod(l.node, "a2", "10.244.1.3", "fd00:244:1::3")
+	l.pod(nodeB, "b1", "10.244.2.2", "fd00:244:2::2")
+	l.ext = l.host("ext")
+	netns.Veth(t, l.node, "toext", l.ext, "eth0")
+	l.node.Addr(t, "toext", "203.0.113.1/24")
+	l.ext.Addr(t, "eth0", "203.0.113.2/24")
+	l.ext.Route(t, "default", "via", "203.0.113.1")
+	// Real nodes have a default route; without one the node's own
+	// connections to a ClusterIP fail before DNAT.
+	l.node.Route(t, "default", "via", "203.0.113.2")
+	l.node.Route(t, "default", "via", "fd00:192::3")
+	l.createNode()
+	l.start(bin)
+	return l
+}
+
+func (l *lab) host(label string) *netns.NS {
+	ns := netns.New(l.t, label)
+	l.quiet(ns)
+	return ns
+}
+
+// quiet turns off what would make counting rejects or using IPv6 at once flaky.
+func (l *lab) quiet(ns *netns.NS) {
+	ns.Sysctl(l.t, "net.ipv4.icmp_ratelimit", "0")
+	ns.Sysctl(l.t, "net.ipv6.icmp.ratelimit", "0")
+	ns.Sysctl(l.t, "net.ipv6.conf.default.accept_dad", "0")
+	ns.Sysctl(l.t, "net.ipv6.conf.all.accept_dad", "0")
+}
+
+// pod makes a pod namespace routed from node (no bridge: a /32 route per
+// pod), with TCP and UDP echo servers on ports 8080 and 5353.
+func (l *lab) pod(node *netns.NS, name, ip4, ip6 string) {
+	t := l.t
+	p := l.host(name)
+	netns.Veth(t, node, "v"+name, p, "eth0")
+	gw4 := ip4[:strings.LastIndex(ip4, ".")] + ".1"
+	gw6 := ip6[:strings.LastIndex(ip6, ":")] + ":1"
+	// Host addresses: every packet, also to a pod on the same node, goes
+	// through the node, as with a routed CNI.
+	p.Addr(t, "eth0", ip4+"/32")
+	p.Addr(t, "eth0", ip6+"/128")
+	node.Addr(t, "v"+name, gw4+"/32")
+	node.Addr(t, "v"+name, gw6+"/128")
+	node.Route(t, ip4+"/32", "dev", "v"+name)
+	node.Route(t, ip6+"/128", "dev", "v"+name)
+	p.Route(t, "default", "via", gw4, "dev", "eth0", "onlink")
+	p.Route(t, "default", "via", gw6, "dev", "eth0", "onlink")
+	for _, addr := range []string{"[::]:8080"} { // dual-stack socket
+		ln, err := p.Listen(addr)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { ln.Close() })
+		go serveTCP(ln, name)
+	}
+	var pc net.PacketConn
+	if err := p.Do(func() (err error) { pc, err = net.ListenPacket("udp", ":5353"); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pc.Close() })
+	go serveUDP(pc, name)
+	l.pods[name] = p
+}
+
+func serveTCP(ln net.Listener, name string) {
+	for {
+		c, err := ln.Accept()
+		if err != nil {
+			return
+		}
+		go func() {
+			defer c.Close()
+			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+			r := bufio.NewReader(c)
+			for {
+				fmt.Fprintf(c, "%s %s\n", name, host)
+				if _, err := r.ReadString('\n'); err != nil {
+					return // one answer per line received, for long-lived connections
+				}
+			}
+		}()
+	}
+}
+
+func serveUDP(pc net.PacketConn, name string) {
+	buf := make([]byte, 512)
+	for {
+		_, from, err := pc.ReadFrom(buf)
+		if err != nil {
+			return
+		}
+		host, _, _ := net.SplitHostPort(from.String())
+		_, _ = pc.WriteTo([]byte(name+" "+host), from)
+	}
+}
+
+func (l *lab) createNode() {
+	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{v1.LabelTopologyZone: "z1"}}}
+	n, err := l.api.Client.CoreV1().Nodes().Create(l.ctx, n, metav1.CreateOptions{})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.2"}, {Type: v1.NodeInternalIP, Address: "fd00:192::2"}}
+	if _, err := l.api.Client.CoreV1().Nodes().UpdateStatus(l.ctx, n, metav1.UpdateOptions{}); err != nil {
+		l.t.Fatal(err)
+	}
+}
+
+func (l *lab) start(bin string) {
+	t := l.t
+	if l.args == nil {
+		fwd := l.node.Forward(t, "127.0.0.1:0", strings.TrimPrefix(l.api.URL, "https://"))
+		kc := filepath.Join(t.TempDir(), "kubeconfig")
+		if err := l.api.WriteKubeconfig(kc, "https://"+fwd, l.api.Token); err != nil {
+			t.Fatal(err)
+		}
+		tmp := t.TempDir()
+		l.args = []string{"--role=node", "--kubeconfig=" + kc, "--node-name=node-a",
+			"--cluster-cidr=10.244.0.0/16,fd00:244::/32", "--sync-period=3s", "--min-sync-period=0s",
+			"--health-bind-address=127.0.0.1:10290", "--metrics-bind-address=127.0.0.1:10291",
+			"--cni-conf-dir=" + tmp, "--cni-bin-dir=" + tmp, "--ipam-state-dir=" + tmp, "--bridge=np-e2e0", "-v=2"}
+	}
+	l.proc = l.node.Start(t, bin, l.args...)
+}
+
+// hit connects from ns to addr and returns "<pod> <seen client>", "refused",
+// or "timeout".
+func hit(ns *netns.NS, network, addr string) string {
+	var reply string
+	err := ns.Do(func() error {
+		c, err := net.DialTimeout(network, addr, time.Second)
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(time.Second))
+		if network == "udp" {
+			if _, err := c.Write([]byte("hi\n")); err != nil {
+				return err
+			}
+		}
+		buf := make([]byte, 128)
+		n, err := c.Read(buf)
+		reply = strings.TrimSpace(string(buf[:n]))
+		return err
+	})
+	switch {
+	case err == nil:
+		return reply
+	case strings.Contains(err.Error(), "refused"):
+		return "refused"
+	case strings.Contains(err.Error(), "timeout"):
+		return "timeout"
+	}
+	return err.Error()
+}
+
+type svcOpt func(*v1.Service)
+
+// service creates a dual-stack Service "name" with TCP 80 → 8080 and UDP 53
+// → 5353, and one EndpointSlice per family with the given pods.
+func (l *lab) service(name string, eps []labEP, opts ...svcOpt) *v1.Service {
+	s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: v1.ServiceSpec{
+		IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
+		Ports: []v1.ServicePort{
+			{Name: "http", Protocol: v1.ProtocolTCP, Port: 80, TargetPort: intstr.FromInt32(8080)},
+			{Name: "dns", Protocol: v1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(5353)},
+		}}}
+	for _, o := range opts {
+		o(s)
+	}
+	s, err := l.api.Client.CoreV1().Services("default").Create(l.ctx, s, metav1.CreateOptions{})
+	if err != nil {
+		l.t.Fatal(err)
+	}
+	if s.Spec.Type == v1.ServiceTypeLoadBalancer && len(s.Status.LoadBalancer.Ingress) == 0 {
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: "198.51.100." + fmt.Sprint(len(name))}}
+		if s, err = l.api.Client.CoreV1().Services("default").UpdateStatus(l.ctx, s, metav1.UpdateOptions{}); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+	l.endpoints(name, eps)
+	return s
+}
+
+type labEP struct {
+	pod         string
+	terminating bool
+}
+
+var podIPs = map[string][2]string{
+	"a1": {"10.244.1.2", "fd00:244:1::2"}, "a2": {"10.244.1.3", "fd00:244:1::3"}, "b1": {"10.244.2.2", "fd00:244:2::2"},
+}
+
+// endpoints writes (creates or replaces) the Service's two slices.
+func (l *lab) endpoints(name string, eps []labEP) {
+	for fam, at := range []discovery.AddressType{discovery.AddressTypeIPv4, discovery.AddressTypeIPv6} {
+		s := &discovery.EndpointSlice{
+			ObjectMeta:  metav1.ObjectMeta{Namespace: "default", Name: name + "-" + strings.ToLower(string(at)), Labels: map[string]string{discovery.LabelServiceName: name}},
+			AddressType: at,
+			Ports: []discovery.EndpointPort{
+				{Name: ptr.To("http"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](8080)},
+				{Name: ptr.To("dns"), Protocol: ptr.To(v1.ProtocolUDP), Port: ptr.To[int32](5353)},
+			},
+		}
+		for _, e := range eps {
+			node := "node-a"
+			if strings.HasPrefix(e.pod, "b") {
+				node = "node-b"
+			}
+			s.Endpoints = append(s.Endpoints, discovery.Endpoint{
+				Addresses: []string{podIPs[e.pod][fam]}, NodeName: ptr.To(node),
+				Conditions: discovery.EndpointConditions{Ready: ptr.To(!e.terminating), Serving: ptr.To(true), Terminating: ptr.To(e.terminating)},
+			})
+		}
+		c := l.api.Client.DiscoveryV1().EndpointSlices("default")
+		_ = c.Delete(l.ctx, s.Name, metav1.DeleteOptions{})
+		if _, err := c.Create(l.ctx, s, metav1.CreateOptions{}); err != nil {
+			l.t.Fatal(err)
+		}
+	}
+}
+
+// expect polls until hitting addr from ns gives one of want (pod names, or
+// "refused"/"timeout"), with the client seen as seenAs ("" to ignore; "masq"
+// for anything but the client's own address), and every wanted pod has
+// answered at least once.
+func (l *lab) expect(from string, network, addr string, seenAs string, want ...string) {
+	l.t.Helper()
+	ns := l.ns(from)
+	got := map[string]bool{}
+	deadline := time.Now().Add(15 * time.Second)
+	var last string
+	for time.Now().Before(deadline) {
+		r := hit(ns, network, addr)
+		last = r
+		pod, seen, _ := strings.Cut(r, " ")
+		if !contains(want, pod) {
+			got = map[string]bool{}
+			time.Sleep(100 * time.Millisecond)
+			continue
+		}
+		if seenAs != "" && seen != "" && !seenOK(seenAs, seen, l.clientIP(from, addr)) {
+			l.t.Fatalf("%s → %s %s answered by %s, which saw the client as %s; want %s", from, network, addr, pod, seen, seenAs)
+		}
+		got[pod] = true
+		if len(got) == len(want) {
+			return
+		}
+	}
+	l.t.Fatalf("%s → %s %s: want answers from all of %v (client seen as %q); got %v, last %q\nnetplane log:\n%s",
+		from, network, addr, want, seenAs, got, last, l.proc.Tail(20))
+}
+
+func contains(xs []string, x string) bool {
+	for _, y := range xs {
+		if y == x {
+			return true
+		}
+	}
+	return false
+}
+
+func seenOK(want, seen, client string) bool {
+	if want == "masq" {
+		return seen != client
+	}
+	return seen == want
+}
+
+func (l *lab) ns(name string) *netns.NS {
+	switch name {
+	case "ext":
+		return l.ext
+	case "node":
+		return l.node
+	}
+	return l.pods[name]
+}
+
+func (l *lab) clientIP(from, addr string) string {
+	v6 := strings.HasPrefix(addr, "[")
+	switch {
+	case from == "ext":
+		return "203.0.113.2"
+	case v6:
+		return podIPs[from][1]
+	}
+	return podIPs[from][0]
+}
+
+func hp(ip string, port int32) string { return net.JoinHostPort(ip, fmt.Sprint(port)) }
