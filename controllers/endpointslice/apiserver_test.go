@@ -221,6 +221,8 @@ func createService(t *testing.T, client kubernetes.Interface, ns string, svc *co
 		svc.Spec.IPFamilies, svc.Spec.ClusterIP, svc.Spec.ClusterIPs = nil, "", nil
 	} else if svc.Spec.ClusterIP != corev1.ClusterIPNone {
 		svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "", nil
+	} else {
+		svc.Spec.ClusterIPs = []string{corev1.ClusterIPNone}
 	}
 	if len(svc.Spec.IPFamilies) > 1 {
 		svc.Spec.IPFamilyPolicy = new(corev1.IPFamilyPolicyRequireDualStack)
