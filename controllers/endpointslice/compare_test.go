@@ -131,7 +131,9 @@ func populate(t *testing.T, s *framework.APIServer) {
 				}
 			})},
 		{newService("empty"), nil},
-		{newService("ext", func(s *corev1.Service) { s.Spec.Type, s.Spec.ExternalName, s.Spec.Ports = corev1.ServiceTypeExternalName, "example.com", nil }),
+		{newService("ext", func(s *corev1.Service) {
+			s.Spec.Type, s.Spec.ExternalName, s.Spec.Ports = corev1.ServiceTypeExternalName, "example.com", nil
+		}),
 			podsFor("ext", 2, nil)},
 		{newService("big"), podsFor("big", 250, nil)},
 		{newService("manual", func(s *corev1.Service) {
