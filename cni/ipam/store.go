@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,20 +14,30 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// File names inside the state directory.
+// File names inside the state directory: the table of a boot is
+// allocations.<boot ID>.json.
 const (
-	stateFile = "allocations.json"
-	lockFile  = "lock"
+	statePrefix = "allocations."
+	stateSuffix = ".json"
+	lockFile    = "lock"
 )
 
 // BootIDPath is where the kernel tells which boot this is.
 const BootIDPath = "/proc/sys/kernel/random/boot_id"
 
 // Store is the on-disk State of one node, in a directory of its own. Every
-// change is one atomic replace of allocations.json (write a temporary file,
-// fsync, rename, fsync the directory), so a plugin killed at any point leaves
+// change is one atomic replace of the table (write a temporary file, then
+// rename it over the old one), so a plugin killed at any point leaves
 // either the old or the new table, never a torn one. An exclusive flock on
 // the directory's lock file serialises the plugin processes.
+//
+// The table is named after the kernel's boot ID, and that is why there is no
+// fsync (which costs milliseconds on every pod start): unsynced data is only
+// lost by a kernel crash or power loss, that is, with the boot, and every
+// record of an earlier boot is void anyway, since its pods' network
+// namespaces are gone. A torn table can therefore only carry another boot's
+// ID; it is never read as the current table. Within one boot the page cache
+// makes each rename visible to every process at once.
 type Store struct {
 	Dir string
 	// BootID is the current boot; records of another boot are dropped on load.
@@ -100,26 +111,46 @@ func (s *Store) lock(how int) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-// load reads the state; a missing file is an empty state. Records of an
-// earlier boot are dropped: their namespaces and veths died with that boot.
+func (s *Store) path() string { return filepath.Join(s.Dir, statePrefix+s.BootID+stateSuffix) }
+
+// load reads this boot's table. Without one, it starts empty, keeping only
+// the round-robin cursors of an earlier boot's table if that is readable:
+// the earlier boot's records died with its network namespaces.
 func (s *Store) load() (*State, []byte, error) {
-	path := filepath.Join(s.Dir, stateFile)
-	raw, err := os.ReadFile(path)
+	raw, err := os.ReadFile(s.path())
 	if errors.Is(err, fs.ErrNotExist) {
-		return &State{BootID: s.BootID}, nil, nil
+		return &State{BootID: s.BootID, Last: s.earlierCursors()}, nil, nil
 	}
 	if err != nil {
 		return nil, nil, fmt.Errorf("read IPAM state: %w", err)
 	}
 	st := &State{}
-	if err := json.Unmarshal(raw, st); err != nil {
-		return nil, nil, fmt.Errorf("IPAM state %s is unreadable (%v): move it aside to start with an empty table, then restart the pods of this node", path, err)
-	}
-	if st.BootID != s.BootID {
-		st.BootID = s.BootID
-		st.Attachments = nil
+	if err := json.Unmarshal(raw, st); err != nil || st.BootID != s.BootID {
+		return nil, nil, fmt.Errorf("IPAM state %s is unreadable (%v): move it aside to start with an empty table, then restart the pods of this node", s.path(), err)
 	}
 	return st, raw, nil
+}
+
+// earlierCursors reads the cursors of an earlier boot's table, if any.
+func (s *Store) earlierCursors() map[string]netip.Addr {
+	old, _ := filepath.Glob(filepath.Join(s.Dir, statePrefix+"*"+stateSuffix))
+	for _, path := range old {
+		var st State
+		if raw, err := os.ReadFile(path); err == nil && json.Unmarshal(raw, &st) == nil {
+			return st.Last
+		}
+	}
+	return nil
+}
+
+// removeEarlier deletes the tables of earlier boots once this boot has one.
+func (s *Store) removeEarlier() {
+	old, _ := filepath.Glob(filepath.Join(s.Dir, statePrefix+"*"+stateSuffix))
+	for _, path := range old {
+		if path != s.path() {
+			os.Remove(path)
+		}
+	}
 }
 
 func (s *Store) write(data []byte) error {
@@ -129,29 +160,18 @@ func (s *Store) write(data []byte) error {
 	}
 	defer os.Remove(tmp.Name()) // a no-op after the rename
 	_, err = tmp.Write(data)
-	if err == nil {
-		err = tmp.Sync()
-	}
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
 	if err == nil {
-		err = os.Rename(tmp.Name(), filepath.Join(s.Dir, stateFile))
-	}
-	if err == nil {
-		err = syncDir(s.Dir)
+		_, statErr := os.Stat(s.path())
+		err = os.Rename(tmp.Name(), s.path())
+		if err == nil && statErr != nil {
+			s.removeEarlier() // the first table of this boot
+		}
 	}
 	if err != nil {
 		return fmt.Errorf("write IPAM state in %s: %w", s.Dir, err)
 	}
 	return nil
-}
-
-func syncDir(dir string) error {
-	d, err := os.Open(dir)
-	if err != nil {
-		return err
-	}
-	defer d.Close()
-	return d.Sync()
 }

@@ -43,6 +43,25 @@ func TestStoreKeepsAttachmentsOfTheSameBootAndDropsThoseOfAnEarlierOne(t *testin
 	if got.String() != "10.244.1.3/24" {
 		t.Fatalf("after reboot got %s, want 10.244.1.3/24", got)
 	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "allocations.*")); len(files) != 1 || files[0] != rebooted.path() {
+		t.Fatalf("tables on disk after the reboot: %v, want only this boot's", files)
+	}
+}
+
+func TestATornTableOfAnEarlierBootIsIgnored(t *testing.T) {
+	dir := t.TempDir()
+	// What a power loss can leave: the earlier boot's table, half written.
+	os.WriteFile(filepath.Join(dir, "allocations.boot-1.json"), []byte(`{"bootID":"boot-1","attach`), 0o600)
+	s := &Store{Dir: dir, BootID: "boot-2"}
+	if err := s.Update(func(st *State) error {
+		_, err := st.Allocate([]netip.Prefix{pfx("10.0.0.0/24")}, Request{ContainerID: "a", IfName: "eth0"}, "", nil)
+		return err
+	}); err != nil {
+		t.Fatalf("after a torn table of an earlier boot: %v", err)
+	}
+	if files, _ := filepath.Glob(filepath.Join(dir, "allocations.*")); len(files) != 1 {
+		t.Fatalf("tables on disk: %v", files)
+	}
 }
 
 func TestStoreDoesNotWriteWhenUpdateFails(t *testing.T) {
@@ -55,16 +74,16 @@ func TestStoreDoesNotWriteWhenUpdateFails(t *testing.T) {
 	}); err != want {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := os.Stat(filepath.Join(dir, stateFile)); !os.IsNotExist(err) {
+	if _, err := os.Stat(s.path()); !os.IsNotExist(err) {
 		t.Fatalf("state written after a failed update: %v", err)
 	}
 }
 
 func TestStoreRefusesACorruptFileAndKeepsIt(t *testing.T) {
 	dir := t.TempDir()
-	path := filepath.Join(dir, stateFile)
-	os.WriteFile(path, []byte("{not json"), 0o600)
 	s := &Store{Dir: dir, BootID: "b"}
+	path := s.path()
+	os.WriteFile(path, []byte("{not json"), 0o600)
 	err := s.Update(func(*State) error { return nil })
 	if err == nil || !strings.Contains(err.Error(), "move it aside") {
 		t.Fatalf("got %v, want an error that says what to do", err)

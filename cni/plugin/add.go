@@ -27,8 +27,11 @@ func Funcs() skel.CNIFuncs {
 // container ID and interface so DEL and GC find it without the pod's netns.
 func VethName(containerID, ifname string) string {
 	sum := sha256.Sum256([]byte(containerID + "/" + ifname))
-	return "npv" + hex.EncodeToString(sum[:])[:12]
+	return vethPrefix + hex.EncodeToString(sum[:])[:12]
 }
+
+// vethPrefix starts the name of every host veth of ours.
+const vethPrefix = "npv"
 
 // host is the netlink handle of the node namespace the plugin runs in.
 var host = &netlink.Handle{}

@@ -8,22 +8,23 @@ import (
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/cni/link"
 )
 
 // cmdDel undoes an ADD. It needs neither the pod's netns nor an earlier
-// successful ADD: the host veth name is derived from the attachment and
-// deleting it removes the pod end too; the record and its hostPort rules go
-// in one store update. The veth goes first so an address is never released
-// while still configured in a pod.
+// successful ADD: the host veth name is derived from the attachment; the
+// record and its hostPort rules go in one store update. The pod is cut off
+// first, so an address is never released while a pod still uses it.
 func cmdDel(args *skel.CmdArgs) error {
 	conf, err := parseConf(args.StdinData)
 	if err != nil {
 		return err
 	}
-	if err := deleteLink(VethName(args.ContainerID, args.IfName)); err != nil {
+	if err := disconnect(args); err != nil {
 		return types.NewError(types.ErrTryAgainLater, "cannot remove the pod's veth", err.Error())
 	}
 	store, err := ipam.NewStore(conf.StateDir)
@@ -37,6 +38,59 @@ func cmdDel(args *skel.CmdArgs) error {
 		}
 		return programHostPorts(st)
 	})
+}
+
+// disconnect cuts the pod off the node. Deleting a veth costs 15-20 ms of
+// kernel time (unregistering waits for RCU grace periods), most of a DEL.
+// While the pod's netns still exists, the runtime is about to remove it,
+// and the kernel then destroys the pair in the background; so here the pod
+// end is only set down and stripped of its addresses (microseconds). Without
+// the netns, the host end is deleted at once. Leftovers of a netns that
+// outlives its DEL are removed by the next ADD into it or by GC.
+func disconnect(args *skel.CmdArgs) error {
+	hostName := VethName(args.ContainerID, args.IfName)
+	if args.Netns == "" {
+		return deleteLink(hostName)
+	}
+	podNS, err := netns.GetFromPath(args.Netns)
+	if err != nil {
+		return deleteLink(hostName) // the netns is gone, and the pod end with it
+	}
+	defer podNS.Close()
+	pod, err := netlink.NewHandleAt(podNS)
+	if err != nil {
+		return deleteLink(hostName)
+	}
+	defer pod.Close()
+	if ok, err := cutOff(pod, args.IfName, hostName); ok || err != nil {
+		return err
+	}
+	return deleteLink(hostName)
+}
+
+// cutOff sets the pod's ifname down and removes its addresses, if it is the
+// peer of hostName; it reports whether it was.
+func cutOff(pod *netlink.Handle, ifname, hostName string) (bool, error) {
+	l, err := pod.LinkByName(ifname)
+	if err != nil {
+		return false, nil
+	}
+	if peer, err := host.LinkByIndex(l.Attrs().ParentIndex); err != nil || peer.Attrs().Name != hostName {
+		return false, nil
+	}
+	if err := pod.LinkSetDown(l); err != nil {
+		return false, fmt.Errorf("set %s down in the pod: %w", ifname, err)
+	}
+	addrs, err := link.Retry(func() ([]netlink.Addr, error) { return pod.AddrList(l, netlink.FAMILY_ALL) })
+	if err != nil {
+		return false, err
+	}
+	for _, a := range addrs {
+		if err := pod.AddrDel(l, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
+			return false, fmt.Errorf("remove %s from %s in the pod: %w", a.IPNet, ifname, err)
+		}
+	}
+	return true, nil
 }
 
 // cmdGC releases every attachment not in cni.dev/valid-attachments, and
@@ -90,7 +144,7 @@ func removeStrayVeths(bridge string, keep map[string]bool) []error {
 	var errs []error
 	for _, l := range links {
 		name := l.Attrs().Name
-		if _, ok := l.(*netlink.Veth); !ok || !strings.HasPrefix(name, "npv") || keep[name] || l.Attrs().MasterIndex != br.Attrs().Index {
+		if _, ok := l.(*netlink.Veth); !ok || !strings.HasPrefix(name, vethPrefix) || keep[name] || l.Attrs().MasterIndex != br.Attrs().Index {
 			continue
 		}
 		if err := deleteLink(name); err != nil {

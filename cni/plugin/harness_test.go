@@ -192,8 +192,9 @@ func handle(t *testing.T, ns *netns.NS) *netlink.Handle {
 	return nl
 }
 
-// vethsOn lists our host veths (npv…) in the node.
-func (n *node) veths(t *testing.T) []string {
+// veths lists our host veths (npv…) in the node; with live, only those
+// whose pod end is up (not cut off by DEL).
+func (n *node) veths(t *testing.T, live bool) []string {
 	t.Helper()
 	links, err := handle(t, n.ns).LinkList()
 	if err != nil {
@@ -201,21 +202,22 @@ func (n *node) veths(t *testing.T) []string {
 	}
 	var out []string
 	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, "npv") {
+		if strings.HasPrefix(l.Attrs().Name, "npv") && (!live || l.Attrs().OperState == netlink.OperUp) {
 			out = append(out, l.Attrs().Name)
 		}
 	}
 	return out
 }
 
-// requireClean fails unless the node has no attachment, veth or hostPort table left.
+// requireClean fails unless the node has no attachment, connected veth or
+// hostPort table left. (DEL leaves a cut-off pair to die with its netns.)
 func (n *node) requireClean(t *testing.T) {
 	t.Helper()
 	if st := n.state(t); len(st.Attachments) != 0 {
 		t.Errorf("IPAM records left: %+v", st.Attachments)
 	}
-	if v := n.veths(t); len(v) != 0 {
-		t.Errorf("host veths left: %v", v)
+	if v := n.veths(t, true); len(v) != 0 {
+		t.Errorf("connected host veths left: %v", v)
 	}
 	if out, _ := n.ns.Exec("nft", "list", "table", "inet", "netplane-hostports"); !strings.Contains(out, "No such file") {
 		t.Errorf("hostPort table left:\n%s", out)

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -114,10 +115,14 @@ func TestAddTwiceFailsAndReservesNothingMore(t *testing.T) {
 func TestDelIsBestEffortAndIdempotent(t *testing.T) {
 	n := newNode(t, nodeOpts{})
 	t.Run("without ADD", func(t *testing.T) { n.mustDel(t, rt(netns.New(t, "pod"), "never-added")) })
-	t.Run("twice", func(t *testing.T) {
-		r := rt(netns.New(t, "pod"), "twice")
+	t.Run("twice, cutting the pod off", func(t *testing.T) {
+		pod := netns.New(t, "pod")
+		r := rt(pod, "twice")
 		n.mustAdd(t, r)
 		n.mustDel(t, r)
+		if out := pod.MustExec(t, "ip", "-o", "addr", "show", "dev", "eth0"); strings.Contains(out, "inet") || !strings.Contains(pod.MustExec(t, "ip", "link", "show", "eth0"), "state DOWN") {
+			t.Fatalf("pod eth0 after DEL still configured:\n%s", out)
+		}
 		n.mustDel(t, r)
 	})
 	t.Run("empty netns releases the address and the veth", func(t *testing.T) {
@@ -269,8 +274,8 @@ func TestParallelAddsGetUniqueAddresses(t *testing.T) {
 			t.Fatalf("pod %d has %v, result says %v", i, addrs, res.IPs[0].Address)
 		}
 	}
-	if len(n.veths(t)) != pods {
-		t.Fatalf("%d host veths for %d pods", len(n.veths(t)), pods)
+	if v := n.veths(t, true); len(v) != pods {
+		t.Fatalf("%d host veths for %d pods", len(v), pods)
 	}
 }
 
@@ -279,8 +284,10 @@ func TestChurnLeavesNoRecordVethOrRule(t *testing.T) {
 	const pods, rounds = 20, 3
 	var wg sync.WaitGroup
 	errs := make(chan error, pods*rounds)
+	var nss []*netns.NS
 	for i := range pods {
 		pod := netns.New(t, "pod")
+		nss = append(nss, pod)
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -304,6 +311,19 @@ func TestChurnLeavesNoRecordVethOrRule(t *testing.T) {
 		t.Error(err)
 	}
 	n.requireClean(t)
+	// Once the runtime removes the netns, the kernel removes the cut-off pairs.
+	for _, pod := range nss {
+		if err := pod.Delete(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	deadline := time.Now().Add(10 * time.Second)
+	for v := n.veths(t, false); len(v) != 0; v = n.veths(t, false) {
+		if time.Now().After(deadline) {
+			t.Fatalf("host veths still there after their netns were removed: %v", v)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
 }
 
 func TestGCReleasesEveryAttachmentNotListedAsValid(t *testing.T) {
@@ -332,7 +352,7 @@ func TestGCReleasesEveryAttachmentNotListedAsValid(t *testing.T) {
 	if err := n.check(a); err != nil {
 		t.Fatalf("a broken by GC: %v", err)
 	}
-	if v := n.veths(t); len(v) != 1 || v[0] != plugin.VethName("gc-a", "eth0") {
+	if v := n.veths(t, false); len(v) != 1 || v[0] != plugin.VethName("gc-a", "eth0") {
 		t.Fatalf("veths after GC: %v", v)
 	}
 	gc()

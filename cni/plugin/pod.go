@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/netip"
 	"runtime"
+	"strings"
 
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
@@ -27,15 +28,20 @@ func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, podNS netns.N
 	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: ifname, PeerNamespace: netlink.NsFd(int(podNS))}
 	err := host.LinkAdd(veth)
 	if errors.Is(err, unix.EEXIST) {
-		if _, perr := pod.LinkByName(ifname); perr == nil {
-			return nil, fmt.Errorf("interface %s already exists in the pod's network namespace: DEL the old attachment or choose another CNI_IFNAME", ifname)
-		}
-		// A host end left by a plugin killed mid-ADD for this very
-		// attachment (its name is derived from the container ID): replace it.
+		// Leftovers of an earlier attachment: a host end of this very
+		// attachment (its name is derived from the container ID) left by a
+		// killed plugin, or a pod end that DEL cut off in a netns that was
+		// then reused. Replace them.
 		if derr := deleteLink(hostName); derr != nil {
 			return nil, derr
 		}
+		if derr := deleteCutOff(pod, ifname); derr != nil {
+			return nil, derr
+		}
 		err = host.LinkAdd(veth)
+	}
+	if errors.Is(err, unix.EEXIST) {
+		return nil, fmt.Errorf("interface %s already exists in the pod's network namespace: DEL the old attachment or choose another CNI_IFNAME", ifname)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("create veth %s (pod end %s): %w", hostName, ifname, err)
@@ -92,6 +98,26 @@ func configurePod(pod *netlink.Handle, podNS netns.NsHandle, ifname string, ips 
 		}
 	}
 	return pod.LinkByName(ifname) // fresh attributes (MAC) for the result
+}
+
+// deleteCutOff deletes the pod's ifname if DEL cut it off: a veth that is
+// down, has no address and whose peer is one of our host ends.
+func deleteCutOff(pod *netlink.Handle, ifname string) error {
+	l, err := pod.LinkByName(ifname)
+	if err != nil {
+		return nil
+	}
+	if _, ok := l.(*netlink.Veth); !ok || l.Attrs().Flags&net.FlagUp != 0 {
+		return nil
+	}
+	peer, err := host.LinkByIndex(l.Attrs().ParentIndex)
+	if err != nil || !strings.HasPrefix(peer.Attrs().Name, vethPrefix) {
+		return nil
+	}
+	if addrs, err := pod.AddrList(l, netlink.FAMILY_ALL); err != nil || len(addrs) > 0 {
+		return nil
+	}
+	return deleteLink(peer.Attrs().Name)
 }
 
 // deleteLink removes a host link; a missing one is fine.
