@@ -2,8 +2,12 @@ package endpointslice
 
 import (
 	"errors"
+	"fmt"
 	"slices"
+	"strings"
 	"testing"
+
+	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -447,4 +451,60 @@ func TestTrafficDistributionRemovedDropsHints(t *testing.T) {
 			t.Errorf("hints %+v left after trafficDistribution was removed", e.Hints)
 		}
 	}
+}
+
+func TestMetrics(t *testing.T) {
+	fx := newFixture(t, 100)
+	reg := prometheus.NewRegistry()
+	c, err := New(logrDiscard(), fx.client, fx.f, fx.events, reg, Options{MaxEndpointsPerSlice: 100})
+	if err != nil {
+		t.Fatal(err)
+	}
+	fx.c = c
+	svc := newService("a", dualStack)
+	fx.add(svc, newNode("node-1", "z"))
+	fx.add(newPods("a", 3)...)
+	fx.sync(svc)
+	fx.c.metrics.ObserveSync(nil)
+	want := map[string]float64{
+		`netplane_endpointslice_changes_total{operation="create"}`: 2,
+		`netplane_endpointslice_desired_endpoints`:                 6,
+		`netplane_endpointslice_slices`:                            2,
+		`netplane_endpointslice_syncs_total{result="success"}`:     1,
+	}
+	got := gather(t, reg)
+	for k, v := range want {
+		if got[k] != v {
+			t.Errorf("%s = %v, want %v (all: %v)", k, got[k], v, got)
+		}
+	}
+}
+
+// gather flattens a registry into "name{label="value"}" → value.
+func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, f := range families {
+		for _, m := range f.GetMetric() {
+			name := f.GetName()
+			var labels []string
+			for _, l := range m.GetLabel() {
+				labels = append(labels, fmt.Sprintf("%s=%q", l.GetName(), l.GetValue()))
+			}
+			if len(labels) > 0 {
+				name += "{" + strings.Join(labels, ",") + "}"
+			}
+			switch {
+			case m.GetCounter() != nil:
+				out[name] = m.GetCounter().GetValue()
+			case m.GetGauge() != nil:
+				out[name] = m.GetGauge().GetValue()
+			}
+		}
+	}
+	return out
 }

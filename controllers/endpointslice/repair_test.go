@@ -231,3 +231,24 @@ func endpointSummary(ss []*discovery.EndpointSlice) []string {
 	slices.Sort(out)
 	return out
 }
+
+// TestBatchPeriodCoalescesPodChanges: pods that change within one batch
+// period cost one slice write, not one each.
+func TestBatchPeriodCoalescesPodChanges(t *testing.T) {
+	s, ns, _, r := setup(t, 1, Options{BatchPeriod: 2 * time.Second})
+	r.settle(t)
+	before := r.writes.get(ns)
+	start := time.Now()
+	for i := 1; i <= 3; i++ {
+		createPod(t, s.Client, ns, newPod("a", i))
+	}
+	if elapsed := time.Since(start); elapsed > time.Second {
+		t.Skipf("creating 3 pods took %v, too slow for a 2s batch window on this machine", elapsed)
+	}
+	waitEndpoints(t, s, ns, "a", 4)
+	r.settle(t)
+	after := r.writes.get(ns)
+	if d := [3]int{after[0] - before[0], after[1] - before[1], after[2] - before[2]}; d != [3]int{0, 1, 0} {
+		t.Errorf("3 pod changes in one batch period wrote %v (creates, updates, deletes), want one update", d)
+	}
+}
