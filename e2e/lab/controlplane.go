@@ -1,0 +1,284 @@
+package lab
+
+import (
+	"context"
+	"crypto/rand"
+	"crypto/rsa"
+	"crypto/x509"
+	"encoding/hex"
+	"encoding/pem"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/tools/clientcmd"
+	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
+
+	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/e2e/netns"
+)
+
+// controlPlane is the processes of the control-plane host, stopped in
+// reverse order of start.
+type controlPlane struct {
+	procs []*framework.Process
+}
+
+func (c *controlPlane) stop() {
+	for i := len(c.procs) - 1; i >= 0; i-- {
+		c.procs[i].Stop(10 * time.Second)
+	}
+}
+
+// Identities the lab gives out, one bearer token each. The lab's own
+// agents get cluster-admin rights (system:masters); the product's
+// least-privilege RBAC is the Helm chart's concern, not the lab's.
+var identities = []struct{ user, groups string }{
+	{"admin", "system:masters"},
+	{"system:kube-controller-manager", ""},
+	{"system:kube-scheduler", ""},
+	{"netplane-controller", "system:masters"},
+	{"lab-agent", "system:masters"},
+	{"netplane-node", "system:masters"},
+}
+
+// startControlPlane starts etcd, kube-apiserver (on its underlay address,
+// so the kubernetes Service has a real endpoint), kube-controller-manager,
+// kube-scheduler and netplane --role=controller in the control-plane host,
+// and the relay to the API server in the root namespace.
+func (l *Lab) startControlPlane(ctx context.Context) error {
+	l.cp = &controlPlane{}
+	if err := os.MkdirAll(l.path("logs"), 0o755); err != nil {
+		return err
+	}
+	tokens, err := l.writeTokens()
+	if err != nil {
+		return err
+	}
+	saKey := l.path("cp", "sa.key")
+	if err := writeRSAKey(saKey); err != nil {
+		return err
+	}
+	if err := l.startEtcdAndAPIServer(saKey); err != nil {
+		return err
+	}
+	if err := l.startRelay(); err != nil {
+		return err
+	}
+	if err := l.waitAPIServer(ctx, 90*time.Second); err != nil {
+		return err
+	}
+	server := "https://" + net.JoinHostPort(ControlPlaneIP, strconv.Itoa(APIPort))
+	for user, token := range tokens {
+		if err := l.writeKubeconfig(l.kubeconfigFor(user), server, token); err != nil {
+			return err
+		}
+	}
+	return l.startControllers(saKey)
+}
+
+func (l *Lab) kubeconfigFor(user string) string {
+	return l.path("kubeconfigs", strings.ReplaceAll(user, ":", "-")+".kubeconfig")
+}
+
+func (l *Lab) writeTokens() (map[string]string, error) {
+	tokens := map[string]string{}
+	var csv strings.Builder
+	for i, id := range identities {
+		b := make([]byte, 16)
+		if _, err := rand.Read(b); err != nil {
+			return nil, err
+		}
+		tokens[id.user] = hex.EncodeToString(b)
+		fmt.Fprintf(&csv, "%s,%s,uid%d,\"%s\"\n", tokens[id.user], id.user, i, id.groups)
+	}
+	if err := os.MkdirAll(l.path("cp"), 0o700); err != nil {
+		return nil, err
+	}
+	return tokens, os.WriteFile(l.path("cp", "tokens.csv"), []byte(csv.String()), 0o600)
+}
+
+func (l *Lab) startEtcdAndAPIServer(saKey string) error {
+	etcd, err := l.start(l.ControlPlane, "etcd", framework.Binary("etcd"),
+		"--name=lab", "--data-dir="+l.path("cp", "etcd"),
+		"--listen-client-urls=http://127.0.0.1:2379", "--advertise-client-urls=http://127.0.0.1:2379",
+		"--listen-peer-urls=http://127.0.0.1:2380", "--initial-advertise-peer-urls=http://127.0.0.1:2380",
+		"--initial-cluster=lab=http://127.0.0.1:2380", "--log-level=error")
+	if err != nil {
+		return err
+	}
+	l.cp.procs = append(l.cp.procs, etcd)
+	kas, err := l.start(l.ControlPlane, "kube-apiserver", framework.Binary("kube-apiserver"),
+		"--etcd-servers=http://127.0.0.1:2379",
+		"--bind-address="+ControlPlaneIP, "--advertise-address="+ControlPlaneIP, "--secure-port="+strconv.Itoa(APIPort),
+		"--cert-dir="+l.path("cp", "certs"),
+		"--token-auth-file="+l.path("cp", "tokens.csv"),
+		"--service-account-key-file="+saKey, "--service-account-signing-key-file="+saKey,
+		"--service-account-issuer=https://kubernetes.default.svc."+ClusterDomain,
+		"--service-cluster-ip-range="+ServiceCIDRs,
+		"--authorization-mode=Node,RBAC", "--allow-privileged=true", "--v=1")
+	if err != nil {
+		return err
+	}
+	l.cp.procs = append(l.cp.procs, kas)
+	return nil
+}
+
+// startRelay listens on 127.0.0.1 in the root namespace and relays each
+// connection to the API server by dialing from inside the control-plane
+// host: the only way into the lab, and no route or interface is involved.
+func (l *Lab) startRelay() error {
+	ln, err := net.Listen("tcp", l.APIListen)
+	if err != nil {
+		return fmt.Errorf("relay listen %s: %w", l.APIListen, err)
+	}
+	target := net.JoinHostPort(ControlPlaneIP, strconv.Itoa(APIPort))
+	l.stopRelay = netns.Relay(ln, func() (net.Conn, error) { return l.ControlPlane.Dial("tcp", target) })
+	l.APIAddress = ln.Addr().String()
+	return nil
+}
+
+// waitAPIServer waits for /readyz through the relay, then makes the admin
+// kubeconfig and client.
+func (l *Lab) waitAPIServer(ctx context.Context, timeout time.Duration) error {
+	admin := map[string]string{}
+	data, err := os.ReadFile(l.path("cp", "tokens.csv"))
+	if err != nil {
+		return err
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Split(line, ","); len(f) > 2 {
+			admin[f[1]] = f[0]
+		}
+	}
+	// kube-apiserver writes its self-signed certificate as it starts.
+	if err := l.waitFor(timeout, "the API server's certificate", func(context.Context) error {
+		_, err := os.Stat(l.path("cp", "certs", "apiserver.crt"))
+		return err
+	}); err != nil {
+		return err
+	}
+	l.Kubeconfig = l.path("kubeconfig")
+	if err := l.writeKubeconfig(l.Kubeconfig, "https://"+l.APIAddress, admin["admin"]); err != nil {
+		return err
+	}
+	cfg, err := clientcmd.BuildConfigFromFlags("", l.Kubeconfig)
+	if err != nil {
+		return err
+	}
+	cfg.QPS, cfg.Burst = 100, 200
+	l.RestConfig = cfg
+	if l.Client, err = kubernetes.NewForConfig(cfg); err != nil {
+		return err
+	}
+	deadline := time.Now().Add(timeout)
+	for {
+		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		body, err := l.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		for _, p := range l.cp.procs {
+			if p.Exited() {
+				return fmt.Errorf("%s exited:\n%s", p.Name, p.Tail(20))
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("kube-apiserver not ready after %v: %v %s", timeout, err, body)
+		}
+		time.Sleep(200 * time.Millisecond)
+	}
+}
+
+// writeKubeconfig writes a kubeconfig for a bearer token. The API server's
+// certificate is self-signed for its service names, so clients verify it
+// as "kubernetes" whichever address they use.
+func (l *Lab) writeKubeconfig(path, server, token string) error {
+	if err := os.MkdirAll(l.path("kubeconfigs"), 0o700); err != nil {
+		return err
+	}
+	cfg := clientcmdapi.NewConfig()
+	cfg.Clusters["lab"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: l.path("cp", "certs", "apiserver.crt"), TLSServerName: "kubernetes"}
+	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
+	cfg.Contexts["lab"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "user"}
+	cfg.CurrentContext = "lab"
+	return clientcmd.WriteToFile(*cfg, path)
+}
+
+// startControllers starts kube-controller-manager (without its EndpointSlice
+// controllers: netplane owns EndpointSlices; with node IPAM), kube-scheduler
+// and netplane --role=controller, then waits for what pods need: the default
+// ServiceAccount and the root CA ConfigMap.
+func (l *Lab) startControllers(saKey string) error {
+	kcm, err := l.start(l.ControlPlane, "kube-controller-manager", framework.Binary("kube-controller-manager"),
+		"--kubeconfig="+l.kubeconfigFor("system:kube-controller-manager"),
+		"--controllers=*,-endpointslice,-endpointslicemirroring",
+		"--allocate-node-cidrs", "--cluster-cidr="+ClusterCIDRs,
+		"--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64",
+		"--service-cluster-ip-range="+ServiceCIDRs,
+		"--service-account-private-key-file="+saKey, "--root-ca-file="+l.path("cp", "certs", "apiserver.crt"),
+		"--use-service-account-credentials=false", "--leader-elect=false",
+		"--secure-port=0", "--v=1")
+	if err != nil {
+		return err
+	}
+	l.cp.procs = append(l.cp.procs, kcm)
+	sched, err := l.start(l.ControlPlane, "kube-scheduler", framework.Binary("kube-scheduler"),
+		"--kubeconfig="+l.kubeconfigFor("system:kube-scheduler"), "--leader-elect=false",
+		"--secure-port=0", "--v=1")
+	if err != nil {
+		return err
+	}
+	l.cp.procs = append(l.cp.procs, sched)
+	ctrl, err := l.start(l.ControlPlane, "netplane-controller", l.bin.netplane, "--role=controller",
+		"--kubeconfig="+l.kubeconfigFor("netplane-controller"),
+		"--health-bind-address=127.0.0.1:10270", "--metrics-bind-address=127.0.0.1:10271", "--v=2")
+	if err != nil {
+		return err
+	}
+	l.cp.procs = append(l.cp.procs, ctrl)
+	return l.waitFor(60*time.Second, "the default ServiceAccount and kube-root-ca.crt", func(ctx context.Context) error {
+		if _, err := l.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
+			return err
+		}
+		_, err := l.Client.CoreV1().ConfigMaps("default").Get(ctx, "kube-root-ca.crt", metav1.GetOptions{})
+		return err
+	})
+}
+
+// waitFor polls fn until it returns nil, failing after timeout with fn's
+// last error; a control-plane process that exits fails it at once.
+func (l *Lab) waitFor(timeout time.Duration, what string, fn func(context.Context) error) error {
+	deadline := time.Now().Add(timeout)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := fn(ctx)
+		cancel()
+		if err == nil {
+			return nil
+		}
+		for _, p := range l.cp.procs {
+			if p.Exited() {
+				return fmt.Errorf("%s exited while waiting for %s:\n%s", p.Name, what, p.Tail(20))
+			}
+		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("%s: not there after %v: %w", what, timeout, err)
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func writeRSAKey(path string) error {
+	key, err := rsa.GenerateKey(rand.Reader, 2048)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600)
+}

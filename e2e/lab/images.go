@@ -1,0 +1,137 @@
+package lab
+
+import (
+	"archive/tar"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/netplane/netplane/e2e/framework"
+)
+
+// Images the lab builds and imports into every node's containerd; no
+// registry is involved.
+const (
+	PauseImage    = "lab.local/pause:dev"
+	TestImage     = "lab.local/testimage:dev"
+	NetplaneImage = "lab.local/netplane:dev"
+)
+
+// binaries are the programs the lab builds from the working tree.
+type binaries struct {
+	dir                                      string
+	netplane, netplaneCNI, agent, testimage string
+	images                                   []string // docker-archive tars
+}
+
+// buildBinaries builds netplane, netplane-cni, the lab agent and the test
+// program (all static, so they also run inside images) and packs the images.
+func (l *Lab) buildBinaries(ctx context.Context) error {
+	dir := l.path("bin")
+	b := binaries{dir: dir,
+		netplane: filepath.Join(dir, "netplane"), netplaneCNI: filepath.Join(dir, "netplane-cni"),
+		agent: filepath.Join(dir, "lab-agent"), testimage: filepath.Join(dir, "testimage")}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/",
+		"./cmd/netplane", "./cmd/netplane-cni", "./e2e/lab/cmd/lab-agent", "./e2e/lab/testimage")
+	cmd.Dir = framework.RepoRoot()
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	for _, img := range []struct {
+		ref, bin, name string
+		entrypoint     []string
+	}{
+		{PauseImage, b.testimage, "testimage", []string{"/testimage", "pause"}},
+		{TestImage, b.testimage, "testimage", []string{"/testimage", "serve"}},
+		{NetplaneImage, b.netplane, "netplane", []string{"/netplane"}},
+	} {
+		tarPath := l.path("images", filepath.Base(img.name)+"-"+fmt.Sprint(len(b.images))+".tar")
+		if err := writeImage(tarPath, img.ref, img.bin, img.name, img.entrypoint); err != nil {
+			return fmt.Errorf("image %s: %w", img.ref, err)
+		}
+		b.images = append(b.images, tarPath)
+	}
+	l.bin = b
+	return nil
+}
+
+// writeImage packs one static binary as a docker-archive (what `docker
+// save` writes and `ctr images import` reads): manifest.json, a config
+// naming the layer's digest, and the layer holding the binary and the
+// directories a container needs.
+func writeImage(path, ref, bin, name string, entrypoint []string) error {
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	layer, err := layerTar(bin, name)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(layer)
+	config, _ := json.Marshal(map[string]any{
+		"architecture": "amd64", "os": "linux", "created": time.Unix(0, 0).UTC(),
+		"config": map[string]any{"Entrypoint": entrypoint, "Env": []string{"PATH=/"}},
+		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(sum[:])}},
+	})
+	manifest, _ := json.Marshal([]map[string]any{{"Config": "config.json", "RepoTags": []string{ref}, "Layers": []string{"layer.tar"}}})
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	tw := tar.NewWriter(f)
+	for _, e := range []struct {
+		name string
+		data []byte
+	}{{"config.json", config}, {"layer.tar", layer}, {"manifest.json", manifest}} {
+		if err := tw.WriteHeader(&tar.Header{Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: time.Unix(0, 0)}); err != nil {
+			return err
+		}
+		if _, err := tw.Write(e.data); err != nil {
+			return err
+		}
+	}
+	return tw.Close()
+}
+
+func layerTar(bin, name string) ([]byte, error) {
+	src, err := os.Open(bin)
+	if err != nil {
+		return nil, err
+	}
+	defer src.Close()
+	st, err := src.Stat()
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	for _, d := range []string{"etc/", "tmp/", "proc/", "sys/", "dev/", "var/", "var/run/", "run/"} {
+		mode := int64(0o755)
+		if d == "tmp/" {
+			mode = 0o1777
+		}
+		if err := tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: mode, ModTime: time.Unix(0, 0)}); err != nil {
+			return nil, err
+		}
+	}
+	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: st.Size(), ModTime: time.Unix(0, 0)}); err != nil {
+		return nil, err
+	}
+	if _, err := io.Copy(tw, src); err != nil {
+		return nil, err
+	}
+	if err := tw.Close(); err != nil {
+		return nil, err
+	}
+	return buf.Bytes(), nil
+}

@@ -1,0 +1,174 @@
+// Package lab is netplane's end-to-end lab: a whole Kubernetes cluster on one
+// machine, every host of it a network namespace. It is test infrastructure,
+// not part of the product. It brings up
+//
+//   - an underlay: a bridge in its own namespace that every host plugs into
+//     (172.30.0.0/24 and fd00:172:30::/64);
+//   - a control-plane host running etcd, kube-apiserver, kube-controller-manager
+//     (node IPAM on, its EndpointSlice controllers off), kube-scheduler and
+//     netplane --role=controller;
+//   - N node hosts, each with its own containerd, the lab agent (a kubelet
+//     stand-in for networking, e2e/lab/agent) and netplane --role=node;
+//   - an external client host and a fake upstream DNS server host;
+//   - a relay in the root namespace on 127.0.0.1 to the API server, the one
+//     way in from outside (a listening socket, no route or interface).
+//
+// Nothing is configured in the machine's root network namespace. Everything
+// made is recorded in a state directory first, so Down can remove it after a
+// crash of the process that made it.
+package lab
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"time"
+
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+
+	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/e2e/netns"
+)
+
+// Addresses of the lab's fixed hosts on the underlay and of its cluster.
+const (
+	UnderlayGateway4 = "172.30.0.1"
+	UnderlayGateway6 = "fd00:172:30::1"
+	ControlPlaneIP   = "172.30.0.2"
+	ControlPlaneIP6  = "fd00:172:30::2"
+	UpstreamDNSIP    = "172.30.0.53"
+	ExternalIP       = "172.30.0.100"
+	ExternalIP6      = "fd00:172:30::100"
+	APIPort          = 6443
+	ServiceCIDRs     = "10.96.0.0/16,fd00:10:96::/112"
+	ClusterCIDRs     = "10.244.0.0/16,fd00:10:244::/56"
+	DNSServiceIP     = "10.96.0.10"
+	ClusterDomain    = "cluster.local"
+)
+
+// NodeIP is the underlay IPv4 address of node i (0-based); NodeIP6 its IPv6.
+func NodeIP(i int) string  { return fmt.Sprintf("172.30.0.%d", 11+i) }
+func NodeIP6(i int) string { return fmt.Sprintf("fd00:172:30::%d", 11+i) }
+
+// Config says what lab to build.
+type Config struct {
+	// Nodes is the number of node hosts; default 2.
+	Nodes int
+	// StateDir holds everything the lab writes; it must not hold a lab
+	// already (Down removes a leftover one).
+	StateDir string
+	// APIListen is the root-namespace address of the relay to the API
+	// server; default 127.0.0.1:0 (a free port).
+	APIListen string
+	// Log receives one line per step; nil discards.
+	Log func(format string, args ...any)
+}
+
+// Lab is a running lab.
+type Lab struct {
+	Config
+	Underlay, ControlPlane, External, Upstream *netns.NS
+	Nodes                                      []*Node
+	// Kubeconfig is an admin kubeconfig that reaches the API server through
+	// the relay on APIAddress, for kubectl in the root namespace.
+	Kubeconfig string
+	APIAddress string
+	Client     kubernetes.Interface
+	RestConfig *rest.Config
+
+	bin       binaries
+	cp        *controlPlane
+	state     *stateFile
+	stopRelay func()
+	mu        sync.Mutex
+	closed    bool
+}
+
+// Start builds the lab. On error everything made so far is removed.
+func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
+	if cfg.Nodes == 0 {
+		cfg.Nodes = 2
+	}
+	if cfg.APIListen == "" {
+		cfg.APIListen = "127.0.0.1:0"
+	}
+	if cfg.Log == nil {
+		cfg.Log = func(string, ...any) {}
+	}
+	cfg.StateDir, _ = filepath.Abs(cfg.StateDir)
+	if _, err := os.Stat(filepath.Join(cfg.StateDir, stateName)); err == nil {
+		return nil, fmt.Errorf("a lab is recorded in %s: run `netplane-lab down --state-dir=%s` (or `make demo-down`) first", cfg.StateDir, cfg.StateDir)
+	}
+	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+		return nil, err
+	}
+	l = &Lab{Config: cfg, state: newStateFile(cfg.StateDir)}
+	defer func() {
+		if err != nil {
+			l.Close()
+			l = nil
+		}
+	}()
+	steps := []struct {
+		name string
+		fn   func(context.Context) error
+	}{
+		{"binaries and images", l.buildBinaries},
+		{"underlay and hosts", l.buildTopology},
+		{"control plane", l.startControlPlane},
+		{"nodes", l.startNodes},
+		{"cluster DNS", l.deployDNS},
+	}
+	for _, s := range steps {
+		start := time.Now()
+		if err := s.fn(ctx); err != nil {
+			return l, fmt.Errorf("lab %s: %w", s.name, err)
+		}
+		cfg.Log("lab: %s ready (%.1fs)", s.name, time.Since(start).Seconds())
+	}
+	l.recordRunning()
+	return l, nil
+}
+
+// Close stops everything in order (agents first, so none recreates a pod,
+// then each node's pods through CRI, containerd, the control plane) and then
+// removes whatever is still recorded in the state directory.
+func (l *Lab) Close() error {
+	l.mu.Lock()
+	if l.closed {
+		l.mu.Unlock()
+		return nil
+	}
+	l.closed = true
+	l.mu.Unlock()
+	for _, n := range l.Nodes {
+		n.stop()
+	}
+	if l.cp != nil {
+		l.cp.stop()
+	}
+	if l.stopRelay != nil {
+		l.stopRelay()
+	}
+	return Down(l.StateDir, l.Log)
+}
+
+// path is a file in the state directory.
+func (l *Lab) path(elem ...string) string {
+	return filepath.Join(append([]string{l.StateDir}, elem...)...)
+}
+
+// start runs a command inside ns with its log in the state directory and
+// records its pid so Down finds it after a crash.
+func (l *Lab) start(ns *netns.NS, name string, argv ...string) (*framework.Process, error) {
+	cmd := ns.Command(argv[0], argv[1:]...)
+	p, err := framework.StartProcess(name, cmd, l.path("logs", name+".log"))
+	if err != nil {
+		return nil, err
+	}
+	l.state.addPid(name, p.Cmd.Process.Pid)
+	return p, nil
+}

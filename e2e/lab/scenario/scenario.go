@@ -1,0 +1,19 @@
+// Package scenario holds the lab's end-to-end scenarios as plain functions
+// of a running lab, so `make demo` (netplane-lab check) and the Go tests in
+// e2e/scenarios run exactly the same checks.
+package scenario
+
+import (
+	"context"
+
+	"github.com/netplane/netplane/e2e/lab"
+)
+
+// Scenario is one check of the lab.
+type Scenario struct {
+	Name string
+	Run  func(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error
+}
+
+// All is every scenario in the order the demo shows them.
+var All = []Scenario{}
