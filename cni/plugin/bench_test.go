@@ -12,7 +12,6 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
-	vns "github.com/vishvananda/netns"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
@@ -80,16 +79,7 @@ func (c *contender) run(b *testing.B, pods []*netns.NS, parallel int, add bool) 
 }
 
 func (c *contender) waitForNoVeths(b *testing.B) {
-	h, err := vns.GetFromPath(c.node.Path)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer h.Close()
-	nl, err := netlink.NewHandleAt(h)
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer nl.Close()
+	nl := handle(b, c.node)
 	deadline := time.Now().Add(30 * time.Second)
 	for {
 		links, _ := nl.LinkList()
@@ -164,4 +154,34 @@ func BenchmarkAddDelAgainstBridgeAndHostLocal(b *testing.B) {
 			}
 		}
 	}
+}
+
+// BenchmarkStatus times STATUS through libcni on a ready node: kubelet asks
+// every few seconds, so it must stay in the low milliseconds (process start
+// included).
+func BenchmarkStatus(b *testing.B) {
+	framework.RequireRoot(b)
+	framework.Require(b, pluginDir != "", "netplane-cni was not built")
+	c := newContender(b, "netplane", []string{pluginDir}, map[string]any{
+		"type": "netplane-cni", "bridge": "cni0", "podCIDRs": []string{"10.244.0.0/24"}, "stateDir": b.TempDir(),
+	})
+	c.node.MustExec(b, "ip", "link", "add", "cni0", "type", "bridge")
+	c.node.MustExec(b, "ip", "link", "set", "cni0", "up")
+	c.list.CNIVersion = "1.1.0"
+	c.list.Plugins[0].Network.CNIVersion = "1.1.0"
+	lat := make([]time.Duration, 0, max(b.N, 20))
+	for i := 0; i < max(b.N, 20); i++ {
+		err := c.node.Do(func() error {
+			start := time.Now()
+			err := c.cni.GetStatusNetworkList(context.Background(), c.list)
+			lat = append(lat, time.Since(start))
+			return err
+		})
+		if err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.ReportMetric(float64(percentile(lat, 0.5).Microseconds())/1000, "p50-ms")
+	b.ReportMetric(float64(percentile(lat, 0.99).Microseconds())/1000, "p99-ms")
+	b.Logf("STATUS p50 %v p99 %v", percentile(lat, 0.5), percentile(lat, 0.99))
 }

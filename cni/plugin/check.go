@@ -68,20 +68,31 @@ func sameSet(a, b []netip.Prefix) bool {
 	return len(a) == len(b) && !slices.ContainsFunc(a, func(p netip.Prefix) bool { return !slices.Contains(b, p) })
 }
 
+// firstMissing returns the first of want that l does not carry.
+func firstMissing(h *netlink.Handle, l netlink.Link, want []netip.Prefix) (netip.Prefix, error) {
+	addrs, err := link.Retry(func() ([]netlink.Addr, error) { return h.AddrList(l, netlink.FAMILY_ALL) })
+	if err != nil {
+		return netip.Prefix{}, err
+	}
+	for _, w := range want {
+		if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { p, _ := link.Prefix(a.IPNet); return p == w }) {
+			return w, nil
+		}
+	}
+	return netip.Prefix{}, nil
+}
+
 func checkHost(conf *NetConf, att ipam.Attachment) error {
 	br, err := host.LinkByName(conf.Bridge)
 	if err != nil {
 		return fmt.Errorf("bridge %s is missing: %w", conf.Bridge, err)
 	}
-	addrs, err := link.Retry(func() ([]netlink.Addr, error) { return host.AddrList(br, netlink.FAMILY_ALL) })
-	if err != nil {
-		return err
-	}
+	var gws []netip.Prefix
 	for _, ip := range att.IPs {
-		gw := netip.PrefixFrom(ipam.Gateway(ip.Masked()), ip.Bits())
-		if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { p, _ := link.Prefix(a.IPNet); return p == gw }) {
-			return fmt.Errorf("bridge %s lacks its gateway address %s", conf.Bridge, gw)
-		}
+		gws = append(gws, netip.PrefixFrom(ipam.Gateway(ip.Masked()), ip.Bits()))
+	}
+	if missing, err := firstMissing(host, br, gws); err != nil || missing.IsValid() {
+		return fmt.Errorf("bridge %s lacks its gateway address %s (%v)", conf.Bridge, missing, err)
 	}
 	veth, err := host.LinkByName(att.HostVeth)
 	if err != nil {
@@ -108,14 +119,10 @@ func checkPod(args *skel.CmdArgs, ips []netip.Prefix) error {
 	if err != nil {
 		return fmt.Errorf("interface %s is missing in the pod: %w", args.IfName, err)
 	}
-	addrs, err := link.Retry(func() ([]netlink.Addr, error) { return pod.AddrList(l, netlink.FAMILY_ALL) })
-	if err != nil {
-		return err
+	if missing, err := firstMissing(pod, l, ips); err != nil || missing.IsValid() {
+		return fmt.Errorf("pod interface %s lacks address %s (%v)", args.IfName, missing, err)
 	}
 	for _, ip := range ips {
-		if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { p, _ := link.Prefix(a.IPNet); return p == ip }) {
-			return fmt.Errorf("pod interface %s lacks address %s", args.IfName, ip)
-		}
 		if err := checkDefaultRoute(pod, l, ip); err != nil {
 			return err
 		}

@@ -177,7 +177,7 @@ func bootID(t *testing.T) string {
 }
 
 // handle is a netlink handle bound to a namespace, closed at test end.
-func handle(t *testing.T, ns *netns.NS) *netlink.Handle {
+func handle(t testing.TB, ns *netns.NS) *netlink.Handle {
 	t.Helper()
 	h, err := vns.GetFromPath(ns.Path)
 	if err != nil {
