@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 
 	"github.com/netplane/netplane/controllers/internal/kit"
 	esrec "k8s.io/endpointslice"
+	"k8s.io/endpointslice/topologycache"
 	esutil "k8s.io/endpointslice/util"
 )
 
@@ -69,6 +71,11 @@ type Controller struct {
 	queue      workqueue.TypedRateLimitingInterface[string]
 	batch      time.Duration
 	inflight   atomic.Int32 // syncs in progress
+
+	// topology serves the service.kubernetes.io/topology-mode=Auto hints;
+	// Node changes queue a recount of zones in topologyQueue.
+	topology      *topologycache.TopologyCache
+	topologyQueue workqueue.TypedRateLimitingInterface[string]
 }
 
 // New builds a Controller on the shared informers f, registers its event
@@ -85,6 +92,9 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 		recorder: recorder,
 		batch:    opts.BatchPeriod,
 		queue:    kit.NewQueue("endpointslice"),
+		topology: topologycache.NewTopologyCache(),
+		topologyQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+			workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice_topology"}),
 	}
 	m, err := kit.NewMetrics(reg, "endpointslice", c.countSlices)
 	if err != nil {
@@ -92,7 +102,7 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 	}
 	c.metrics = m
 	c.client = kit.CountWrites(client, m)
-	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, nil, recorder,
+	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, c.topology, recorder,
 		ControllerName, esrec.WithPreferSameTrafficDistributionEnabled(true))
 	return c, c.addHandlers(f)
 }
@@ -117,6 +127,11 @@ func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
 			UpdateFunc: c.onSliceUpdate,
 			DeleteFunc: c.onSliceDelete,
 		}},
+		{f.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
+			AddFunc:    func(any) { c.topologyQueue.Add(topologyKey) },
+			UpdateFunc: c.onNodeUpdate,
+			DeleteFunc: func(any) { c.topologyQueue.Add(topologyKey) },
+		}},
 	}
 	for _, x := range handlers {
 		if _, err := x.informer.AddEventHandler(x.h); err != nil {
@@ -126,15 +141,20 @@ func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
 	return nil
 }
 
-// Run syncs Services with workers goroutines until ctx ends.
+// Run syncs Services with workers goroutines until ctx ends, and returns
+// once every sync in progress finished.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer c.queue.ShutDown()
 	c.log.Info("starting EndpointSlice controller", "workers", workers)
+	var wg sync.WaitGroup
 	for range workers {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
+		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
 	}
+	wg.Go(func() { wait.UntilWithContext(ctx, c.topologyWorker, time.Second) })
 	<-ctx.Done()
-	c.log.Info("stopping EndpointSlice controller")
+	c.queue.ShutDown()
+	c.topologyQueue.ShutDown()
+	wg.Wait()
+	c.log.Info("stopped EndpointSlice controller")
 }
 
 func (c *Controller) worker(ctx context.Context) {
@@ -357,4 +377,46 @@ func familyWanted(svc *corev1.Service, ip string) bool {
 		return true // headless without families: both
 	}
 	return slices.Contains(svc.Spec.IPFamilies, want)
+}
+
+// topologyKey is the only item of topologyQueue: "recount the zones".
+const topologyKey = "topology"
+
+// onNodeUpdate recounts zones when a Node's readiness or zone changed; the
+// zone label may be set by a cloud provider after the Node registered.
+func (c *Controller) onNodeUpdate(oldObj, curObj any) {
+	o, ok1 := oldObj.(*corev1.Node)
+	n, ok2 := curObj.(*corev1.Node)
+	if ok1 && ok2 && (nodeReady(o) != nodeReady(n) || o.Labels[corev1.LabelTopologyZone] != n.Labels[corev1.LabelTopologyZone]) {
+		c.topologyQueue.Add(topologyKey)
+	}
+}
+
+func nodeReady(n *corev1.Node) bool {
+	for _, c := range n.Status.Conditions {
+		if c.Type == corev1.NodeReady {
+			return c.Status == corev1.ConditionTrue
+		}
+	}
+	return false
+}
+
+// topologyWorker feeds Node changes to the topology-aware hints and resyncs
+// the Services whose zones became overloaded.
+func (c *Controller) topologyWorker(context.Context) {
+	for {
+		key, quit := c.topologyQueue.Get()
+		if quit {
+			return
+		}
+		nodes, err := c.nodes.List(labels.Everything())
+		if err == nil {
+			c.topology.SetNodes(c.log, nodes)
+			for _, svc := range c.topology.GetOverloadedServices() {
+				c.queue.Add(svc)
+			}
+		}
+		c.topologyQueue.Forget(key)
+		c.topologyQueue.Done(key)
+	}
 }

@@ -6,11 +6,13 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
@@ -507,4 +509,40 @@ func gather(t *testing.T, reg *prometheus.Registry) map[string]float64 {
 		}
 	}
 	return out
+}
+
+// TestTopologyModeAutoHints: the annotation-driven hints, fed by the Node
+// topology worker, spread zones in proportion to their CPUs.
+func TestTopologyModeAutoHints(t *testing.T) {
+	fx := newFixture(t, 100)
+	svc := newService("a", func(s *corev1.Service) {
+		s.Annotations = map[string]string{corev1.AnnotationTopologyMode: "Auto"}
+	})
+	fx.add(svc)
+	for i, zone := range []string{"z1", "z2", "z3"} {
+		n := newNode(fmt.Sprintf("node-%d", i+1), zone)
+		n.Status.Allocatable = corev1.ResourceList{corev1.ResourceCPU: resource.MustParse("4")}
+		n.Status.Conditions = []corev1.NodeCondition{{Type: corev1.NodeReady, Status: corev1.ConditionTrue}}
+		fx.add(n)
+	}
+	for i := range 9 {
+		fx.add(newPod("a", i, onNode(fmt.Sprintf("node-%d", i%3+1))))
+	}
+	fx.c.topologyQueue.Add(topologyKey)
+	done := make(chan struct{})
+	go func() { fx.c.topologyWorker(t.Context()); close(done) }()
+	for fx.c.topologyQueue.Len() > 0 {
+		time.Sleep(time.Millisecond)
+	}
+	fx.c.topologyQueue.ShutDown()
+	<-done
+	w := fx.sync(svc)
+	if len(w.creates) != 1 {
+		t.Fatalf("writes %v", w.counts())
+	}
+	for _, e := range w.creates[0].Endpoints {
+		if e.Hints == nil || len(e.Hints.ForZones) != 1 || e.Hints.ForZones[0].Name != *e.Zone {
+			t.Errorf("endpoint in %s has hints %+v, want its own zone", *e.Zone, e.Hints)
+		}
+	}
 }

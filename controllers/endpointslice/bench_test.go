@@ -1,0 +1,390 @@
+package endpointslice
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	corev1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/internal/serve"
+)
+
+// benchScale is the issue's benchmark; NETPLANE_BENCH_SCALE=services,pods,big,flips
+// shrinks it (e.g. 200,25,1000,1000) for a quick run.
+type benchScale struct{ services, pods, big, flips int }
+
+func scaleFromEnv(b *testing.B) benchScale {
+	s := benchScale{2000, 25, 5000, 10000}
+	if v := os.Getenv("NETPLANE_BENCH_SCALE"); v != "" {
+		var n [4]int
+		if _, err := fmt.Sscanf(v, "%d,%d,%d,%d", &n[0], &n[1], &n[2], &n[3]); err != nil {
+			b.Fatalf("NETPLANE_BENCH_SCALE=%q: want services,pods,big,flips", v)
+		}
+		s = benchScale{n[0], n[1], n[2], n[3]}
+	}
+	return s
+}
+
+// BenchmarkAgainstKubeControllerManager runs kube-controller-manager and
+// netplane, each alone against a fresh API server with the same objects and
+// the same client QPS/burst (20/30), and reports cold-start time and writes,
+// then churn writes and the latency from a pod's Ready change to its slice.
+func BenchmarkAgainstKubeControllerManager(b *testing.B) {
+	kcm := framework.RequireBinary(b, "kube-controller-manager")
+	scale := scaleFromEnv(b)
+	type result struct {
+		cold            time.Duration
+		coldWrites      int
+		churnWrites     int
+		p50, p99, worst time.Duration
+	}
+	run := func(name string, start func(s *framework.APIServer) (stop func())) result {
+		s := framework.StartAPIServer(b, framework.Options{})
+		pods := populateBench(b, s, scale)
+		w := watchSlices(b, s)
+		t0, writes0 := time.Now(), sliceWrites(b, s)
+		stop := start(s)
+		defer stop()
+		w.waitCounts(b, expectedCounts(scale), 30*time.Minute)
+		var r result
+		r.cold, r.coldWrites = time.Since(t0), sliceWrites(b, s)-writes0
+		writes1 := sliceWrites(b, s)
+		lat := flipAndMeasure(b, s, w, pods, scale.flips)
+		r.churnWrites = sliceWrites(b, s) - writes1
+		r.p50, r.p99, r.worst = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
+		b.Logf("%s: cold start %v with %d writes; churn of %d flips: %d writes, latency p50 %v p99 %v max %v",
+			name, r.cold.Round(time.Millisecond), r.coldWrites, scale.flips, r.churnWrites, r.p50, r.p99, r.worst)
+		return r
+	}
+	upstream := run("kube-controller-manager", func(s *framework.APIServer) func() {
+		p, err := framework.StartProcess("kube-controller-manager", exec.Command(kcm,
+			"--kubeconfig="+s.Kubeconfig, "--controllers=endpointslice,endpointslicemirroring",
+			"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
+			"--kube-api-qps=20", "--kube-api-burst=30",
+		), filepath.Join(s.Dir, "kube-controller-manager.log"))
+		if err != nil {
+			b.Fatal(err)
+		}
+		return func() { p.Stop(10 * time.Second) }
+	})
+	ours := run("netplane", func(s *framework.APIServer) func() { return startBenchRole(b, s, 20, 30) })
+	ratio := func(a, b float64) float64 { return a / b }
+	b.ReportMetric(ratio(ours.cold.Seconds(), upstream.cold.Seconds()), "cold-time-ratio")
+	b.ReportMetric(ratio(float64(ours.coldWrites), float64(upstream.coldWrites)), "cold-writes-ratio")
+	b.ReportMetric(ratio(float64(ours.churnWrites), float64(upstream.churnWrites)), "churn-writes-ratio")
+	b.ReportMetric(ratio(float64(ours.p99), float64(upstream.p99)), "churn-p99-ratio")
+	b.ReportMetric(ratio(float64(ours.p50), float64(upstream.p50)), "churn-p50-ratio")
+	// What a higher client rate (kept safe by the API server's priority and
+	// fairness) buys; netplane's shipped default is still 20/30.
+	fast := run("netplane at QPS 100/200", func(s *framework.APIServer) func() { return startBenchRole(b, s, 100, 200) })
+	b.ReportMetric(ratio(fast.cold.Seconds(), upstream.cold.Seconds()), "qps100-cold-time-ratio")
+	b.ReportMetric(ratio(float64(fast.p99), float64(upstream.p99)), "qps100-churn-p99-ratio")
+}
+
+// startBenchRole runs the controller role in-process with the given client
+// rate limits, as `netplane --role=controller` would.
+func startBenchRole(b *testing.B, s *framework.APIServer, qps float32, burst int) func() {
+	cfg := v1alpha1.Default()
+	cfg.Roles = []string{v1alpha1.RoleController}
+	cfg.Controller.LeaderElection.LeaderElect = false
+	rc := rest.CopyConfig(s.RestConfig)
+	rc.QPS, rc.Burst = qps, burst
+	client := kubernetes.NewForConfigOrDie(rc)
+	f := informers.NewSharedInformerFactory(client, 0)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	d := role.Deps{Config: cfg, RestConfig: rc, Client: client, Informers: f, Checks: serve.NewChecks(),
+		Metrics: prometheus.NewRegistry(), Log: logrDiscard()}
+	go func() { done <- Run(ctx, d) }()
+	return func() {
+		cancel()
+		if err := <-done; err != nil {
+			b.Errorf("role: %v", err)
+		}
+		f.Shutdown()
+	}
+}
+
+func benchClient(s *framework.APIServer) kubernetes.Interface {
+	rc := rest.CopyConfig(s.RestConfig)
+	rc.QPS, rc.Burst = 2000, 4000
+	rc.WarningHandler = rest.NoWarnings{}
+	return kubernetes.NewForConfigOrDie(rc)
+}
+
+func benchServiceNames(scale benchScale) map[string]int {
+	out := map[string]int{"big": scale.big}
+	for i := range scale.services {
+		out[fmt.Sprintf("s%d", i)] = scale.pods
+	}
+	return out
+}
+
+func expectedCounts(scale benchScale) map[string]int { return benchServiceNames(scale) }
+
+// populateBench creates the Services, ready Pods on three zoned Nodes, and
+// returns the pods by name, as last written (for cheap status flips).
+func populateBench(b *testing.B, s *framework.APIServer, scale benchScale) map[string]*corev1.Pod {
+	c := benchClient(s)
+	ctx := context.Background()
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: "bench"}}, metav1.CreateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	for i := range 3 {
+		if _, err := c.CoreV1().Nodes().Create(ctx, newNode(fmt.Sprintf("node-%d", i+1), fmt.Sprintf("zone-%d", i)), metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	type job struct {
+		svc string
+		i   int
+	}
+	jobs := make(chan job)
+	var mu sync.Mutex
+	pods := map[string]*corev1.Pod{}
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for j := range jobs {
+				p := benchPod(j.svc, j.i)
+				got := mustCreatePod(b, c, p)
+				mu.Lock()
+				pods[got.Name] = got
+				mu.Unlock()
+			}
+		})
+	}
+	seq := 0
+	for name, n := range benchServiceNames(scale) {
+		svc := newService(name)
+		svc.Namespace, svc.UID, svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "bench", "", "", nil
+		if _, err := c.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		for i := range n {
+			jobs <- job{name, seq + i}
+		}
+		seq += n
+	}
+	close(jobs)
+	wg.Wait()
+	return pods
+}
+
+// benchPod is pod number i (unique over the run, so IPs are unique) of svc.
+func benchPod(svc string, i int) *corev1.Pod {
+	ip := fmt.Sprintf("10.%d.%d.%d", i>>16&255, i>>8&255, i&255)
+	p := newPod(svc, 0, onNode(fmt.Sprintf("node-%d", i%3+1)))
+	p.Name, p.Namespace, p.UID, p.ResourceVersion = fmt.Sprintf("%s-%d", svc, i), "bench", "", ""
+	p.Spec.Containers[0].Image = "pause"
+	p.Status.PodIP, p.Status.PodIPs = ip, []corev1.PodIP{{IP: ip}}
+	return p
+}
+
+func mustCreatePod(b *testing.B, c kubernetes.Interface, p *corev1.Pod) *corev1.Pod {
+	ctx := context.Background()
+	status := p.Status
+	got, err := c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		b.Fatal(err)
+	}
+	got.Status = status
+	if got, err = c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+		b.Fatal(err)
+	}
+	return got
+}
+
+// sliceWatch follows every EndpointSlice: endpoint counts per Service, and
+// the moment a flipped pod's endpoint shows the new readiness.
+type sliceWatch struct {
+	mu      sync.Mutex
+	counts  map[string]int // service → endpoints over its slices
+	sizes   map[string]int // slice → its endpoints
+	pending map[string]time.Time
+	latency []time.Duration
+	changed chan struct{}
+}
+
+func watchSlices(b *testing.B, s *framework.APIServer) *sliceWatch {
+	w := &sliceWatch{counts: map[string]int{}, sizes: map[string]int{}, pending: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	f := informers.NewSharedInformerFactory(benchClient(s), 0)
+	f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+		AddFunc:    func(o any) { w.observe(o.(*discovery.EndpointSlice), false) },
+		UpdateFunc: func(_, o any) { w.observe(o.(*discovery.EndpointSlice), false) },
+		DeleteFunc: func(o any) {
+			if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+				o = t.Obj
+			}
+			w.observe(o.(*discovery.EndpointSlice), true)
+		},
+	})
+	ctx, cancel := context.WithCancel(context.Background())
+	b.Cleanup(func() { cancel(); f.Shutdown() })
+	f.Start(ctx.Done())
+	return w
+}
+
+func (w *sliceWatch) observe(s *discovery.EndpointSlice, deleted bool) {
+	now := time.Now()
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	n := len(s.Endpoints)
+	if deleted {
+		n = 0
+	}
+	svc := s.Labels[discovery.LabelServiceName]
+	w.counts[svc] += n - w.sizes[s.Name]
+	w.sizes[s.Name] = n
+	for _, e := range s.Endpoints {
+		if e.TargetRef == nil || e.Conditions.Ready == nil || *e.Conditions.Ready {
+			continue
+		}
+		if t0, ok := w.pending[e.TargetRef.Name]; ok && !deleted {
+			w.latency = append(w.latency, now.Sub(t0))
+			delete(w.pending, e.TargetRef.Name)
+		}
+	}
+	select {
+	case w.changed <- struct{}{}:
+	default:
+	}
+}
+
+func (w *sliceWatch) waitCounts(b *testing.B, want map[string]int, timeout time.Duration) {
+	deadline := time.After(timeout)
+	for {
+		w.mu.Lock()
+		missing := 0
+		for svc, n := range want {
+			if w.counts[svc] != n {
+				missing++
+			}
+		}
+		w.mu.Unlock()
+		if missing == 0 {
+			return
+		}
+		select {
+		case <-w.changed:
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			b.Fatalf("%d Services still without their endpoints after %v", missing, timeout)
+		}
+	}
+}
+
+// flipAndMeasure sets Ready=False on n distinct random pods, as fast as 16
+// writers go, and returns each flip's latency until a slice showed it.
+func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods map[string]*corev1.Pod, n int) []time.Duration {
+	c := benchClient(s)
+	names := slices.Sorted(func(yield func(string) bool) {
+		for k := range pods {
+			if !yield(k) {
+				return
+			}
+		}
+	})
+	rand.New(rand.NewPCG(7, 7)).Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	names = names[:min(n, len(names))]
+	jobs := make(chan string)
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			for name := range jobs {
+				p := pods[name].DeepCopy()
+				p.Status.Conditions[0].Status = corev1.ConditionFalse
+				p.Status.Conditions[0].LastTransitionTime = metav1.Now()
+				w.mu.Lock()
+				w.pending[name] = time.Now()
+				w.mu.Unlock()
+				if _, err := c.CoreV1().Pods("bench").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
+					b.Error(err)
+				}
+			}
+		})
+	}
+	for _, name := range names {
+		jobs <- name
+	}
+	close(jobs)
+	wg.Wait()
+	deadline := time.After(30 * time.Minute)
+	for {
+		w.mu.Lock()
+		left := len(w.pending)
+		w.mu.Unlock()
+		if left == 0 {
+			break
+		}
+		select {
+		case <-w.changed:
+		case <-time.After(100 * time.Millisecond):
+		case <-deadline:
+			b.Fatalf("%d flips never showed in a slice", left)
+		}
+	}
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := w.latency
+	w.latency = nil
+	return out
+}
+
+func percentile(d []time.Duration, p int) time.Duration {
+	if len(d) == 0 {
+		return 0
+	}
+	s := slices.Clone(d)
+	slices.Sort(s)
+	i := (len(s)*p + 99) / 100
+	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
+}
+
+// sliceWrites reads the API server's own count of EndpointSlice writes
+// (apiserver_request_total), so that both contenders are counted the same.
+func sliceWrites(b *testing.B, s *framework.APIServer) int {
+	raw, err := s.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
+	if err != nil {
+		b.Fatal(err)
+	}
+	total := 0
+	sc := bufio.NewScanner(strings.NewReader(string(raw)))
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		line := sc.Text()
+		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="endpointslices"`) {
+			continue
+		}
+		if !strings.Contains(line, `verb="POST"`) && !strings.Contains(line, `verb="PUT"`) &&
+			!strings.Contains(line, `verb="DELETE"`) && !strings.Contains(line, `verb="PATCH"`) {
+			continue
+		}
+		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
+		if err == nil {
+			total += int(v)
+		}
+	}
+	return total
+}
