@@ -33,22 +33,29 @@ type labNode struct {
 func (n *labNode) confDir() string { return filepath.Join(n.dir, "net.d") }
 func (n *labNode) binDir() string  { return filepath.Join(n.dir, "bin") }
 
-func startNode(t *testing.T, s *framework.APIServer, sw *netns.NS, name, ip, podCIDR string) *labNode {
+// startNode makes node `name` (1, 2, ...) at 192.168.77.1<i> and
+// fd00:77::1<i> with pod CIDRs 10.244.<i>.0/24 and fd00:10:244:<i>::/64.
+// Its uplink has MTU 1450, which pods must inherit.
+func startNode(t *testing.T, s *framework.APIServer, sw *netns.NS, i int) *labNode {
 	t.Helper()
+	name, ip, ip6 := fmt.Sprintf("node%d", i), fmt.Sprintf("192.168.77.1%d", i), fmt.Sprintf("fd00:77::1%d", i)
 	n := &labNode{name: name, ip: ip, dir: t.TempDir()}
 	n.ns = netns.Host(t, name, sw, "u-"+name, "eth0")
 	sw.Attach(t, "u-"+name, "br0")
+	n.ns.MustExec(t, "ip", "link", "set", "eth0", "mtu", "1450")
 	n.ns.Addr(t, "eth0", ip+"/24")
+	n.ns.Addr(t, "eth0", ip6+"/64")
 	// A default route through the "outside" host, as a real node has one.
 	n.ns.Route(t, "default", "via", "192.168.77.100")
 
 	ctx := framework.Ctx(t)
-	obj := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NodeSpec{PodCIDR: podCIDR, PodCIDRs: []string{podCIDR}}}
+	cidrs := []string{fmt.Sprintf("10.244.%d.0/24", i), fmt.Sprintf("fd00:10:244:%d::/64", i)}
+	obj := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NodeSpec{PodCIDR: cidrs[0], PodCIDRs: cidrs}}
 	created, err := s.Client.CoreV1().Nodes().Create(ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	created.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}}
+	created.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: ip}, {Type: v1.NodeInternalIP, Address: ip6}}
 	if _, err := s.Client.CoreV1().Nodes().UpdateStatus(ctx, created, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -63,7 +70,7 @@ func startNode(t *testing.T, s *framework.APIServer, sw *netns.NS, name, ip, pod
 		"--cni-conf-dir="+n.confDir(), "--cni-bin-dir="+n.binDir(),
 		"--cni-plugin-path="+framework.RequireBinary(t, "netplane-cni"),
 		"--ipam-state-dir="+filepath.Join(n.dir, "ipam"),
-		"--cluster-cidr=10.244.0.0/16", "--sync-period=2s", "--min-sync-period=100ms",
+		"--cluster-cidr=10.244.0.0/16,fd00:10:244::/48", "--sync-period=2s", "--min-sync-period=100ms",
 		"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
 	return n
 }
@@ -85,8 +92,8 @@ func waitFor(t *testing.T, what string, timeout time.Duration, cond func() error
 }
 
 // addPod makes a pod namespace on n through the conflist and plugin the
-// agent installed, as a runtime would.
-func (n *labNode) addPod(t *testing.T, id string) (*netns.NS, string) {
+// agent installed, as a runtime would; it returns the IPv4 and IPv6 address.
+func (n *labNode) addPod(t *testing.T, id string) (*netns.NS, string, string) {
 	t.Helper()
 	pod := netns.New(t, "pod")
 	list, err := libcni.ConfListFromFile(filepath.Join(n.confDir(), node.ConflistName))
@@ -109,7 +116,13 @@ func (n *labNode) addPod(t *testing.T, id string) (*netns.NS, string) {
 	if err != nil {
 		t.Fatalf("ADD %s on %s: %v", id, n.name, err)
 	}
-	return pod, res.IPs[0].Address.IP.String()
+	if len(res.IPs) != 2 {
+		t.Fatalf("pod %s got %v, want an address per family", id, res.IPs)
+	}
+	if out := pod.MustExec(t, "ip", "link", "show", "eth0"); !strings.Contains(out, "mtu 1450") {
+		t.Fatalf("pod eth0 does not have the uplink's MTU 1450:\n%s", out)
+	}
+	return pod, res.IPs[0].Address.IP.String(), "[" + res.IPs[1].Address.IP.String() + "]"
 }
 
 // whoami answers every TCP connection on port in ns with the caller's address.
@@ -171,9 +184,10 @@ func TestTwoNodesRoutePodsToEachOtherAndMasqueradeEgress(t *testing.T) {
 	ext := netns.Host(t, "ext", sw, "u-ext", "eth0")
 	sw.Attach(t, "u-ext", "br0")
 	ext.Addr(t, "eth0", "192.168.77.100/24")
+	ext.Addr(t, "eth0", "fd00:77::100/64")
 
-	n1 := startNode(t, s, sw, "node1", "192.168.77.11", "10.244.1.0/24")
-	n2 := startNode(t, s, sw, "node2", "192.168.77.12", "10.244.2.0/24")
+	n1 := startNode(t, s, sw, 1)
+	n2 := startNode(t, s, sw, 2)
 	// A node whose address is only reachable through a gateway.
 	far := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "far"}, Spec: v1.NodeSpec{PodCIDRs: []string{"10.244.3.0/24"}}}
 	ctx := framework.Ctx(t)
@@ -211,8 +225,8 @@ func TestTwoNodesRoutePodsToEachOtherAndMasqueradeEgress(t *testing.T) {
 		return nil
 	})
 
-	podA, ipA := n1.addPod(t, "pod-a")
-	podB, ipB := n2.addPod(t, "pod-b")
+	podA, ipA, ip6A := n1.addPod(t, "pod-a")
+	podB, ipB, ip6B := n2.addPod(t, "pod-b")
 	whoami(t, podB, ":8080")
 	whoami(t, n2.ns, "192.168.77.12:8081")
 	whoami(t, ext, ":8082")
@@ -221,6 +235,7 @@ func TestTwoNodesRoutePodsToEachOtherAndMasqueradeEgress(t *testing.T) {
 	t.Run("pod to pod across nodes keeps the pod address", func(t *testing.T) {
 		expectWho(t, podA, ipB+":8080", ipA)
 		expectWho(t, podB, ipA+":8080", ipB)
+		expectWho(t, podA, ip6B+":8080", strings.Trim(ip6A, "[]"))
 	})
 	t.Run("pod to the other node", func(t *testing.T) {
 		expectWho(t, podA, "192.168.77.12:8081", "192.168.77.11")
@@ -228,6 +243,7 @@ func TestTwoNodesRoutePodsToEachOtherAndMasqueradeEgress(t *testing.T) {
 	t.Run("pod egress leaving the cluster CIDR is masqueraded", func(t *testing.T) {
 		expectWho(t, podA, "192.168.77.100:8082", "192.168.77.11")
 		expectWho(t, podB, "192.168.77.100:8082", "192.168.77.12")
+		expectWho(t, podA, "[fd00:77::100]:8082", "fd00:77::11")
 	})
 	t.Run("a deleted route is restored", func(t *testing.T) {
 		n1.ns.MustExec(t, "ip", "route", "del", "10.244.2.0/24")
