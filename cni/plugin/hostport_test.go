@@ -96,11 +96,14 @@ func askEventually(t *testing.T, ns *netns.NS, network, addr, want string) {
 }
 
 func TestHostPortsForwardTCPAndUDPFromOutsideLocalhostOtherPodsAndThePodItself(t *testing.T) {
-	n := newNode(t, nodeOpts{})
+	n := newNode(t, nodeOpts{podCIDRs: []string{"10.244.1.0/24", "fd00:10:244:1::/64"}})
 	n.ns.Sysctl(t, "net.ipv4.ip_forward", "1")
+	n.ns.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
 	ext := netns.Host(t, "ext", n.ns, "uplink", "eth0")
 	n.ns.Addr(t, "uplink", "192.168.50.1/24")
+	n.ns.Addr(t, "uplink", "fd00:50::1/64")
 	ext.Addr(t, "eth0", "192.168.50.2/24")
+	ext.Addr(t, "eth0", "fd00:50::2/64")
 
 	a, b := netns.New(t, "pod"), netns.New(t, "pod")
 	ra := rt(a, "hp-a")
@@ -122,6 +125,9 @@ func TestHostPortsForwardTCPAndUDPFromOutsideLocalhostOtherPodsAndThePodItself(t
 		{b, "another pod", "192.168.50.1"},
 		{a, "the pod itself (hairpin)", "192.168.50.1"},
 		{a, "the pod itself via the gateway", "10.244.1.1"},
+		{ext, "outside over IPv6", "[fd00:50::1]"},
+		{b, "another pod over IPv6", "[fd00:50::1]"},
+		{a, "the pod itself over IPv6", "[fd00:50::1]"},
 	} {
 		t.Run(tc.who, func(t *testing.T) {
 			askEventually(t, tc.from, "tcp", tc.addr+":30080", "a ping")
