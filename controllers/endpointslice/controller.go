@@ -122,11 +122,7 @@ func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
 			UpdateFunc: c.onPod,
 			DeleteFunc: func(obj any) { c.onPod(nil, obj) },
 		}},
-		{f.Discovery().V1().EndpointSlices().Informer(), cache.ResourceEventHandlerFuncs{
-			AddFunc:    c.onSliceAdd,
-			UpdateFunc: c.onSliceUpdate,
-			DeleteFunc: c.onSliceDelete,
-		}},
+		{f.Discovery().V1().EndpointSlices().Informer(), kit.SliceEvents(ControllerName, c.tracker, c.enqueueForSlice)},
 		{f.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.topologyQueue.Add(topologyKey) },
 			UpdateFunc: c.onNodeUpdate,
@@ -287,46 +283,6 @@ func (c *Controller) onPod(old, cur any) {
 	}
 	for svc := range services {
 		c.queue.AddAfter(svc, c.batch)
-	}
-}
-
-// Slice events matter only when they are not our own writes echoing back:
-// the tracker knows the generation of every slice we wrote.
-func (c *Controller) onSliceAdd(obj any) {
-	s, ok := obj.(*discovery.EndpointSlice)
-	if ok && c.reconciler.ManagedByController(s) && c.tracker.ShouldSync(s) {
-		c.enqueueForSlice(s)
-	}
-}
-
-func (c *Controller) onSliceUpdate(oldObj, curObj any) {
-	old, ok1 := oldObj.(*discovery.EndpointSlice)
-	cur, ok2 := curObj.(*discovery.EndpointSlice)
-	if !ok1 || !ok2 {
-		return
-	}
-	// A label edit does not bump the generation, so check it explicitly.
-	if old.Labels[discovery.LabelServiceName] != cur.Labels[discovery.LabelServiceName] {
-		c.enqueueForSlice(old)
-		c.enqueueForSlice(cur)
-		return
-	}
-	if c.reconciler.ManagedByChanged(old, cur) || (c.reconciler.ManagedByController(cur) && c.tracker.ShouldSync(cur)) {
-		c.enqueueForSlice(cur)
-	}
-}
-
-func (c *Controller) onSliceDelete(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	s, ok := obj.(*discovery.EndpointSlice)
-	if !ok || !c.reconciler.ManagedByController(s) || !c.tracker.Has(s) {
-		return
-	}
-	// HandleDeletion is false when we did not delete it ourselves.
-	if !c.tracker.HandleDeletion(s) {
-		c.enqueueForSlice(s)
 	}
 }
 

@@ -88,11 +88,7 @@ func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
 		},
 		DeleteFunc: c.enqueue,
 	})
-	_, err3 := f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    c.onSlice,
-		UpdateFunc: c.onSliceUpdate,
-		DeleteFunc: c.onSliceDelete,
-	})
+	_, err3 := f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(kit.SliceEvents(ControllerName, c.tracker, c.enqueueForSlice))
 	return errors.Join(err1, err2, err3)
 }
 
@@ -256,42 +252,6 @@ func (c *Controller) enqueue(obj any) {
 		return
 	}
 	c.queue.Add(key)
-}
-
-func managed(s *discovery.EndpointSlice) bool {
-	return s.Labels[discovery.LabelManagedBy] == ControllerName
-}
-
-func (c *Controller) onSlice(obj any) {
-	if s, ok := obj.(*discovery.EndpointSlice); ok && managed(s) && c.tracker.ShouldSync(s) {
-		c.enqueueForSlice(s)
-	}
-}
-
-func (c *Controller) onSliceUpdate(oldObj, curObj any) {
-	old, ok1 := oldObj.(*discovery.EndpointSlice)
-	cur, ok2 := curObj.(*discovery.EndpointSlice)
-	if !ok1 || !ok2 {
-		return
-	}
-	if old.Labels[discovery.LabelServiceName] != cur.Labels[discovery.LabelServiceName] {
-		c.enqueueForSlice(old)
-		c.enqueueForSlice(cur)
-		return
-	}
-	if managed(old) != managed(cur) || (managed(cur) && c.tracker.ShouldSync(cur)) {
-		c.enqueueForSlice(cur)
-	}
-}
-
-func (c *Controller) onSliceDelete(obj any) {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	s, ok := obj.(*discovery.EndpointSlice)
-	if ok && managed(s) && c.tracker.Has(s) && !c.tracker.HandleDeletion(s) {
-		c.enqueueForSlice(s)
-	}
 }
 
 func (c *Controller) enqueueForSlice(s *discovery.EndpointSlice) {

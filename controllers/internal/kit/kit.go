@@ -15,7 +15,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	typeddiscovery "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
+	esutil "k8s.io/endpointslice/util"
 )
 
 // Retry tuning shared with kube-controller-manager's slice controllers: a
@@ -168,4 +170,45 @@ func (s countingSlices) Delete(ctx context.Context, name string, o metav1.Delete
 	err := s.EndpointSliceInterface.Delete(ctx, name, o)
 	s.count("delete", err)
 	return err
+}
+
+// SliceEvents returns the EndpointSlice event handlers of a controller
+// whose slices carry managed-by value manager. Only changes that are not
+// the controller's own writes echoing back reach enqueue: the tracker knows
+// the generation of every slice it wrote and every deletion it made.
+func SliceEvents(manager string, tracker *esutil.EndpointSliceTracker, enqueue func(*discoveryv1.EndpointSlice)) cache.ResourceEventHandlerFuncs {
+	managed := func(s *discoveryv1.EndpointSlice) bool { return s.Labels[discoveryv1.LabelManagedBy] == manager }
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if s, ok := obj.(*discoveryv1.EndpointSlice); ok && managed(s) && tracker.ShouldSync(s) {
+				enqueue(s)
+			}
+		},
+		UpdateFunc: func(oldObj, curObj any) {
+			old, ok1 := oldObj.(*discoveryv1.EndpointSlice)
+			cur, ok2 := curObj.(*discoveryv1.EndpointSlice)
+			if !ok1 || !ok2 {
+				return
+			}
+			// A label edit does not bump the generation: check it explicitly.
+			if old.Labels[discoveryv1.LabelServiceName] != cur.Labels[discoveryv1.LabelServiceName] {
+				enqueue(old)
+				enqueue(cur)
+				return
+			}
+			if managed(old) != managed(cur) || (managed(cur) && tracker.ShouldSync(cur)) {
+				enqueue(cur)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+				obj = t.Obj
+			}
+			s, ok := obj.(*discoveryv1.EndpointSlice)
+			// HandleDeletion is false for a deletion we did not make.
+			if ok && managed(s) && tracker.Has(s) && !tracker.HandleDeletion(s) {
+				enqueue(s)
+			}
+		},
+	}
 }
