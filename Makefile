@@ -11,14 +11,21 @@ LDFLAGS := -s -w -X github.com/netplane/netplane/internal/version.Version=$(VERS
 STATICCHECK := honnef.co/go/tools/cmd/staticcheck@v0.8.2
 TEST_TIMEOUT ?= 50m
 
-.PHONY: all build tools anchors test unit bench lint demo demo-down clean
+# The image is tagged with the chart's appVersion, so the chart's defaults find it.
+IMAGE ?= netplane/netplane:$(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/netplane/Chart.yaml)
+
+.PHONY: all build image tools anchors test unit bench lint demo demo-down clean
 
 all: build
 
 build: ## the two binaries, into bin/
 	@mkdir -p $(BIN)
-	$(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/netplane ./cmd/netplane
+	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/netplane ./cmd/netplane
 	CGO_ENABLED=0 $(GO) build -trimpath -ldflags '$(LDFLAGS)' -o $(BIN)/netplane-cni ./cmd/netplane-cni
+
+image: build ## bin/netplane-image.tar: the container image, built without Docker or a registry
+	cd hack/tools/image && $(GO) run . -bin $(BIN) -ref $(IMAGE) -out $(BIN)/netplane-image.tar
+	@echo "load it on a node with: ctr -n k8s.io images import $(BIN)/netplane-image.tar"
 
 tools: ## packages (apt-get) and kube-apiserver & co. built from the pinned module
 	@./hack/install-tools.sh

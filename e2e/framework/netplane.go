@@ -31,7 +31,7 @@ func NetplaneBinaries(t testing.TB) string {
 			return
 		}
 		for _, b := range []struct{ name, pkg, cgo string }{
-			{"netplane", "./cmd/netplane", "1"},
+			{"netplane", "./cmd/netplane", "0"},
 			{"netplane-cni", "./cmd/netplane-cni", "0"},
 		} {
 			cmd := exec.Command("go", "build", "-o", filepath.Join(buildDir, b.name), b.pkg)

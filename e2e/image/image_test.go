@@ -1,0 +1,115 @@
+// Package image tests `make image`: the archive it writes imports into a real
+// containerd, runs, and keeps the file capability the DNS role needs.
+package image
+
+import (
+	"bufio"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/e2e/netns"
+)
+
+const ref = "docker.io/netplane/netplane:test"
+
+func TestImageImportsIntoContainerdAndRuns(t *testing.T) {
+	framework.RequireRoot(t)
+	containerdBin := framework.RequireBinary(t, "containerd")
+	ctrBin := framework.RequireBinary(t, "ctr")
+	framework.RequireBinary(t, "runc")
+	bin := framework.NetplaneBinaries(t)
+	dir, err := os.MkdirTemp("", "netplane-image-")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { unmountUnder(t, dir); os.RemoveAll(dir) })
+
+	archive := filepath.Join(dir, "netplane-image.tar")
+	build := exec.Command("go", "run", ".", "-bin", bin, "-ref", ref, "-out", archive)
+	build.Dir = filepath.Join(framework.RepoRoot(), "hack", "tools", "image")
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("image tool: %v\n%s", err, out)
+	}
+
+	// containerd runs in a namespace of its own, with its own root, state
+	// and socket, so nothing of the machine's is touched.
+	sock := filepath.Join(dir, "containerd.sock")
+	conf := filepath.Join(dir, "config.toml")
+	os.WriteFile(conf, []byte(`version = 2
+root = "`+filepath.Join(dir, "root")+`"
+state = "`+filepath.Join(dir, "state")+`"
+disabled_plugins = ["io.containerd.grpc.v1.cri"]
+[grpc]
+  address = "`+sock+`"
+`), 0o600)
+	ns := netns.New(t, "image")
+	p := ns.Start(t, containerdBin, "--config", conf)
+	defer p.Stop(10 * time.Second)
+	ctr := func(args ...string) (string, error) {
+		out, err := exec.Command(ctrBin, append([]string{"-a", sock, "-n", "netplane-test"}, args...)...).CombinedOutput()
+		return string(out), err
+	}
+	framework.Eventually(t, 30*time.Second, "containerd answers", func() string {
+		if out, err := ctr("version"); err != nil {
+			return out
+		}
+		return ""
+	})
+	if out, err := ctr("images", "import", archive); err != nil {
+		t.Fatalf("ctr images import: %v\n%s", err, out)
+	}
+	out, err := ctr("run", "--rm", ref, "netplane-version", "/usr/local/bin/netplane", "version")
+	if err != nil || !strings.Contains(out, "netplane ") {
+		t.Fatalf("running the image: %v\n%s", err, out)
+	}
+	t.Logf("the imported image runs: %s", strings.TrimSpace(out))
+
+	// The unpacked netplane binary carries cap_net_bind_service+ep.
+	found := false
+	filepath.Walk(filepath.Join(dir, "root"), func(path string, info os.FileInfo, err error) error {
+		if err != nil || found || !strings.HasSuffix(path, "/usr/local/bin/netplane") {
+			return nil
+		}
+		buf := make([]byte, 64)
+		n, err := unix.Getxattr(path, "security.capability", buf)
+		if err != nil {
+			t.Errorf("%s has no file capability: %v", path, err)
+		} else if n < 8 || buf[4] != 0x00 || buf[5] != 0x04 {
+			t.Errorf("%s capability % x, want cap_net_bind_service", path, buf[:n])
+		}
+		found = true
+		return nil
+	})
+	if !found {
+		t.Error("the unpacked image has no /usr/local/bin/netplane")
+	}
+}
+
+// unmountUnder lazily unmounts whatever containerd left mounted below dir.
+func unmountUnder(t *testing.T, dir string) {
+	f, err := os.Open("/proc/self/mountinfo")
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	var mounts []string
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		if len(fields) > 4 && strings.HasPrefix(fields[4], dir) {
+			mounts = append(mounts, fields[4])
+		}
+	}
+	for i := len(mounts) - 1; i >= 0; i-- {
+		if err := unix.Unmount(mounts[i], unix.MNT_DETACH); err != nil {
+			t.Logf("unmount %s: %v", mounts[i], err)
+		}
+	}
+}
