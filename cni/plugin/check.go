@@ -48,7 +48,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	}
 	att, ok := st.Find(args.ContainerID, args.IfName)
 	if !ok {
-		return fmt.Errorf("no IP allocation is recorded for container %s interface %s", args.ContainerID, args.IfName)
+		return types.NewError(types.ErrUnknownContainer, fmt.Sprintf("no IP allocation is recorded for container %s interface %s", args.ContainerID, args.IfName), "")
 	}
 	if !sameSet(att.IPs, want) {
 		return fmt.Errorf("recorded addresses %v differ from prevResult's %v", att.IPs, want)
@@ -91,8 +91,10 @@ func checkHost(conf *NetConf, att ipam.Attachment) error {
 	for _, ip := range att.IPs {
 		gws = append(gws, netip.PrefixFrom(ipam.Gateway(ip.Masked()), ip.Bits()))
 	}
-	if missing, err := firstMissing(host, br, gws); err != nil || missing.IsValid() {
-		return fmt.Errorf("bridge %s lacks its gateway address %s (%v)", conf.Bridge, missing, err)
+	if missing, err := firstMissing(host, br, gws); err != nil {
+		return err
+	} else if missing.IsValid() {
+		return fmt.Errorf("bridge %s lacks its gateway address %s", conf.Bridge, missing)
 	}
 	veth, err := host.LinkByName(att.HostVeth)
 	if err != nil {
@@ -119,8 +121,10 @@ func checkPod(args *skel.CmdArgs, ips []netip.Prefix) error {
 	if err != nil {
 		return fmt.Errorf("interface %s is missing in the pod: %w", args.IfName, err)
 	}
-	if missing, err := firstMissing(pod, l, ips); err != nil || missing.IsValid() {
-		return fmt.Errorf("pod interface %s lacks address %s (%v)", args.IfName, missing, err)
+	if missing, err := firstMissing(pod, l, ips); err != nil {
+		return err
+	} else if missing.IsValid() {
+		return fmt.Errorf("pod interface %s lacks address %s", args.IfName, missing)
 	}
 	for _, ip := range ips {
 		if err := checkDefaultRoute(pod, l, ip); err != nil {

@@ -16,6 +16,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 
+	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/cni/plugin"
 	"github.com/netplane/netplane/e2e/netns"
 )
@@ -180,9 +181,12 @@ func TestCheckFailsWhenAnyPieceIsRemoved(t *testing.T) {
 		{"default route", func(t *testing.T, pod *netns.NS, _ string) { pod.MustExec(t, "ip", "route", "del", "default") }},
 		{"bridge gateway", func(t *testing.T, _ *netns.NS, _ string) { n.ns.MustExec(t, "ip", "addr", "flush", "dev", "cni0") }},
 		{"IPAM record", func(t *testing.T, _ *netns.NS, cid string) {
-			// Another plugin instance's DEL with no netns drops only the record and veth.
-			r := rt(nil, cid)
-			n.mustDel(t, r)
+			if err := (&ipam.Store{Dir: n.stateDir, BootID: bootID(t)}).Update(func(st *ipam.State) error {
+				st.Release(cid, "eth0")
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
 		}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -193,10 +197,13 @@ func TestCheckFailsWhenAnyPieceIsRemoved(t *testing.T) {
 				t.Fatalf("CHECK before removing: %v", err)
 			}
 			tc.remove(t, pod, r.ContainerID)
-			if err := n.check(r); err == nil {
+			err := n.check(r)
+			if err == nil {
 				t.Fatalf("CHECK passed after removing the %s", tc.name)
-			} else {
-				t.Logf("CHECK: %v", err)
+			}
+			t.Logf("CHECK: %v", err)
+			if tc.name == "IPAM record" && cniCode(err) != types.ErrUnknownContainer {
+				t.Fatalf("CHECK without a record: code %d, want 3 (unknown container)", cniCode(err))
 			}
 			n.mustDel(t, r)
 		})
