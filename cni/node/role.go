@@ -44,7 +44,16 @@ func Run(ctx context.Context, d role.Deps) error {
 		}
 	}
 	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc: poke, UpdateFunc: func(_, n any) { poke(n) }, DeleteFunc: poke,
+		AddFunc: poke, DeleteFunc: poke,
+		// Most Node updates are kubelet heartbeats; only pod CIDRs and
+		// addresses matter here.
+		UpdateFunc: func(o, n any) {
+			on, ok1 := o.(*v1.Node)
+			nn, ok2 := n.(*v1.Node)
+			if !ok1 || !ok2 || fmt.Sprint(infoOf(on)) != fmt.Sprint(infoOf(nn)) {
+				poke(n)
+			}
+		},
 	}); err != nil {
 		return err
 	}
