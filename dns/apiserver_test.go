@@ -448,11 +448,10 @@ func TestRunIsTheRole(t *testing.T) {
 	api := sharedAPIServer(t)
 	cfg := v1alpha1.Default()
 	cfg.DNS = dnsConfig(t, "127.0.0.1:1")
-	ports, err := framework.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	cfg.DNS.BindAddress = fmt.Sprintf("127.0.0.1:%d", ports[0])
+	pc, l := listenBoth(t) // a port free for both, handed to the role
+	cfg.DNS.BindAddress = pc.LocalAddr().String()
+	pc.Close()
+	l.Close()
 	checks := serve.NewChecks()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)

@@ -1,7 +1,6 @@
 package dns
 
 import (
-	"net/netip"
 	"slices"
 	"strings"
 	"testing"
@@ -143,11 +142,7 @@ func buildIndex(t testing.TB, o fixtureObjects) *Index {
 		c.SetService(svcKey{s.Namespace, s.Name}, buildService(slimService(s), sls))
 	}
 	for _, p := range o.pods {
-		var ips []netip.Addr
-		for _, ip := range p.Status.PodIPs {
-			ips = append(ips, netip.MustParseAddr(ip.IP))
-		}
-		c.SetPod(podRef{p.Namespace, p.Name}, nil, ips)
+		c.SetPod(podRef{p.Namespace, p.Name}, nil, podAddrs(p))
 	}
 	c.MarkSynced()
 	return c.Done(1700000000)

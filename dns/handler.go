@@ -58,9 +58,9 @@ func (h *Handler) Index() *Index { return h.index.Load() }
 func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
 	start := time.Now()
 	client, tcp := remote(w.RemoteAddr())
-	ctx, cancel := context.WithTimeout(context.Background(), h.fwd.timeout+time.Second)
-	m, zone := h.Resolve(ctx, r, client)
-	cancel()
+	// No deadline here: only forwarding waits, and the forwarder bounds
+	// that by --upstream-timeout.
+	m, zone := h.Resolve(context.Background(), r, client)
 	writeReply(w, r, m, tcp)
 	var qtype uint16
 	if len(r.Question) > 0 {

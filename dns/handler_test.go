@@ -30,15 +30,8 @@ type fakeUpstream struct {
 func startUpstream(t testing.TB, answers map[string]func(q dns.Question) *dns.Msg) *fakeUpstream {
 	t.Helper()
 	u := &fakeUpstream{asked: map[string]int{}, answers: answers}
-	pc, err := net.ListenPacket("udp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
+	pc, l := listenBoth(t)
 	u.Addr = pc.LocalAddr().String()
-	l, err := net.Listen("tcp", u.Addr)
-	if err != nil {
-		t.Fatal(err)
-	}
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, r *dns.Msg) {
 		q := r.Question[0]
 		key := strings.ToLower(q.Name) + " " + dns.TypeToString[q.Qtype]
@@ -79,6 +72,25 @@ func startUpstream(t testing.TB, answers map[string]func(q dns.Question) *dns.Ms
 		}
 	})
 	return u
+}
+
+// listenBoth opens UDP and TCP on one free loopback port; a port free for
+// UDP may be taken for TCP, so it tries a few.
+func listenBoth(t testing.TB) (net.PacketConn, net.Listener) {
+	t.Helper()
+	for range 10 {
+		pc, err := net.ListenPacket("udp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		l, err := net.Listen("tcp", pc.LocalAddr().String())
+		if err == nil {
+			return pc, l
+		}
+		pc.Close()
+	}
+	t.Fatal("no loopback port free for both UDP and TCP")
+	return nil, nil
 }
 
 func (u *fakeUpstream) times(key string) int {

@@ -1,9 +1,13 @@
 package dns
 
 import (
+	"net/netip"
+	"slices"
+
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 )
 
 // triggerTimeAnnotation is set by the EndpointSlice controller to the time
@@ -22,14 +26,45 @@ func slim(obj any) (any, error) {
 	case *discoveryv1.EndpointSlice:
 		return slimSlice(o), nil
 	case *corev1.Pod:
-		return &corev1.Pod{
-			ObjectMeta: slimMeta(o.ObjectMeta),
-			Status:     corev1.PodStatus{Phase: o.Status.Phase, PodIP: o.Status.PodIP, PodIPs: o.Status.PodIPs},
-		}, nil
+		return &podInfo{ObjectMeta: slimMeta(o.ObjectMeta), addrs: podAddrs(o)}, nil
 	case *corev1.Namespace:
 		return &corev1.Namespace{ObjectMeta: slimMeta(o.ObjectMeta)}, nil
 	}
 	return obj, nil
+}
+
+// podInfo is all DNS keeps of a Pod: a zeroed corev1.Pod would still cost
+// a kilobyte of empty spec and status, times every pod in the cluster.
+type podInfo struct {
+	metav1.TypeMeta
+	metav1.ObjectMeta
+	addrs []netip.Addr // none once the pod has finished
+}
+
+func (p *podInfo) DeepCopyObject() runtime.Object {
+	c := *p
+	c.ObjectMeta = *p.ObjectMeta.DeepCopy()
+	c.addrs = slices.Clone(p.addrs)
+	return &c
+}
+
+// podAddrs are the addresses of a pod that holds them: a finished pod has
+// given its addresses back, and they may already be another pod's.
+func podAddrs(pod *corev1.Pod) []netip.Addr {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	ips := pod.Status.PodIPs
+	if len(ips) == 0 && pod.Status.PodIP != "" {
+		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
+	}
+	var out []netip.Addr
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip.IP); err == nil {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
 }
 
 func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {

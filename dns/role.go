@@ -66,8 +66,22 @@ func (s *Server) Ready() error {
 	return nil
 }
 
-// Start opens the sockets, starts watching the API server, and serves.
+// Start opens the sockets on c.BindAddress and serves; see StartOn.
 func Start(ctx context.Context, c v1alpha1.DNS, client kubernetes.Interface, reg prometheus.Registerer, log logr.Logger) (*Server, error) {
+	l, err := Listen(c.BindAddress, runtime.GOMAXPROCS(0))
+	if err != nil {
+		return nil, err
+	}
+	s, err := StartOn(ctx, l, c, client, reg, log)
+	if err != nil {
+		l.Close()
+	}
+	return s, err
+}
+
+// StartOn serves on sockets already open (a test opens them inside a
+// network namespace) and starts watching the API server.
+func StartOn(ctx context.Context, l *Listeners, c v1alpha1.DNS, client kubernetes.Interface, reg prometheus.Registerer, log logr.Logger) (*Server, error) {
 	ns, name, _ := strings.Cut(c.DNSService, "/")
 	z := &Zone{
 		Origin:     strings.ToLower(strings.TrimSuffix(c.ClusterDomain, ".")) + ".",
@@ -83,13 +97,8 @@ func Start(ctx context.Context, c v1alpha1.DNS, client kubernetes.Interface, reg
 			log.Info("WARNING: no upstream DNS servers; names outside the cluster zone are answered SERVFAIL", "resolvConf", c.ResolvConf, "error", rerr)
 		}
 	}
-	l, err := Listen(c.BindAddress, runtime.GOMAXPROCS(0))
-	if err != nil {
-		return nil, err
-	}
 	m, err := newMetrics(reg, "dns://"+c.BindAddress, z.Origin)
 	if err != nil {
-		l.Close()
 		return nil, err
 	}
 	fwd := NewForwarder(upstreams, c.UpstreamTimeout.Duration, NewCache(int(c.CacheSize), c.CacheMaxTTL.Duration), m)

@@ -161,7 +161,7 @@ func (w *watcher) noteNamespace(obj any, _ bool) {
 }
 
 func (w *watcher) notePod(obj any, _ bool) {
-	if pod, ok := unwrap(obj).(*corev1.Pod); ok {
+	if pod, ok := unwrap(obj).(*podInfo); ok {
 		w.note(func(p *pending) { p.pods[pod.Namespace+"/"+pod.Name] = struct{}{} })
 	}
 }
@@ -233,20 +233,8 @@ func (w *watcher) build(k svcKey) *service {
 
 func (w *watcher) podAddrs(key string) []netip.Addr {
 	obj, exists, _ := w.pods.GetByKey(key)
-	pod, ok := obj.(*corev1.Pod)
-	if !exists || !ok || pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return nil
+	if pod, ok := obj.(*podInfo); exists && ok {
+		return pod.addrs
 	}
-	var out []netip.Addr
-	for _, ip := range pod.Status.PodIPs {
-		if a, err := netip.ParseAddr(ip.IP); err == nil {
-			out = append(out, a.Unmap())
-		}
-	}
-	if len(out) == 0 && pod.Status.PodIP != "" {
-		if a, err := netip.ParseAddr(pod.Status.PodIP); err == nil {
-			out = append(out, a.Unmap())
-		}
-	}
-	return out
+	return nil
 }

@@ -1,0 +1,377 @@
+package dns
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/miekg/dns"
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+
+	"github.com/netplane/netplane/e2e/framework"
+)
+
+// BenchmarkAgainstCoreDNS compares netplane's DNS role with CoreDNS running
+// kubeadm's default Corefile, both serving one API server holding 10,000
+// Services and 50,000 Pods (NETPLANE_DNS_BENCH_SERVICES / _PODS change
+// that), each pinned to the same single CPU with GOMAXPROCS=1 while dnsperf
+// runs on the other. It reports QPS for cluster names and for a pod's
+// search-path mix, p99 latency at a fixed load, resident memory, and the
+// time from a Service create to its first answer. Without bin/coredns
+// (`make anchors`) only netplane's numbers are reported.
+func BenchmarkAgainstCoreDNS(b *testing.B) {
+	dnsperf := framework.RequireBinary(b, "dnsperf")
+	framework.RequireBinary(b, "taskset")
+	netplane := framework.RequireBinary(b, "netplane")
+	coredns := framework.Binary("coredns")
+	api := framework.StartAPIServer(b, framework.Options{})
+	nSvc, nPods := envInt("NETPLANE_DNS_BENCH_SERVICES", 10000), envInt("NETPLANE_DNS_BENCH_PODS", 50000)
+	start := time.Now()
+	populate(b, api, nSvc, nPods)
+	b.Logf("created %d Services and %d Pods in %v", nSvc, nPods, time.Since(start).Round(time.Second))
+
+	up := startUpstream(b, nil) // every external name: NXDOMAIN, cached 60 s
+	dir := b.TempDir()
+	resolv := filepath.Join(dir, "resolv.conf")
+	if err := os.WriteFile(resolv, nil, 0o644); err != nil {
+		b.Fatal(err)
+	}
+	servers := []*benchServer{startNetplane(b, netplane, api, up.Addr, resolv, dir)}
+	if coredns != "" {
+		servers = append(servers, startCoreDNS(b, coredns, api, up.Addr, dir))
+	} else {
+		b.Log("bin/coredns not built (make anchors): reporting netplane alone")
+	}
+	probe := fmt.Sprintf("svc-%d.ns-%d.svc.cluster.local.", nSvc-1, (nSvc-1)%benchNamespaces)
+	for _, s := range servers {
+		waitAnswer(b, s, probe, 5*time.Minute)
+	}
+	cluster, mix := writeQueryFiles(b, dir, nSvc)
+	for _, s := range servers {
+		s.qpsCluster = runDNSPerf(b, dnsperf, s.addr, cluster)
+		s.qpsMix = runDNSPerf(b, dnsperf, s.addr, mix)
+	}
+	// p99 at the same fixed load for both: half the slower server's peak.
+	load := servers[0].qpsCluster
+	for _, s := range servers {
+		load = min(load, s.qpsCluster)
+	}
+	for _, s := range servers {
+		s.p99 = runDNSPerfP99(b, dnsperf, s.addr, mix, int(load/2))
+		s.rssMB = rssMB(b, s.proc)
+	}
+	createToAnswer(b, api.Client, servers)
+	report(b, servers)
+}
+
+const benchNamespaces = 100
+
+type benchServer struct {
+	name                string
+	addr                string
+	proc                *framework.Process
+	qpsCluster, qpsMix  float64
+	p99                 time.Duration
+	rssMB               float64
+	createToFirstAnswer time.Duration
+}
+
+func envInt(name string, def int) int {
+	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
+		return v
+	}
+	return def
+}
+
+// populate creates the namespaces, ClusterIP Services and running Pods,
+// many at a time.
+func populate(b *testing.B, api *framework.APIServer, nSvc, nPods int) {
+	cfg := *api.RestConfig
+	cfg.QPS, cfg.Burst = 5000, 10000
+	c := kubernetes.NewForConfigOrDie(&cfg)
+	ctx := context.Background()
+	for i := range benchNamespaces {
+		if _, err := c.CoreV1().Namespaces().Create(ctx, &corev1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("ns-%d", i)}}, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+	}
+	parallel(b, nSvc, func(i int) error {
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("svc-%d", i), Namespace: fmt.Sprintf("ns-%d", i%benchNamespaces)},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{httpPort()}}}
+		_, err := c.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{})
+		return err
+	})
+	parallel(b, nPods, func(i int) error {
+		p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("pod-%d", i), Namespace: fmt.Sprintf("ns-%d", i%benchNamespaces)},
+			Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIPs: []corev1.PodIP{{IP: fmt.Sprintf("10.%d.%d.%d", 128+i>>16, i>>8&255, i&255)}}}}
+		return createPod(ctx, c, p)
+	})
+}
+
+func parallel(b *testing.B, n int, f func(i int) error) {
+	var wg sync.WaitGroup
+	next := make(chan int)
+	var once sync.Once
+	var first error
+	for range 32 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range next {
+				if err := f(i); err != nil {
+					once.Do(func() { first = err })
+				}
+			}
+		}()
+	}
+	for i := range n {
+		next <- i
+	}
+	close(next)
+	wg.Wait()
+	if first != nil {
+		b.Fatal(first)
+	}
+}
+
+func freePort(b *testing.B) int {
+	ports, err := framework.FreePorts(1)
+	if err != nil {
+		b.Fatal(err)
+	}
+	return ports[0]
+}
+
+// pinned runs a server on CPU 1 with one Go thread of Go code.
+func pinned(b *testing.B, name, log string, args ...string) *framework.Process {
+	cmd := exec.Command("taskset", append([]string{"-c", "1"}, args...)...)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+	p, err := framework.StartProcess(name, cmd, log)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() {
+		if b.Failed() {
+			b.Logf("%s log tail:\n%s", name, p.Tail(20))
+		}
+		p.Stop(5 * time.Second)
+	})
+	return p
+}
+
+func startNetplane(b *testing.B, bin string, api *framework.APIServer, upstream, resolv, dir string) *benchServer {
+	addr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
+	p := pinned(b, "netplane", filepath.Join(dir, "netplane.log"), bin, "--role=dns",
+		"--kubeconfig="+api.Kubeconfig, "--dns-bind-address="+addr, "--ttl=30", "--pod-records=insecure",
+		"--upstream="+upstream, "--resolv-conf="+resolv,
+		"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
+	return &benchServer{name: "netplane", addr: addr, proc: p}
+}
+
+// startCoreDNS runs kubeadm's default Corefile (cmd/kubeadm/app/phases/addons/dns).
+func startCoreDNS(b *testing.B, bin string, api *framework.APIServer, upstream, dir string) *benchServer {
+	port := freePort(b)
+	corefile := fmt.Sprintf(`.:%d {
+    bind 127.0.0.1
+    errors
+    health 127.0.0.1:%d {
+       lameduck 5s
+    }
+    ready 127.0.0.1:%d
+    kubernetes cluster.local in-addr.arpa ip6.arpa {
+       kubeconfig %s
+       pods insecure
+       fallthrough in-addr.arpa ip6.arpa
+       ttl 30
+    }
+    prometheus 127.0.0.1:%d
+    forward . %s {
+       max_concurrent 1000
+    }
+    cache 30 {
+       disable success cluster.local
+       disable denial cluster.local
+    }
+    loop
+    reload
+    loadbalance
+}
+`, port, freePort(b), freePort(b), api.Kubeconfig, freePort(b), upstream)
+	path := filepath.Join(dir, "Corefile")
+	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
+		b.Fatal(err)
+	}
+	p := pinned(b, "coredns", filepath.Join(dir, "coredns.log"), bin, "-conf", path)
+	return &benchServer{name: "coredns", addr: fmt.Sprintf("127.0.0.1:%d", port), proc: p}
+}
+
+func waitAnswer(b *testing.B, s *benchServer, name string, within time.Duration) time.Duration {
+	start := time.Now()
+	c := &dns.Client{Timeout: 200 * time.Millisecond}
+	for {
+		m, _, err := c.Exchange(query(name, dns.TypeA), s.addr)
+		if err == nil && m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0 {
+			return time.Since(start)
+		}
+		if time.Since(start) > within || s.proc.Exited() {
+			b.Fatalf("%s did not answer %s within %v:\n%s", s.name, name, within, s.proc.Tail(20))
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+// writeQueryFiles writes dnsperf inputs: cluster names only, and what pods
+// with ndots:5 send: glibc asks A and AAAA for each step of the search
+// path, so a pod typing "svc.ns" in namespace X sends svc.ns.X.svc.<zone>
+// (NXDOMAIN) before svc.ns.svc.<zone>, and one typing an external name
+// walks all three cluster suffixes (NXDOMAIN) before going upstream.
+func writeQueryFiles(b *testing.B, dir string, nSvc int) (cluster, mix string) {
+	r := rand.New(rand.NewPCG(1, 2))
+	var cl, mx strings.Builder
+	for range 20000 {
+		i := r.IntN(nSvc)
+		svc, ns := fmt.Sprintf("svc-%d", i), fmt.Sprintf("ns-%d", i%benchNamespaces)
+		fmt.Fprintf(&cl, "%s.%s.svc.cluster.local A\n", svc, ns)
+		from := fmt.Sprintf("ns-%d", r.IntN(benchNamespaces))
+		var tries []string
+		switch k := r.IntN(10); {
+		case k < 4: // svc.ns
+			tries = []string{svc + "." + ns + "." + from + ".svc.cluster.local", svc + "." + ns + ".svc.cluster.local"}
+		case k < 7: // svc in its own namespace
+			tries = []string{svc + "." + ns + ".svc.cluster.local"}
+		default: // an external name
+			ext := fmt.Sprintf("api%d.example.com", r.IntN(50))
+			tries = []string{ext + "." + from + ".svc.cluster.local", ext + ".svc.cluster.local", ext + ".cluster.local", ext}
+		}
+		for _, t := range tries {
+			fmt.Fprintf(&mx, "%s A\n%s AAAA\n", t, t)
+		}
+	}
+	cluster, mix = filepath.Join(dir, "cluster.txt"), filepath.Join(dir, "mix.txt")
+	for p, s := range map[string]string{cluster: cl.String(), mix: mx.String()} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			b.Fatal(err)
+		}
+	}
+	return cluster, mix
+}
+
+var qpsLine = regexp.MustCompile(`Queries per second:\s+([0-9.]+)`)
+
+func dnsperfArgs(dnsperf, addr, file string) []string {
+	host, port, _ := net.SplitHostPort(addr)
+	return []string{"-c", "0", dnsperf, "-s", host, "-p", port, "-d", file, "-l", "10", "-c", "20", "-T", "1", "-q", "200", "-t", "2"}
+}
+
+// runDNSPerf runs dnsperf on CPU 0 for 10 s at full speed and returns QPS.
+func runDNSPerf(b *testing.B, dnsperf, addr, file string) float64 {
+	out, err := exec.Command("taskset", dnsperfArgs(dnsperf, addr, file)...).CombinedOutput()
+	m := qpsLine.FindSubmatch(out)
+	if err != nil || m == nil {
+		b.Fatalf("dnsperf: %v\n%s", err, out)
+	}
+	qps, _ := strconv.ParseFloat(string(m[1]), 64)
+	return qps
+}
+
+// verboseLine is dnsperf -v's per-query report; the last field is the
+// latency in seconds.
+var verboseLine = regexp.MustCompile(`^> \S+ .* ([0-9]+\.[0-9]+)$`)
+
+// runDNSPerfP99 runs dnsperf at qps and returns the 99th percentile latency.
+func runDNSPerfP99(b *testing.B, dnsperf, addr, file string, qps int) time.Duration {
+	args := append(dnsperfArgs(dnsperf, addr, file), "-Q", strconv.Itoa(max(qps, 100)), "-v")
+	cmd := exec.Command("taskset", args...)
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		b.Fatal(err)
+	}
+	var lat []float64
+	sc := bufio.NewScanner(out)
+	for sc.Scan() {
+		if m := verboseLine.FindStringSubmatch(sc.Text()); m != nil {
+			v, _ := strconv.ParseFloat(m[1], 64)
+			lat = append(lat, v)
+		}
+	}
+	if err := cmd.Wait(); err != nil || len(lat) == 0 {
+		b.Fatalf("dnsperf -v: %v, %d latencies", err, len(lat))
+	}
+	slices.Sort(lat)
+	return time.Duration(lat[len(lat)*99/100] * float64(time.Second))
+}
+
+func rssMB(b *testing.B, p *framework.Process) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	for _, line := range strings.Split(string(data), "\n") {
+		if f := strings.Fields(line); len(f) >= 2 && f[0] == "VmRSS:" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			return kb / 1024
+		}
+	}
+	return 0
+}
+
+// createToAnswer creates Services and times, from the create returning, the
+// first answer of each server; the median of five is kept.
+func createToAnswer(b *testing.B, c kubernetes.Interface, servers []*benchServer) {
+	times := make([][]time.Duration, len(servers))
+	for i := range 5 {
+		svc := clusterIPService("ns-0", fmt.Sprintf("probe-%d", i), []string{fmt.Sprintf("10.96.250.%d", i+1)}, httpPort())
+		if _, err := c.CoreV1().Services("ns-0").Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
+			b.Fatal(err)
+		}
+		var wg sync.WaitGroup
+		for j, s := range servers {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				times[j] = append(times[j], waitAnswer(b, s, svc.Name+".ns-0.svc.cluster.local.", 30*time.Second))
+			}()
+		}
+		wg.Wait()
+	}
+	for j, s := range servers {
+		slices.Sort(times[j])
+		s.createToFirstAnswer = times[j][len(times[j])/2]
+	}
+}
+
+func report(b *testing.B, servers []*benchServer) {
+	for _, s := range servers {
+		b.Logf("%-8s cluster QPS %8.0f  search-mix QPS %8.0f  p99 %8v  RSS %6.1f MB  create→answer %v",
+			s.name, s.qpsCluster, s.qpsMix, s.p99, s.rssMB, s.createToFirstAnswer)
+		b.ReportMetric(s.qpsCluster, s.name+"-cluster-qps")
+		b.ReportMetric(s.qpsMix, s.name+"-mix-qps")
+		b.ReportMetric(float64(s.p99.Microseconds()), s.name+"-p99-µs")
+		b.ReportMetric(s.rssMB, s.name+"-rss-MB")
+	}
+	if len(servers) == 2 {
+		n, c := servers[0], servers[1]
+		b.Logf("netplane/coredns: cluster QPS ×%.2f, search-mix QPS ×%.2f, p99 ×%.2f, memory ×%.2f",
+			n.qpsCluster/c.qpsCluster, n.qpsMix/c.qpsMix, float64(n.p99)/float64(c.p99), n.rssMB/c.rssMB)
+		b.ReportMetric(n.qpsCluster/c.qpsCluster, "cluster-qps-ratio")
+		b.ReportMetric(n.qpsMix/c.qpsMix, "mix-qps-ratio")
+		b.ReportMetric(n.rssMB/c.rssMB, "memory-ratio")
+	}
+}
