@@ -249,33 +249,36 @@ func TestApexNSIsNODATAWithoutTheDNSService(t *testing.T) {
 	runAnswerCase(t, testZone(podsInsecure), ix, nodata("apex NS", "cluster.local.", dns.TypeNS))
 }
 
+// reverseCases are PTR questions and their answers; nil means the cluster
+// does not know the address and the question goes upstream.
+var reverseCases = []struct {
+	name  string
+	qname string
+	want  []string
+}{
+	{"34 ClusterIP", "1.100.96.10.in-addr.arpa.", []string{"1.100.96.10.in-addr.arpa. 5 IN PTR svc1.testns.svc.cluster.local."}},
+	{"35 endpoint in two services", "1.0.16.172.in-addr.arpa.", []string{
+		"1.0.16.172.in-addr.arpa. 5 IN PTR ep1a.svc1.testns.svc.cluster.local.",
+		"1.0.16.172.in-addr.arpa. 5 IN PTR 172-16-0-1.svc1.other.svc.cluster.local.",
+	}},
+	{"35 endpoint in two slices of one service is one PTR", "2.0.16.172.in-addr.arpa.", []string{
+		"2.0.16.172.in-addr.arpa. 5 IN PTR 172-16-0-2.hdls1.testns.svc.cluster.local.",
+	}},
+	{"35 v6 nibbles", "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.c.b.a.8.7.6.5.ip6.arpa.", []string{
+		"1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.c.b.a.8.7.6.5.ip6.arpa. 5 IN PTR 5678-abcd--1.hdls1.testns.svc.cluster.local.",
+	}},
+	{"v6 ClusterIP", "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.6.9.0.0.0.1.0.0.0.0.d.f.ip6.arpa.", []string{
+		"1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.6.9.0.0.0.1.0.0.0.0.d.f.ip6.arpa. 5 IN PTR svc6.testns.svc.cluster.local.",
+	}},
+	{"unknown address falls through", "9.9.9.9.in-addr.arpa.", nil},
+	{"unready endpoint falls through", "9.0.16.172.in-addr.arpa.", nil},
+	{"partial name falls through", "16.172.in-addr.arpa.", nil},
+}
+
 func TestReverse(t *testing.T) {
 	ix := buildIndex(t, fixture())
 	z := testZone(podsInsecure)
-	cases := []struct {
-		name  string
-		qname string
-		want  []string
-	}{
-		{"34 ClusterIP", "1.100.96.10.in-addr.arpa.", []string{"1.100.96.10.in-addr.arpa. 5 IN PTR svc1.testns.svc.cluster.local."}},
-		{"35 endpoint in two services", "1.0.16.172.in-addr.arpa.", []string{
-			"1.0.16.172.in-addr.arpa. 5 IN PTR ep1a.svc1.testns.svc.cluster.local.",
-			"1.0.16.172.in-addr.arpa. 5 IN PTR 172-16-0-1.svc1.other.svc.cluster.local.",
-		}},
-		{"35 endpoint in two slices of one service is one PTR", "2.0.16.172.in-addr.arpa.", []string{
-			"2.0.16.172.in-addr.arpa. 5 IN PTR 172-16-0-2.hdls1.testns.svc.cluster.local.",
-		}},
-		{"35 v6 nibbles", "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.c.b.a.8.7.6.5.ip6.arpa.", []string{
-			"1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.d.c.b.a.8.7.6.5.ip6.arpa. 5 IN PTR 5678-abcd--1.hdls1.testns.svc.cluster.local.",
-		}},
-		{"v6 ClusterIP", "1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.6.9.0.0.0.1.0.0.0.0.d.f.ip6.arpa.", []string{
-			"1.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.6.9.0.0.0.1.0.0.0.0.d.f.ip6.arpa. 5 IN PTR svc6.testns.svc.cluster.local.",
-		}},
-		{"unknown address falls through", "9.9.9.9.in-addr.arpa.", nil},
-		{"unready endpoint falls through", "9.0.16.172.in-addr.arpa.", nil},
-		{"partial name falls through", "16.172.in-addr.arpa.", nil},
-	}
-	for _, c := range cases {
+	for _, c := range reverseCases {
 		t.Run(c.name, func(t *testing.T) {
 			got, ok := z.Reverse(ix, dns.Question{Name: c.qname, Qtype: dns.TypePTR, Qclass: dns.ClassINET})
 			if ok != (c.want != nil) {

@@ -216,6 +216,17 @@ func TestServesTheFixtureFromARealAPIServer(t *testing.T) {
 				checkSection(t, "additional", withoutOPT(m.Extra), rrs(t, tc.extra...))
 			})
 		}
+		for _, tc := range reverseCases {
+			t.Run(network+" PTR "+tc.name, func(t *testing.T) {
+				m := ask(t, network, s.Listeners.Addr, query(tc.qname, dns.TypePTR), netip.Addr{})
+				// An address the cluster does not know goes to the (fake)
+				// upstream, which has no PTR records: NXDOMAIN.
+				if known := tc.want != nil; m.Authoritative != known || (m.Rcode == dns.RcodeSuccess) != known {
+					t.Errorf("aa=%v rcode %s, want the cluster to know it: %v", m.Authoritative, dns.RcodeToString[m.Rcode], known)
+				}
+				checkSection(t, "answer", m.Answer, rrs(t, tc.want...))
+			})
+		}
 	}
 }
 

@@ -102,6 +102,7 @@ func envInt(name string, def int) int {
 func populate(b *testing.B, api *framework.APIServer, nSvc, nPods int) {
 	cfg := *api.RestConfig
 	cfg.QPS, cfg.Burst = 5000, 10000
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
 	c := kubernetes.NewForConfigOrDie(&cfg)
 	ctx := context.Background()
 	for i := range benchNamespaces {
