@@ -78,28 +78,14 @@ const (
 )
 
 // Build computes the desired ruleset. It is a pure function of in.
-func Build(in Input) *Desired {
-	d := &Desired{
+func Build(in Input) *Desired { return NewModel().Build(in) }
+
+func newDesired() *Desired {
+	return &Desired{
 		Tables: map[nftables.TableFamily]*Table{},
 		Health: map[types.NamespacedName]HealthInfo{},
 		UDP:    map[netip.AddrPort]map[netip.Addr]bool{},
 	}
-	for _, fam := range Families {
-		t := newTable(fam)
-		baseRules(t, in.Node)
-		d.Tables[fam] = t
-	}
-	for _, svc := range in.Services {
-		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
-		for _, sp := range servicePorts(svc) {
-			eps := endpointsFor(&sp, in.Slices[name], in.Node.Name)
-			for _, fam := range Families {
-				b := &builder{t: d.Tables[fam], d: d, node: in.Node, sp: &sp}
-				b.build(familyEndpoints(eps, fam))
-			}
-		}
-	}
-	return d
 }
 
 func isFamily(a netip.Addr, fam nftables.TableFamily) bool {
@@ -153,22 +139,7 @@ func baseRules(t *Table, n NodeFacts) {
 	base("filter-output", nftables.ChainTypeFilter, nftables.ChainHookOutput, PriorityFilter, chEndpointsCheck, chClusterIPsCheck)
 	base("nat-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, PriorityMasquerade, chMasquerading)
 
-	addr := nftables.TypeIPAddr
-	if f == nftables.TableFamilyIPv6 {
-		addr = nftables.TypeIP6Addr
-	}
-	vip := nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService)
-	pp := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
-	vmap := func(key nftables.SetDatatype) SetSpec { return SetSpec{Key: key, Data: nftables.TypeVerdict} }
-	t.set(setServiceIPs, vmap(vip))
-	t.set(setNoEndpoints, vmap(vip))
-	t.set(setFirewallIPs, vmap(vip))
-	t.set(setNodePorts, vmap(pp))
-	t.set(setNoEPNodePorts, vmap(pp))
-	t.set(setNodePortIPs, SetSpec{Key: addr})
-	t.set(setClusterIPs, SetSpec{Key: addr})
-	t.set(setHairpin, SetSpec{Key: nftables.MustConcatSetType(addr, addr)})
-
+	baseSets(t)
 	t.addRule(chServices, newRule(f).vmapAddrProtoPort(setServiceIPs).done())
 	t.addRule(chServices, newRule(f).lookupAddr("daddr", setNodePortIPs).vmapProtoPort(setNodePorts).done())
 	t.addRule(chFirewallCheck, newRule(f).vmapAddrProtoPort(setFirewallIPs).done())
@@ -181,6 +152,35 @@ func baseRules(t *Table, n NodeFacts) {
 
 	for _, a := range familyAddrs(n.NodePortIPs, f) {
 		t.addElement(setNodePortIPs, Element{Key: a.AsSlice(), Text: a.String()})
+	}
+}
+
+// baseSets declares the shared sets and maps every Service adds to.
+func baseSets(t *Table) {
+	for name, spec := range sharedSets[t.Family] {
+		t.set(name, spec)
+	}
+}
+
+// sharedSets are the specs of the shared sets and maps, per family.
+var sharedSets = map[nftables.TableFamily]map[string]SetSpec{
+	nftables.TableFamilyIPv4: sharedSetSpecs(nftables.TypeIPAddr),
+	nftables.TableFamilyIPv6: sharedSetSpecs(nftables.TypeIP6Addr),
+}
+
+func sharedSetSpecs(addr nftables.SetDatatype) map[string]SetSpec {
+	vip := nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService)
+	pp := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
+	vmap := func(key nftables.SetDatatype) SetSpec { return SetSpec{Key: key, Data: nftables.TypeVerdict} }
+	return map[string]SetSpec{
+		setServiceIPs:    vmap(vip),
+		setNoEndpoints:   vmap(vip),
+		setFirewallIPs:   vmap(vip),
+		setNodePorts:     vmap(pp),
+		setNoEPNodePorts: vmap(pp),
+		setNodePortIPs:   {Key: addr},
+		setClusterIPs:    {Key: addr},
+		setHairpin:       {Key: nftables.MustConcatSetType(addr, addr)},
 	}
 }
 

@@ -45,9 +45,13 @@ var (
 	buildErr  error
 )
 
-// netplaneBinary builds cmd/netplane from this tree once per test binary,
-// so the test never runs a stale bin/netplane.
+// netplaneBinary is bin/netplane under `make test` (which builds it first,
+// and sets NETPLANE_BIN_DIR); run by hand, cmd/netplane is built from this
+// tree once per test binary so a stale bin/netplane is never tested.
 func netplaneBinary(t *testing.T) string {
+	if os.Getenv("NETPLANE_BIN_DIR") != "" {
+		return framework.RequireBinary(t, "netplane")
+	}
 	buildOnce.Do(func() {
 		dir, err := os.MkdirTemp("", "netplane-proxy-e2e-")
 		if err != nil {

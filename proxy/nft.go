@@ -49,7 +49,7 @@ func (c *Chain) sameRules(o *Chain) bool {
 		return false
 	}
 	for i := range c.Rules {
-		if c.Rules[i].Text != o.Rules[i].Text {
+		if c.Rules[i].FP != o.Rules[i].FP {
 			return false
 		}
 	}
@@ -67,6 +67,7 @@ func (c *Chain) sameHook(o *Chain) bool {
 // in the kernel) and the expressions that implement it.
 type Rule struct {
 	Text  string
+	FP    string // fingerprint of Text, stored in the kernel rule's comment
 	Exprs []expr.Any
 	// Anon is an anonymous constant set the rule looks up; its Lookup
 	// expression names anonSetName and gets the real id when rendered.
@@ -132,8 +133,14 @@ func (t *Table) set(name string, spec SetSpec) *Set {
 	return s
 }
 
+// addElement adds e to a set, declaring a shared set on first use (a
+// Service's fragment holds only the sets it adds to).
 func (t *Table) addElement(set string, e Element) {
-	t.Sets[set].Elements[e.id()] = e
+	s := t.Sets[set]
+	if s == nil {
+		s = t.set(set, sharedSets[t.Family][set])
+	}
+	s.Elements[e.id()] = e
 }
 
 func (t *Table) chain(name string, base *Hook) *Chain {

@@ -33,6 +33,7 @@ type proxier struct {
 	slices    discoverylisters.EndpointSliceLister
 	nodes     corelisters.NodeLister
 	renderers map[nftables.TableFamily]*Renderer
+	model     *Model
 	health    *healthServers
 	metrics   *metrics
 	kick      chan struct{}
@@ -57,6 +58,7 @@ func newProxier(d role.Deps, conn *nftables.Conn) *proxier {
 			nftables.TableFamilyIPv4: NewRenderer(conn, nftables.TableFamilyIPv4),
 			nftables.TableFamilyIPv6: NewRenderer(conn, nftables.TableFamilyIPv6),
 		},
+		model:   NewModel(),
 		metrics: newMetrics(d.Metrics),
 		kick:    make(chan struct{}, 1),
 	}
@@ -169,7 +171,7 @@ func (p *proxier) sync(full bool) error {
 	if err != nil {
 		return err
 	}
-	d := Build(in)
+	d := p.model.Build(in)
 	var errs []error
 	for _, fam := range Families {
 		if _, err := p.renderers[fam].Sync(d.Tables[fam], full); err != nil {

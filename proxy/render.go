@@ -33,6 +33,10 @@ type kernelTable struct {
 	sets   map[string]*kernelSet
 }
 
+func newKernelTable() *kernelTable {
+	return &kernelTable{chains: map[string]*kernelChain{}, sets: map[string]*kernelSet{}}
+}
+
 type kernelChain struct {
 	base  *Hook
 	rules []string // fingerprints, in order
@@ -66,22 +70,28 @@ type Stats struct {
 // Sync makes the kernel table equal to want. With full, or after a failure,
 // it first reads the table back so changes made by others are repaired.
 func (r *Renderer) Sync(want *Table, full bool) (Stats, error) {
+	fresh := false
 	if full || r.applied == nil {
 		k, err := r.readBack()
 		if err != nil {
 			r.applied = nil
 			return Stats{}, fmt.Errorf("reading table %s %s back: %w", familyName(r.family), TableName, err)
 		}
+		if k == nil {
+			k, fresh = newKernelTable(), true
+		}
 		r.applied = k
 	}
 	p := &plan{r: r}
-	p.diff(r.applied, want)
+	p.diff(r.applied, want, fresh)
 	st, err := p.run()
 	if err != nil {
 		r.applied = nil // the next sync re-reads the kernel
 		return st, err
 	}
-	r.applied = p.next
+	for _, c := range p.commit {
+		c(r.applied)
+	}
 	return st, nil
 }
 
@@ -104,7 +114,7 @@ func fingerprint(text string) string {
 // readBack lists the table, its chains with rule fingerprints, its sets
 // with their elements. Dynamic sets' elements are the kernel's own.
 func (r *Renderer) readBack() (*kernelTable, error) {
-	k := &kernelTable{chains: map[string]*kernelChain{}, sets: map[string]*kernelSet{}}
+	k := newKernelTable()
 	tables, err := r.conn.ListTablesOfFamily(r.family)
 	if err != nil {
 		return nil, err
@@ -114,7 +124,7 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 		found = found || t.Name == TableName
 	}
 	if !found {
-		return nil, nil
+		return nil, nil // no table: it is created
 	}
 	chains, err := r.conn.ListChainsOfTableFamily(r.family)
 	if err != nil {
@@ -193,11 +203,15 @@ func decodeVerdict(b []byte) *expr.Verdict {
 
 // plan is the ordered list of changes from what is applied to what is wanted.
 type plan struct {
-	r    *Renderer
-	next *kernelTable
+	r *Renderer
 	// steps run in order; a step's messages stay in one transaction.
 	steps []step
+	// commit updates the renderer's record once every step succeeded; it
+	// changes only what changed, so a small change costs little.
+	commit []func(*kernelTable)
 }
+
+func (p *plan) onSuccess(f func(*kernelTable)) { p.commit = append(p.commit, f) }
 
 type step struct {
 	messages int
@@ -219,37 +233,32 @@ func (p *plan) barrier() {
 // window where a Service resolves to a half-written chain: table, new sets,
 // new chains, rewritten chains, added elements, removed elements, then
 // flushed and deleted stale chains and sets.
-func (p *plan) diff(have *kernelTable, want *Table) {
+func (p *plan) diff(have *kernelTable, want *Table, fresh bool) {
 	t := p.r.table
-	if have == nil {
-		have = &kernelTable{chains: map[string]*kernelChain{}, sets: map[string]*kernelSet{}}
+	if fresh {
 		p.add(1, func(c *nftables.Conn) error { c.AddTable(t); return nil })
 	}
-	p.next = &kernelTable{chains: map[string]*kernelChain{}, sets: map[string]*kernelSet{}}
 	for _, name := range sortedKeys(want.Sets) {
 		s := want.Sets[name]
-		ks := have.sets[name]
-		if ks == nil || !sameSpec(ks.spec, s.Spec) {
+		if ks := have.sets[name]; ks == nil || !sameSpec(ks.spec, s.Spec) {
 			if ks != nil {
 				p.add(1, func(c *nftables.Conn) error { c.DelSet(&nftables.Set{Table: t, Name: name}); return nil })
 			}
 			p.add(1, func(c *nftables.Conn) error { return c.AddSet(p.namedSet(s), nil) })
+			p.onSuccess(func(k *kernelTable) { k.sets[name] = &kernelSet{spec: s.Spec, elems: map[string]Element{}} })
 		}
-		p.next.sets[name] = &kernelSet{spec: s.Spec, elems: s.Elements}
 	}
-	for _, name := range sortedKeys(want.Chains) {
+	for name, ch := range want.Chains {
 		if have.chains[name] == nil {
-			ch := want.Chains[name]
 			p.add(1, func(c *nftables.Conn) error { c.AddChain(p.chain(ch)); return nil })
 		}
 	}
 	p.barrier()
-	for _, name := range sortedKeys(want.Chains) {
-		p.rewrite(have.chains[name], want.Chains[name])
+	for name, ch := range want.Chains {
+		p.rewrite(have.chains[name], ch)
 	}
 	p.barrier()
-	for _, name := range sortedKeys(want.Sets) {
-		s := want.Sets[name]
+	for name, s := range want.Sets {
 		if s.Spec.Dynamic {
 			continue
 		}
@@ -258,10 +267,8 @@ func (p *plan) diff(have *kernelTable, want *Table) {
 			old = ks.elems
 		}
 		p.elements(name, s.Elements, old, false)
-	}
-	for _, name := range sortedKeys(want.Sets) {
-		if ks := have.sets[name]; ks != nil && sameSpec(ks.spec, want.Sets[name].Spec) && !want.Sets[name].Spec.Dynamic {
-			p.elements(name, ks.elems, want.Sets[name].Elements, true)
+		if old != nil {
+			p.elements(name, old, s.Elements, true)
 		}
 	}
 	p.barrier()
@@ -275,14 +282,14 @@ func sameSpec(a, b SetSpec) bool {
 // rewrite replaces a chain's rules when they differ, flush and refill in
 // one transaction so packets see either the old rules or the new.
 func (p *plan) rewrite(have *kernelChain, want *Chain) {
-	fps := make([]string, len(want.Rules))
-	for i, rl := range want.Rules {
-		fps[i] = fingerprint(rl.Text)
-	}
-	p.next.chains[want.Name] = &kernelChain{base: want.Base, rules: fps}
-	if have != nil && equalStrings(have.rules, fps) && sameBase(have.base, want.Base) {
+	if have != nil && sameFPs(have.rules, want.Rules) && sameBase(have.base, want.Base) {
 		return
 	}
+	fps := make([]string, len(want.Rules))
+	for i, rl := range want.Rules {
+		fps[i] = rl.FP
+	}
+	p.onSuccess(func(k *kernelTable) { k.chains[want.Name] = &kernelChain{base: want.Base, rules: fps} })
 	n := len(want.Rules) + 1
 	for _, rl := range want.Rules {
 		if rl.Anon != nil {
@@ -313,12 +320,12 @@ func sameBase(a, b *Hook) bool {
 	return *a == *b
 }
 
-func equalStrings(a, b []string) bool {
-	if len(a) != len(b) {
+func sameFPs(fps []string, rules []Rule) bool {
+	if len(fps) != len(rules) {
 		return false
 	}
-	for i := range a {
-		if a[i] != b[i] {
+	for i := range fps {
+		if fps[i] != rules[i].FP {
 			return false
 		}
 	}
@@ -329,9 +336,10 @@ func equalStrings(a, b []string) bool {
 // other, in messages of elementsPerMessage.
 func (p *plan) elements(set string, from, other map[string]Element, del bool) {
 	var batch []nftables.SetElement
+	var ids []string
 	flush := func() {
-		b := batch
-		batch = nil
+		b, is := batch, ids
+		batch, ids = nil, nil
 		s := &nftables.Set{Table: p.r.table, Name: set}
 		p.add(1, func(c *nftables.Conn) error {
 			if del {
@@ -339,13 +347,22 @@ func (p *plan) elements(set string, from, other map[string]Element, del bool) {
 			}
 			return c.SetAddElements(s, b)
 		})
+		p.onSuccess(func(k *kernelTable) {
+			for i, id := range is {
+				if del {
+					delete(k.sets[set].elems, id)
+				} else {
+					k.sets[set].elems[id] = from[is[i]]
+				}
+			}
+		})
 	}
-	for _, id := range sortedKeys(from) {
+	for id, e := range from {
 		if _, ok := other[id]; ok {
 			continue
 		}
-		e := from[id]
 		batch = append(batch, nftables.SetElement{Key: e.Key, Val: e.Val, VerdictData: e.Verdict})
+		ids = append(ids, id)
 		if len(batch) == elementsPerMessage {
 			flush()
 		}
@@ -369,10 +386,12 @@ func (p *plan) removeStale(have *kernelTable, want *Table) {
 	p.barrier()
 	for _, name := range stale {
 		p.add(1, func(c *nftables.Conn) error { c.DelChain(&nftables.Chain{Table: t, Name: name}); return nil })
+		p.onSuccess(func(k *kernelTable) { delete(k.chains, name) })
 	}
 	for _, name := range sortedKeys(have.sets) {
 		if want.Sets[name] == nil {
 			p.add(1, func(c *nftables.Conn) error { c.DelSet(&nftables.Set{Table: t, Name: name}); return nil })
+			p.onSuccess(func(k *kernelTable) { delete(k.sets, name) })
 		}
 	}
 }

@@ -41,7 +41,8 @@ func (r *rule) add(text string, e ...expr.Any) *rule {
 }
 
 func (r *rule) done() Rule {
-	return Rule{Text: strings.Join(r.text, " "), Exprs: r.exprs, Anon: r.anon}
+	text := strings.Join(r.text, " ")
+	return Rule{Text: text, FP: fingerprint(text), Exprs: r.exprs, Anon: r.anon}
 }
 
 func (r *rule) v6() bool { return r.fam == nftables.TableFamilyIPv6 }

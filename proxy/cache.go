@@ -1,0 +1,176 @@
+package proxy
+
+import (
+	"fmt"
+	"maps"
+	"net/netip"
+
+	"github.com/google/nftables"
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Model builds desired rulesets incrementally. It remembers each Service's
+// share of the ruleset (its fragment) and keeps the merged tables up to
+// date by swapping only the fragments of Services whose objects changed, so
+// the work per sync grows with the change, not with the cluster. Informer
+// caches replace an object's pointer on every change and never modify it in
+// place, so pointer equality means "unchanged".
+type Model struct {
+	nodeKey string
+	frags   map[types.NamespacedName]*fragment
+	d       *Desired
+	// refs counts the fragments holding each shared-set element: two
+	// Services may add the same one (an endpoint's hairpin pair).
+	refs map[nftables.TableFamily]map[string]map[string]int
+}
+
+// fragment is everything one Service contributes to the desired ruleset.
+type fragment struct {
+	svc    *v1.Service
+	slices []*discovery.EndpointSlice
+	d      *Desired // partial: the Service's chains, sets and elements
+}
+
+// NewModel returns a model with an empty cache.
+func NewModel() *Model { return &Model{} }
+
+// Build returns the desired ruleset for in. The result is owned by the
+// model and changed in place by the next Build: use it before calling again.
+func (m *Model) Build(in Input) *Desired {
+	if key := fmt.Sprintf("%+v", in.Node); key != m.nodeKey || m.d == nil {
+		m.reset(key, in.Node)
+	}
+	seen := make(map[types.NamespacedName]bool, len(in.Services))
+	for _, svc := range in.Services {
+		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+		seen[name] = true
+		f := m.frags[name]
+		if f != nil && f.svc == svc && samePointers(f.slices, in.Slices[name]) {
+			continue
+		}
+		if f != nil {
+			m.remove(f.d)
+		}
+		f = buildFragment(svc, in.Slices[name], in.Node)
+		m.add(f.d)
+		m.frags[name] = f
+	}
+	for name, f := range m.frags {
+		if !seen[name] {
+			m.remove(f.d)
+			delete(m.frags, name)
+		}
+	}
+	m.summarize()
+	return m.d
+}
+
+func (m *Model) reset(key string, node NodeFacts) {
+	m.nodeKey = key
+	m.frags = map[types.NamespacedName]*fragment{}
+	m.d = newDesired()
+	m.refs = map[nftables.TableFamily]map[string]map[string]int{}
+	for _, fam := range Families {
+		t := newTable(fam)
+		baseRules(t, node)
+		m.d.Tables[fam] = t
+		m.refs[fam] = map[string]map[string]int{}
+		for name := range sharedSets[fam] {
+			m.refs[fam][name] = map[string]int{}
+		}
+	}
+}
+
+func samePointers(a, b []*discovery.EndpointSlice) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i] != b[i] {
+			return false
+		}
+	}
+	return true
+}
+
+func buildFragment(svc *v1.Service, slices []*discovery.EndpointSlice, node NodeFacts) *fragment {
+	d := newDesired()
+	for _, fam := range Families {
+		d.Tables[fam] = newTable(fam)
+	}
+	for _, sp := range servicePorts(svc) {
+		eps := endpointsFor(&sp, slices, node.Name)
+		for _, fam := range Families {
+			b := &builder{t: d.Tables[fam], d: d, node: node, sp: &sp}
+			b.build(familyEndpoints(eps, fam))
+		}
+	}
+	return &fragment{svc: svc, slices: slices, d: d}
+}
+
+// add merges a fragment's chains and elements into the model's tables.
+// Fragment chains and sets are shared read-only, never modified.
+func (m *Model) add(f *Desired) {
+	for fam, ft := range f.Tables {
+		t := m.d.Tables[fam]
+		maps.Copy(t.Chains, ft.Chains)
+		for name, s := range ft.Sets {
+			refs, shared := m.refs[fam][name]
+			if !shared {
+				t.Sets[name] = s // a Service's own set (affinity)
+				continue
+			}
+			for id, e := range s.Elements {
+				refs[id]++
+				t.Sets[name].Elements[id] = e
+			}
+		}
+	}
+}
+
+// remove takes a fragment's chains and elements out of the model's tables.
+func (m *Model) remove(f *Desired) {
+	for fam, ft := range f.Tables {
+		t := m.d.Tables[fam]
+		for name := range ft.Chains {
+			delete(t.Chains, name)
+		}
+		for name, s := range ft.Sets {
+			refs, shared := m.refs[fam][name]
+			if !shared {
+				delete(t.Sets, name)
+				continue
+			}
+			for id := range s.Elements {
+				if refs[id]--; refs[id] <= 0 {
+					delete(refs, id)
+					delete(t.Sets[name].Elements, id)
+				}
+			}
+		}
+	}
+}
+
+// summarize recomputes the health-check, UDP and metric summaries from the
+// fragments: small per Service, and rebuilt so no stale entry survives.
+func (m *Model) summarize() {
+	d := m.d
+	d.Health = map[types.NamespacedName]HealthInfo{}
+	d.UDP = map[netip.AddrPort]map[netip.Addr]bool{}
+	d.NoLocalInternal, d.NoLocalExternal = 0, 0
+	for _, f := range m.frags {
+		maps.Copy(d.Health, f.d.Health)
+		for vip, eps := range f.d.UDP {
+			if old, ok := d.UDP[vip]; ok {
+				merged := maps.Clone(old)
+				maps.Copy(merged, eps)
+				eps = merged
+			}
+			d.UDP[vip] = eps
+		}
+		d.NoLocalInternal += f.d.NoLocalInternal
+		d.NoLocalExternal += f.d.NoLocalExternal
+	}
+}
