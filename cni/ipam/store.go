@@ -68,7 +68,7 @@ func (s *Store) Update(fn func(*State) error) error {
 	if err := fn(st); err != nil {
 		return err
 	}
-	out, err := json.MarshalIndent(st, "", "  ")
+	out, err := json.Marshal(st)
 	if err != nil {
 		return err
 	}

@@ -49,14 +49,10 @@ func EnsureBridge(h *netlink.Handle, name string, mtu int, gateways []netip.Pref
 			return nil, fmt.Errorf("set bridge %s up: %w", name, err)
 		}
 	}
-	have, err := Retry(func() ([]netlink.Addr, error) { return h.AddrList(br, netlink.FAMILY_ALL) })
-	if err != nil {
-		return nil, fmt.Errorf("list addresses of bridge %s: %w", name, err)
-	}
+	// Adding and accepting EEXIST is one request; listing first would dump
+	// every address of the node (netlink filters the dump in user space),
+	// which grows with the number of pods.
 	for _, gw := range gateways {
-		if hasAddr(have, gw) {
-			continue
-		}
 		a := &netlink.Addr{IPNet: IPNet(gw)}
 		if gw.Addr().Is6() {
 			a.Flags = unix.IFA_F_NODAD // usable at once: ADD must never wait
@@ -102,15 +98,6 @@ func bridge(h *netlink.Handle, name string, mtu int) (*netlink.Bridge, error) {
 		return nil, fmt.Errorf("pin MAC of bridge %s: %w", name, err)
 	}
 	return br, nil
-}
-
-func hasAddr(have []netlink.Addr, want netip.Prefix) bool {
-	for _, a := range have {
-		if p, ok := Prefix(a.IPNet); ok && p == want {
-			return true
-		}
-	}
-	return false
 }
 
 // IPNet converts a prefix that keeps its host bits (10.244.1.1/24).

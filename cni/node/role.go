@@ -57,7 +57,12 @@ func Run(ctx context.Context, d role.Deps) error {
 	}); err != nil {
 		return err
 	}
-	a := &agent{d: d, nodes: nodes.Lister(), clusterCIDRs: clusterCIDRs, host: &netlink.Handle{}, offLink: map[string]bool{}}
+	host, err := netlink.NewHandle()
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	defer host.Close()
+	a := &agent{d: d, nodes: nodes.Lister(), clusterCIDRs: clusterCIDRs, host: host, offLink: map[string]bool{}}
 	a.pluginPath = cfg.CNIPluginPath
 	if a.pluginPath == "" {
 		a.pluginPath = defaultPluginPath()

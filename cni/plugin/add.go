@@ -33,8 +33,14 @@ func VethName(containerID, ifname string) string {
 // vethPrefix starts the name of every host veth of ours.
 const vethPrefix = "npv"
 
-// host is the netlink handle of the node namespace the plugin runs in.
-var host = &netlink.Handle{}
+// host is the netlink handle of the node namespace the plugin runs in: one
+// socket for the whole invocation (a zero Handle opens one per request).
+var host = func() *netlink.Handle {
+	if h, err := netlink.NewHandle(); err == nil {
+		return h
+	}
+	return &netlink.Handle{}
+}()
 
 func cmdAdd(args *skel.CmdArgs) error {
 	conf, err := parseConf(args.StdinData)

@@ -41,12 +41,15 @@ func cmdDel(args *skel.CmdArgs) error {
 }
 
 // disconnect cuts the pod off the node. Deleting a veth costs 15-20 ms of
-// kernel time (unregistering waits for RCU grace periods), most of a DEL.
-// While the pod's netns still exists, the runtime is about to remove it,
-// and the kernel then destroys the pair in the background; so here the pod
-// end is only set down and stripped of its addresses (microseconds). Without
-// the netns, the host end is deleted at once. Leftovers of a netns that
-// outlives its DEL are removed by the next ADD into it or by GC.
+// kernel time (unregistering waits for RCU grace periods), and so would
+// setting it down, both under the kernel's global rtnl lock, which makes
+// parallel DELs queue behind each other. While the pod's netns still
+// exists, the runtime is about to remove it, and the kernel then destroys
+// the pair in the background; so here the pod end only loses its addresses
+// (no address of it stays configured once it is released) and the host end
+// is labelled Released (an interface alias, visible in `ip link`). Without
+// the netns, the host end is deleted at once. Released pairs of a netns
+// that outlives its DEL are removed by the next ADD into it or by GC.
 func disconnect(args *skel.CmdArgs) error {
 	hostName := VethName(args.ContainerID, args.IfName)
 	if args.Netns == "" {
@@ -68,27 +71,34 @@ func disconnect(args *skel.CmdArgs) error {
 	return deleteLink(hostName)
 }
 
-// cutOff sets the pod's ifname down and removes its addresses, if it is the
-// peer of hostName; it reports whether it was.
+// Released is the alias of a host veth whose attachment DEL released.
+const Released = "netplane-cni: released"
+
+// cutOff removes the addresses of the pod's ifname and labels its host end
+// Released, if ifname is the peer of hostName; it reports whether it was.
 func cutOff(pod *netlink.Handle, ifname, hostName string) (bool, error) {
 	l, err := pod.LinkByName(ifname)
 	if err != nil {
 		return false, nil
 	}
-	if peer, err := host.LinkByIndex(l.Attrs().ParentIndex); err != nil || peer.Attrs().Name != hostName {
+	peer, err := host.LinkByIndex(l.Attrs().ParentIndex)
+	if err != nil || peer.Attrs().Name != hostName {
 		return false, nil
-	}
-	if err := pod.LinkSetDown(l); err != nil {
-		return false, fmt.Errorf("set %s down in the pod: %w", ifname, err)
 	}
 	addrs, err := link.Retry(func() ([]netlink.Addr, error) { return pod.AddrList(l, netlink.FAMILY_ALL) })
 	if err != nil {
 		return false, err
 	}
 	for _, a := range addrs {
+		if a.IP.IsLinkLocalUnicast() {
+			continue
+		}
 		if err := pod.AddrDel(l, &a); err != nil && !errors.Is(err, unix.EADDRNOTAVAIL) {
 			return false, fmt.Errorf("remove %s from %s in the pod: %w", a.IPNet, ifname, err)
 		}
+	}
+	if err := host.LinkSetAlias(peer, Released); err != nil {
+		return false, fmt.Errorf("label %s released: %w", hostName, err)
 	}
 	return true, nil
 }
@@ -144,7 +154,7 @@ func removeStrayVeths(bridge string, keep map[string]bool) []error {
 	var errs []error
 	for _, l := range links {
 		name := l.Attrs().Name
-		if _, ok := l.(*netlink.Veth); !ok || !strings.HasPrefix(name, vethPrefix) || keep[name] || l.Attrs().MasterIndex != br.Attrs().Index {
+		if _, ok := l.(*netlink.Veth); !ok || !strings.HasPrefix(name, vethPrefix) || (keep[name] && l.Attrs().Alias != Released) || l.Attrs().MasterIndex != br.Attrs().Index {
 			continue
 		}
 		if err := deleteLink(name); err != nil {

@@ -21,6 +21,7 @@ import (
 	vns "github.com/vishvananda/netns"
 
 	"github.com/netplane/netplane/cni/ipam"
+	"github.com/netplane/netplane/cni/plugin"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
 )
@@ -193,7 +194,7 @@ func handle(t testing.TB, ns *netns.NS) *netlink.Handle {
 }
 
 // veths lists our host veths (npv…) in the node; with live, only those
-// whose pod end is up (not cut off by DEL).
+// not released by DEL (released pairs die with their netns).
 func (n *node) veths(t *testing.T, live bool) []string {
 	t.Helper()
 	links, err := handle(t, n.ns).LinkList()
@@ -202,7 +203,7 @@ func (n *node) veths(t *testing.T, live bool) []string {
 	}
 	var out []string
 	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, "npv") && (!live || l.Attrs().OperState == netlink.OperUp) {
+		if strings.HasPrefix(l.Attrs().Name, "npv") && (!live || l.Attrs().Alias != plugin.Released) {
 			out = append(out, l.Attrs().Name)
 		}
 	}

@@ -121,10 +121,20 @@ func TestDelIsBestEffortAndIdempotent(t *testing.T) {
 		r := rt(pod, "twice")
 		n.mustAdd(t, r)
 		n.mustDel(t, r)
-		if out := pod.MustExec(t, "ip", "-o", "addr", "show", "dev", "eth0"); strings.Contains(out, "inet") || !strings.Contains(pod.MustExec(t, "ip", "link", "show", "eth0"), "state DOWN") {
-			t.Fatalf("pod eth0 after DEL still configured:\n%s", out)
+		if out := pod.MustExec(t, "ip", "-o", "addr", "show", "dev", "eth0"); strings.Contains(out, "inet ") || strings.Contains(out, "scope global") {
+			t.Fatalf("pod eth0 keeps addresses after DEL:\n%s", out)
+		}
+		if out := n.ns.MustExec(t, "ip", "link", "show", plugin.VethName("twice", "eth0")); !strings.Contains(out, "alias "+plugin.Released) {
+			t.Fatalf("host veth not labelled released:\n%s", out)
 		}
 		n.mustDel(t, r)
+		// A new pod in the same netns replaces the released pair.
+		again := rt(pod, "twice-again")
+		n.mustAdd(t, again)
+		if v := n.veths(t, false); slices.Contains(v, plugin.VethName("twice", "eth0")) {
+			t.Fatalf("released pair left after a new ADD into its netns: %v", v)
+		}
+		n.mustDel(t, again)
 	})
 	t.Run("empty netns releases the address and the veth", func(t *testing.T) {
 		r := rt(netns.New(t, "pod"), "empty-netns")

@@ -30,8 +30,8 @@ func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, podNS netns.N
 	if errors.Is(err, unix.EEXIST) {
 		// Leftovers of an earlier attachment: a host end of this very
 		// attachment (its name is derived from the container ID) left by a
-		// killed plugin, or a pod end that DEL cut off in a netns that was
-		// then reused. Replace them.
+		// killed plugin or released by DEL, or a released pair in a netns
+		// that was reused. Replace them.
 		if derr := deleteLink(hostName); derr != nil {
 			return nil, derr
 		}
@@ -100,21 +100,18 @@ func configurePod(pod *netlink.Handle, podNS netns.NsHandle, ifname string, ips 
 	return pod.LinkByName(ifname) // fresh attributes (MAC) for the result
 }
 
-// deleteCutOff deletes the pod's ifname if DEL cut it off: a veth that is
-// down, has no address and whose peer is one of our host ends.
+// deleteCutOff deletes the pod's ifname if it is the peer of a host veth
+// that DEL labelled Released.
 func deleteCutOff(pod *netlink.Handle, ifname string) error {
 	l, err := pod.LinkByName(ifname)
 	if err != nil {
 		return nil
 	}
-	if _, ok := l.(*netlink.Veth); !ok || l.Attrs().Flags&net.FlagUp != 0 {
+	if _, ok := l.(*netlink.Veth); !ok {
 		return nil
 	}
 	peer, err := host.LinkByIndex(l.Attrs().ParentIndex)
-	if err != nil || !strings.HasPrefix(peer.Attrs().Name, vethPrefix) {
-		return nil
-	}
-	if addrs, err := pod.AddrList(l, netlink.FAMILY_ALL); err != nil || len(addrs) > 0 {
+	if err != nil || !strings.HasPrefix(peer.Attrs().Name, vethPrefix) || peer.Attrs().Alias != Released {
 		return nil
 	}
 	return deleteLink(peer.Attrs().Name)
