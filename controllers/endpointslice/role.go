@@ -16,8 +16,10 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	utilrand "k8s.io/apimachinery/pkg/util/rand"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcore "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
@@ -34,13 +36,17 @@ func Run(ctx context.Context, d role.Deps) error {
 	broadcaster.StartRecordingToSink(&typedcore.EventSinkImpl{Interface: d.Client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 
-	slices, err := New(d.Log.WithName("endpointslice"), d.Client, d.Informers,
+	writer, err := writeClient(d)
+	if err != nil {
+		return err
+	}
+	slices, err := New(d.Log.WithName("endpointslice"), writer, d.Informers,
 		broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "endpoint-slice-controller"}),
 		d.Metrics, Options{MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice, BatchPeriod: cfg.EndpointUpdatesBatchPeriod.Duration})
 	if err != nil {
 		return err
 	}
-	mirror, err := mirroring.New(d.Log.WithName("mirroring"), d.Client, d.Informers,
+	mirror, err := mirroring.New(d.Log.WithName("mirroring"), writer, d.Informers,
 		broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "endpointslice-mirroring-controller"}),
 		d.Metrics, mirroring.Options{MaxEndpointsPerSubset: cfg.MirroringMaxEndpointsPerSubset})
 	if err != nil {
@@ -68,6 +74,21 @@ func Run(ctx context.Context, d role.Deps) error {
 		return nil
 	}
 	return runElected(ctx, d, run)
+}
+
+// writeClient is the client the controllers write slices with: the shared
+// connection with the controller section's own rate limits, so that write
+// throughput (which bounds how soon a pod change shows in its slice) is set
+// apart from the watches other roles in the process share.
+func writeClient(d role.Deps) (kubernetes.Interface, error) {
+	rc := rest.CopyConfig(d.RestConfig)
+	rc.QPS, rc.Burst = d.Config.Controller.KubeAPIQPS, int(d.Config.Controller.KubeAPIBurst)
+	rc.RateLimiter = nil
+	c, err := kubernetes.NewForConfig(rc)
+	if err != nil {
+		return nil, fmt.Errorf("controller client: %w", err)
+	}
+	return c, nil
 }
 
 // errLostLease stops the process when another replica may have taken over:

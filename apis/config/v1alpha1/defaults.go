@@ -27,6 +27,8 @@ func Default() *Configuration {
 			MaxEndpointsPerSlice:           100,
 			MirroringMaxEndpointsPerSubset: 1000,
 			ConcurrentSyncs:                5,
+			KubeAPIQPS:                     100,
+			KubeAPIBurst:                   200,
 			LeaderElection: LeaderElection{
 				LeaderElect:       true,
 				ResourceNamespace: "kube-system",

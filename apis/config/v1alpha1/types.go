@@ -64,6 +64,12 @@ type Controller struct {
 	EndpointUpdatesBatchPeriod     metav1.Duration `json:"endpointUpdatesBatchPeriod"`
 	ConcurrentSyncs                int32           `json:"concurrentSyncs"`
 	LeaderElection                 LeaderElection  `json:"leaderElection"`
+	// KubeAPIQPS and KubeAPIBurst limit the controllers' slice writes (not
+	// their watches). They are higher than clientConnection's 20/30 because
+	// write throughput is what bounds the time from a pod change to its
+	// slice, and the API server's priority and fairness protects itself.
+	KubeAPIQPS   float32 `json:"kubeAPIQPS"`
+	KubeAPIBurst int32   `json:"kubeAPIBurst"`
 }
 
 // LeaderElection keeps two controller replicas from both writing.

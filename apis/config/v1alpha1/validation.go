@@ -41,6 +41,10 @@ func (c *Configuration) Validate() error {
 	v.intRange("controller.mirroringMaxEndpointsPerSubset", int(ct.MirroringMaxEndpointsPerSubset), 1, 1000)
 	v.between("controller.endpointUpdatesBatchPeriod", ct.EndpointUpdatesBatchPeriod.Duration, 0, time.Minute)
 	v.intRange("controller.concurrentSyncs", int(ct.ConcurrentSyncs), 1, 100)
+	if ct.KubeAPIQPS <= 0 {
+		v.fail("controller.kubeAPIQPS", "must be greater than 0, got %v", ct.KubeAPIQPS)
+	}
+	v.intRange("controller.kubeAPIBurst", int(ct.KubeAPIBurst), 1, 100000)
 	if le := ct.LeaderElection; le.LeaderElect {
 		v.nonEmpty("controller.leaderElection.resourceNamespace", le.ResourceNamespace)
 		v.nonEmpty("controller.leaderElection.resourceName", le.ResourceName)
