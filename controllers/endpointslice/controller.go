@@ -24,11 +24,11 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 	"k8s.io/client-go/util/workqueue"
-
-	"github.com/netplane/netplane/controllers/internal/kit"
 	esrec "k8s.io/endpointslice"
 	"k8s.io/endpointslice/topologycache"
 	esutil "k8s.io/endpointslice/util"
+
+	"github.com/netplane/netplane/controllers/internal/kit"
 )
 
 // ControllerName is the managed-by label value of the slices this controller
@@ -153,12 +153,12 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	c.log.Info("stopped EndpointSlice controller")
 }
 
-func (c *Controller) worker(ctx context.Context) {
-	for c.processNext(ctx) {
+func (c *Controller) worker(context.Context) {
+	for c.processNext() {
 	}
 }
 
-func (c *Controller) processNext(ctx context.Context) bool {
+func (c *Controller) processNext() bool {
 	key, quit := c.queue.Get()
 	if quit {
 		return false
@@ -214,18 +214,18 @@ func (c *Controller) syncService(key string) error {
 	if err != nil {
 		return err
 	}
-	slices, err := c.ownSlices(svc)
+	existing, err := c.ownSlices(svc)
 	if err != nil {
 		return err
 	}
-	if c.tracker.StaleSlices(svc, slices) {
+	if c.tracker.StaleSlices(svc, existing) {
 		return kit.ErrStaleCache
 	}
 	// Computed even when nothing will be written, so the tracker forgets
 	// the pod changes this sync accounts for.
 	trigger := c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, pods)
 	c.metrics.SetDesired(key, desiredEndpoints(svc, pods))
-	if err := c.reconciler.Reconcile(c.log, svc, pods, slices, trigger); err != nil {
+	if err := c.reconciler.Reconcile(c.log, svc, pods, existing, trigger); err != nil {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "FailedToUpdateEndpointSlices",
 			"Error updating EndpointSlices for Service %s/%s: %v", ns, name, err)
 		return err
