@@ -21,7 +21,6 @@ package proxy
 import (
 	"context"
 	"fmt"
-	"os"
 	"time"
 
 	"github.com/google/nftables"
@@ -32,10 +31,6 @@ import (
 // Run is the proxy half of the node role. A graceful stop leaves the rules in
 // place, so Services keep working while the agent is restarted or upgraded.
 func Run(ctx context.Context, d role.Deps) error {
-	if os.Getenv("NETPLANE_PROXY_DISABLED") == "1" {
-		<-ctx.Done() // for nodes where another proxy is in charge
-		return nil
-	}
 	conn, err := nftables.New(nftables.AsLasting())
 	if err != nil {
 		return fmt.Errorf("opening nftables netlink socket (needs CAP_NET_ADMIN): %w", err)
