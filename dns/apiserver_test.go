@@ -467,7 +467,7 @@ func TestRunIsTheRole(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		done <- Run(ctx, role.Deps{Config: cfg, Client: api.Client, Checks: checks, Metrics: prometheus.NewRegistry(), Log: testr.New(t)})
+		done <- Run(ctx, role.Deps{Config: cfg, RestConfig: api.RestConfig, Client: api.Client, Checks: checks, Metrics: prometheus.NewRegistry(), Log: testr.New(t)})
 	}()
 	// An answer from the cluster zone means the server started, and so its
 	// readiness check is in place.
