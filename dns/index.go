@@ -26,14 +26,6 @@ func (m *cowMap[K, V]) get(k K) (V, bool) {
 	return v, ok
 }
 
-func (m *cowMap[K, V]) len() int {
-	n := 0
-	for _, s := range m.shards {
-		n += len(s)
-	}
-	return n
-}
-
 // cowEditor collects changes to a cowMap; each shard is copied on its
 // first write only, so a batch of changes to one shard copies it once.
 type cowEditor[K comparable, V any] struct {
