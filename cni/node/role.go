@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -57,7 +58,7 @@ func Run(ctx context.Context, d role.Deps) error {
 	}); err != nil {
 		return err
 	}
-	host, err := netlink.NewHandle()
+	host, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("open netlink: %w", err)
 	}

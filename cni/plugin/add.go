@@ -13,6 +13,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/cni/link"
@@ -36,7 +37,7 @@ const vethPrefix = "npv"
 // host is the netlink handle of the node namespace the plugin runs in: one
 // socket for the whole invocation (a zero Handle opens one per request).
 var host = func() *netlink.Handle {
-	if h, err := netlink.NewHandle(); err == nil {
+	if h, err := netlink.NewHandle(unix.NETLINK_ROUTE); err == nil {
 		return h
 	}
 	return &netlink.Handle{}
@@ -63,7 +64,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS=%s cannot be opened", args.Netns), err.Error())
 	}
 	defer podNS.Close()
-	pod, err := netlink.NewHandleAt(podNS)
+	pod, err := netlink.NewHandleAt(podNS, unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("open netlink in %s: %w", args.Netns, err)
 	}

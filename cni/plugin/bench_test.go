@@ -78,6 +78,25 @@ func (c *contender) run(b *testing.B, pods []*netns.NS, parallel int, add bool) 
 	return lat
 }
 
+// phase adds and deletes n pods, n/parallel at a time, as a runtime does: a
+// fresh netns per pod, removed after DEL. The kernel then destroys what is
+// left in the background; phase returns once that is done.
+func (c *contender) phase(b *testing.B, n, parallel int) (add, del []time.Duration) {
+	pods := make([]*netns.NS, n)
+	for i := range pods {
+		pods[i] = netns.New(b, "bpod")
+	}
+	add = c.run(b, pods, parallel, true)
+	del = c.run(b, pods, parallel, false)
+	for _, pod := range pods {
+		if err := pod.Delete(); err != nil {
+			b.Fatal(err)
+		}
+	}
+	c.waitForNoVeths(b)
+	return add, del
+}
+
 func (c *contender) waitForNoVeths(b *testing.B) {
 	nl := handle(b, c.node)
 	deadline := time.Now().Add(30 * time.Second)
@@ -102,7 +121,7 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // BenchmarkAddDelAgainstBridgeAndHostLocal measures ADD and DEL latency
 // (p50, p99) of netplane-cni and of the reference bridge + host-local
 // plugins, through libcni in the same run: 200 pods one after another, then
-// 50 at once. Run with `make bench` (-benchtime 1x); the ratios are
+// 50 at once, three rounds each. Run with `make bench` (-benchtime 1x); the ratios are
 // reference/netplane, so 2 means netplane is twice as fast.
 func BenchmarkAddDelAgainstBridgeAndHostLocal(b *testing.B) {
 	framework.RequireRoot(b)
@@ -116,28 +135,25 @@ func BenchmarkAddDelAgainstBridgeAndHostLocal(b *testing.B) {
 		"type": "bridge", "bridge": "cni0", "mtu": 1500, "isDefaultGateway": true, "hairpinMode": true,
 		"ipam": map[string]any{"type": "host-local", "ranges": [][]map[string]string{{{"subnet": "10.244.0.0/22"}}}, "dataDir": b.TempDir()},
 	})
+	// Three rounds, alternating who goes first, pooled: a shared machine's
+	// noise then hits both contenders alike.
+	const rounds = 3
 	for range b.N {
 		for _, phase := range []struct {
 			name           string
 			pods, parallel int
 		}{{"sequential200", 200, 1}, {"concurrent50", 50, 50}} {
 			lat := map[string][]time.Duration{}
-			for _, c := range []*contender{ours, ref} {
-				// As a runtime does: a fresh netns per pod, removed after DEL.
-				// The kernel then destroys what is left in the background;
-				// the next run starts once that is done.
-				pods := make([]*netns.NS, phase.pods)
-				for i := range pods {
-					pods[i] = netns.New(b, "bpod")
+			for round := range rounds {
+				order := []*contender{ours, ref}
+				if round%2 == 1 {
+					order = []*contender{ref, ours}
 				}
-				lat[c.name+"add"] = c.run(b, pods, phase.parallel, true)
-				lat[c.name+"del"] = c.run(b, pods, phase.parallel, false)
-				for _, pod := range pods {
-					if err := pod.Delete(); err != nil {
-						b.Fatal(err)
-					}
+				for _, c := range order {
+					add, del := c.phase(b, phase.pods, phase.parallel)
+					lat[c.name+"add"] = append(lat[c.name+"add"], add...)
+					lat[c.name+"del"] = append(lat[c.name+"del"], del...)
 				}
-				c.waitForNoVeths(b)
 			}
 			for _, verb := range []string{"add", "del"} {
 				for _, q := range []struct {

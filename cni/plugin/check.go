@@ -11,6 +11,7 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/cni/link"
@@ -112,7 +113,7 @@ func checkPod(args *skel.CmdArgs, ips []netip.Prefix) error {
 		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS=%s cannot be opened", args.Netns), err.Error())
 	}
 	defer podNS.Close()
-	pod, err := netlink.NewHandleAt(podNS)
+	pod, err := netlink.NewHandleAt(podNS, unix.NETLINK_ROUTE)
 	if err != nil {
 		return err
 	}

@@ -60,7 +60,7 @@ func disconnect(args *skel.CmdArgs) error {
 		return deleteLink(hostName) // the netns is gone, and the pod end with it
 	}
 	defer podNS.Close()
-	pod, err := netlink.NewHandleAt(podNS)
+	pod, err := netlink.NewHandleAt(podNS, unix.NETLINK_ROUTE)
 	if err != nil {
 		return deleteLink(hostName)
 	}
