@@ -164,7 +164,7 @@ func askWho(ns *netns.NS, addr string) (string, error) {
 
 func expectWho(t *testing.T, from *netns.NS, addr, want string) {
 	t.Helper()
-	waitFor(t, fmt.Sprintf("connect to %s from %s", addr, from.Name), 15*time.Second, func() error {
+	waitFor(t, fmt.Sprintf("connect to %s from %s", addr, from.Name), 30*time.Second, func() error {
 		got, err := askWho(from, addr)
 		if err != nil {
 			return err
@@ -201,7 +201,7 @@ func TestTwoNodesRoutePodsToEachOtherAndMasqueradeEgress(t *testing.T) {
 	}
 
 	for _, n := range []*labNode{n1, n2} {
-		waitFor(t, "conflist and plugin on "+n.name, 30*time.Second, func() error {
+		waitFor(t, "conflist and plugin on "+n.name, 60*time.Second, func() error {
 			if n.proc.Exited() {
 				t.Fatalf("netplane on %s exited:\n%s", n.name, n.proc.Tail(30))
 			}
@@ -217,7 +217,7 @@ func TestTwoNodesRoutePodsToEachOtherAndMasqueradeEgress(t *testing.T) {
 			return err
 		})
 	}
-	waitFor(t, "route on node1 to node2's pods", 20*time.Second, func() error {
+	waitFor(t, "route on node1 to node2's pods", 30*time.Second, func() error {
 		out, _ := n1.ns.Exec("ip", "route", "show", "10.244.2.0/24")
 		if !strings.Contains(out, "via 192.168.77.12") {
 			return fmt.Errorf("routes: %q", out)
@@ -253,7 +253,7 @@ func TestTwoNodesRoutePodsToEachOtherAndMasqueradeEgress(t *testing.T) {
 		if out, _ := n1.ns.Exec("ip", "route", "show", "10.244.3.0/24"); strings.TrimSpace(out) != "" {
 			t.Fatalf("route to the far node's pods: %s", out)
 		}
-		waitFor(t, "PodCIDRNotRoutable event", 20*time.Second, func() error {
+		waitFor(t, "PodCIDRNotRoutable event", 30*time.Second, func() error {
 			evs, err := s.Client.CoreV1().Events("default").List(ctx, metav1.ListOptions{FieldSelector: "reason=PodCIDRNotRoutable"})
 			if err != nil {
 				return err
@@ -270,7 +270,7 @@ func TestTwoNodesRoutePodsToEachOtherAndMasqueradeEgress(t *testing.T) {
 		if err := s.Client.CoreV1().Nodes().Delete(ctx, "node2", metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		waitFor(t, "route to node2's pods removed", 20*time.Second, func() error {
+		waitFor(t, "route to node2's pods removed", 30*time.Second, func() error {
 			if out, _ := n1.ns.Exec("ip", "route", "show", "10.244.2.0/24"); strings.TrimSpace(out) != "" {
 				return fmt.Errorf("still there: %s", out)
 			}

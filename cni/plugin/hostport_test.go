@@ -82,7 +82,7 @@ func ask(ns *netns.NS, network, addr string) (string, error) {
 // pod may wait for neighbour resolution.
 func askEventually(t *testing.T, ns *netns.NS, network, addr, want string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(20 * time.Second)
 	for {
 		got, err := ask(ns, network, addr)
 		if err == nil && got == want {
