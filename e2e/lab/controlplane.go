@@ -40,7 +40,7 @@ func (c *controlPlane) stop() {
 // least-privilege RBAC is the Helm chart's concern, not the lab's.
 var identities = []struct{ user, groups string }{
 	{"admin", "system:masters"},
-	{"system:kube-controller-manager", ""},
+	{"system:kube-controller-manager", "system:masters"}, // all controllers under one identity
 	{"system:kube-scheduler", ""},
 	{"netplane-controller", "system:masters"},
 	{"lab-agent", "system:masters"},

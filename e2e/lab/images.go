@@ -27,9 +27,9 @@ const (
 
 // binaries are the programs the lab builds from the working tree.
 type binaries struct {
-	dir                                      string
-	netplane, netplaneCNI, agent, testimage string
-	images                                   []string // docker-archive tars
+	dir                                               string
+	netplane, netplaneCNI, agent, testimage, loopback string
+	images                                            []string // docker-archive tars
 }
 
 // buildBinaries builds netplane, netplane-cni, the lab agent and the test
@@ -38,13 +38,22 @@ func (l *Lab) buildBinaries(ctx context.Context) error {
 	dir := l.path("bin")
 	b := binaries{dir: dir,
 		netplane: filepath.Join(dir, "netplane"), netplaneCNI: filepath.Join(dir, "netplane-cni"),
-		agent: filepath.Join(dir, "lab-agent"), testimage: filepath.Join(dir, "testimage")}
+		agent: filepath.Join(dir, "lab-agent"), testimage: filepath.Join(dir, "testimage"), loopback: filepath.Join(dir, "loopback")}
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/",
 		"./cmd/netplane", "./cmd/netplane-cni", "./e2e/lab/cmd/lab-agent", "./e2e/lab/testimage")
 	cmd.Dir = framework.RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build: %v\n%s", err, out)
+	}
+	// containerd 1.6 always runs the "loopback" CNI plugin beside the
+	// node's network; a node image ships it (kind's does). It comes from the
+	// module that pins the reference plugins.
+	cmd = exec.CommandContext(ctx, "go", "build", "-o", b.loopback, "github.com/containernetworking/plugins/plugins/main/loopback")
+	cmd.Dir = filepath.Join(framework.RepoRoot(), "hack", "tools", "cniplugins")
+	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return fmt.Errorf("go build loopback: %v\n%s", err, out)
 	}
 	for _, img := range []struct {
 		ref, bin, name string

@@ -102,6 +102,11 @@ func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, stateName)); err == nil {
 		return nil, fmt.Errorf("a lab is recorded in %s: run `netplane-lab down --state-dir=%s` (or `make demo-down`) first", cfg.StateDir, cfg.StateDir)
 	}
+	for _, tool := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "ctr", "runc", "nsenter", "ip"} {
+		if framework.Binary(tool) == "" {
+			return nil, fmt.Errorf("%s not found in %s or on $PATH: run `make tools` as root", tool, framework.BinDir())
+		}
+	}
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
 		return nil, err
 	}

@@ -114,6 +114,9 @@ func (n *Node) startContainerd(ctx context.Context) error {
 			return err
 		}
 	}
+	if err := copyFile(n.lab.bin.loopback, filepath.Join(n.Dir, "cni", "bin", "loopback")); err != nil {
+		return err
+	}
 	conf := strings.NewReplacer("{{dir}}", n.Dir, "{{pause}}", PauseImage).Replace(containerdConfig)
 	confPath := filepath.Join(n.Dir, "containerd.toml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
@@ -217,4 +220,12 @@ func (n *Node) stop() {
 		n.containerd.Stop(10 * time.Second)
 	}
 	n.StopNetplane()
+}
+
+func copyFile(src, dst string) error {
+	data, err := os.ReadFile(src)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(dst, data, 0o755)
 }

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	"k8s.io/apimachinery/pkg/api/resource"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/klog/v2"
 	"k8s.io/utils/ptr"
 )
@@ -30,7 +31,13 @@ func (a *Agent) registerNode(ctx context.Context) error {
 	return a.updateNodeStatus(ctx)
 }
 
+// updateNodeStatus retries on conflicts: the node IPAM controller writes
+// the same Node when it gives out pod CIDRs.
 func (a *Agent) updateNodeStatus(ctx context.Context) error {
+	return retry.RetryOnConflict(retry.DefaultRetry, func() error { return a.tryUpdateNodeStatus(ctx) })
+}
+
+func (a *Agent) tryUpdateNodeStatus(ctx context.Context) error {
 	node, err := a.client.CoreV1().Nodes().Get(ctx, a.cfg.NodeName, metav1.GetOptions{})
 	if err != nil {
 		return err
@@ -86,7 +93,7 @@ func (a *Agent) renewLease(ctx context.Context) error {
 	if apierrors.IsNotFound(err) {
 		_, err = leases.Create(ctx, &coordinationv1.Lease{
 			ObjectMeta: metav1.ObjectMeta{Name: a.cfg.NodeName},
-			Spec: coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.cfg.NodeName), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
+			Spec:       coordinationv1.LeaseSpec{HolderIdentity: ptr.To(a.cfg.NodeName), LeaseDurationSeconds: ptr.To[int32](40), RenewTime: &now},
 		}, metav1.CreateOptions{})
 		return err
 	}
@@ -98,7 +105,7 @@ func (a *Agent) renewLease(ctx context.Context) error {
 	return err
 }
 
-// primaryIP is the node's first InternalIP of the pod IP's family.
+// hostIPs are the node's InternalIPs as a pod's status.hostIPs.
 func (a *Agent) hostIPs() []corev1.HostIP {
 	var out []corev1.HostIP
 	for _, ip := range a.cfg.NodeIPs {

@@ -55,15 +55,26 @@ func Apply(ctx context.Context, l *lab.Lab, file string) error {
 	}
 }
 
+// create makes obj unless an object of that name exists (a Service with
+// a fixed nodePort fails validation, not AlreadyExists, on a second create).
 func create(ctx context.Context, l *lab.Lab, obj runtime.Object) error {
 	var err error
 	switch o := obj.(type) {
 	case *appsv1.Deployment:
-		_, err = l.Client.AppsV1().Deployments(ns(o.Namespace)).Create(ctx, o, metav1.CreateOptions{})
+		c := l.Client.AppsV1().Deployments(ns(o.Namespace))
+		if _, err = c.Get(ctx, o.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			_, err = c.Create(ctx, o, metav1.CreateOptions{})
+		}
 	case *corev1.Service:
-		_, err = l.Client.CoreV1().Services(ns(o.Namespace)).Create(ctx, o, metav1.CreateOptions{})
+		c := l.Client.CoreV1().Services(ns(o.Namespace))
+		if _, err = c.Get(ctx, o.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			_, err = c.Create(ctx, o, metav1.CreateOptions{})
+		}
 	case *corev1.Pod:
-		_, err = l.Client.CoreV1().Pods(ns(o.Namespace)).Create(ctx, o, metav1.CreateOptions{})
+		c := l.Client.CoreV1().Pods(ns(o.Namespace))
+		if _, err = c.Get(ctx, o.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			_, err = c.Create(ctx, o, metav1.CreateOptions{})
+		}
 	default:
 		err = fmt.Errorf("kind %T not supported by scenario.Apply", obj)
 	}

@@ -107,11 +107,15 @@ func follow(ctx context.Context, l *lab.Lab, logf func(string, ...any), what str
 		}
 		return nil
 	}
-	// The rules have followed once 10 requests in a row reach only ready pods.
-	if err := within(ctx, 30*time.Second, func() error { return onlyReady(10) }); err != nil {
+	// The rules have followed once 10 requests in a row reach only ready
+	// pods; they did so when the first of those 10 was sent.
+	var rules time.Duration
+	if err := within(ctx, 30*time.Second, func() error {
+		rules = time.Since(start)
+		return onlyReady(10)
+	}); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}
-	rules := time.Since(start)
 	if _, err := reachAll(ctx, l, url, wantPods); err != nil {
 		return fmt.Errorf("%s: %w", what, err)
 	}

@@ -75,6 +75,14 @@ func ClusterIP(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error
 // answered; any failed request is an error.
 func reachAll(ctx context.Context, l *lab.Lab, url string, want []string) ([]string, error) {
 	seen := map[string]bool{}
+	// A Service just created is programmed on the nodes a moment later.
+	if err := within(ctx, 10*time.Second, func() error {
+		pod, err := get(ctx, l, "client", url)
+		seen[pod] = err == nil
+		return err
+	}); err != nil {
+		return nil, fmt.Errorf("no answer from %s: %w", url, err)
+	}
 	for i := 0; i < 30*len(want); i++ {
 		pod, err := get(ctx, l, "client", url)
 		if err != nil {
