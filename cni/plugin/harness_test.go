@@ -21,6 +21,7 @@ import (
 	vns "github.com/vishvananda/netns"
 
 	"github.com/netplane/netplane/cni/ipam"
+	"github.com/netplane/netplane/cni/nft"
 	"github.com/netplane/netplane/cni/plugin"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
@@ -220,8 +221,8 @@ func (n *node) requireClean(t *testing.T) {
 	if v := n.veths(t, true); len(v) != 0 {
 		t.Errorf("connected host veths left: %v", v)
 	}
-	if out, _ := n.ns.Exec("nft", "list", "table", "inet", "netplane-hostports"); !strings.Contains(out, "No such file") {
-		t.Errorf("hostPort table left:\n%s", out)
+	if n.hostPortTable(t) {
+		t.Errorf("hostPort table inet %s left", plugin.HostPortTable)
 	}
 }
 
@@ -244,4 +245,18 @@ func cniCode(err error) uint {
 		return e.Code
 	}
 	return 0
+}
+
+// hostPortTable reports whether the node has the plugin's hostPort table.
+func (n *node) hostPortTable(t *testing.T) bool {
+	t.Helper()
+	var ok bool
+	if err := n.ns.Do(func() error {
+		var err error
+		ok, err = nft.TableExists(plugin.HostPortTable)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	return ok
 }

@@ -141,9 +141,12 @@ func TestHostPortsForwardTCPAndUDPFromOutsideLocalhostOtherPodsAndThePodItself(t
 	if err := n.check(ra); err != nil {
 		t.Fatalf("CHECK: %v", err)
 	}
+	if !n.hostPortTable(t) {
+		t.Fatal("hostPort table missing while a pod has host ports")
+	}
 	n.mustDel(t, ra)
-	if out, _ := n.ns.Exec("nft", "list", "table", "inet", "netplane-hostports"); !strings.Contains(out, "No such file") {
-		t.Fatalf("hostPort table still there after the last DEL:\n%s", out)
+	if n.hostPortTable(t) {
+		t.Fatal("hostPort table still there after the last DEL")
 	}
 	if _, err := ask(ext, "tcp", "192.168.50.1:30080"); err == nil {
 		t.Fatal("hostPort still answers after DEL")
