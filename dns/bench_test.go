@@ -64,6 +64,7 @@ func BenchmarkAgainstCoreDNS(b *testing.B) {
 	for _, s := range servers {
 		s.qpsCluster = runDNSPerf(b, dnsperf, s.addr, cluster)
 		s.qpsMix = runDNSPerf(b, dnsperf, s.addr, mix)
+		b.Logf("%s: cluster QPS %.0f, search-mix QPS %.0f", s.name, s.qpsCluster, s.qpsMix)
 	}
 	// p99 at the same fixed load for both: half the slower server's peak.
 	load := servers[0].qpsCluster
@@ -73,6 +74,7 @@ func BenchmarkAgainstCoreDNS(b *testing.B) {
 	for _, s := range servers {
 		s.p99 = runDNSPerfP99(b, dnsperf, s.addr, mix, int(load/2))
 		s.rssMB = rssMB(b, s.proc)
+		b.Logf("%s: p99 %v at %d QPS, RSS %.1f MB", s.name, s.p99, int(load/2), s.rssMB)
 	}
 	createToAnswer(b, api.Client, servers)
 	report(b, servers)
@@ -338,7 +340,8 @@ func rssMB(b *testing.B, p *framework.Process) float64 {
 func createToAnswer(b *testing.B, c kubernetes.Interface, servers []*benchServer) {
 	times := make([][]time.Duration, len(servers))
 	for i := range 5 {
-		svc := clusterIPService("ns-0", fmt.Sprintf("probe-%d", i), []string{fmt.Sprintf("10.96.250.%d", i+1)}, httpPort())
+		svc := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns-0", Name: fmt.Sprintf("probe-%d", i)},
+			Spec: corev1.ServiceSpec{Ports: []corev1.ServicePort{httpPort()}}}
 		if _, err := c.CoreV1().Services("ns-0").Create(context.Background(), svc, metav1.CreateOptions{}); err != nil {
 			b.Fatal(err)
 		}
