@@ -63,7 +63,7 @@ func Run(ctx context.Context, d role.Deps) error {
 		return fmt.Errorf("open netlink: %w", err)
 	}
 	defer host.Close()
-	a := &agent{d: d, nodes: nodes.Lister(), clusterCIDRs: clusterCIDRs, host: host, offLink: map[string]bool{}}
+	a := &agent{d: d, nodes: nodes.Lister(), clusterCIDRs: clusterCIDRs, host: host, offLink: map[string]bool{}, metrics: newMetrics(d.Metrics)}
 	a.pluginPath = cfg.CNIPluginPath
 	if a.pluginPath == "" {
 		a.pluginPath = defaultPluginPath()
@@ -110,6 +110,7 @@ type agent struct {
 	pluginPath   string
 	host         *netlink.Handle
 	recorder     record.EventRecorder
+	metrics      metrics
 
 	offLink  map[string]bool // nodes last seen not on our L2 segment
 	lastMasq string          // the masquerade plan last written
@@ -124,15 +125,23 @@ func (a *agent) ready() error {
 	return a.lastErr
 }
 
+// sync runs one sync and logs only changes of outcome: the same error
+// every period (a Node still without pod CIDRs) is said once.
 func (a *agent) sync() {
+	start := time.Now()
 	err := a.syncOnce()
+	a.metrics.duration.Observe(time.Since(start).Seconds())
+	if err != nil {
+		a.metrics.errors.Inc()
+	}
 	a.mu.Lock()
-	changed := (err == nil) != (a.lastErr == nil)
+	changed := fmt.Sprint(err) != fmt.Sprint(a.lastErr)
 	a.lastErr = err
 	a.mu.Unlock()
-	if err != nil {
-		a.d.Log.Error(err, "pod networking sync failed; retrying at the next sync")
-	} else if changed {
+	switch {
+	case err != nil && changed:
+		a.d.Log.Error(err, "pod networking is not set up; retrying at every sync")
+	case err == nil && changed:
 		a.d.Log.Info("pod networking is set up")
 	}
 }
@@ -239,5 +248,7 @@ func (a *agent) syncRoutes(infos []nodeInfo) error {
 			a.recorder.Event(&v1.ObjectReference{Kind: "Node", Name: r.Node, UID: typesUID(r.Node)}, v1.EventTypeWarning, "PodCIDRNotRoutable", msg)
 		}
 	}
+	a.metrics.routes.Set(float64(len(want)))
+	a.metrics.offLink.Set(float64(len(a.offLink)))
 	return syncRoutes(a.host, want)
 }
