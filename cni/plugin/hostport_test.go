@@ -13,6 +13,8 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/netplane/netplane/cni/nft"
+	"github.com/netplane/netplane/cni/plugin"
 	"github.com/netplane/netplane/e2e/netns"
 )
 
@@ -144,6 +146,18 @@ func TestHostPortsForwardTCPAndUDPFromOutsideLocalhostOtherPodsAndThePodItself(t
 	if !n.hostPortTable(t) {
 		t.Fatal("hostPort table missing while a pod has host ports")
 	}
+	// CHECK notices the rules are gone; the next change of host ports restores them.
+	if err := n.ns.Do(func() error { return nft.Replace(plugin.HostPortTable, nil) }); err != nil {
+		t.Fatal(err)
+	}
+	if err := n.check(ra); err == nil {
+		t.Fatal("CHECK passed without the hostPort table")
+	}
+	rc := rt(netns.New(t, "pod"), "hp-c")
+	rc.CapabilityArgs = map[string]any{"portMappings": []map[string]any{{"hostPort": 30081, "containerPort": 8080}}}
+	n.mustAdd(t, rc)
+	askEventually(t, ext, "tcp", "192.168.50.1:30080", "a ping")
+	n.mustDel(t, rc)
 	n.mustDel(t, ra)
 	if n.hostPortTable(t) {
 		t.Fatal("hostPort table still there after the last DEL")
