@@ -3,7 +3,6 @@
 package image
 
 import (
-	"bufio"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -29,7 +28,12 @@ func TestImageImportsIntoContainerdAndRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unmountUnder(t, dir); os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if left := framework.UnmountUnder(dir); len(left) > 0 {
+			t.Errorf("mounts left: %v", left)
+		}
+		os.RemoveAll(dir)
+	})
 
 	archive := filepath.Join(dir, "netplane-image.tar")
 	build := exec.Command("go", "run", ".", "-bin", bin, "-ref", ref, "-out", archive)
@@ -89,27 +93,5 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	})
 	if !found {
 		t.Error("the unpacked image has no /usr/local/bin/netplane")
-	}
-}
-
-// unmountUnder lazily unmounts whatever containerd left mounted below dir.
-func unmountUnder(t *testing.T, dir string) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	var mounts []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir) {
-			mounts = append(mounts, fields[4])
-		}
-	}
-	for i := len(mounts) - 1; i >= 0; i-- {
-		if err := unix.Unmount(mounts[i], unix.MNT_DETACH); err != nil {
-			t.Logf("unmount %s: %v", mounts[i], err)
-		}
 	}
 }
