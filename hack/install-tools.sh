@@ -6,7 +6,7 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${NETPLANE_BIN_DIR:-$here/../bin}
 
-packages=(etcd-server nftables iproute2 conntrack dnsutils containerd runc iputils-ping util-linux procps)
+packages=(etcd-server nftables iproute2 conntrack dnsutils dnsperf containerd runc iputils-ping util-linux procps)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
