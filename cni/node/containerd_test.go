@@ -1,13 +1,7 @@
 package node
 
 import (
-	"archive/tar"
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
 	"net/netip"
 	"os"
@@ -42,14 +36,19 @@ func TestContainerdRunsASandboxThroughNetplaneCNI(t *testing.T) {
 	ctr := framework.RequireBinary(t, "ctr")
 	framework.RequireBinary(t, "runc")
 	framework.RequireBinary(t, "containerd-shim-runc-v2")
-	plugin := framework.RequireBinary(t, "netplane-cni")
+	plugin := filepath.Join(framework.NetplaneBinaries(t), "netplane-cni")
 
 	// A short path: the socket's must fit in 108 bytes.
 	dir, err := os.MkdirTemp("/tmp", "npctrd")
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { unmountUnder(dir); os.RemoveAll(dir) })
+	t.Cleanup(func() {
+		if left := framework.UnmountUnder(dir); len(left) > 0 {
+			t.Errorf("mounts left: %v", left)
+		}
+		os.RemoveAll(dir)
+	})
 	node := netns.New(t, "crinode")
 	binDir, confDir, stateDir := filepath.Join(dir, "bin"), filepath.Join(dir, "net.d"), filepath.Join(dir, "ipam")
 	if _, err := installPlugin(plugin, filepath.Join(binDir, "netplane-cni")); err != nil {
@@ -235,69 +234,15 @@ func main() {
 	if out, err := build.CombinedOutput(); err != nil {
 		t.Fatalf("build pause: %v\n%s", err, out)
 	}
+	body, err := os.ReadFile(bin)
+	if err != nil {
+		t.Fatal(err)
+	}
 	archive := filepath.Join(dir, "pause.tar")
-	if err := writeImageArchive(archive, bin); err != nil {
+	if err := framework.WriteImageArchive(archive, pauseImage, []string{"/pause"}, []framework.File{{Path: "pause", Data: body}}); err != nil {
 		t.Fatal(err)
 	}
 	if out, err := exec.Command(ctr, "-a", sock, "-n", "k8s.io", "images", "import", archive).CombinedOutput(); err != nil {
 		t.Fatalf("ctr import: %v\n%s", err, out)
-	}
-}
-
-func writeImageArchive(path, pauseBin string) error {
-	body, err := os.ReadFile(pauseBin)
-	if err != nil {
-		return err
-	}
-	var layer bytes.Buffer
-	lw := tar.NewWriter(&layer)
-	lw.WriteHeader(&tar.Header{Name: "pause", Mode: 0o755, Size: int64(len(body)), Typeflag: tar.TypeReg})
-	lw.Write(body)
-	lw.Close()
-	sum := sha256.Sum256(layer.Bytes())
-	config, _ := json.Marshal(map[string]any{
-		"architecture": "amd64", "os": "linux",
-		"config": map[string]any{"Entrypoint": []string{"/pause"}},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(sum[:])}},
-	})
-	manifest, _ := json.Marshal([]map[string]any{{"Config": "config.json", "RepoTags": []string{pauseImage}, "Layers": []string{"layer.tar"}}})
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	w := tar.NewWriter(f)
-	for _, e := range []struct {
-		name string
-		data []byte
-	}{{"manifest.json", manifest}, {"config.json", config}, {"layer.tar", layer.Bytes()}} {
-		if err := w.WriteHeader(&tar.Header{Name: e.name, Mode: 0o644, Size: int64(len(e.data)), Typeflag: tar.TypeReg}); err != nil {
-			return err
-		}
-		if _, err := w.Write(e.data); err != nil {
-			return err
-		}
-	}
-	return w.Close()
-}
-
-// unmountUnder lazily unmounts whatever containerd left mounted below dir
-// (sandbox rootfs, netns bind mounts) after a failure, deepest first.
-func unmountUnder(dir string) {
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return
-	}
-	defer f.Close()
-	var mounts []string
-	s := bufio.NewScanner(f)
-	for s.Scan() {
-		fields := strings.Fields(s.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], dir+"/") {
-			mounts = append(mounts, fields[4])
-		}
-	}
-	for i := len(mounts) - 1; i >= 0; i-- {
-		exec.Command("umount", "-l", mounts[i]).Run()
 	}
 }

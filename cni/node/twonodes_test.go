@@ -65,10 +65,11 @@ func startNode(t *testing.T, s *framework.APIServer, sw *netns.NS, i int) *labNo
 	if err := s.WriteKubeconfig(kubeconfig, "https://"+fwd, s.Token); err != nil {
 		t.Fatal(err)
 	}
-	n.proc = n.ns.Start(t, framework.RequireBinary(t, "netplane"),
+	// No --cni-plugin-path: the agent installs the netplane-cni beside it.
+	bins := framework.NetplaneBinaries(t)
+	n.proc = n.ns.Start(t, filepath.Join(bins, "netplane"),
 		"--role=node", "--kubeconfig="+kubeconfig, "--node-name="+name,
 		"--cni-conf-dir="+n.confDir(), "--cni-bin-dir="+n.binDir(),
-		"--cni-plugin-path="+framework.RequireBinary(t, "netplane-cni"),
 		"--ipam-state-dir="+filepath.Join(n.dir, "ipam"),
 		"--cluster-cidr=10.244.0.0/16,fd00:10:244::/48", "--sync-period=2s", "--min-sync-period=100ms",
 		"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
