@@ -61,6 +61,7 @@ func Down(stateDir string, logf func(string, ...any)) error {
 	for _, c := range st.Containerd {
 		killShims(c)
 	}
+	removeCNICache(stateDir)
 	if err := unmountUnder(stateDir); err != nil {
 		errs = append(errs, err)
 	}
@@ -186,4 +187,16 @@ func waitGone(pid int, timeout time.Duration) bool {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return false
+}
+
+// removeCNICache removes libcni's cached results of this lab's pods, which
+// containerd leaves in the machine-wide /var/lib/cni when a CNI DEL fails;
+// they are recognised by the lab's paths inside them.
+func removeCNICache(stateDir string) {
+	files, _ := filepath.Glob("/var/lib/cni/results/*")
+	for _, f := range files {
+		if data, err := os.ReadFile(f); err == nil && strings.Contains(string(data), stateDir+"/") {
+			os.Remove(f)
+		}
+	}
 }

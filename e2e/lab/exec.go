@@ -2,6 +2,7 @@ package lab
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -64,8 +65,9 @@ func (l *Lab) ExternalExec(ctx context.Context, args ...string) (string, error) 
 	out, err := cmd.Output()
 	if err != nil {
 		msg := err.Error()
-		if ee, ok := err.(interface{ Stderr() []byte }); ok {
-			msg += ": " + string(ee.Stderr())
+		var ee *exec.ExitError
+		if errors.As(err, &ee) {
+			msg += ": " + strings.TrimSpace(string(ee.Stderr))
 		}
 		return string(out), fmt.Errorf("testimage %s from the external client: %s", strings.Join(args, " "), msg)
 	}

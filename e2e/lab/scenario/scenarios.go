@@ -26,7 +26,8 @@ func init() {
 		{"1 ClusterIP: a client on another node reaches all 3 pods, by IP and by name", ClusterIP},
 		{"2 sessionAffinity ClientIP: one client always lands on the same pod", SessionAffinity},
 		{"3 NodePort: every node answers; Local: only nodes with a pod, client IP kept", NodePort},
-		{"4 externalIPs and LoadBalancer ingress IP from the external client", ExternalAndLoadBalancer},
+		{"4a externalIPs: reachable from the external client", ExternalIPs},
+		{"4b LoadBalancer: its status.loadBalancer.ingress IP reachable from outside", LoadBalancer},
 		{"5 headless: A = pod IPs, SRV per pod, hostname.subdomain, not-ready published", Headless},
 		{"6 ExternalName: CNAME, target resolved through the upstream", ExternalName},
 		{"7 scale down/up and failed readiness: endpoints, DNS and rules follow", ScaleAndReadiness},
@@ -78,7 +79,9 @@ func reachAll(ctx context.Context, l *lab.Lab, url string, want []string) ([]str
 	// A Service just created is programmed on the nodes a moment later.
 	if err := within(ctx, 10*time.Second, func() error {
 		pod, err := get(ctx, l, "client", url)
-		seen[pod] = err == nil
+		if err == nil {
+			seen[pod] = true
+		}
 		return err
 	}); err != nil {
 		return nil, fmt.Errorf("no answer from %s: %w", url, err)
@@ -119,9 +122,14 @@ func SessionAffinity(ctx context.Context, l *lab.Lab, logf func(string, ...any))
 	if err != nil {
 		return err
 	}
+	url := "http://" + net.JoinHostPort(ip, "8080") + "/"
+	// A Service just created is programmed on the nodes a moment later.
+	if err := within(ctx, 10*time.Second, func() error { _, err := get(ctx, l, "client", url); return err }); err != nil {
+		return fmt.Errorf("no answer from %s: %w", url, err)
+	}
 	var first string
 	for i := 0; i < 10; i++ {
-		pod, err := get(ctx, l, "client", "http://"+net.JoinHostPort(ip, "8080")+"/")
+		pod, err := get(ctx, l, "client", url)
 		if err != nil {
 			return err
 		}
@@ -182,9 +190,9 @@ func NodePort(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error 
 	return nil
 }
 
-// ExternalAndLoadBalancer: the externalIP and the LoadBalancer's ingress IP
-// answer from the external client.
-func ExternalAndLoadBalancer(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
+// ExternalIPs: the Service's externalIP, routed on the underlay to node-1,
+// answers from the external client.
+func ExternalIPs(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
 	for _, f := range []string{"01-clusterip.yaml", "04-external.yaml"} {
 		if err := Apply(ctx, l, f); err != nil {
 			return err
@@ -192,6 +200,18 @@ func ExternalAndLoadBalancer(ctx context.Context, l *lab.Lab, logf func(string, 
 	}
 	if err := l.RouteToNode(ExternalIPAddr, l.Nodes[0]); err != nil {
 		return err
+	}
+	return answersFromOutside(ctx, l, logf, ExternalIPAddr)
+}
+
+// LoadBalancer: the LoadBalancer Service's ingress IP, written into its
+// status as a cloud's controller would and routed on the underlay to the
+// last node, answers from the external client.
+func LoadBalancer(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
+	for _, f := range []string{"01-clusterip.yaml", "04-external.yaml"} {
+		if err := Apply(ctx, l, f); err != nil {
+			return err
+		}
 	}
 	if err := l.RouteToNode(LoadBalancerAddr, l.Nodes[len(l.Nodes)-1]); err != nil {
 		return err
@@ -204,16 +224,25 @@ func ExternalAndLoadBalancer(ctx context.Context, l *lab.Lab, logf func(string, 
 	if _, err := l.Client.CoreV1().Services("default").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
+	return answersFromOutside(ctx, l, logf, LoadBalancerAddr)
+}
+
+// answersFromOutside waits for addr:8080 to answer the external client,
+// then requires 10 more requests in a row to succeed.
+func answersFromOutside(ctx context.Context, l *lab.Lab, logf func(string, ...any), addr string) error {
 	if _, err := readyPods(ctx, l, "app=nginx", 3); err != nil {
 		return err
 	}
-	for _, addr := range []string{ExternalIPAddr, LoadBalancerAddr} {
-		url := "http://" + net.JoinHostPort(addr, "8080") + "/"
-		if err := within(ctx, 10*time.Second, func() error { _, err := l.ExternalExec(ctx, "get", url); return err }); err != nil {
-			return fmt.Errorf("%s: %w", url, err)
-		}
-		logf("%s answers", url)
+	url := "http://" + net.JoinHostPort(addr, "8080") + "/"
+	if err := within(ctx, 10*time.Second, func() error { _, err := l.ExternalExec(ctx, "get", "--timeout=1s", url); return err }); err != nil {
+		return fmt.Errorf("%s: %w", url, err)
 	}
+	for i := 0; i < 10; i++ {
+		if _, err := l.ExternalExec(ctx, "get", "--timeout=1s", url); err != nil {
+			return fmt.Errorf("%s, request %d after it first answered: %w", url, i+1, err)
+		}
+	}
+	logf("%s answers", url)
 	return nil
 }
 
