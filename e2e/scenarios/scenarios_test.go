@@ -143,12 +143,13 @@ func TestLabControlPlaneAndNodes(t *testing.T) {
 // blocked are scenarios seen failing because of a netplane component, not
 // the lab; each names what is missing. Remove an entry when it is fixed.
 var blocked = map[string]string{
-	// Checked on 2026-11-22: the ingress IP routed to node-2 stopped
-	// answering in one run of three, and for a minute after the Service was
-	// deleted and created again; node-2's service-ips map listed the
-	// element, yet no connection showed up in its conntrack table, while the
-	// same IP routed through node-1 answered. Cause not pinned down yet.
-	"4b": "blocked: a LoadBalancer ingress IP intermittently gets no answer through the node it is routed to (netplane proxy suspected; see the comment above)",
+	// Checked on 2026-11-22 (fails in about one lab run of three): an nft
+	// trace on node-2 shows the SYN to the ingress IP pass the services
+	// chain without a match in the service-ips verdict map, although
+	// `nft list map ip netplane service-ips` shows the element
+	// "172.30.1.20 . tcp . 8080"; the packet is then forwarded undNATed.
+	// The same IP routed through node-1 answers.
+	"4b": "blocked: netplane proxy: the service-ips verdict map element of a LoadBalancer ingress IP sometimes does not match (lookup misses though nft lists it)",
 }
 
 // TestScenarios runs the demo's scenarios in order, as `make demo` does.
