@@ -143,13 +143,13 @@ func TestLabControlPlaneAndNodes(t *testing.T) {
 // blocked are scenarios seen failing because of a netplane component, not
 // the lab; each names what is missing. Remove an entry when it is fixed.
 var blocked = map[string]string{
-	// Checked on 2026-11-22 (fails in about one lab run of three): an nft
-	// trace on node-2 shows the SYN to the ingress IP pass the services
-	// chain without a match in the service-ips verdict map, although
-	// `nft list map ip netplane service-ips` shows the element
-	// "172.30.1.20 . tcp . 8080"; the packet is then forwarded undNATed.
-	// The same IP routed through node-1 answers.
-	"4b": "blocked: netplane proxy: the service-ips verdict map element of a LoadBalancer ingress IP sometimes does not match (lookup misses though nft lists it)",
+	// Checked on 2026-11-22 (fails in about one lab run of three): the
+	// proxier of the node the ingress IP is routed to gets stuck, logging
+	// every second `sync failed; retrying with a full sync err="conn.Receive:
+	// netlink receive: file exists"`, so the ingress IP (and externalIPs
+	// added later) never reach its service-ips map; an nft trace shows the
+	// SYN leave the node unDNATed. The same IP through the other node answers.
+	"4b": "blocked: netplane proxy: a sync fails with EEXIST (netlink: file exists) and retries forever, so a LoadBalancer ingress IP is never programmed",
 }
 
 // TestScenarios runs the demo's scenarios in order, as `make demo` does.
