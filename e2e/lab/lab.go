@@ -78,6 +78,9 @@ type Lab struct {
 	APIAddress string
 	Client     kubernetes.Interface
 	RestConfig *rest.Config
+	// BuildTime is how long compiling the binaries took, which a test's
+	// time budget for the lab itself leaves out.
+	BuildTime time.Duration
 
 	bin       binaries
 	cp        *controlPlane
@@ -131,6 +134,9 @@ func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
 		start := time.Now()
 		if err := s.fn(ctx); err != nil {
 			return l, fmt.Errorf("lab %s: %w", s.name, err)
+		}
+		if s.name == "binaries and images" {
+			l.BuildTime = time.Since(start)
 		}
 		cfg.Log("lab: %s ready (%.1fs)", s.name, time.Since(start).Seconds())
 	}
