@@ -2,7 +2,11 @@ package proxy
 
 import (
 	"bufio"
+	"context"
+	"io"
 	"net"
+	"net/http"
+	"net/netip"
 	"strings"
 	"testing"
 	"time"
@@ -21,14 +25,9 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 	empty := l.service("empty", nil)
 	self := l.service("self", []labEP{{pod: "a1"}})
 	np := l.service("np", []labEP{{pod: "a1"}, {pod: "b1"}}, func(s *v1.Service) { s.Spec.Type = v1.ServiceTypeNodePort })
-	loc := l.service("local", []labEP{{pod: "a1"}, {pod: "b1"}}, func(s *v1.Service) {
-		s.Spec.Type = v1.ServiceTypeNodePort
-		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-	})
-	remoteOnly := l.service("remote-only", []labEP{{pod: "b1"}}, func(s *v1.Service) {
-		s.Spec.Type = v1.ServiceTypeNodePort
-		s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
-	})
+	etpLocal := func(s *v1.Service) { s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal }
+	loc := l.service("local", []labEP{{pod: "a1"}, {pod: "b1"}}, loadBalancer("198.51.100.4"), etpLocal)
+	remoteOnly := l.service("remote-only", []labEP{{pod: "b1"}}, loadBalancer("198.51.100.5"), etpLocal)
 	itp := l.service("itp", []labEP{{pod: "a1"}, {pod: "b1"}}, func(s *v1.Service) {
 		s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
 	})
@@ -36,6 +35,9 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
 	})
 	term := l.service("term", []labEP{{pod: "a2", terminating: true}})
+	lbOpen := l.service("lb-open", []labEP{{pod: "a1"}}, loadBalancer("198.51.100.1"))
+	l.service("lb-closed", []labEP{{pod: "a1"}}, loadBalancer("198.51.100.2", "192.0.2.0/24"))
+	l.service("lb-allowed", []labEP{{pod: "a1"}}, loadBalancer("198.51.100.3", "203.0.113.0/25"))
 	l.service("extip", []labEP{{pod: "a1"}}, func(s *v1.Service) {
 		s.Spec.ExternalIPs = []string{"192.168.0.2"}
 		s.Spec.Ports = s.Spec.Ports[:1]
@@ -64,6 +66,10 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		{"internalTrafficPolicy Local uses only local endpoints", "a2", "tcp", hp(cip(itp), 80), "", []string{"a1"}},
 		{"terminating endpoints serve when none is ready", "a1", "tcp", hp(cip(term), 80), "", []string{"a2"}},
 		{"externalIPs are served", "ext", "tcp", hp("192.168.0.2", 8888), "masq", []string{"a1"}},
+		{"LoadBalancer ingress IP is served", "ext", "tcp", hp("198.51.100.1", 80), "masq", []string{"a1"}},
+		{"loadBalancerSourceRanges drop other sources", "ext", "tcp", hp("198.51.100.2", 80), "", []string{"timeout"}},
+		{"loadBalancerSourceRanges admit listed sources", "ext", "tcp", hp("198.51.100.3", 80), "masq", []string{"a1"}},
+		{"NodePorts bypass loadBalancerSourceRanges, as in kube-proxy", "ext", "tcp", hp("192.168.0.2", nodePort(lbOpen)), "masq", []string{"a1"}},
 	}
 	for _, f := range flows {
 		t.Run(f.name, func(t *testing.T) {
@@ -82,6 +88,54 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 			if got := hit(l.ns("a2"), "tcp", hp(cip(sticky), 80)); len(got) < 2 || got[:2] != first[:2] {
 				t.Fatalf("affinity broken: first %q, then %q", first, got)
 			}
+		}
+	})
+
+	t.Run("healthCheckNodePort reports local endpoints", func(t *testing.T) {
+		l.t = t
+		for _, c := range []struct {
+			svc  *v1.Service
+			code int
+			body string
+		}{{loc, 200, `"localEndpoints":1`}, {remoteOnly, 503, `"localEndpoints":0`}} {
+			url := "http://" + hp("192.168.0.2", c.svc.Spec.HealthCheckNodePort) + "/healthz"
+			code, body := httpGet(l.ext, url)
+			if code != c.code || !strings.Contains(body, c.body) {
+				t.Errorf("GET %s: %d %s; want %d with %s", url, code, body, c.code, c.body)
+			}
+		}
+	})
+
+	t.Run("metrics are served", func(t *testing.T) {
+		l.t = t
+		code, body := httpGet(l.node, "http://127.0.0.1:10291/metrics")
+		for _, m := range []string{`netplane_proxy_sync_duration_seconds_count{type="full"}`, `netplane_proxy_sync_duration_seconds_count{type="partial"}`, "netplane_proxy_network_programming_duration_seconds", `netplane_proxy_no_local_endpoints{traffic_policy="external"} 2`} { // remote-only has two ports
+			if code != 200 || !strings.Contains(body, m) {
+				t.Errorf("/metrics lacks %s (status %d %.200s)", m, code, body)
+			}
+		}
+	})
+
+	t.Run("stale UDP conntrack entries are deleted when endpoints move", func(t *testing.T) {
+		l.t = t
+		dns := l.service("dns", []labEP{{pod: "a1"}})
+		vip := hp(cip(dns), 53)
+		const clientPort = 40053
+		deadline := time.Now().Add(10 * time.Second)
+		for !strings.HasPrefix(udpFrom(l.ns("a2"), clientPort, vip), "a1 ") {
+			if time.Now().After(deadline) {
+				t.Fatal("UDP through the new Service never answered")
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		l.endpoints("dns", []labEP{{pod: "b1"}}) // a1 keeps running: only conntrack could send us there
+		deadline = time.Now().Add(10 * time.Second)
+		var last string
+		for last = udpFrom(l.ns("a2"), clientPort, vip); !strings.HasPrefix(last, "b1 "); last = udpFrom(l.ns("a2"), clientPort, vip) {
+			if time.Now().After(deadline) {
+				t.Fatalf("the same client flow still goes to %q after its endpoint moved to b1", last)
+			}
+			time.Sleep(100 * time.Millisecond)
 		}
 	})
 
@@ -131,4 +185,58 @@ func talk(t *testing.T, c net.Conn, want string) {
 	if _, err := c.Write([]byte("again\n")); err != nil {
 		t.Fatal(err)
 	}
+}
+
+func loadBalancer(ip string, ranges ...string) svcOpt {
+	return func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeLoadBalancer
+		s.Spec.LoadBalancerSourceRanges = ranges
+		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: ip}}
+	}
+}
+
+func httpGet(ns interface{ Do(func() error) error }, url string) (int, string) {
+	var code int
+	var body string
+	// The transport dials on goroutines of its own, so the connection is made
+	// inside the namespace explicitly; never from the test's own namespace.
+	dial := func(_ context.Context, network, addr string) (net.Conn, error) {
+		var c net.Conn
+		err := ns.Do(func() (err error) { c, err = net.DialTimeout(network, addr, 2*time.Second); return err })
+		return c, err
+	}
+	c := http.Client{Timeout: 3 * time.Second, Transport: &http.Transport{DisableKeepAlives: true, DialContext: dial, Proxy: nil}}
+	resp, err := c.Get(url)
+	if err == nil {
+		defer resp.Body.Close()
+		var b []byte
+		b, err = io.ReadAll(resp.Body)
+		code, body = resp.StatusCode, string(b)
+	}
+	if err != nil {
+		return 0, err.Error()
+	}
+	return code, body
+}
+
+// udpFrom sends one datagram from a fixed client port, so every call is the
+// same conntrack flow, and returns the answer ("" on timeout).
+func udpFrom(ns interface{ Do(func() error) error }, port int, addr string) string {
+	var reply string
+	_ = ns.Do(func() error {
+		c, err := net.DialUDP("udp", &net.UDPAddr{Port: port}, net.UDPAddrFromAddrPort(netip.MustParseAddrPort(addr)))
+		if err != nil {
+			return err
+		}
+		defer c.Close()
+		_ = c.SetDeadline(time.Now().Add(500 * time.Millisecond))
+		if _, err := c.Write([]byte("q")); err != nil {
+			return err
+		}
+		buf := make([]byte, 128)
+		n, err := c.Read(buf)
+		reply = string(buf[:n])
+		return err
+	})
+	return reply
 }

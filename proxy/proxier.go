@@ -46,7 +46,7 @@ type proxier struct {
 	lastUDP      map[netip.AddrPort]map[netip.Addr]bool
 }
 
-func newProxier(d role.Deps, conn *nftables.Conn) *proxier {
+func newProxier(d role.Deps, dial func() (*nftables.Conn, error)) *proxier {
 	f := d.Informers
 	p := &proxier{
 		log:      d.Log,
@@ -55,8 +55,8 @@ func newProxier(d role.Deps, conn *nftables.Conn) *proxier {
 		slices:   f.Discovery().V1().EndpointSlices().Lister(),
 		nodes:    f.Core().V1().Nodes().Lister(),
 		renderers: map[nftables.TableFamily]*Renderer{
-			nftables.TableFamilyIPv4: NewRenderer(conn, nftables.TableFamilyIPv4),
-			nftables.TableFamilyIPv6: NewRenderer(conn, nftables.TableFamilyIPv6),
+			nftables.TableFamilyIPv4: NewRenderer(dial, nftables.TableFamilyIPv4),
+			nftables.TableFamilyIPv6: NewRenderer(dial, nftables.TableFamilyIPv6),
 		},
 		model:   NewModel(),
 		metrics: newMetrics(d.Metrics),
@@ -64,6 +64,12 @@ func newProxier(d role.Deps, conn *nftables.Conn) *proxier {
 	}
 	p.health = newHealthServers(d.Log, func() bool { return p.healthz() == nil })
 	return p
+}
+
+func (p *proxier) close() {
+	for _, r := range p.renderers {
+		r.Close()
+	}
 }
 
 // changed records a change and asks for a sync.

@@ -11,6 +11,7 @@ import (
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"github.com/google/nftables/userdata"
+	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 )
 
@@ -20,12 +21,17 @@ import (
 // it adopts a correct table at start-up without touching it and how it heals
 // whatever someone else changed or flushed.
 
-// maxMessages bounds one transaction, so the kernel's nftables mutex is
-// never held long and acknowledgements fit the socket buffer.
-const maxMessages = 400
+// maxMessages bounds one transaction (in units of about one rule, some
+// hundred bytes), so the kernel's nftables mutex is never held long and the
+// batch and its echo fit the socket buffers.
+const maxMessages = 500
 
-// elementsPerMessage is how many set elements go in one netlink message.
-const elementsPerMessage = 512
+// elementsPerMessage is how many set elements go in one netlink message,
+// which counts as elementsWeight units of maxMessages.
+const (
+	elementsPerMessage = 128
+	elementsWeight     = 16
+)
 
 // kernelTable is what the renderer knows to be in the kernel.
 type kernelTable struct {
@@ -49,16 +55,55 @@ type kernelSet struct {
 
 // Renderer programs one family.
 type Renderer struct {
-	conn    *nftables.Conn
+	dial    func() (*nftables.Conn, error)
+	conn    *nftables.Conn // nil until dialled, and after a failure
 	family  nftables.TableFamily
 	table   *nftables.Table
 	applied *kernelTable // nil: unknown, read it back before the next sync
 }
 
-// NewRenderer programs family through conn (a lasting connection in the
-// network namespace to program).
-func NewRenderer(conn *nftables.Conn, family nftables.TableFamily) *Renderer {
-	return &Renderer{conn: conn, family: family, table: &nftables.Table{Name: TableName, Family: family}}
+// NewRenderer programs family through connections made by dial (see Dial).
+func NewRenderer(dial func() (*nftables.Conn, error), family nftables.TableFamily) *Renderer {
+	return &Renderer{dial: dial, family: family, table: &nftables.Table{Name: TableName, Family: family}}
+}
+
+// rcvBuf is the receive buffer of the netlink socket. The kernel echoes
+// every added rule back (google/nftables asks for it); a transaction of
+// maxMessages rules must fit, or the socket overflows (ENOBUFS).
+const rcvBuf = 16 << 20
+
+// Dial opens a lasting nftables connection in the caller's network
+// namespace (or the one opts name) with a receive buffer big enough for the
+// echo of a whole transaction.
+func Dial(opts ...nftables.ConnOption) (*nftables.Conn, error) {
+	return nftables.New(append([]nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigReceiveBuffer)}, opts...)...)
+}
+
+func bigReceiveBuffer(c *netlink.Conn) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) {
+		// FORCE ignores net.core.rmem_max; it needs CAP_NET_ADMIN, which
+		// programming nftables needs anyway.
+		serr = errors.Join(
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvBuf),
+			// A whole transaction goes out in one sendmsg.
+			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, rcvBuf))
+	}); err != nil {
+		return err
+	}
+	return serr
+}
+
+// Close closes the renderer's connection.
+func (r *Renderer) Close() {
+	if r.conn != nil {
+		_ = r.conn.CloseLasting()
+		r.conn = nil
+	}
 }
 
 // Stats counts what one sync sent.
@@ -70,6 +115,23 @@ type Stats struct {
 // Sync makes the kernel table equal to want. With full, or after a failure,
 // it first reads the table back so changes made by others are repaired.
 func (r *Renderer) Sync(want *Table, full bool) (Stats, error) {
+	st, err := r.sync(want, full)
+	if err != nil {
+		// A failed batch can leave replies queued on the lasting socket:
+		// start the next sync on a clean one.
+		r.Close()
+	}
+	return st, err
+}
+
+func (r *Renderer) sync(want *Table, full bool) (Stats, error) {
+	if r.conn == nil {
+		c, err := r.dial()
+		if err != nil {
+			return Stats{}, fmt.Errorf("opening an nftables netlink socket (needs CAP_NET_ADMIN): %w", err)
+		}
+		r.conn, r.applied = c, nil
+	}
 	fresh := false
 	if full || r.applied == nil {
 		k, err := r.readBack()
@@ -93,17 +155,6 @@ func (r *Renderer) Sync(want *Table, full bool) (Stats, error) {
 		c(r.applied)
 	}
 	return st, nil
-}
-
-// Delete removes the table (used when a family is switched off and by tests).
-func (r *Renderer) Delete() error {
-	r.conn.DelTable(r.table)
-	r.applied = nil
-	err := r.conn.Flush()
-	if err != nil && strings.Contains(err.Error(), "no such file") {
-		return nil
-	}
-	return err
 }
 
 func fingerprint(text string) string {
@@ -214,13 +265,14 @@ type plan struct {
 func (p *plan) onSuccess(f func(*kernelTable)) { p.commit = append(p.commit, f) }
 
 type step struct {
-	messages int
+	messages int // netlink messages sent
+	weight   int // share of maxMessages
 	do       func(c *nftables.Conn) error
 	barrier  bool // start a new transaction after this step
 }
 
 func (p *plan) add(n int, do func(c *nftables.Conn) error) {
-	p.steps = append(p.steps, step{messages: n, do: do})
+	p.steps = append(p.steps, step{messages: n, weight: n, do: do})
 }
 
 func (p *plan) barrier() {
@@ -266,10 +318,7 @@ func (p *plan) diff(have *kernelTable, want *Table, fresh bool) {
 		if ks := have.sets[name]; ks != nil && sameSpec(ks.spec, s.Spec) {
 			old = ks.elems
 		}
-		p.elements(name, s.Elements, old, false)
-		if old != nil {
-			p.elements(name, old, s.Elements, true)
-		}
+		p.elements(name, s.Elements, old)
 	}
 	p.barrier()
 	p.removeStale(have, want)
@@ -332,44 +381,75 @@ func sameFPs(fps []string, rules []Rule) bool {
 	return true
 }
 
-// elements adds (or with del, deletes) the elements of from that are not in
-// other, in messages of elementsPerMessage.
-func (p *plan) elements(set string, from, other map[string]Element, del bool) {
-	var batch []nftables.SetElement
-	var ids []string
-	flush := func() {
-		b, is := batch, ids
-		batch, ids = nil, nil
-		s := &nftables.Set{Table: p.r.table, Name: set}
-		p.add(1, func(c *nftables.Conn) error {
-			if del {
-				return c.SetDeleteElements(s, b)
-			}
-			return c.SetAddElements(s, b)
-		})
-		p.onSuccess(func(k *kernelTable) {
-			for i, id := range is {
-				if del {
-					delete(k.sets[set].elems, id)
-				} else {
-					k.sets[set].elems[id] = from[is[i]]
-				}
-			}
-		})
+// elements sends the element changes of one set: new keys are added,
+// vanished keys deleted, and a key whose value changed (a Service going
+// from reject to drop) is deleted and re-added in one step, so the kernel
+// never sees two values for a key nor a moment without one.
+func (p *plan) elements(set string, want, have map[string]Element) {
+	gone := map[string]string{} // key → element id, of elements to remove
+	for id := range have {
+		if _, ok := want[id]; !ok {
+			gone[elementKey(id)] = id
+		}
 	}
-	for id, e := range from {
-		if _, ok := other[id]; ok {
+	var add, replaceOld, replaceNew []string
+	for id := range want {
+		if _, ok := have[id]; ok {
 			continue
 		}
-		batch = append(batch, nftables.SetElement{Key: e.Key, Val: e.Val, VerdictData: e.Verdict})
-		ids = append(ids, id)
-		if len(batch) == elementsPerMessage {
-			flush()
+		if old, ok := gone[elementKey(id)]; ok {
+			replaceOld, replaceNew = append(replaceOld, old), append(replaceNew, id)
+			delete(gone, elementKey(id))
+			continue
 		}
+		add = append(add, id)
 	}
-	if len(batch) > 0 {
-		flush()
+	del := make([]string, 0, len(gone))
+	for _, id := range gone {
+		del = append(del, id)
 	}
+	for i := 0; i < len(replaceNew); i += elementsPerMessage {
+		j := min(i+elementsPerMessage, len(replaceNew))
+		p.elementStep(set, replaceOld[i:j], have, true)
+		p.elementStep(set, replaceNew[i:j], want, false)
+		// The pair's weight sits on the delete, so no transaction ends between them.
+		p.steps[len(p.steps)-2].weight, p.steps[len(p.steps)-1].weight = 2*elementsWeight, 0
+	}
+	for i := 0; i < len(add); i += elementsPerMessage {
+		p.elementStep(set, add[i:min(i+elementsPerMessage, len(add))], want, false)
+	}
+	for i := 0; i < len(del); i += elementsPerMessage {
+		p.elementStep(set, del[i:min(i+elementsPerMessage, len(del))], have, true)
+	}
+}
+
+func elementKey(id string) string { return id[:strings.IndexByte(id, '=')] }
+
+// elementStep adds (or deletes) the elements ids of from in one message.
+func (p *plan) elementStep(set string, ids []string, from map[string]Element, del bool) {
+	batch := make([]nftables.SetElement, len(ids))
+	kept := make([]Element, len(ids))
+	for i, id := range ids {
+		e := from[id]
+		batch[i] = nftables.SetElement{Key: e.Key, Val: e.Val, VerdictData: e.Verdict}
+		kept[i] = e
+	}
+	s := &nftables.Set{Table: p.r.table, Name: set}
+	p.steps = append(p.steps, step{messages: 1, weight: elementsWeight, do: func(c *nftables.Conn) error {
+		if del {
+			return c.SetDeleteElements(s, batch)
+		}
+		return c.SetAddElements(s, batch)
+	}})
+	p.onSuccess(func(k *kernelTable) {
+		for i, id := range ids {
+			if del {
+				delete(k.sets[set].elems, id)
+			} else {
+				k.sets[set].elems[id] = kept[i]
+			}
+		}
+	})
 }
 
 // removeStale flushes chains no longer wanted, then deletes them and the
@@ -462,7 +542,7 @@ func (p *plan) run() (Stats, error) {
 		return p.r.conn.Flush()
 	}
 	for _, s := range p.steps {
-		if pending > 0 && pending+s.messages > maxMessages {
+		if pending > 0 && pending+s.weight > maxMessages {
 			if err := send(); err != nil {
 				return st, err
 			}
@@ -470,7 +550,7 @@ func (p *plan) run() (Stats, error) {
 		if err := s.do(p.r.conn); err != nil {
 			return st, errors.Join(err, p.r.conn.Flush())
 		}
-		pending += s.messages
+		pending += s.weight
 		st.Messages += s.messages
 		if s.barrier {
 			if err := send(); err != nil {

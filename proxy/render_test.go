@@ -4,17 +4,19 @@ import (
 	"os"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/google/nftables"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
 )
 
-// kernelNS is a throwaway namespace and an nftables connection into it.
-func kernelNS(t *testing.T) (*netns.NS, *nftables.Conn) {
+// kernelNS is a throwaway namespace and a way to connect to its nftables.
+func kernelNS(t *testing.T) (*netns.NS, func() (*nftables.Conn, error)) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs the kernel")
@@ -26,12 +28,7 @@ func kernelNS(t *testing.T) (*netns.NS, *nftables.Conn) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	conn, err := nftables.New(nftables.AsLasting(), nftables.WithNetNSFd(int(f.Fd())))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { conn.CloseLasting() })
-	return ns, conn
+	return ns, func() (*nftables.Conn, error) { return Dial(nftables.WithNetNSFd(int(f.Fd()))) }
 }
 
 func syncAll(t *testing.T, rs map[nftables.TableFamily]*Renderer, d *Desired, full bool) int {
@@ -47,11 +44,17 @@ func syncAll(t *testing.T, rs map[nftables.TableFamily]*Renderer, d *Desired, fu
 	return n
 }
 
-func renderers(conn *nftables.Conn) map[nftables.TableFamily]*Renderer {
-	return map[nftables.TableFamily]*Renderer{
-		nftables.TableFamilyIPv4: NewRenderer(conn, nftables.TableFamilyIPv4),
-		nftables.TableFamilyIPv6: NewRenderer(conn, nftables.TableFamilyIPv6),
+func renderers(t *testing.T, dial func() (*nftables.Conn, error)) map[nftables.TableFamily]*Renderer {
+	rs := map[nftables.TableFamily]*Renderer{
+		nftables.TableFamilyIPv4: NewRenderer(dial, nftables.TableFamilyIPv4),
+		nftables.TableFamilyIPv6: NewRenderer(dial, nftables.TableFamilyIPv6),
 	}
+	t.Cleanup(func() {
+		for _, r := range rs {
+			r.Close()
+		}
+	})
+	return rs
 }
 
 func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
@@ -59,7 +62,7 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 	in := overall()
 	d := Build(in)
 
-	rs := renderers(conn)
+	rs := renderers(t, conn)
 	if n := syncAll(t, rs, d, true); n == 0 {
 		t.Fatal("first sync sent nothing")
 	}
@@ -73,7 +76,7 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 		t.Errorf("a sync without changes sent %d messages, want 0", n)
 	}
 	// A restarted proxier reads the table back and finds nothing to change.
-	if n := syncAll(t, renderers(conn), d, true); n != 0 {
+	if n := syncAll(t, renderers(t, conn), d, true); n != 0 {
 		t.Errorf("adopting a correct table sent %d messages, want 0", n)
 	}
 
@@ -89,6 +92,21 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 		t.Errorf("new endpoint missing:\n%s", out)
 	}
 
+	// A key whose verdict changes (reject → drop: internalTrafficPolicy
+	// Local and only a remote endpoint) is replaced in place.
+	for i, s := range in.Services {
+		if s.Name == "svc6" {
+			s = s.DeepCopy()
+			s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
+			in.Services[i] = s
+		}
+	}
+	in.Slices[nsName("ns6", "svc6")] = []*discovery.EndpointSlice{slice("ns6/svc6", "svc6-a", map[string]int32{"": 80}, v1.ProtocolTCP, ep{ip: "10.180.1.6", node: "node-b"})}
+	syncAll(t, rs, Build(in), false)
+	if out := ns.MustExec(t, "nft", "list", "map", "ip", TableName, "no-endpoint-services"); !strings.Contains(out, "172.30.0.46 . tcp . 80 : drop") {
+		t.Errorf("reject did not become drop:\n%s", out)
+	}
+
 	// Deleting a Service removes its chains.
 	in.Services = in.Services[1:]
 	d3 := Build(in)
@@ -96,7 +114,7 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 	if out := ns.MustExec(t, "nft", "list", "table", "ip", TableName); strings.Contains(out, "ns1/svc1") {
 		t.Errorf("deleted Service still has rules:\n%s", out)
 	}
-	if n := syncAll(t, renderers(conn), d3, true); n != 0 {
+	if n := syncAll(t, renderers(t, conn), d3, true); n != 0 {
 		t.Errorf("after deletion the kernel differs from the model by %d messages", n)
 	}
 
@@ -112,7 +130,7 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 		if n := syncAll(t, rs, d3, true); n == 0 {
 			t.Errorf("a full sync after nft %v repaired nothing", vandal)
 		}
-		if n := syncAll(t, renderers(conn), d3, true); n != 0 {
+		if n := syncAll(t, renderers(t, conn), d3, true); n != 0 {
 			t.Errorf("after healing nft %v the kernel still differs by %d messages", vandal, n)
 		}
 	}
@@ -123,4 +141,26 @@ func nsName(ns, name string) (k struct{ Namespace, Name string }) {
 	return k
 }
 
-var _ = v1.ProtocolTCP
+// TestRendererSplitsABigSyncIntoTransactions programs 1,000 Services with
+// 10 endpoints: many transactions, none so big that the kernel's echo of
+// its rules overflows the socket, and a restart adopts the result as is.
+func TestRendererSplitsABigSyncIntoTransactions(t *testing.T) {
+	_, conn := kernelNS(t)
+	d := Build(scaleInput(1000))
+	r := renderers(t, conn)[nftables.TableFamilyIPv4]
+	start := time.Now()
+	st, err := r.Sync(d.Tables[nftables.TableFamilyIPv4], true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	took := time.Since(start)
+	if st.Transactions < 2 {
+		t.Errorf("%d messages went in %d transaction(s); want them split", st.Messages, st.Transactions)
+	}
+	start = time.Now()
+	st, err = renderers(t, conn)[nftables.TableFamilyIPv4].Sync(d.Tables[nftables.TableFamilyIPv4], true)
+	if err != nil || st.Messages != 0 {
+		t.Errorf("adopting: %d messages, %v; want 0 and no error", st.Messages, err)
+	}
+	t.Logf("1000 Services x 10 endpoints: first sync %v, full sync over a correct table %v", took, time.Since(start))
+}

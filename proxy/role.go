@@ -20,7 +20,7 @@ package proxy
 
 import (
 	"context"
-	"fmt"
+	"os"
 	"time"
 
 	"github.com/google/nftables"
@@ -31,12 +31,11 @@ import (
 // Run is the proxy half of the node role. A graceful stop leaves the rules in
 // place, so Services keep working while the agent is restarted or upgraded.
 func Run(ctx context.Context, d role.Deps) error {
-	conn, err := nftables.New(nftables.AsLasting())
-	if err != nil {
-		return fmt.Errorf("opening nftables netlink socket (needs CAP_NET_ADMIN): %w", err)
+	if _, err := os.Stat("/proc/net/netfilter"); err != nil {
+		d.Log.Info("no /proc/net/netfilter: is nf_tables available in this kernel?")
 	}
-	defer func() { _ = conn.CloseLasting() }()
-	p := newProxier(d, conn)
+	p := newProxier(d, func() (*nftables.Conn, error) { return Dial() })
+	defer p.close()
 	f := d.Informers
 	handler := p.eventHandler()
 	if _, err := f.Core().V1().Services().Informer().AddEventHandler(handler); err != nil {
