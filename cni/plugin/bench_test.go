@@ -32,7 +32,7 @@ func newContender(b *testing.B, name string, path []string, plugin map[string]an
 	if err != nil {
 		b.Fatal(err)
 	}
-	return &contender{name: name, node: netns.New(b, "bench"), cni: libcni.NewCNIConfigWithCacheDir(path, b.TempDir(), nil), list: list}
+	return &contender{name: name, node: netns.New(b, "bench"), cni: newCNI(path, b.TempDir()), list: list}
 }
 
 // run times one libcni call per pod, with at most `parallel` in flight.

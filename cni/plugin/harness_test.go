@@ -15,8 +15,10 @@ import (
 	"time"
 
 	"github.com/containernetworking/cni/libcni"
+	"github.com/containernetworking/cni/pkg/invoke"
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
+	"github.com/containernetworking/cni/pkg/version"
 	"github.com/vishvananda/netlink"
 	vns "github.com/vishvananda/netns"
 
@@ -78,7 +80,7 @@ func newNode(t *testing.T, o nodeOpts) *node {
 		o.podCIDRs = []string{"10.244.1.0/24"}
 	}
 	n := &node{ns: netns.New(t, "node"), stateDir: t.TempDir(), podCIDRs: o.podCIDRs}
-	n.cni = libcni.NewCNIConfigWithCacheDir([]string{pluginDir}, t.TempDir(), nil)
+	n.cni = newCNI([]string{pluginDir}, t.TempDir())
 	n.list = n.conflist(t, o)
 	return n
 }
@@ -259,4 +261,11 @@ func (n *node) hostPortTable(t *testing.T) bool {
 		t.Fatal(err)
 	}
 	return ok
+}
+
+// newCNI is a libcni client safe for concurrent calls: libcni creates its
+// default exec lazily, unsynchronised, on the first call.
+func newCNI(path []string, cacheDir string) *libcni.CNIConfig {
+	exec := &invoke.DefaultExec{RawExec: &invoke.RawExec{Stderr: os.Stderr}, PluginDecoder: version.PluginDecoder{}}
+	return libcni.NewCNIConfigWithCacheDir(path, cacheDir, exec)
 }

@@ -350,7 +350,7 @@ func TestGCReleasesEveryAttachmentNotListedAsValid(t *testing.T) {
 	n.mustAdd(t, b)
 	// A fresh libcni cache knows nothing of b, as after a runtime lost its
 	// state: only the plugin's own GC can reclaim it.
-	fresh := libcni.NewCNIConfigWithCacheDir(n.cni.Path, t.TempDir(), nil)
+	fresh := newCNI(n.cni.Path, t.TempDir())
 	gc := func(valid ...*libcni.RuntimeConf) {
 		t.Helper()
 		args := &libcni.GCArgs{}
