@@ -50,7 +50,12 @@ func BenchmarkAgainstCoreDNS(b *testing.B) {
 	if err := os.WriteFile(resolv, nil, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	servers := []*benchServer{startNetplane(b, netplane, api, up.Addr, resolv, dir)}
+	// netplane as deployed by default (autopath, so it watches every pod),
+	// and with kubeadm CoreDNS's feature set (no autopath, no pod watch).
+	servers := []*benchServer{
+		startNetplane(b, "netplane", netplane, api, up.Addr, resolv, dir),
+		startNetplane(b, "netplane-noautopath", netplane, api, up.Addr, resolv, dir, "--autopath=false"),
+	}
 	if coredns != "" {
 		servers = append(servers, startCoreDNS(b, coredns, api, up.Addr, dir))
 	} else {
@@ -176,13 +181,14 @@ func pinned(b *testing.B, name, log string, args ...string) *framework.Process {
 	return p
 }
 
-func startNetplane(b *testing.B, bin string, api *framework.APIServer, upstream, resolv, dir string) *benchServer {
+func startNetplane(b *testing.B, name, bin string, api *framework.APIServer, upstream, resolv, dir string, extra ...string) *benchServer {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
-	p := pinned(b, "netplane", filepath.Join(dir, "netplane.log"), bin, "--role=dns",
-		"--kubeconfig="+api.Kubeconfig, "--dns-bind-address="+addr, "--ttl=30", "--pod-records=insecure",
-		"--upstream="+upstream, "--resolv-conf="+resolv,
-		"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
-	return &benchServer{name: "netplane", addr: addr, proc: p}
+	args := append([]string{bin, "--role=dns",
+		"--kubeconfig=" + api.Kubeconfig, "--dns-bind-address=" + addr, "--ttl=30", "--pod-records=insecure",
+		"--upstream=" + upstream, "--resolv-conf=" + resolv,
+		"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0"}, extra...)
+	p := pinned(b, name, filepath.Join(dir, name+".log"), args...)
+	return &benchServer{name: name, addr: addr, proc: p}
 }
 
 // startCoreDNS runs kubeadm's default Corefile (cmd/kubeadm/app/phases/addons/dns).
@@ -370,12 +376,15 @@ func report(b *testing.B, servers []*benchServer) {
 		b.ReportMetric(float64(s.p99.Microseconds()), s.name+"-p99-µs")
 		b.ReportMetric(s.rssMB, s.name+"-rss-MB")
 	}
-	if len(servers) == 2 {
-		n, c := servers[0], servers[1]
-		b.Logf("netplane/coredns: cluster QPS ×%.2f, search-mix QPS ×%.2f, p99 ×%.2f, memory ×%.2f",
+	c := servers[len(servers)-1]
+	if c.name != "coredns" {
+		return
+	}
+	for _, n := range servers[:len(servers)-1] {
+		b.Logf("%s/coredns: cluster QPS ×%.2f, search-mix QPS ×%.2f, p99 ×%.2f, memory ×%.2f", n.name,
 			n.qpsCluster/c.qpsCluster, n.qpsMix/c.qpsMix, float64(n.p99)/float64(c.p99), n.rssMB/c.rssMB)
-		b.ReportMetric(n.qpsCluster/c.qpsCluster, "cluster-qps-ratio")
-		b.ReportMetric(n.qpsMix/c.qpsMix, "mix-qps-ratio")
-		b.ReportMetric(n.rssMB/c.rssMB, "memory-ratio")
+		b.ReportMetric(n.qpsCluster/c.qpsCluster, n.name+"-cluster-qps-ratio")
+		b.ReportMetric(n.qpsMix/c.qpsMix, n.name+"-mix-qps-ratio")
+		b.ReportMetric(n.rssMB/c.rssMB, n.name+"-memory-ratio")
 	}
 }

@@ -8,6 +8,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // triggerTimeAnnotation is set by the EndpointSlice controller to the time
@@ -26,24 +27,30 @@ func slim(obj any) (any, error) {
 	case *discoveryv1.EndpointSlice:
 		return slimSlice(o), nil
 	case *corev1.Pod:
-		return &podInfo{ObjectMeta: slimMeta(o.ObjectMeta), addrs: podAddrs(o)}, nil
+		return &podInfo{name: o.Name, namespace: o.Namespace, resourceVersion: o.ResourceVersion, addrs: podAddrs(o)}, nil
 	case *corev1.Namespace:
 		return &corev1.Namespace{ObjectMeta: slimMeta(o.ObjectMeta)}, nil
 	}
 	return obj, nil
 }
 
-// podInfo is all DNS keeps of a Pod: a zeroed corev1.Pod would still cost
-// a kilobyte of empty spec and status, times every pod in the cluster.
+// podInfo is all DNS keeps of a Pod, 70 bytes: even a zeroed corev1.Pod or
+// metav1.ObjectMeta would cost hundreds, times every pod in the cluster.
+// The informer's store reaches its name through GetObjectMeta, which builds
+// the metadata only when asked.
 type podInfo struct {
-	metav1.TypeMeta
-	metav1.ObjectMeta
-	addrs []netip.Addr // none once the pod has finished
+	name, namespace, resourceVersion string
+	addrs                            []netip.Addr // none once the pod has finished
 }
+
+func (p *podInfo) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Name: p.name, Namespace: p.namespace, ResourceVersion: p.resourceVersion}
+}
+
+func (p *podInfo) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 func (p *podInfo) DeepCopyObject() runtime.Object {
 	c := *p
-	c.ObjectMeta = *p.ObjectMeta.DeepCopy()
 	c.addrs = slices.Clone(p.addrs)
 	return &c
 }

@@ -3,6 +3,7 @@ package dns
 import (
 	"context"
 	"net/netip"
+	"runtime/debug"
 	"sync"
 	"time"
 
@@ -101,6 +102,10 @@ func startWatch(ctx context.Context, client kubernetes.Interface, h *Handler, m 
 		if cache.WaitForCacheSync(ctx.Done(), regs...) {
 			w.note(func(p *pending) { p.synced = true })
 			log.Info("caches synced, answering for the cluster zone")
+			// The initial lists decoded every object of the cluster once;
+			// hand that garbage back to the node now rather than over the
+			// next minutes.
+			debug.FreeOSMemory()
 		}
 	}()
 	go w.run(ctx)
@@ -162,7 +167,7 @@ func (w *watcher) noteNamespace(obj any, _ bool) {
 
 func (w *watcher) notePod(obj any, _ bool) {
 	if pod, ok := unwrap(obj).(*podInfo); ok {
-		w.note(func(p *pending) { p.pods[pod.Namespace+"/"+pod.Name] = struct{}{} })
+		w.note(func(p *pending) { p.pods[pod.namespace+"/"+pod.name] = struct{}{} })
 	}
 }
 
