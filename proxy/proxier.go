@@ -46,7 +46,7 @@ type proxier struct {
 	lastUDP      map[netip.AddrPort]map[netip.Addr]bool
 }
 
-func newProxier(d role.Deps, dial func() (*nftables.Conn, error)) *proxier {
+func newProxier(d role.Deps, dialer Dialer) *proxier {
 	f := d.Informers
 	p := &proxier{
 		log:      d.Log,
@@ -55,8 +55,8 @@ func newProxier(d role.Deps, dial func() (*nftables.Conn, error)) *proxier {
 		slices:   f.Discovery().V1().EndpointSlices().Lister(),
 		nodes:    f.Core().V1().Nodes().Lister(),
 		renderers: map[nftables.TableFamily]*Renderer{
-			nftables.TableFamilyIPv4: NewRenderer(dial, nftables.TableFamilyIPv4),
-			nftables.TableFamilyIPv6: NewRenderer(dial, nftables.TableFamilyIPv6),
+			nftables.TableFamilyIPv4: NewRenderer(dialer, nftables.TableFamilyIPv4),
+			nftables.TableFamilyIPv6: NewRenderer(dialer, nftables.TableFamilyIPv6),
 		},
 		model:   NewModel(),
 		metrics: newMetrics(d.Metrics),

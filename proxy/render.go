@@ -55,16 +55,16 @@ type kernelSet struct {
 
 // Renderer programs one family.
 type Renderer struct {
-	dial    func() (*nftables.Conn, error)
+	dialer  Dialer
 	conn    *nftables.Conn // nil until dialled, and after a failure
 	family  nftables.TableFamily
 	table   *nftables.Table
 	applied *kernelTable // nil: unknown, read it back before the next sync
 }
 
-// NewRenderer programs family through connections made by dial (see Dial).
-func NewRenderer(dial func() (*nftables.Conn, error), family nftables.TableFamily) *Renderer {
-	return &Renderer{dial: dial, family: family, table: &nftables.Table{Name: TableName, Family: family}}
+// NewRenderer programs family in the namespace of d.
+func NewRenderer(d Dialer, family nftables.TableFamily) *Renderer {
+	return &Renderer{dialer: d, family: family, table: &nftables.Table{Name: TableName, Family: family}}
 }
 
 // rcvBuf is the receive buffer of the netlink socket. The kernel echoes
@@ -72,14 +72,8 @@ func NewRenderer(dial func() (*nftables.Conn, error), family nftables.TableFamil
 // maxMessages rules must fit, or the socket overflows (ENOBUFS).
 const rcvBuf = 16 << 20
 
-// Dial opens a lasting nftables connection in the caller's network
-// namespace (or the one opts name) with a receive buffer big enough for the
-// echo of a whole transaction.
-func Dial(opts ...nftables.ConnOption) (*nftables.Conn, error) {
-	return nftables.New(append([]nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigReceiveBuffer)}, opts...)...)
-}
-
-func bigReceiveBuffer(c *netlink.Conn) error {
+// bigBuffers sizes a netlink socket's buffers for a whole transaction.
+func bigBuffers(c *netlink.Conn) error {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return err
@@ -126,7 +120,7 @@ func (r *Renderer) Sync(want *Table, full bool) (Stats, error) {
 
 func (r *Renderer) sync(want *Table, full bool) (Stats, error) {
 	if r.conn == nil {
-		c, err := r.dial()
+		c, err := r.dialer.nft()
 		if err != nil {
 			return Stats{}, fmt.Errorf("opening an nftables netlink socket (needs CAP_NET_ADMIN): %w", err)
 		}
@@ -181,21 +175,17 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 	if err != nil {
 		return nil, err
 	}
+	fps, err := r.dialer.ruleFingerprints(r.family)
+	if err != nil {
+		return nil, err
+	}
 	for _, c := range chains {
 		if c.Table.Name != TableName {
 			continue
 		}
-		kc := &kernelChain{}
+		kc := &kernelChain{rules: fps[c.Name]}
 		if c.Hooknum != nil && c.Priority != nil && c.Type != "" {
 			kc.base = &Hook{Type: c.Type, Hook: *c.Hooknum, Priority: int32(*c.Priority)}
-		}
-		rules, err := r.conn.GetRules(r.table, c)
-		if err != nil {
-			return nil, fmt.Errorf("rules of chain %s: %w", c.Name, err)
-		}
-		for _, rl := range rules {
-			fp, _ := userdata.GetString(rl.UserData, userdata.TypeComment)
-			kc.rules = append(kc.rules, fp)
 		}
 		k.chains[c.Name] = kc
 	}

@@ -16,7 +16,7 @@ import (
 )
 
 // kernelNS is a throwaway namespace and a way to connect to its nftables.
-func kernelNS(t *testing.T) (*netns.NS, func() (*nftables.Conn, error)) {
+func kernelNS(t *testing.T) (*netns.NS, Dialer) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs the kernel")
@@ -28,7 +28,7 @@ func kernelNS(t *testing.T) (*netns.NS, func() (*nftables.Conn, error)) {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { f.Close() })
-	return ns, func() (*nftables.Conn, error) { return Dial(nftables.WithNetNSFd(int(f.Fd()))) }
+	return ns, Dialer{NetNS: int(f.Fd())}
 }
 
 func syncAll(t *testing.T, rs map[nftables.TableFamily]*Renderer, d *Desired, full bool) int {
@@ -44,7 +44,7 @@ func syncAll(t *testing.T, rs map[nftables.TableFamily]*Renderer, d *Desired, fu
 	return n
 }
 
-func renderers(t *testing.T, dial func() (*nftables.Conn, error)) map[nftables.TableFamily]*Renderer {
+func renderers(t *testing.T, dial Dialer) map[nftables.TableFamily]*Renderer {
 	rs := map[nftables.TableFamily]*Renderer{
 		nftables.TableFamilyIPv4: NewRenderer(dial, nftables.TableFamilyIPv4),
 		nftables.TableFamilyIPv6: NewRenderer(dial, nftables.TableFamilyIPv6),

@@ -23,8 +23,6 @@ import (
 	"os"
 	"time"
 
-	"github.com/google/nftables"
-
 	"github.com/netplane/netplane/internal/role"
 )
 
@@ -34,7 +32,7 @@ func Run(ctx context.Context, d role.Deps) error {
 	if _, err := os.Stat("/proc/net/netfilter"); err != nil {
 		d.Log.Info("no /proc/net/netfilter: is nf_tables available in this kernel?")
 	}
-	p := newProxier(d, func() (*nftables.Conn, error) { return Dial() })
+	p := newProxier(d, Dialer{})
 	defer p.close()
 	f := d.Informers
 	handler := p.eventHandler()
