@@ -42,13 +42,12 @@ func (w *podWorker) podDir(elem ...string) string {
 }
 
 func (w *podWorker) sandboxConfig(pod *corev1.Pod) (*cri.PodSandboxConfig, error) {
-	network := cri.NamespaceMode_POD
 	hostname := pod.Name
 	if pod.Spec.Hostname != "" {
 		hostname = pod.Spec.Hostname
 	}
 	if pod.Spec.HostNetwork {
-		network, hostname = cri.NamespaceMode_NODE, ""
+		hostname = ""
 	}
 	var ports []*cri.PortMapping
 	for _, c := range pod.Spec.Containers {
@@ -67,9 +66,17 @@ func (w *podWorker) sandboxConfig(pod *corev1.Pod) (*cri.PodSandboxConfig, error
 		PortMappings: ports,
 		Labels:       map[string]string{labelPodUID: string(pod.UID), labelPodName: pod.Name, labelPodNamespace: pod.Namespace},
 		Linux: &cri.LinuxPodSandboxConfig{SecurityContext: &cri.LinuxSandboxSecurityContext{
-			NamespaceOptions: &cri.NamespaceOption{Network: network, Pid: cri.NamespaceMode_CONTAINER, Ipc: cri.NamespaceMode_POD},
+			NamespaceOptions: &cri.NamespaceOption{Network: networkMode(pod), Pid: cri.NamespaceMode_CONTAINER, Ipc: cri.NamespaceMode_POD},
 		}},
 	}, nil
+}
+
+// networkMode is the node's network for hostNetwork pods, else the pod's own.
+func networkMode(pod *corev1.Pod) cri.NamespaceMode {
+	if pod.Spec.HostNetwork {
+		return cri.NamespaceMode_NODE
+	}
+	return cri.NamespaceMode_POD
 }
 
 // dnsConfig is the resolv.conf the kubelet would give the pod.
@@ -194,8 +201,7 @@ func (w *podWorker) containerConfig(ctx context.Context, pod *corev1.Pod, c *cor
 		Labels:     map[string]string{labelPodUID: string(pod.UID), labelContainer: c.Name},
 		LogPath:    fmt.Sprintf("%s_%d.log", c.Name, attempt),
 		Linux: &cri.LinuxContainerConfig{SecurityContext: &cri.LinuxContainerSecurityContext{
-			NamespaceOptions: &cri.NamespaceOption{Network: map[bool]cri.NamespaceMode{true: cri.NamespaceMode_NODE, false: cri.NamespaceMode_POD}[pod.Spec.HostNetwork],
-				Pid: cri.NamespaceMode_CONTAINER, Ipc: cri.NamespaceMode_POD},
+			NamespaceOptions: &cri.NamespaceOption{Network: networkMode(pod), Pid: cri.NamespaceMode_CONTAINER, Ipc: cri.NamespaceMode_POD},
 		}},
 	}, nil
 }

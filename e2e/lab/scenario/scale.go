@@ -84,7 +84,7 @@ func follow(ctx context.Context, l *lab.Lab, logf func(string, ...any), what str
 	if err := within(ctx, 30*time.Second, func() error {
 		got, err := lookup(ctx, l, "client", "A", "nginx-pods")
 		if err == nil && !sameStrings(got, wantIPs) {
-			err = fmt.Errorf("A nginx-pods %v, want %v", got, wantIPs)
+			err = fmt.Errorf("nginx-pods has A records %v, want %v", got, wantIPs)
 		}
 		return err
 	}); err != nil {

@@ -169,21 +169,21 @@ func NodePort(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error 
 		url := "http://" + net.JoinHostPort(n.IP, "30081") + "/"
 		if n.Name != "node-1" {
 			if out, err := l.ExternalExec(ctx, "get", "--timeout=1s", url); err == nil {
-				return fmt.Errorf("Local NodePort on %s (no pod there) answered: %s", n.Name, out)
+				return fmt.Errorf("the Local NodePort on %s (no pod there) answered: %s", n.Name, out)
 			}
 			logf("%s (no local pod) does not answer", url)
 			continue
 		}
 		var out string
 		if err := within(ctx, 10*time.Second, func() (err error) { out, err = l.ExternalExec(ctx, "get", url); return err }); err != nil {
-			return fmt.Errorf("Local NodePort on %s: %w", n.Name, err)
+			return fmt.Errorf("the Local NodePort on %s: %w", n.Name, err)
 		}
 		_, client, err := echo(out)
 		if err != nil {
 			return err
 		}
 		if host, _, _ := net.SplitHostPort(client); host != lab.ExternalIP {
-			return fmt.Errorf("Local NodePort: the pod saw client %s, want the external client's %s", client, lab.ExternalIP)
+			return fmt.Errorf("the Local NodePort: the pod saw client %s, want the external client's %s", client, lab.ExternalIP)
 		}
 		logf("%s answers and the pod saw %s", url, client)
 	}
@@ -277,7 +277,7 @@ func Headless(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error 
 	if err := within(ctx, 10*time.Second, func() error {
 		got, err := lookup(ctx, l, "client", "A", "web.default.svc.cluster.local")
 		if err == nil && !sameStrings(got, want) {
-			err = fmt.Errorf("A web: %v, want %v", got, want)
+			err = fmt.Errorf("web has A records %v, want %v", got, want)
 		}
 		return err
 	}); err != nil {
@@ -298,7 +298,7 @@ func Headless(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error 
 		return err
 	}
 	if !sameStrings(got, []string{web0[0].Status.PodIP}) {
-		return fmt.Errorf("A web-0.web: %v, want %s", got, web0[0].Status.PodIP)
+		return fmt.Errorf("web-0.web has A records %v, want %s", got, web0[0].Status.PodIP)
 	}
 	logf("A web-0.web = %v", got)
 	return nil
@@ -319,7 +319,7 @@ func ExternalName(ctx context.Context, l *lab.Lab, logf func(string, ...any)) er
 	if err := within(ctx, 10*time.Second, func() (err error) {
 		cname, err = lookup(ctx, l, "client", "CNAME", "search.default.svc.cluster.local")
 		if err == nil && !sameStrings(cname, []string{"www.example."}) {
-			err = fmt.Errorf("CNAME search: %v, want www.example.", cname)
+			err = fmt.Errorf("search has CNAME %v, want www.example", cname)
 		}
 		return err
 	}); err != nil {
@@ -330,7 +330,7 @@ func ExternalName(ctx context.Context, l *lab.Lab, logf func(string, ...any)) er
 		return err
 	}
 	if !sameStrings(a, []string{"192.0.2.10"}) {
-		return fmt.Errorf("A search (via CNAME): %v, want 192.0.2.10 from the upstream", a)
+		return fmt.Errorf("search resolves (through its CNAME) to %v, want 192.0.2.10 from the upstream", a)
 	}
 	logf("search -> CNAME %v -> A %v", cname, a)
 	return nil

@@ -136,7 +136,7 @@ func execInPod(stateDir, namespace string, args []string) error {
 		args = args[1:]
 	}
 	if len(args) < 2 {
-		return errors.New("usage: netplane-lab exec [-n NAMESPACE] POD -- CMD...")
+		return errors.New("usage: netplane-lab exec [-n NAMESPACE] POD -- CMD [ARG]")
 	}
 	pod, argv := args[0], args[1:]
 	if len(argv) > 0 && argv[0] == "--" {
