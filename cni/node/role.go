@@ -31,23 +31,45 @@ import (
 
 // Run is the pod-networking half of the node role.
 func Run(ctx context.Context, d role.Deps) error {
-	cfg := d.Config.Node
-	clusterCIDRs, err := parseCIDRs(cfg.ClusterCIDRs)
+	clusterCIDRs, err := parseCIDRs(d.Config.Node.ClusterCIDRs)
 	if err != nil {
 		return fmt.Errorf("--cluster-cidr: %w", err)
 	}
+	host, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	defer host.Close()
 	nodes := d.Informers.Core().V1().Nodes()
-	kick := make(chan struct{}, 1)
+	a := &agent{d: d, nodes: nodes.Lister(), clusterCIDRs: clusterCIDRs, host: host,
+		offLink: map[string]bool{}, metrics: newMetrics(d.Metrics), kick: make(chan struct{}, 1),
+		pluginPath: d.Config.Node.CNIPluginPath}
+	if a.pluginPath == "" {
+		a.pluginPath = defaultPluginPath()
+	}
+	if _, err := nodes.Informer().AddEventHandler(a.handler()); err != nil {
+		return err
+	}
+	d.Checks.AddReady("podnetwork-setup", a.ready)
+	if !role.WaitForSync(ctx, d, "podnetwork", nodes.Informer().HasSynced) {
+		return nil
+	}
+	a.recorder = newRecorder(ctx, d, d.Config.Node.NodeName)
+	a.loop(ctx)
+	return nil
+}
+
+// handler kicks a sync on Node changes that matter here: most Node updates
+// are kubelet heartbeats that change neither pod CIDRs nor addresses.
+func (a *agent) handler() cache.ResourceEventHandlerFuncs {
 	poke := func(any) {
 		select {
-		case kick <- struct{}{}:
+		case a.kick <- struct{}{}:
 		default:
 		}
 	}
-	if _, err := nodes.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	return cache.ResourceEventHandlerFuncs{
 		AddFunc: poke, DeleteFunc: poke,
-		// Most Node updates are kubelet heartbeats; only pod CIDRs and
-		// addresses matter here.
 		UpdateFunc: func(o, n any) {
 			on, ok1 := o.(*v1.Node)
 			nn, ok2 := n.(*v1.Node)
@@ -55,42 +77,33 @@ func Run(ctx context.Context, d role.Deps) error {
 				poke(n)
 			}
 		},
-	}); err != nil {
-		return err
 	}
-	host, err := netlink.NewHandle(unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("open netlink: %w", err)
-	}
-	defer host.Close()
-	a := &agent{d: d, nodes: nodes.Lister(), clusterCIDRs: clusterCIDRs, host: host, offLink: map[string]bool{}, metrics: newMetrics(d.Metrics)}
-	a.pluginPath = cfg.CNIPluginPath
-	if a.pluginPath == "" {
-		a.pluginPath = defaultPluginPath()
-	}
-	d.Checks.AddReady("podnetwork-setup", a.ready)
-	if !role.WaitForSync(ctx, d, "podnetwork", nodes.Informer().HasSynced) {
-		return nil
-	}
-	a.recorder = newRecorder(ctx, d, cfg.NodeName)
+}
+
+// loop syncs on every kick (at most once per --min-sync-period) and fully,
+// rewriting even unchanged state, every --sync-period.
+func (a *agent) loop(ctx context.Context) {
+	cfg := a.d.Config.Node
 	period := cfg.SyncPeriod.Duration
 	if period <= 0 {
 		period = 30 * time.Second
 	}
 	ticker := time.NewTicker(period)
 	defer ticker.Stop()
+	full := true
 	for {
-		a.sync()
+		a.sync(full)
 		select {
 		case <-ctx.Done():
-			return nil
-		case <-kick:
+			return
+		case <-a.kick:
+			full = false
 		case <-ticker.C:
+			full = true
 		}
-		// Coalesce bursts of Node updates (every kubelet heartbeat is one).
 		select {
 		case <-ctx.Done():
-			return nil
+			return
 		case <-time.After(cfg.MinSyncPeriod.Duration):
 		}
 	}
@@ -112,6 +125,7 @@ type agent struct {
 	recorder     record.EventRecorder
 	metrics      metrics
 
+	kick     chan struct{}
 	offLink  map[string]bool // nodes last seen not on our L2 segment
 	lastMasq string          // the masquerade plan last written
 
@@ -127,9 +141,9 @@ func (a *agent) ready() error {
 
 // sync runs one sync and logs only changes of outcome: the same error
 // every period (a Node still without pod CIDRs) is said once.
-func (a *agent) sync() {
+func (a *agent) sync(full bool) {
 	start := time.Now()
-	err := a.syncOnce()
+	err := a.syncOnce(full)
 	a.metrics.duration.Observe(time.Since(start).Seconds())
 	if err != nil {
 		a.metrics.errors.Inc()
@@ -146,7 +160,9 @@ func (a *agent) sync() {
 	}
 }
 
-func (a *agent) syncOnce() error {
+// syncOnce converges the node; full also rewrites the masquerade table
+// when the plan is unchanged, healing a flush by someone else.
+func (a *agent) syncOnce(full bool) error {
 	cfg := a.d.Config.Node
 	list, err := a.nodes.List(everything)
 	if err != nil {
@@ -168,7 +184,7 @@ func (a *agent) syncOnce() error {
 	if err := a.setUpNode(me); err != nil {
 		return err // no conflist before the bridge and forwarding are in place
 	}
-	if plan := planMasquerade(me, a.clusterCIDRs, infos); fmt.Sprint(plan) != a.lastMasq {
+	if plan := planMasquerade(me, a.clusterCIDRs, infos); full || fmt.Sprint(plan) != a.lastMasq {
 		if err := programMasquerade(plan); err != nil {
 			errs = append(errs, err)
 		} else {

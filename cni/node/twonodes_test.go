@@ -17,6 +17,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
+	"github.com/netplane/netplane/cni/nft"
 	"github.com/netplane/netplane/cni/node"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
@@ -249,6 +250,12 @@ func TestTwoNodesRoutePodsToEachOtherAndMasqueradeEgress(t *testing.T) {
 	t.Run("a deleted route is restored", func(t *testing.T) {
 		n1.ns.MustExec(t, "ip", "route", "del", "10.244.2.0/24")
 		expectWho(t, podA, ipB+":8080", ipA)
+	})
+	t.Run("a deleted masquerade table is restored", func(t *testing.T) {
+		if err := n1.ns.Do(func() error { return nft.Replace(node.MasqTable, nil) }); err != nil {
+			t.Fatal(err)
+		}
+		expectWho(t, podA, "192.168.77.100:8082", "192.168.77.11")
 	})
 	t.Run("a node off the L2 segment is reported, not routed", func(t *testing.T) {
 		if out, _ := n1.ns.Exec("ip", "route", "show", "10.244.3.0/24"); strings.TrimSpace(out) != "" {
