@@ -34,15 +34,16 @@ up)
 	echo "lab up in $(( $(date +%s) - start ))s; deploying examples/ and checking the scenarios:"
 	status=0
 	"$LAB" check --state-dir="$STATE_DIR" || status=$?
+	echo
+	cat "$STATE_DIR/ready"
 	cat <<MSG
 
-The cluster stays up. Try:
+The cluster stays up for your own Services. Try:
   export KUBECONFIG=$STATE_DIR/kubeconfig
-  kubectl get nodes -o wide; kubectl get pods -A -o wide
-  kubectl get endpointslices
+  kubectl get nodes -o wide; kubectl get pods -A -o wide; kubectl get endpointslices
   $LAB exec --state-dir=$STATE_DIR client -- /testimage lookup nginx
+  $LAB exec --state-dir=$STATE_DIR client -- /testimage lookup --type=SRV _http._tcp.web.default.svc.cluster.local
   $LAB exec --state-dir=$STATE_DIR client -- /testimage get http://nginx:8080/
-  ip netns list | grep lab-node    # then: nsenter --net=/run/netns/NAME nft list table ip netplane
 Remove it with: make demo-down
 MSG
 	exit $status

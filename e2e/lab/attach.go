@@ -5,6 +5,7 @@ import (
 	"path/filepath"
 
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 
 	"github.com/netplane/netplane/e2e/netns"
@@ -42,6 +43,9 @@ func Attach(stateDir string) (*Lab, error) {
 	if l.RestConfig, err = clientcmd.BuildConfigFromFlags("", l.Kubeconfig); err != nil {
 		return nil, err
 	}
+	// The examples use externalIPs on purpose; the API server's deprecation
+	// warning about them would only clutter the demo's check lines.
+	l.RestConfig.WarningHandler = rest.NoWarnings{}
 	l.Client, err = kubernetes.NewForConfig(l.RestConfig)
 	return l, err
 }

@@ -118,6 +118,10 @@ func runLab(stateDir string, nodes int, api string) error {
 	}
 	readyErr := l.WaitReady(ctx, 3*time.Minute)
 	msg := fmt.Sprintf("lab is up: %d nodes\n  export KUBECONFIG=%s\n  API server relay: %s\n", nodes, l.Kubeconfig, l.APIAddress)
+	for _, n := range l.Nodes {
+		msg += fmt.Sprintf("  %s (%s): nsenter --net=%s nft list table ip netplane\n", n.Name, n.IP, n.NS.Path)
+	}
+	msg += fmt.Sprintf("  external client: nsenter --net=%s %s get http://%s:30080/\n", l.External.Path, filepath.Join(stateDir, "bin", "testimage"), lab.NodeIP(0))
 	if readyErr != nil {
 		msg += fmt.Sprintf("  NOT READY: %v\n", readyErr)
 	}
