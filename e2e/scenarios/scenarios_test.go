@@ -6,6 +6,7 @@ package scenarios
 
 import (
 	"context"
+	"flag"
 	"fmt"
 	"net"
 	"os"
@@ -35,6 +36,11 @@ var (
 )
 
 func TestMain(m *testing.M) {
+	flag.Parse()
+	if testing.Short() {
+		fmt.Fprintln(os.Stderr, "skipping the lab in -short mode")
+		os.Exit(0)
+	}
 	if os.Geteuid() != 0 || framework.Binary("kube-apiserver") == "" || framework.Binary("containerd") == "" {
 		if os.Getenv(framework.RequiredEnv) == "1" {
 			fmt.Fprintln(os.Stderr, "the lab needs root and `make tools` (kube-apiserver, containerd)")
