@@ -6,7 +6,6 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -69,8 +68,8 @@ type Controller struct {
 	recorder   record.EventRecorder
 	metrics    *kit.Metrics
 	queue      workqueue.TypedRateLimitingInterface[string]
+	loop       *kit.Loop
 	batch      time.Duration
-	inflight   atomic.Int32 // syncs in progress
 
 	// topology serves the service.kubernetes.io/topology-mode=Auto hints;
 	// Node changes queue a recount of zones in topologyQueue.
@@ -96,11 +95,13 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 		topologyQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice_topology"}),
 	}
-	m, err := kit.NewMetrics(reg, "endpointslice", c.countSlices)
+	m, err := kit.NewMetrics(reg, "endpointslice", kit.CountManaged(c.slices, ControllerName))
 	if err != nil {
 		return nil, err
 	}
 	c.metrics = m
+	c.loop = &kit.Loop{Queue: c.queue, Metrics: m, Log: log,
+		Sync: func(_ context.Context, key string) error { return c.syncService(key) }}
 	c.client = kit.CountWrites(client, m)
 	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, c.topology, recorder,
 		ControllerName, esrec.WithPreferSameTrafficDistributionEnabled(true))
@@ -142,53 +143,15 @@ func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
 func (c *Controller) Run(ctx context.Context, workers int) {
 	c.log.Info("starting EndpointSlice controller", "workers", workers)
 	var wg sync.WaitGroup
-	for range workers {
-		wg.Go(func() { wait.UntilWithContext(ctx, c.worker, time.Second) })
-	}
 	wg.Go(func() { wait.UntilWithContext(ctx, c.topologyWorker, time.Second) })
-	<-ctx.Done()
-	c.queue.ShutDown()
+	c.loop.Run(ctx, workers)
 	c.topologyQueue.ShutDown()
 	wg.Wait()
 	c.log.Info("stopped EndpointSlice controller")
 }
 
-func (c *Controller) worker(context.Context) {
-	for c.processNext() {
-	}
-}
-
-func (c *Controller) processNext() bool {
-	key, quit := c.queue.Get()
-	if quit {
-		return false
-	}
-	c.inflight.Add(1)
-	defer c.inflight.Add(-1)
-	defer c.queue.Done(key)
-	err := c.syncService(key)
-	c.metrics.ObserveSync(err)
-	c.handleErr(key, err)
-	return true
-}
-
-// idle reports whether no Service is queued or being synced; a Service
-// waiting out a delay (batching, backoff) is not counted.
-func (c *Controller) idle() bool { return c.queue.Len() == 0 && c.inflight.Load() == 0 }
-
-func (c *Controller) handleErr(key string, err error) {
-	if err == nil {
-		c.queue.Forget(key)
-		return
-	}
-	if c.queue.NumRequeues(key) < kit.MaxRetries {
-		c.log.V(2).Info("sync failed, retrying", "service", key, "err", err.Error())
-		c.queue.AddRateLimited(key)
-		return
-	}
-	c.log.Error(err, "sync failed too often, dropping the Service until its next change", "service", key)
-	c.queue.Forget(key)
-}
+// idle reports whether no Service is queued or being synced.
+func (c *Controller) idle() bool { return c.loop.Idle() }
 
 // syncService converges the slices of one Service, given as namespace/name.
 func (c *Controller) syncService(key string) error {
@@ -292,15 +255,6 @@ func (c *Controller) enqueueForSlice(s *discovery.EndpointSlice) {
 		return // not labelled with a Service: not ours to sync
 	}
 	c.queue.AddAfter(key, max(sliceChangeMinDelay, c.batch))
-}
-
-// countSlices is the number of slices this controller manages, for metrics.
-func (c *Controller) countSlices() int {
-	all, err := c.slices.List(labels.Set{discovery.LabelManagedBy: ControllerName}.AsSelectorPreValidated())
-	if err != nil {
-		return 0
-	}
-	return len(all)
 }
 
 // desiredEndpoints counts the endpoints svc should have over all its

@@ -1,10 +1,11 @@
 package mirroring
 
+//lint:file-ignore SA1019 mirroring reads the Endpoints API, deprecated since v1.33, by design: it exists for users who still write Endpoints.
+
 import (
 	"context"
 	"errors"
 	"fmt"
-	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
@@ -14,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
@@ -45,6 +45,7 @@ type Controller struct {
 	recorder  record.EventRecorder
 	metrics   *kit.Metrics
 	queue     workqueue.TypedRateLimitingInterface[string]
+	loop      *kit.Loop
 	max       int
 }
 
@@ -61,11 +62,12 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 		queue:     kit.NewQueue("endpointslicemirroring"),
 		max:       int(opts.MaxEndpointsPerSubset),
 	}
-	m, err := kit.NewMetrics(reg, "endpointslicemirroring", c.countSlices)
+	m, err := kit.NewMetrics(reg, "endpointslicemirroring", kit.CountManaged(c.slices, ControllerName))
 	if err != nil {
 		return nil, err
 	}
 	c.metrics = m
+	c.loop = &kit.Loop{Queue: c.queue, Sync: c.sync, Metrics: m, Log: log}
 	c.client = kit.CountWrites(client, m)
 	return c, c.addHandlers(f)
 }
@@ -92,35 +94,11 @@ func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
 	return errors.Join(err1, err2, err3)
 }
 
-// Run mirrors with workers goroutines until ctx ends.
+// Run mirrors with workers goroutines until ctx ends, and returns once
+// every sync in progress finished.
 func (c *Controller) Run(ctx context.Context, workers int) {
-	defer c.queue.ShutDown()
 	c.log.Info("starting EndpointSlice mirroring controller", "workers", workers)
-	for range workers {
-		go wait.UntilWithContext(ctx, c.worker, time.Second)
-	}
-	<-ctx.Done()
-}
-
-func (c *Controller) worker(ctx context.Context) {
-	for {
-		key, quit := c.queue.Get()
-		if quit {
-			return
-		}
-		err := c.sync(ctx, key)
-		c.metrics.ObserveSync(err)
-		switch {
-		case err == nil:
-			c.queue.Forget(key)
-		case c.queue.NumRequeues(key) < kit.MaxRetries:
-			c.queue.AddRateLimited(key)
-		default:
-			c.log.Error(err, "mirroring failed too often, dropping until the next change", "endpoints", key)
-			c.queue.Forget(key)
-		}
-		c.queue.Done(key)
-	}
+	c.loop.Run(ctx, workers)
 }
 
 // sync converges the mirrored slices of the Endpoints namespace/name.
@@ -235,14 +213,6 @@ func (c *Controller) mirrored(ns, name string) ([]*discovery.EndpointSlice, erro
 		discovery.LabelServiceName: name,
 		discovery.LabelManagedBy:   ControllerName,
 	}.AsSelectorPreValidated())
-}
-
-func (c *Controller) countSlices() int {
-	all, err := c.slices.List(labels.Set{discovery.LabelManagedBy: ControllerName}.AsSelectorPreValidated())
-	if err != nil {
-		return 0
-	}
-	return len(all)
 }
 
 func (c *Controller) enqueue(obj any) {

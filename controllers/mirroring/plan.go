@@ -9,6 +9,8 @@
 // writes that make them equal. controller.go is the shell around it.
 package mirroring
 
+//lint:file-ignore SA1019 mirroring reads the Endpoints API, deprecated since v1.33, by design: it exists for users who still write Endpoints.
+
 import (
 	"cmp"
 	"fmt"

@@ -1,5 +1,7 @@
 package mirroring
 
+//lint:file-ignore SA1019 mirroring reads the Endpoints API, deprecated since v1.33, by design: it exists for users who still write Endpoints.
+
 import (
 	"fmt"
 	"slices"

@@ -7,14 +7,19 @@ import (
 	"context"
 	"errors"
 	"sync"
+	"sync/atomic"
 	"time"
+
+	"github.com/go-logr/logr"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/kubernetes"
 	typeddiscovery "k8s.io/client-go/kubernetes/typed/discovery/v1"
+	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/util/workqueue"
 	esutil "k8s.io/endpointslice/util"
@@ -210,5 +215,72 @@ func SliceEvents(manager string, tracker *esutil.EndpointSliceTracker, enqueue f
 				enqueue(s)
 			}
 		},
+	}
+}
+
+// Loop is a controller's worker pool: it takes keys from Queue and passes
+// them to Sync, retrying a failed key with backoff and dropping it after
+// MaxRetries until its next event.
+type Loop struct {
+	Queue   workqueue.TypedRateLimitingInterface[string]
+	Sync    func(ctx context.Context, key string) error
+	Metrics *Metrics
+	Log     logr.Logger
+
+	inflight atomic.Int32
+}
+
+// Run runs workers until ctx ends, then shuts the queue down and returns
+// once every sync in progress finished.
+func (l *Loop) Run(ctx context.Context, workers int) {
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for l.next(ctx) {
+			}
+		})
+	}
+	<-ctx.Done()
+	l.Queue.ShutDown()
+	wg.Wait()
+}
+
+// Idle reports whether no key is queued or being synced; a key waiting
+// out a delay (batching, backoff) does not count.
+func (l *Loop) Idle() bool { return l.Queue.Len() == 0 && l.inflight.Load() == 0 }
+
+func (l *Loop) next(ctx context.Context) bool {
+	key, quit := l.Queue.Get()
+	if quit {
+		return false
+	}
+	l.inflight.Add(1)
+	defer l.inflight.Add(-1)
+	defer l.Queue.Done(key)
+	err := l.Sync(ctx, key)
+	l.Metrics.ObserveSync(err)
+	switch {
+	case err == nil:
+		l.Queue.Forget(key)
+	case l.Queue.NumRequeues(key) < MaxRetries:
+		l.Log.V(2).Info("sync failed, retrying", "key", key, "err", err.Error())
+		l.Queue.AddRateLimited(key)
+	default:
+		l.Log.Error(err, "sync failed too often, dropping the key until its next change", "key", key)
+		l.Queue.Forget(key)
+	}
+	return true
+}
+
+// CountManaged returns a counter of the slices in lister whose managed-by
+// label is manager, for the slices metric.
+func CountManaged(lister discoverylisters.EndpointSliceLister, manager string) func() int {
+	sel := labels.Set{discoveryv1.LabelManagedBy: manager}.AsSelectorPreValidated()
+	return func() int {
+		all, err := lister.List(sel)
+		if err != nil {
+			return 0
+		}
+		return len(all)
 	}
 }
