@@ -48,7 +48,7 @@ var (
 // netplaneBinary is bin/netplane under `make test` (which builds it first,
 // and sets NETPLANE_BIN_DIR); run by hand, cmd/netplane is built from this
 // tree once per test binary so a stale bin/netplane is never tested.
-func netplaneBinary(t *testing.T) string {
+func netplaneBinary(t testing.TB) string {
 	if os.Getenv("NETPLANE_BIN_DIR") != "" {
 		return framework.RequireBinary(t, "netplane")
 	}
