@@ -79,6 +79,7 @@ func AddFlags(fs *pflag.FlagSet) []flag {
 	i32("cache-size", "dns.cacheSize", n.CacheSize, "Most answers held in the forwarding cache (0 disables it).")
 	dur("cache-max-ttl", "dns.cacheMaxTTL", n.CacheMaxTTL.Duration, "Longest time an upstream answer is cached.")
 	str("dns-service", "dns.dnsService", n.DNSService, "namespace/name of the Service whose ClusterIPs are the zone's name server.")
+	dur("lameduck", "dns.lameduck", n.Lameduck.Duration, "After SIGTERM, keep answering this long with /readyz failing, so nodes stop sending queries before the sockets close.")
 
 	o := d.Node
 	str("node-name", "node.nodeName", o.NodeName, "Name of the Node this agent runs on.")

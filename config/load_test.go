@@ -147,6 +147,7 @@ func TestValidationErrorsNameTheField(t *testing.T) {
 		{"unknown role", []string{"--role=proxy"}, nil, `roles: unknown role "proxy": valid roles are controller,dns,node`},
 		{"no role", []string{"--role="}, nil, "roles: no role given"},
 		{"bridge name", []string{"--bridge=a-very-long-bridge-name"}, nil, "node.bridge: must be an interface name"},
+		{"lameduck outlasting the stop", []string{"--lameduck=10s", "--shutdown-timeout=5s"}, nil, "dns.lameduck: must be at least 0 and less than shutdownTimeout (5s)"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

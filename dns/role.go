@@ -35,7 +35,11 @@ import (
 // that state, it never stops the process.
 func Run(ctx context.Context, d role.Deps) error {
 	var started atomic.Pointer[Server]
+	var stopping atomic.Bool
 	d.Checks.AddReady("dns", func() error {
+		if stopping.Load() {
+			return errors.New("stopping: answering for --lameduck before the sockets close")
+		}
 		if s := started.Load(); s != nil {
 			return s.Ready()
 		}
@@ -47,6 +51,13 @@ func Run(ctx context.Context, d role.Deps) error {
 	}
 	started.Store(s)
 	<-ctx.Done()
+	// Queries keep arriving until every node has dropped this server from
+	// the Service's endpoints; closing at once would time them out.
+	stopping.Store(true)
+	if lame := d.Config.DNS.Lameduck.Duration; lame > 0 {
+		d.Log.Info("lame duck: still answering before closing the sockets", "for", lame)
+		time.Sleep(lame)
+	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
 	s.Listeners.Shutdown(shutdown)

@@ -152,15 +152,7 @@ func TestLabControlPlaneAndNodes(t *testing.T) {
 
 // blocked are scenarios seen failing because of a netplane component, not
 // the lab; each names what is missing. Remove an entry when it is fixed.
-var blocked = map[string]string{
-	// Checked on 2026-11-22 (fails in about one lab run of three): the
-	// proxier of the node the ingress IP is routed to gets stuck, logging
-	// every second `sync failed; retrying with a full sync err="conn.Receive:
-	// netlink receive: file exists"`, so the ingress IP (and externalIPs
-	// added later) never reach its service-ips map; an nft trace shows the
-	// SYN leave the node unDNATed. The same IP through the other node answers.
-	"4b": "blocked: netplane proxy: a sync fails with EEXIST (netlink: file exists) and retries forever, so a LoadBalancer ingress IP is never programmed",
-}
+var blocked = map[string]string{}
 
 // TestScenarios runs the demo's scenarios in order, as `make demo` does.
 func TestScenarios(t *testing.T) {
@@ -222,11 +214,6 @@ func TestNodeAgentRestartKeepsTrafficFlowing(t *testing.T) {
 // TestDNSAnswersWhileItsPodIsReplaced deletes one DNS pod while a client
 // keeps resolving a Service name: every lookup is answered.
 func TestDNSAnswersWhileItsPodIsReplaced(t *testing.T) {
-	// Checked on 2026-11-22: 1 of 23 lookups timed out. On SIGTERM the DNS
-	// role closes its sockets at once (dns/role.go), while the nodes still
-	// route to the terminating pod for about a second; CoreDNS keeps
-	// answering for a lameduck period (health { lameduck 5s }) for this.
-	t.Skip("blocked: netplane --role=dns has no lameduck period after SIGTERM, so lookups routed to a terminating DNS pod time out")
 	l := needReady(t)
 	ctx := ctxFor(t, 3*time.Minute)
 	if err := scenario.Apply(ctx, l, "01-clusterip.yaml"); err != nil {

@@ -104,6 +104,9 @@ type DNS struct {
 	CacheMaxTTL     metav1.Duration `json:"cacheMaxTTL"`
 	// DNSService is namespace/name of the Service whose ClusterIPs are the zone's NS glue.
 	DNSService string `json:"dnsService"`
+	// Lameduck keeps answering this long after SIGTERM, with /readyz failing,
+	// while the nodes stop sending queries to this server (CoreDNS's lameduck).
+	Lameduck metav1.Duration `json:"lameduck"`
 }
 
 // Node configures the node agent: service proxy and pod networking.

@@ -76,6 +76,9 @@ func (c *Configuration) Validate() error {
 	v.between("dns.upstreamTimeout", d.UpstreamTimeout.Duration, 100*time.Millisecond, time.Minute)
 	v.intRange("dns.cacheSize", int(d.CacheSize), 0, 10_000_000)
 	v.between("dns.cacheMaxTTL", d.CacheMaxTTL.Duration, 0, 24*time.Hour)
+	if lame := d.Lameduck.Duration; lame < 0 || (slices.Contains(c.Roles, RoleDNS) && lame >= c.ShutdownTimeout.Duration) {
+		v.fail("dns.lameduck", "must be at least 0 and less than shutdownTimeout (%v), got %v", c.ShutdownTimeout.Duration, d.Lameduck.Duration)
+	}
 	if ns, name, ok := strings.Cut(d.DNSService, "/"); !ok || ns == "" || name == "" {
 		v.fail("dns.dnsService", "must be namespace/name, got %q", d.DNSService)
 	}
