@@ -6,6 +6,7 @@ package charts
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"path/filepath"
 	"sort"
@@ -157,6 +158,14 @@ func TestDefaultRenderHasEveryPiece(t *testing.T) {
 	caps := containerField(t, ds, "securityContext", "capabilities", "add")
 	if strings.Join(caps, ",") != "NET_ADMIN,NET_RAW" {
 		t.Errorf("node capabilities %v, want NET_ADMIN,NET_RAW only", caps)
+	}
+	cs, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
+	if priv, found, _ := unstructured.NestedBool(cs[0].(map[string]any), "securityContext", "privileged"); found && priv {
+		t.Error("the node agent is privileged; it needs NET_ADMIN, NET_RAW and the host's /proc/sys/net only")
+	}
+	vols, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "volumes")
+	if !strings.Contains(fmt.Sprint(vols), "path:/proc/sys/net") {
+		t.Errorf("the node agent does not mount the host's /proc/sys/net: %v", vols)
 	}
 	dep := find(t, objs, "Deployment", "netplane-dns")
 	if caps := containerField(t, dep, "securityContext", "capabilities", "add"); strings.Join(caps, ",") != "NET_BIND_SERVICE" {

@@ -65,7 +65,9 @@ func TestRolesRunWithTheChartsConfigurationAndServiceAccounts(t *testing.T) {
 			args = append(args, "--kubeconfig="+kubeconfig)
 			if role.name == "node" {
 				args = append(args, "--cni-bin-dir="+filepath.Join(dir, "cni-bin"), "--cni-conf-dir="+filepath.Join(dir, "net.d"),
-					"--ipam-state-dir="+filepath.Join(dir, "ipam"), "--cni-plugin-path="+filepath.Join(bin, "netplane-cni"))
+					"--ipam-state-dir="+filepath.Join(dir, "ipam"), "--cni-plugin-path="+filepath.Join(bin, "netplane-cni"),
+					"--proc-sys-dir=/proc/sys") // stands in for the /host/proc/sys/net mount; inside the test namespace
+
 			}
 			cmd := ns.Command(filepath.Join(bin, "netplane"), args...)
 			cmd.Env = append(os.Environ(), "NETPLANE_NODE_NAME="+nodeName) // the DaemonSet's downward API value

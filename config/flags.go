@@ -93,6 +93,7 @@ func AddFlags(fs *pflag.FlagSet) []flag {
 	str("cni-plugin-path", "node.cniPluginPath", o.CNIPluginPath, "Plugin binary to install. Empty: netplane-cni beside this executable.")
 	str("ipam-state-dir", "node.ipamStateDir", o.IPAMStateDir, "Directory of the CNI plugin's IP allocation store.")
 	str("bridge", "node.bridge", o.Bridge, "Name of the node's pod bridge.")
+	str("proc-sys-dir", "node.procSysDir", o.ProcSysDir, "Where to write network sysctls: /proc/sys, or a mount of the host's /proc/sys/net (as /host/proc/sys/net) in an unprivileged pod.")
 	i32("mtu", "node.mtu", o.MTU, "MTU of pod interfaces; 0 uses the default-route interface's MTU.")
 	return table
 }

@@ -145,8 +145,13 @@ func DefaultRouteMTU(h *netlink.Handle) int {
 // Sysctl writes a /proc/sys value (key as a path: net/ipv4/ip_forward, so
 // that interface names with dots work) in the calling thread's network
 // namespace; writing the value it already has is a no-op.
-func Sysctl(key, value string) error {
-	path := filepath.Join("/proc/sys", key)
+func Sysctl(key, value string) error { return SysctlIn("/proc/sys", key, value) }
+
+// SysctlIn is Sysctl under another mount of /proc/sys: a node agent in an
+// unprivileged pod sees its own /proc/sys read-only and writes the host's
+// network sysctls through a hostPath mount of /proc/sys/net instead.
+func SysctlIn(dir, key, value string) error {
+	path := filepath.Join(dir, key)
 	if cur, err := os.ReadFile(path); err == nil && strings.TrimSpace(string(cur)) == value {
 		return nil
 	}

@@ -211,7 +211,7 @@ func (a *agent) setUpNode(me nodeInfo) error {
 		}
 	}
 	for _, s := range sysctls {
-		if err := link.Sysctl(s[0], s[1]); err != nil {
+		if err := link.SysctlIn(cfg.ProcSysDir, s[0], s[1]); err != nil {
 			return err
 		}
 	}

@@ -60,6 +60,7 @@ func Default() *Configuration {
 			CNIBinDir:     "/opt/cni/bin",
 			IPAMStateDir:  "/var/lib/netplane/ipam",
 			Bridge:        "cni0",
+			ProcSysDir:    "/proc/sys",
 		},
 	}
 }

@@ -123,6 +123,9 @@ type Node struct {
 	CNIPluginPath string `json:"cniPluginPath"`
 	IPAMStateDir  string `json:"ipamStateDir"`
 	Bridge        string `json:"bridge"`
+	// ProcSysDir is where the node agent writes network sysctls: /proc/sys,
+	// or a hostPath mount of the host's /proc/sys/net in an unprivileged pod.
+	ProcSysDir string `json:"procSysDir"`
 	// MTU of pod interfaces; 0 means the MTU of the node's default-route interface.
 	MTU int32 `json:"mtu"`
 }

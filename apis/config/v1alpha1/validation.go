@@ -102,6 +102,9 @@ func (c *Configuration) Validate() error {
 	v.nonEmpty("node.cniConfDir", n.CNIConfDir)
 	v.nonEmpty("node.cniBinDir", n.CNIBinDir)
 	v.nonEmpty("node.ipamStateDir", n.IPAMStateDir)
+	if !strings.HasPrefix(n.ProcSysDir, "/") {
+		v.fail("node.procSysDir", "must be an absolute path like /proc/sys, got %q", n.ProcSysDir)
+	}
 	if n.Bridge == "" || len(n.Bridge) > 15 || strings.ContainsAny(n.Bridge, "/ \t") {
 		v.fail("node.bridge", "must be an interface name of 1 to 15 characters, got %q", n.Bridge)
 	}
