@@ -453,14 +453,16 @@ func TestAutopathForARealPod(t *testing.T) {
 // restConfigForNowhere is an API server address nothing listens on.
 var restConfigForNowhere = rest.Config{Host: "https://127.0.0.1:1", Timeout: time.Second}
 
-// TestRunIsTheRole runs the role as cmd/netplane does: ready once synced,
-// nil on a graceful stop.
+// TestRunIsTheRole runs the role as cmd/netplane does: ready once synced;
+// after the stop, not ready but still answering for the lameduck period;
+// then nil.
 func TestRunIsTheRole(t *testing.T) {
 	api := sharedAPIServer(t)
 	cfg := v1alpha1.Default()
 	cfg.DNS = dnsConfig(t, "127.0.0.1:1")
 	pc, l := listenBoth(t) // a port free for both, handed to the role
 	cfg.DNS.BindAddress = pc.LocalAddr().String()
+	cfg.DNS.Lameduck.Duration = time.Second
 	pc.Close()
 	l.Close()
 	checks := serve.NewChecks()
@@ -478,10 +480,19 @@ func TestRunIsTheRole(t *testing.T) {
 	})
 	eventually(t, time.Second, "the dns role to be ready", func() bool { return checks.Ready() == nil })
 	cancel()
+	stopped := time.Now()
+	eventually(t, time.Second, "the dns role to turn not ready", func() bool { return checks.Ready() != nil })
+	c := &dns.Client{Timeout: 200 * time.Millisecond}
+	if m, _, err := c.Exchange(query("dns-version.cluster.local.", dns.TypeTXT), cfg.DNS.BindAddress); err != nil || m.Rcode != dns.RcodeSuccess {
+		t.Errorf("during the lameduck period: %v %v, want an answer", m, err)
+	}
 	select {
 	case err := <-done:
 		if err != nil {
 			t.Errorf("Run returned %v on a graceful stop, want nil", err)
+		}
+		if took := time.Since(stopped); took < 900*time.Millisecond {
+			t.Errorf("Run returned %v after the stop, before its 1s lameduck", took)
 		}
 	case <-time.After(5 * time.Second):
 		t.Fatal("Run did not return within 5s of its context ending")
