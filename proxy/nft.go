@@ -42,27 +42,6 @@ type Chain struct {
 	Rules []Rule
 }
 
-// sameRules reports whether two chains hold the same rules; rules are
-// compared by their text, which names every value they match on.
-func (c *Chain) sameRules(o *Chain) bool {
-	if len(c.Rules) != len(o.Rules) {
-		return false
-	}
-	for i := range c.Rules {
-		if c.Rules[i].FP != o.Rules[i].FP {
-			return false
-		}
-	}
-	return true
-}
-
-func (c *Chain) sameHook(o *Chain) bool {
-	if c.Base == nil || o.Base == nil {
-		return c.Base == nil && o.Base == nil
-	}
-	return *c.Base == *o.Base
-}
-
 // Rule is one rule: its nft text (for dumps, diffs and the fingerprint kept
 // in the kernel) and the expressions that implement it.
 type Rule struct {
