@@ -3,7 +3,6 @@ package charts
 import (
 	"encoding/json"
 	"fmt"
-	"os"
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -18,28 +17,12 @@ import (
 	"github.com/netplane/netplane/e2e/framework"
 )
 
-var api *framework.APIServer
+func TestMain(m *testing.M) { framework.RunShared(m) }
 
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if api != nil {
-		api.Close()
-	}
-	os.Exit(code)
-}
-
-// sharedAPIServer starts one API server for the package's tests.
+// sharedAPIServer is the package's API server; the ServiceAccount admission
+// plugin stays on, as in a real cluster the chart is installed into.
 func sharedAPIServer(t *testing.T) *framework.APIServer {
-	t.Helper()
-	if api == nil {
-		framework.RequireBinary(t, "etcd")
-		framework.RequireBinary(t, "kube-apiserver")
-		var err error
-		if api, err = framework.StartAPIServerMain(framework.Options{Admission: true}); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return api
+	return framework.SharedAPIServer(t, framework.Options{Admission: true})
 }
 
 // apply server-side-applies objs; with dryRun nothing is stored.

@@ -30,29 +30,10 @@ import (
 
 // One API server serves every test of the package that needs one; it
 // starts on first use (4 s) and stops in TestMain.
-var (
-	apiOnce   sync.Once
-	apiServer *framework.APIServer
-	apiErr    error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if apiServer != nil {
-		apiServer.Stop()
-		os.RemoveAll(apiServer.Dir)
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { framework.RunShared(m) }
 
 func sharedAPIServer(t *testing.T) *framework.APIServer {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs a kube-apiserver; not in -short")
-	}
-	apiOnce.Do(func() { apiServer, apiErr = framework.StartAPIServerMain(framework.Options{}) })
-	framework.Require(t, apiErr == nil, fmt.Sprintf("kube-apiserver: %v", apiErr))
-	return apiServer
+	return framework.SharedAPIServer(t, framework.Options{})
 }
 
 // fixtureOnce creates the reference fixture on the shared API server once.

@@ -38,17 +38,7 @@ func TestContainerdRunsASandboxThroughNetplaneCNI(t *testing.T) {
 	framework.RequireBinary(t, "containerd-shim-runc-v2")
 	plugin := filepath.Join(framework.NetplaneBinaries(t), "netplane-cni")
 
-	// A short path: the socket's must fit in 108 bytes.
-	dir, err := os.MkdirTemp("/tmp", "npctrd")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if left := framework.UnmountUnder(dir); len(left) > 0 {
-			t.Errorf("mounts left: %v", left)
-		}
-		os.RemoveAll(dir)
-	})
+	dir := framework.TempDir(t, "npctrd")
 	node := netns.New(t, "crinode")
 	binDir, confDir, stateDir := filepath.Join(dir, "bin"), filepath.Join(dir, "net.d"), filepath.Join(dir, "ipam")
 	if _, err := installPlugin(plugin, filepath.Join(binDir, "netplane-cni")); err != nil {

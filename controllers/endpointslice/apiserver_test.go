@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net/http"
-	"os"
 	"strings"
 	"sync"
 	"testing"
@@ -26,32 +25,10 @@ import (
 // The integration tests share one etcd + kube-apiserver (started on first
 // use) and give each test its own namespace; no garbage collector or
 // kubelet runs, so the tests set pod status themselves.
-var (
-	apiOnce   sync.Once
-	apiServer *framework.APIServer
-	apiErr    error
-)
-
-func TestMain(m *testing.M) {
-	code := m.Run()
-	if apiServer != nil {
-		apiServer.Close()
-	}
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { framework.RunShared(m) }
 
 func sharedAPIServer(t *testing.T) *framework.APIServer {
-	t.Helper()
-	if testing.Short() {
-		t.Skip("needs kube-apiserver; skipped with -short")
-	}
-	framework.RequireBinary(t, "etcd")
-	framework.RequireBinary(t, "kube-apiserver")
-	apiOnce.Do(func() { apiServer, apiErr = framework.StartAPIServerMain(framework.Options{}) })
-	if apiErr != nil {
-		t.Fatalf("starting kube-apiserver: %v", apiErr)
-	}
-	return apiServer
+	return framework.SharedAPIServer(t, framework.Options{})
 }
 
 // writeCounter counts EndpointSlice writes per namespace and verb as they

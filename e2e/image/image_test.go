@@ -24,16 +24,7 @@ func TestImageImportsIntoContainerdAndRuns(t *testing.T) {
 	ctrBin := framework.RequireBinary(t, "ctr")
 	framework.RequireBinary(t, "runc")
 	bin := framework.NetplaneBinaries(t)
-	dir, err := os.MkdirTemp("", "netplane-image-")
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if left := framework.UnmountUnder(dir); len(left) > 0 {
-			t.Errorf("mounts left: %v", left)
-		}
-		os.RemoveAll(dir)
-	})
+	dir := framework.TempDir(t, "npimage")
 
 	archive := filepath.Join(dir, "netplane-image.tar")
 	build := exec.Command("go", "run", ".", "-bin", bin, "-ref", ref, "-out", archive)

@@ -1,0 +1,62 @@
+package framework
+
+import (
+	"os"
+	"sync"
+	"testing"
+)
+
+// One API server per test binary: started by the first test that asks, with
+// that test's options, and stopped by CloseShared in TestMain. Tests share it
+// and keep apart by namespace or object names.
+var (
+	sharedOnce sync.Once
+	shared     *APIServer
+	sharedErr  error
+)
+
+// SharedAPIServer returns the test binary's API server, starting it on first
+// use. It skips with -short, and skips or fails (per Require) without the
+// binaries.
+func SharedAPIServer(t testing.TB, opts Options) *APIServer {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs kube-apiserver; skipped with -short")
+	}
+	RequireBinary(t, "etcd")
+	RequireBinary(t, "kube-apiserver")
+	sharedOnce.Do(func() { shared, sharedErr = StartAPIServerMain(opts) })
+	if sharedErr != nil {
+		t.Fatalf("starting kube-apiserver: %v", sharedErr)
+	}
+	return shared
+}
+
+// RunShared is a TestMain body: it runs the tests, stops the shared API
+// server if one was started, and exits.
+func RunShared(m *testing.M) {
+	code := m.Run()
+	if shared != nil {
+		shared.Close()
+	}
+	os.Exit(code)
+}
+
+// TempDir is a folder for a test that runs a container runtime: removed at
+// the end after everything mounted below it is unmounted, and a mount that
+// would not go fails the test.
+func TempDir(t testing.TB, prefix string) string {
+	t.Helper()
+	// Under /tmp, short: a unix socket path inside must fit in 108 bytes.
+	dir, err := os.MkdirTemp("/tmp", prefix)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if left := UnmountUnder(dir); len(left) > 0 {
+			t.Errorf("mounts left: %v", left)
+		}
+		os.RemoveAll(dir)
+	})
+	return dir
+}
