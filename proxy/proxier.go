@@ -12,6 +12,7 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/time/rate"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -127,13 +128,15 @@ func (p *proxier) healthz() error {
 	return nil
 }
 
-// run syncs on demand, at most once per --min-sync-period, fully once per
-// --sync-period, and retries failures as full syncs.
+// run syncs on demand, fully once per --sync-period, and retries failures
+// as full syncs. Syncs are limited to one per --min-sync-period on average
+// with a burst of two, as kube-proxy's runner does: a change after a quiet
+// spell is programmed at once, and only a stream of changes is coalesced.
 func (p *proxier) run(ctx context.Context) {
 	full := true
 	fullTimer := time.NewTimer(0)
 	defer fullTimer.Stop()
-	var last time.Time
+	limit := rate.NewLimiter(rate.Every(p.cfg.MinSyncPeriod.Duration), 2)
 	for {
 		select {
 		case <-ctx.Done():
@@ -142,14 +145,9 @@ func (p *proxier) run(ctx context.Context) {
 		case <-fullTimer.C:
 			full = true
 		}
-		if wait := p.cfg.MinSyncPeriod.Duration - time.Since(last); wait > 0 {
-			select {
-			case <-ctx.Done():
-				return
-			case <-time.After(wait):
-			}
+		if err := limit.Wait(ctx); err != nil {
+			return
 		}
-		last = time.Now()
 		if err := p.sync(full); err != nil {
 			p.log.Error(err, "sync failed; retrying with a full sync")
 			p.metrics.syncFailures.Inc()

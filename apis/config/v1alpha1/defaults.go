@@ -55,7 +55,7 @@ func Default() *Configuration {
 		Node: Node{
 			NodeName:      hostname,
 			SyncPeriod:    duration(30 * time.Second),
-			MinSyncPeriod: duration(time.Second),
+			MinSyncPeriod: duration(100 * time.Millisecond),
 			CNIConfDir:    "/etc/cni/net.d",
 			CNIBinDir:     "/opt/cni/bin",
 			IPAMStateDir:  "/var/lib/netplane/ipam",

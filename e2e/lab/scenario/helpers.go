@@ -103,11 +103,15 @@ func poll(ctx context.Context, every time.Duration, fn func() error) error {
 	}
 }
 
-// within is poll bounded by timeout.
+// within is poll every 100 ms bounded by timeout.
 func within(ctx context.Context, timeout time.Duration, fn func() error) error {
+	return withinEvery(ctx, timeout, 100*time.Millisecond, fn)
+}
+
+func withinEvery(ctx context.Context, timeout, every time.Duration, fn func() error) error {
 	ctx, cancel := context.WithTimeout(ctx, timeout)
 	defer cancel()
-	return poll(ctx, 100*time.Millisecond, fn)
+	return poll(ctx, every, fn)
 }
 
 // readyPods waits until selector matches want Running, Ready pods and

@@ -12,11 +12,15 @@ import (
 	"github.com/netplane/netplane/e2e/lab"
 )
 
+// FollowBudget is how long netplane may take to show a change of a
+// Service's ready pods in its EndpointSlices, in DNS and in every node's
+// rules, counted from the moment the change reached the API server.
+const FollowBudget = time.Second
+
 // ScaleAndReadiness scales the Deployment to 1 and back to 3 and fails one
-// pod's readiness, each time measuring how long the EndpointSlices, the
-// headless Service's DNS answers and the nodes' rules (what the requests
-// reach) take to follow, and checking that no request reaches a pod that
-// is not ready.
+// pod's readiness. Each time it checks that the EndpointSlices, the headless
+// Service's DNS answers and the nodes' rules follow within FollowBudget, and
+// that no request reaches a pod that is not ready.
 func ScaleAndReadiness(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
 	if err := Apply(ctx, l, "01-clusterip.yaml"); err != nil {
 		return err
@@ -28,36 +32,22 @@ func ScaleAndReadiness(ctx context.Context, l *lab.Lab, logf func(string, ...any
 	if err != nil {
 		return err
 	}
-	url := "http://" + net.JoinHostPort(ip, "8080") + "/"
+	target := net.JoinHostPort(ip, "8080")
 
-	if err := scale(ctx, l, 1); err != nil {
+	if _, err := follow(ctx, l, logf, "scaled to 1", target, 1, func() error { return scale(ctx, l, 1) }); err != nil {
 		return err
 	}
-	pods, err := readyPods(ctx, l, "app=nginx", 1)
+	pods, err := follow(ctx, l, logf, "scaled to 3", target, 3, func() error { return scale(ctx, l, 3) })
 	if err != nil {
 		return err
 	}
-	if err := follow(ctx, l, logf, "scaled to 1", podIPs(pods), names(pods), url); err != nil {
-		return err
-	}
-
-	if err := scale(ctx, l, 3); err != nil {
-		return err
-	}
-	if pods, err = readyPods(ctx, l, "app=nginx", 3); err != nil {
-		return err
-	}
-	if err := follow(ctx, l, logf, "scaled to 3", podIPs(pods), names(pods), url); err != nil {
-		return err
-	}
-
 	failing := pods[0]
-	if _, err := l.Exec(ctx, "default", failing.Name, "/testimage", "get", "http://127.0.0.1/ready?v=false"); err != nil {
-		return err
-	}
 	defer l.Exec(context.WithoutCancel(ctx), "default", failing.Name, "/testimage", "get", "http://127.0.0.1/ready?v=true")
-	rest := pods[1:]
-	return follow(ctx, l, logf, "readiness of "+failing.Name+" failed", podIPs(rest), names(rest), url)
+	_, err = follow(ctx, l, logf, "readiness of "+failing.Name+" failed", target, 2, func() error {
+		_, err := l.Exec(ctx, "default", failing.Name, "/testimage", "get", "http://127.0.0.1/ready?v=false")
+		return err
+	})
+	return err
 }
 
 func scale(ctx context.Context, l *lab.Lab, replicas int) error {
@@ -66,63 +56,76 @@ func scale(ctx context.Context, l *lab.Lab, replicas int) error {
 	return err
 }
 
-// follow measures the time until the EndpointSlices, DNS and the traffic
-// show exactly the wanted pods, then sends 20 more requests that must all
-// reach one of them.
-func follow(ctx context.Context, l *lab.Lab, logf func(string, ...any), what string, wantIPs, wantPods []string, url string) error {
-	start := time.Now()
-	if err := within(ctx, 30*time.Second, func() error {
+// follow makes a change and waits until nginx has wantReady ready pods in
+// the API. From that moment it times the EndpointSlices, the headless
+// Service's A records (asked from every node) and the rules of every node
+// (requests to target from each node's namespace) until each shows exactly
+// those pods, and fails if one took longer than FollowBudget. Then requests
+// from the client pod must reach every ready pod and no other.
+func follow(ctx context.Context, l *lab.Lab, logf func(string, ...any), what, target string, wantReady int, change func() error) (ready []podInfo, err error) {
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%s: %w", what, err)
+		}
+	}()
+	w, err := watchReadyPods(ctx, l, "app=nginx")
+	if err != nil {
+		return nil, err
+	}
+	defer w.stop()
+	if err := change(); err != nil {
+		return nil, err
+	}
+	ready, changed, err := w.waitFor(ctx, wantReady, 90*time.Second)
+	if err != nil {
+		return nil, err
+	}
+	wantIPs, wantPods := podIPsOf(ready), podNamesOf(ready)
+
+	obs := []observer{{"EndpointSlices", func(ctx context.Context) error {
 		got, err := readyEndpoints(ctx, l, "nginx")
 		if err == nil && !sameStrings(got, wantIPs) {
 			err = fmt.Errorf("ready endpoints %v, want %v", got, wantIPs)
 		}
 		return err
-	}); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	slices := time.Since(start)
-	if err := within(ctx, 30*time.Second, func() error {
-		got, err := lookup(ctx, l, "client", "A", "nginx-pods")
+	}}}
+	obs = append(obs, perNode(l, "DNS", func(ctx context.Context, n *lab.Node) error {
+		got, err := nodeLookupA(ctx, n, "nginx-pods.default.svc."+lab.ClusterDomain)
 		if err == nil && !sameStrings(got, wantIPs) {
-			err = fmt.Errorf("nginx-pods has A records %v, want %v", got, wantIPs)
+			err = fmt.Errorf("nginx-pods has A records %v from %s, want %v", got, n.Name, wantIPs)
 		}
 		return err
-	}); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
+	})...)
+	obs = append(obs, perNode(l, "rules", func(ctx context.Context, n *lab.Node) error {
+		return onlyReaches(ctx, n, target, wantPods)
+	})...)
+	timings, seen, err := observe(ctx, changed, obs)
+	if err != nil {
+		return nil, err
 	}
-	dns := time.Since(start)
+	logf("%s (ready: %v): followed after %s; budget %v", what, wantPods, joinTimings(obs, timings), FollowBudget)
+	for i, o := range obs {
+		if timings[i] > FollowBudget {
+			return nil, fmt.Errorf("%s followed after %v, more than %v; before that it saw: %s", o.name, timings[i], FollowBudget, seen[i])
+		}
+	}
+
+	url := "http://" + target + "/"
+	if _, err := reachAll(ctx, l, url, wantPods); err != nil {
+		return nil, err
+	}
 	allowed := map[string]bool{}
 	for _, p := range wantPods {
 		allowed[p] = true
 	}
-	onlyReady := func(n int) error {
-		for i := 0; i < n; i++ {
-			pod, err := get(ctx, l, "client", url)
-			if err != nil {
-				return fmt.Errorf("request %d failed: %w", i+1, err)
-			}
-			if !allowed[pod] {
-				return fmt.Errorf("request %d reached %s, which is not a ready endpoint", i+1, pod)
-			}
+	for i := 0; i < 20; i++ {
+		pod, err := get(ctx, l, "client", url)
+		if err != nil {
+			return nil, fmt.Errorf("request %d from the client pod failed: %w", i+1, err)
 		}
-		return nil
+		if !allowed[pod] {
+			return nil, fmt.Errorf("request %d from the client pod reached %s, which is not a ready endpoint", i+1, pod)
+		}
 	}
-	// The rules have followed once 10 requests in a row reach only ready
-	// pods; they did so when the first of those 10 was sent.
-	var rules time.Duration
-	if err := within(ctx, 30*time.Second, func() error {
-		rules = time.Since(start)
-		return onlyReady(10)
-	}); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if _, err := reachAll(ctx, l, url, wantPods); err != nil {
-		return fmt.Errorf("%s: %w", what, err)
-	}
-	if err := onlyReady(20); err != nil {
-		return fmt.Errorf("%s, after the rules followed: %w", what, err)
-	}
-	logf("%s: EndpointSlices after %v, DNS after %v, traffic only to %v after %v",
-		what, slices.Round(time.Millisecond), dns.Round(time.Millisecond), wantPods, rules.Round(time.Millisecond))
-	return nil
+	return ready, nil
 }
