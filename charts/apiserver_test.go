@@ -1,7 +1,9 @@
 package charts
 
 import (
+	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"testing"
 
@@ -12,6 +14,7 @@ import (
 	"k8s.io/client-go/discovery"
 	"k8s.io/client-go/discovery/cached/memory"
 	"k8s.io/client-go/dynamic"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/restmapper"
 
 	"github.com/netplane/netplane/e2e/framework"
@@ -28,17 +31,32 @@ func sharedAPIServer(t *testing.T) *framework.APIServer {
 // apply server-side-applies objs; with dryRun nothing is stored.
 func apply(t *testing.T, s *framework.APIServer, objs []*unstructured.Unstructured, dryRun bool) {
 	t.Helper()
-	dyn := dynamic.NewForConfigOrDie(s.RestConfig)
-	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(discovery.NewDiscoveryClientForConfigOrDie(s.RestConfig)))
+	if err := applyObjects(framework.Ctx(t), s.RestConfig, objs, dryRun); err != nil {
+		t.Error(err)
+	}
+}
+
+// applyObjects server-side-applies objs and returns every refusal.
+func applyObjects(ctx context.Context, cfg *rest.Config, objs []*unstructured.Unstructured, dryRun bool) error {
+	dyn, err := dynamic.NewForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	disc, err := discovery.NewDiscoveryClientForConfig(cfg)
+	if err != nil {
+		return err
+	}
+	mapper := restmapper.NewDeferredDiscoveryRESTMapper(memory.NewMemCacheClient(disc))
 	opts := metav1.PatchOptions{FieldManager: "netplane-chart-test", Force: ptr(true)}
 	if dryRun {
 		opts.DryRun = []string{metav1.DryRunAll}
 	}
+	var errs []error
 	for _, o := range objs {
 		gvk := o.GroupVersionKind()
 		m, err := mapper.RESTMapping(gvk.GroupKind(), gvk.Version)
 		if err != nil {
-			t.Errorf("%s %s: %v", gvk.Kind, o.GetName(), err)
+			errs = append(errs, fmt.Errorf("%s %s: %w", gvk.Kind, o.GetName(), err))
 			continue
 		}
 		data, _ := json.Marshal(o.Object)
@@ -46,10 +64,11 @@ func apply(t *testing.T, s *framework.APIServer, objs []*unstructured.Unstructur
 		if o.GetNamespace() != "" {
 			ri = dyn.Resource(m.Resource).Namespace(o.GetNamespace())
 		}
-		if _, err := ri.Patch(framework.Ctx(t), o.GetName(), types.ApplyPatchType, data, opts); err != nil {
-			t.Errorf("the API server refused %s %s/%s: %v", gvk.Kind, o.GetNamespace(), o.GetName(), err)
+		if _, err := ri.Patch(ctx, o.GetName(), types.ApplyPatchType, data, opts); err != nil {
+			errs = append(errs, fmt.Errorf("the API server refused %s %s/%s: %w", gvk.Kind, o.GetNamespace(), o.GetName(), err))
 		}
 	}
+	return errors.Join(errs...)
 }
 
 func ptr[T any](v T) *T { return &v }

@@ -82,13 +82,11 @@ func tryRender(values map[string]any) ([]*unstructured.Unstructured, error) {
 // find returns the rendered object of that kind and name, or fails.
 func find(t testing.TB, objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
 	t.Helper()
-	for _, o := range objs {
-		if o.GetKind() == kind && o.GetName() == name {
-			return o
-		}
+	o := findIn(objs, kind, name)
+	if o == nil {
+		t.Fatalf("no %s %s rendered", kind, name)
 	}
-	t.Fatalf("no %s %s rendered", kind, name)
-	return nil
+	return o
 }
 
 func TestChartPassesHelmLintStrict(t *testing.T) {

@@ -73,10 +73,14 @@ func (l *Lab) startControlPlane(ctx context.Context) error {
 	if err := l.waitAPIServer(ctx, 90*time.Second); err != nil {
 		return err
 	}
-	server := "https://" + net.JoinHostPort(ControlPlaneIP, strconv.Itoa(APIPort))
 	for user, token := range tokens {
-		if err := l.writeKubeconfig(l.kubeconfigFor(user), server, token); err != nil {
+		if err := l.writeKubeconfig(l.kubeconfigFor(user), apiServerURL(), token); err != nil {
 			return err
+		}
+	}
+	if l.Netplane != nil {
+		if l.roles, err = l.Netplane(ctx, l); err != nil {
+			return fmt.Errorf("netplane roles hook: %w", err)
 		}
 	}
 	return l.startControllers(saKey)
@@ -236,9 +240,11 @@ func (l *Lab) startControllers(saKey string) error {
 		return err
 	}
 	l.cp.procs = append(l.cp.procs, sched)
-	ctrl, err := l.start(l.ControlPlane, "netplane-controller", l.bin.netplane, "--role=controller",
-		"--kubeconfig="+l.kubeconfigFor("netplane-controller"),
-		"--health-bind-address=127.0.0.1:10270", "--metrics-bind-address=127.0.0.1:10271", "--v=2")
+	argv, env, err := l.controllerCommand()
+	if err != nil {
+		return err
+	}
+	ctrl, err := l.startEnv(l.ControlPlane, "netplane-controller", env, argv...)
 	if err != nil {
 		return err
 	}

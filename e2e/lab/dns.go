@@ -31,6 +31,9 @@ func (l *Lab) deployDNS(ctx context.Context) error {
 		return err
 	}
 	l.cp.procs = append(l.cp.procs, up)
+	if l.roles != nil && l.roles.DNSDeployed {
+		return nil
+	}
 	labels := map[string]string{"k8s-app": "kube-dns"}
 	objs := []func() error{
 		func() error {

@@ -61,7 +61,9 @@ func (l *Lab) buildBinaries(ctx context.Context) error {
 	}{
 		{PauseImage, b.testimage, "testimage", []string{"/testimage", "pause"}},
 		{TestImage, b.testimage, "testimage", []string{"/testimage", "serve"}},
-		{NetplaneImage, b.netplane, "netplane", []string{"/netplane"}},
+		// Where the product image (make image) has it, so the chart's
+		// command works with the lab's image too.
+		{NetplaneImage, b.netplane, "usr/local/bin/netplane", []string{"/usr/local/bin/netplane"}},
 	} {
 		tarPath := l.path("images", filepath.Base(img.name)+"-"+fmt.Sprint(len(b.images))+".tar")
 		if err := writeImage(tarPath, img.ref, img.bin, img.name, img.entrypoint); err != nil {
@@ -124,7 +126,7 @@ func layerTar(bin, name string) ([]byte, error) {
 	}
 	var buf bytes.Buffer
 	tw := tar.NewWriter(&buf)
-	for _, d := range []string{"etc/", "tmp/", "proc/", "sys/", "dev/", "var/", "var/run/", "run/"} {
+	for _, d := range []string{"etc/", "tmp/", "proc/", "sys/", "dev/", "var/", "var/run/", "run/", "usr/", "usr/local/", "usr/local/bin/"} {
 		mode := int64(0o755)
 		if d == "tmp/" {
 			mode = 0o1777

@@ -65,6 +65,8 @@ type Config struct {
 	APIListen string
 	// Log receives one line per step; nil discards.
 	Log func(format string, args ...any)
+	// Netplane, when set, decides how the netplane roles run (see Roles).
+	Netplane RolesHook
 }
 
 // Lab is a running lab.
@@ -83,6 +85,7 @@ type Lab struct {
 	BuildTime time.Duration
 
 	bin       binaries
+	roles     *Roles
 	cp        *controlPlane
 	state     *stateFile
 	stopRelay func()
@@ -175,7 +178,15 @@ func (l *Lab) path(elem ...string) string {
 // start runs a command inside ns with its log in the state directory and
 // records its pid so Down finds it after a crash.
 func (l *Lab) start(ns *netns.NS, name string, argv ...string) (*framework.Process, error) {
+	return l.startEnv(ns, name, nil, argv...)
+}
+
+// startEnv is start with variables added to the environment.
+func (l *Lab) startEnv(ns *netns.NS, name string, env []string, argv ...string) (*framework.Process, error) {
 	cmd := ns.Command(argv[0], argv[1:]...)
+	if len(env) > 0 {
+		cmd.Env = append(os.Environ(), env...)
+	}
 	p, err := framework.StartProcess(name, cmd, l.path("logs", name+".log"))
 	if err != nil {
 		return nil, err

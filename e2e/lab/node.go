@@ -150,12 +150,11 @@ func (n *Node) startContainerd(ctx context.Context) error {
 func (n *Node) StartNetplane() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
-	p, err := n.lab.start(n.NS, n.Name+"-netplane", n.lab.bin.netplane, "--role=node",
-		"--node-name="+n.Name, "--kubeconfig="+n.lab.kubeconfigFor("netplane-node"),
-		"--cluster-cidr="+ClusterCIDRs,
-		"--cni-conf-dir="+n.CNIConf, "--cni-bin-dir="+filepath.Join(n.Dir, "cni", "bin"),
-		"--cni-plugin-path="+n.lab.bin.netplaneCNI, "--ipam-state-dir="+filepath.Join(n.Dir, "ipam"),
-		"--health-bind-address=0.0.0.0:10256", "--metrics-bind-address=127.0.0.1:10249", "--v=2")
+	argv, env, err := n.nodeCommand()
+	if err != nil {
+		return err
+	}
+	p, err := n.lab.startEnv(n.NS, n.Name+"-netplane", env, argv...)
 	n.netplaneP = p
 	return err
 }

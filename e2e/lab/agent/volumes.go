@@ -45,6 +45,8 @@ func (w *podWorker) volume(ctx context.Context, pod *corev1.Pod, vol *corev1.Vol
 		return dir, os.MkdirAll(dir, 0o777)
 	case vol.Projected != nil:
 		return w.projected(ctx, pod, vol)
+	case vol.ConfigMap != nil:
+		return w.configMap(ctx, pod, vol)
 	}
 	return "", fmt.Errorf("volume kind not supported by the lab agent")
 }
@@ -87,6 +89,34 @@ func (w *podWorker) projected(ctx context.Context, pod *corev1.Pod, vol *corev1.
 					}
 				}
 			}
+		}
+	}
+	return dir, nil
+}
+
+// configMap writes the ConfigMap's keys (or the listed items) as files.
+func (w *podWorker) configMap(ctx context.Context, pod *corev1.Pod, vol *corev1.Volume) (string, error) {
+	dir := w.podDir("volumes", vol.Name)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	cm, err := w.a.client.CoreV1().ConfigMaps(pod.Namespace).Get(ctx, vol.ConfigMap.Name, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	files := map[string]string{}
+	for k := range cm.Data {
+		files[k] = k
+	}
+	if len(vol.ConfigMap.Items) > 0 {
+		files = map[string]string{}
+		for _, item := range vol.ConfigMap.Items {
+			files[item.Key] = item.Path
+		}
+	}
+	for key, path := range files {
+		if err := os.WriteFile(filepath.Join(dir, path), []byte(cm.Data[key]), 0o644); err != nil {
+			return "", err
 		}
 	}
 	return dir, nil
