@@ -3,6 +3,7 @@
 package image
 
 import (
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -67,9 +68,9 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 	t.Logf("the imported image runs: %s", strings.TrimSpace(out))
 
 	// The unpacked netplane binary carries cap_net_bind_service+ep.
-	found := false
+	found := ""
 	filepath.Walk(filepath.Join(dir, "root"), func(path string, info os.FileInfo, err error) error {
-		if err != nil || found || !strings.HasSuffix(path, "/usr/local/bin/netplane") {
+		if err != nil || found != "" || !strings.HasSuffix(path, "/usr/local/bin/netplane") {
 			return nil
 		}
 		buf := make([]byte, 64)
@@ -79,10 +80,50 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 		} else if n < 8 || buf[4] != 0x00 || buf[5] != 0x04 {
 			t.Errorf("%s capability % x, want cap_net_bind_service", path, buf[:n])
 		}
-		found = true
+		found = path
 		return nil
 	})
-	if !found {
-		t.Error("the unpacked image has no /usr/local/bin/netplane")
+	if found == "" {
+		t.Fatal("the unpacked image has no /usr/local/bin/netplane")
 	}
+	// Let the DNS user reach the unpacked binary (the test's own folders).
+	for d := filepath.Dir(found); strings.HasPrefix(d, dir); d = filepath.Dir(d) {
+		if st, err := os.Stat(d); err == nil {
+			os.Chmod(d, st.Mode().Perm()|0o011)
+		}
+	}
+	dnsAsNonRoot(t, found, dir)
+}
+
+// dnsAsNonRoot runs the image's binary as the chart's DNS user (65532, no
+// capability of its own) and checks that the file capability alone lets it
+// listen on port 53 (dir is a folder that user can read): it answers SERVFAIL for the cluster zone while it
+// cannot reach an API server, as it does before its first sync.
+func dnsAsNonRoot(t *testing.T, bin, dir string) {
+	ns := netns.New(t, "dnsuser")
+	ns.MustExec(t, "ip", "link", "set", "lo", "up")
+	kubeconfig := filepath.Join(dir, "kubeconfig")
+	os.WriteFile(kubeconfig, []byte(`apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
+users: [{name: u, user: {token: x}}]
+contexts: [{name: c, context: {cluster: c, user: u}}]
+current-context: c
+`), 0o644)
+	// nsenter switches the user after entering the namespace, then execs.
+	cmd := exec.Command("nsenter", "--net="+ns.Path, "--setuid=65532", "--setgid=65532", "--",
+		bin, "--role=dns", "--kubeconfig="+kubeconfig, "--dns-bind-address=127.0.0.1:53",
+		"--upstream=127.0.0.1:1", "--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
+	p, err := ns.StartCmd(cmd, filepath.Join(t.TempDir(), "dns.log"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer p.Stop(5 * time.Second)
+	framework.Eventually(t, 30*time.Second, "the DNS role, as uid 65532, answers on port 53", func() string {
+		out, err := ns.Exec("dig", "+time=1", "+tries=1", "@127.0.0.1", "kubernetes.default.svc.cluster.local", "A")
+		if err != nil || !strings.Contains(out, "status: SERVFAIL") {
+			return fmt.Sprintf("dig: %v %s\n%s", err, out, p.Tail(5))
+		}
+		return ""
+	})
 }
