@@ -7,10 +7,12 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"os"
+	"strings"
 	"time"
 )
 
-// File is one regular file of an image layer.
+// File is one regular file of an image layer, or a directory when Path
+// ends with a slash.
 type File struct {
 	Path string // inside the image, without a leading slash
 	Data []byte
@@ -28,6 +30,12 @@ func WriteImageArchive(path, ref string, entrypoint []string, files []File) erro
 		mode := f.Mode
 		if mode == 0 {
 			mode = 0o755
+		}
+		if strings.HasSuffix(f.Path, "/") {
+			if err := lw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: f.Path, Mode: mode, ModTime: epoch}); err != nil {
+				return err
+			}
+			continue
 		}
 		if err := lw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.Path, Mode: mode, Size: int64(len(f.Data)), ModTime: epoch}); err != nil {
 			return err

@@ -1,18 +1,11 @@
 package lab
 
 import (
-	"archive/tar"
-	"bytes"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
-	"encoding/json"
 	"fmt"
-	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"time"
 
 	"github.com/netplane/netplane/e2e/framework"
 )
@@ -76,73 +69,23 @@ func (l *Lab) buildBinaries(ctx context.Context) error {
 }
 
 // writeImage packs one static binary as a docker-archive (what `docker
-// save` writes and `ctr images import` reads): manifest.json, a config
-// naming the layer's digest, and the layer holding the binary and the
-// directories a container needs.
+// save` writes and `ctr images import` reads), with the directories a
+// container needs.
 func writeImage(path, ref, bin, name string, entrypoint []string) error {
 	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
 		return err
 	}
-	layer, err := layerTar(bin, name)
+	data, err := os.ReadFile(bin)
 	if err != nil {
 		return err
 	}
-	sum := sha256.Sum256(layer)
-	config, _ := json.Marshal(map[string]any{
-		"architecture": "amd64", "os": "linux", "created": time.Unix(0, 0).UTC(),
-		"config": map[string]any{"Entrypoint": entrypoint, "Env": []string{"PATH=/"}},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(sum[:])}},
-	})
-	manifest, _ := json.Marshal([]map[string]any{{"Config": "config.json", "RepoTags": []string{ref}, "Layers": []string{"layer.tar"}}})
-	f, err := os.Create(path)
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	tw := tar.NewWriter(f)
-	for _, e := range []struct {
-		name string
-		data []byte
-	}{{"config.json", config}, {"layer.tar", layer}, {"manifest.json", manifest}} {
-		if err := tw.WriteHeader(&tar.Header{Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: time.Unix(0, 0)}); err != nil {
-			return err
-		}
-		if _, err := tw.Write(e.data); err != nil {
-			return err
-		}
-	}
-	return tw.Close()
-}
-
-func layerTar(bin, name string) ([]byte, error) {
-	src, err := os.Open(bin)
-	if err != nil {
-		return nil, err
-	}
-	defer src.Close()
-	st, err := src.Stat()
-	if err != nil {
-		return nil, err
-	}
-	var buf bytes.Buffer
-	tw := tar.NewWriter(&buf)
+	var files []framework.File
 	for _, d := range []string{"etc/", "tmp/", "proc/", "sys/", "dev/", "var/", "var/run/", "run/", "usr/", "usr/local/", "usr/local/bin/"} {
 		mode := int64(0o755)
 		if d == "tmp/" {
 			mode = 0o1777
 		}
-		if err := tw.WriteHeader(&tar.Header{Name: d, Typeflag: tar.TypeDir, Mode: mode, ModTime: time.Unix(0, 0)}); err != nil {
-			return nil, err
-		}
+		files = append(files, framework.File{Path: d, Mode: mode})
 	}
-	if err := tw.WriteHeader(&tar.Header{Name: name, Mode: 0o755, Size: st.Size(), ModTime: time.Unix(0, 0)}); err != nil {
-		return nil, err
-	}
-	if _, err := io.Copy(tw, src); err != nil {
-		return nil, err
-	}
-	if err := tw.Close(); err != nil {
-		return nil, err
-	}
-	return buf.Bytes(), nil
+	return framework.WriteImageArchive(path, ref, entrypoint, append(files, framework.File{Path: name, Data: data}))
 }
