@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -22,6 +24,8 @@ func freePort(t *testing.T) uint16 {
 	defer l.Close()
 	return uint16(l.Addr().(*net.TCPAddr).Port)
 }
+
+var loopback = []netip.Addr{netip.MustParseAddr("127.0.0.1")}
 
 func TestHealthCheckNodePortAnswersLikeKubeProxy(t *testing.T) {
 	var healthy atomic.Bool
@@ -45,7 +49,7 @@ func TestHealthCheckNodePortAnswersLikeKubeProxy(t *testing.T) {
 		return resp.StatusCode, body, resp.Header.Get("X-Load-Balancing-Endpoint-Weight")
 	}
 
-	h.Sync(map[types.NamespacedName]HealthInfo{svc: {Port: port, LocalEndpoints: 2}})
+	h.Sync(map[types.NamespacedName]HealthInfo{svc: {Port: port, LocalEndpoints: 2, Addrs: loopback}})
 	code, body, weight := get()
 	if code != 200 || body["localEndpoints"] != float64(2) || body["serviceProxyHealthy"] != true || weight != "2" {
 		t.Errorf("two local endpoints: got %d %v weight %q, want 200, localEndpoints 2, weight 2", code, body, weight)
@@ -54,12 +58,12 @@ func TestHealthCheckNodePortAnswersLikeKubeProxy(t *testing.T) {
 		t.Errorf("service in body: %v", body["service"])
 	}
 
-	h.Sync(map[types.NamespacedName]HealthInfo{svc: {Port: port, LocalEndpoints: 0}})
+	h.Sync(map[types.NamespacedName]HealthInfo{svc: {Port: port, LocalEndpoints: 0, Addrs: loopback}})
 	if code, body, _ := get(); code != 503 || body["localEndpoints"] != float64(0) {
 		t.Errorf("no local endpoint: got %d %v, want 503", code, body)
 	}
 
-	h.Sync(map[types.NamespacedName]HealthInfo{svc: {Port: port, LocalEndpoints: 1}})
+	h.Sync(map[types.NamespacedName]HealthInfo{svc: {Port: port, LocalEndpoints: 1, Addrs: loopback}})
 	healthy.Store(false)
 	if code, body, _ := get(); code != 503 || body["serviceProxyHealthy"] != false {
 		t.Errorf("unhealthy proxy: got %d %v, want 503", code, body)
@@ -68,5 +72,51 @@ func TestHealthCheckNodePortAnswersLikeKubeProxy(t *testing.T) {
 	h.Sync(nil)
 	if _, err := net.DialTimeout("tcp", fmt.Sprintf("127.0.0.1:%d", port), time.Second); err == nil {
 		t.Error("the port still answers after its Service went away")
+	}
+}
+
+// The node-port addresses of the test are loopback ones: 127.0.0.2 is as
+// much this host's as 127.0.0.1, so a listener on ":port" would answer both.
+func TestHealthCheckNodePortListensOnlyOnTheNodePortAddresses(t *testing.T) {
+	h := newHealthServers(logr.Discard(), func() bool { return true })
+	defer h.Close(t.Context())
+	port := freePort(t)
+	svc := types.NamespacedName{Namespace: "ns", Name: "web"}
+	answers := func(ip string) bool {
+		c, err := net.DialTimeout("tcp", net.JoinHostPort(ip, fmt.Sprint(port)), time.Second)
+		if err == nil {
+			c.Close()
+		}
+		return err == nil
+	}
+	h.Sync(map[types.NamespacedName]HealthInfo{svc: {Port: port, LocalEndpoints: 1, Addrs: loopback}})
+	if !answers("127.0.0.1") || answers("127.0.0.2") {
+		t.Errorf("bound to 127.0.0.1: 127.0.0.1 answers %v (want true), 127.0.0.2 answers %v (want false)", answers("127.0.0.1"), answers("127.0.0.2"))
+	}
+	h.Sync(map[types.NamespacedName]HealthInfo{svc: {Port: port, LocalEndpoints: 1, Addrs: []netip.Addr{netip.MustParseAddr("127.0.0.2")}}})
+	if answers("127.0.0.1") || !answers("127.0.0.2") {
+		t.Errorf("moved to 127.0.0.2: 127.0.0.1 answers %v (want false), 127.0.0.2 answers %v (want true)", answers("127.0.0.1"), answers("127.0.0.2"))
+	}
+}
+
+func TestHealthCheckAddressesFollowNodePortAddresses(t *testing.T) {
+	ips := []netip.Addr{netip.MustParseAddr("192.168.0.2"), netip.MustParseAddr("2001:db8::1")}
+	cases := []struct {
+		name   string
+		spec   []string
+		listen []listenAddr
+	}{
+		{"primary IPs by default", nil, []listenAddr{{"tcp4", "192.168.0.2:30000"}, {"tcp6", "[2001:db8::1]:30000"}}},
+		{"CIDRs select node addresses", []string{"192.168.0.0/16", "2001:db8::/64"}, []listenAddr{{"tcp4", "192.168.0.2:30000"}, {"tcp6", "[2001:db8::1]:30000"}}},
+		{"0.0.0.0/0 is every IPv4 address", []string{"0.0.0.0/0", "2001:db8::/64"}, []listenAddr{{"tcp4", "0.0.0.0:30000"}, {"tcp6", "[2001:db8::1]:30000"}}},
+		{"::/0 is every IPv6 address, IPv6-only", []string{"::/0", "primary"}, []listenAddr{{"tcp4", "192.168.0.2:30000"}, {"tcp6", "[::]:30000"}}},
+		{"both families: one dual-stack socket", []string{"0.0.0.0/0", "::/0"}, []listenAddr{{"tcp", ":30000"}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			if got := listenAddrs(healthCheckIPs(c.spec, ips), 30000); !slices.Equal(got, c.listen) {
+				t.Errorf("--nodeport-addresses=%v: listens on %v, want %v", c.spec, got, c.listen)
+			}
+		})
 	}
 }
