@@ -83,7 +83,12 @@ func newLab(t *testing.T) *lab {
 	}
 	framework.RequireRoot(t)
 	bin := netplaneBinary(t)
-	l := &lab{t: t, api: framework.StartAPIServer(t, framework.Options{}), pods: map[string]*netns.NS{}, ctx: framework.Ctx(t), sctp: newSCTPLab()}
+	// The lab's API calls share one context, bounded so a hung call fails but
+	// long enough for the whole flow table on a loaded machine (framework.Ctx
+	// gives 60 s, which a slow run of the table outlasts).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	l := &lab{t: t, api: framework.StartAPIServer(t, framework.Options{}), pods: map[string]*netns.NS{}, ctx: ctx, sctp: newSCTPLab()}
 	l.node = l.host("node-a")
 	l.node.Sysctl(t, "net.ipv4.ip_forward", "1")
 	l.node.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")

@@ -207,9 +207,11 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		l.proc.Stop(10 * time.Second)
 		l.args = append(l.args, "--masquerade-all")
 		l.start(netplaneBinary(t))
-		framework.Eventually(t, 15*time.Second, "the new process masquerades pod traffic", func() string {
-			if got := hit(l.ns("a2"), "tcp", hp(cip(web), 80)); strings.HasSuffix(got, " 10.244.1.3") || !strings.Contains(got, " ") {
-				return got
+		framework.Eventually(t, 15*time.Second, "the new process masquerades pod traffic in both families", func() string {
+			for _, addr := range []string{hp(cip(web), 80), hp(cip6(web), 80)} {
+				if got := hit(l.ns("a2"), "tcp", addr); strings.HasSuffix(got, " 10.244.1.3") || strings.HasSuffix(got, " fd00:244:1::3") || !strings.Contains(got, " ") {
+					return addr + ": " + got
+				}
 			}
 			return ""
 		})
