@@ -13,6 +13,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netplane/netplane/e2e/netns"
 )
 
 func freePort(t *testing.T) uint16 {
@@ -116,6 +118,60 @@ func TestHealthCheckAddressesFollowNodePortAddresses(t *testing.T) {
 		t.Run(c.name, func(t *testing.T) {
 			if got := listenAddrs(healthCheckIPs(c.spec, ips), 30000); !slices.Equal(got, c.listen) {
 				t.Errorf("--nodeport-addresses=%v: listens on %v, want %v", c.spec, got, c.listen)
+			}
+		})
+	}
+}
+
+// The wildcards are tried in a namespace of the test's own, on its loopback
+// addresses, so nothing listens on the machine's interfaces.
+func TestHealthCheckNodePortWildcardsListenOnEveryAddressOfTheirFamily(t *testing.T) {
+	if testing.Short() {
+		t.Skip("needs a network namespace")
+	}
+	ns := netns.New(t, "healthcheck")
+	port := freePort(t)
+	svc := types.NamespacedName{Namespace: "ns", Name: "web"}
+	addrs := func(ss ...string) []netip.Addr {
+		var out []netip.Addr
+		for _, s := range ss {
+			out = append(out, netip.MustParseAddr(s))
+		}
+		return out
+	}
+	cases := []struct {
+		name             string
+		bind             []netip.Addr
+		answer, refusing []string
+	}{
+		{"both wildcards: one dual-stack socket", addrs("0.0.0.0", "::"), []string{"127.0.0.1", "127.0.0.2", "::1"}, nil},
+		{"IPv4 wildcard beside one IPv6 address", addrs("0.0.0.0", "::1"), []string{"127.0.0.1", "127.0.0.2", "::1"}, nil},
+		{"IPv6 wildcard is IPv6-only, beside one IPv4 address", addrs("127.0.0.1", "::"), []string{"127.0.0.1", "::1"}, []string{"127.0.0.2"}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			h := newHealthServers(logr.Discard(), func() bool { return true })
+			defer h.Close(t.Context())
+			if err := ns.Do(func() error {
+				h.Sync(map[types.NamespacedName]HealthInfo{svc: {Port: port, LocalEndpoints: 1, Addrs: c.bind}})
+				return nil
+			}); err != nil {
+				t.Fatal(err)
+			}
+			if n := len(h.servers[port].srvs); n != len(listenAddrs(c.bind, port)) {
+				t.Fatalf("%d of %d listeners opened", n, len(listenAddrs(c.bind, port)))
+			}
+			for _, ip := range append(append([]string{}, c.answer...), c.refusing...) {
+				err := ns.Do(func() error {
+					conn, err := net.DialTimeout("tcp", net.JoinHostPort(ip, fmt.Sprint(port)), time.Second)
+					if err == nil {
+						conn.Close()
+					}
+					return err
+				})
+				if want := slices.Contains(c.answer, ip); (err == nil) != want {
+					t.Errorf("bound to %v: %s answers: %v, want %v", c.bind, ip, err == nil, want)
+				}
 			}
 		})
 	}
