@@ -35,6 +35,12 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 	itp := l.service("itp", []labEP{{pod: "a1"}, {pod: "b1"}}, func(s *v1.Service) {
 		s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
 	})
+	itpRemote := l.service("itp-remote", []labEP{{pod: "b1"}}, func(s *v1.Service) {
+		s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
+	})
+	l.service("lb-proxy-mode", []labEP{{pod: "a1"}}, loadBalancer("198.51.100.7"), func(s *v1.Service) {
+		s.Status.LoadBalancer.Ingress[0].IPMode = ptr.To(v1.LoadBalancerIPModeProxy)
+	})
 	sticky := l.service("sticky", []labEP{{pod: "a1"}, {pod: "a2"}, {pod: "b1"}}, func(s *v1.Service) {
 		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
 	})
@@ -77,6 +83,7 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		{"SCTP IPv6 ClusterIP", "a2", "sctp", hp(cip6(sctp), 9), "fd00:244:1::3", []string{"a1", "b1"}},
 		{"SCTP NodePort from outside is masqueraded", "ext", "sctp", hp("192.168.0.2", nodePort(sctp)), "masq", []string{"a1", "b1"}},
 		{"Service without endpoints is rejected", "a2", "tcp", hp(cip(empty), 80), "", []string{"refused"}},
+		{"Service without endpoints is rejected over UDP too", "a2", "udp", hp(cip(empty), 53), "", []string{"refused"}},
 		{"hairpin: a pod reaching itself is masqueraded", "a1", "tcp", hp(cip(self), 80), "masq", []string{"a1"}},
 		{"NodePort from outside is masqueraded", "ext", "tcp", hp("192.168.0.2", nodePort(np)), "masq", []string{"a1", "b1"}},
 		{"NodePort on another node address is not served", "ext", "tcp", hp("203.0.113.1", nodePort(np)), "", []string{"refused"}},
@@ -84,9 +91,11 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		{"IPv6 externalTrafficPolicy Local keeps the client address and stays local", "ext", "tcp", hp("fd00:192::2", nodePort(loc)), "2001:db8:113::2", []string{"a1"}},
 		{"IPv6 externalTrafficPolicy Local without a local endpoint drops", "ext", "tcp", hp("fd00:192::2", nodePort(remoteOnly)), "", []string{"timeout"}},
 		{"externalTrafficPolicy Local keeps the client address and stays local", "ext", "tcp", hp("192.168.0.2", nodePort(loc)), "203.0.113.2", []string{"a1"}},
+		{"externalTrafficPolicy Local on a LoadBalancer IP keeps the client address", "ext", "tcp", hp("198.51.100.4", 80), "203.0.113.2", []string{"a1"}},
 		{"externalTrafficPolicy Local short-circuits pods to every endpoint", "a2", "tcp", hp(cip(loc), 80), "", []string{"a1", "b1"}},
 		{"externalTrafficPolicy Local without a local endpoint drops", "ext", "tcp", hp("192.168.0.2", nodePort(remoteOnly)), "", []string{"timeout"}},
 		{"internalTrafficPolicy Local uses only local endpoints", "a2", "tcp", hp(cip(itp), 80), "", []string{"a1"}},
+		{"internalTrafficPolicy Local without a local endpoint drops", "a2", "tcp", hp(cip(itpRemote), 80), "", []string{"timeout"}},
 		{"terminating endpoints serve when none is ready", "a1", "tcp", hp(cip(term), 80), "", []string{"a2"}},
 		{"zone hints keep traffic in the node's zone", "a2", "tcp", hp(cip(zonal), 80), "", []string{"a1"}},
 		{"node hints win over zone hints", "a1", "tcp", hp(cip(nodal), 80), "", []string{"a2"}},
@@ -95,6 +104,7 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		{"IPv6 externalIPs are served", "ext", "tcp", hp("fd00:192::2", 8888), "masq", []string{"a1"}},
 		{"LoadBalancer ingress IP is served", "ext", "tcp", hp("198.51.100.1", 80), "masq", []string{"a1"}},
 		{"IPv6 LoadBalancer ingress IP is served", "ext", "tcp", hp("2001:db8:5100::6", 80), "masq", []string{"a1"}},
+		{"LoadBalancer ingress IP with ipMode Proxy gets no rules", "ext", "tcp", hp("198.51.100.7", 80), "", []string{"timeout"}},
 		{"loadBalancerSourceRanges drop other sources", "ext", "tcp", hp("198.51.100.2", 80), "", []string{"timeout"}},
 		{"loadBalancerSourceRanges admit listed sources", "ext", "tcp", hp("198.51.100.3", 80), "masq", []string{"a1"}},
 		{"NodePorts bypass loadBalancerSourceRanges, as in kube-proxy", "ext", "tcp", hp("192.168.0.2", nodePort(lbOpen)), "masq", []string{"a1"}},
