@@ -62,15 +62,19 @@ func (h *healthServers) Sync(want map[types.NamespacedName]HealthInfo) {
 		if len(want[svc].Addrs) == 0 {
 			h.log.Info("no node-port address to serve the health-check node port on (is the Node's address known?)", "service", svc, "port", port)
 		}
-		for _, l := range listenAddrs(want[svc].Addrs, port) {
+		addrs := listenAddrs(want[svc].Addrs, port)
+		for _, l := range addrs {
 			ln, err := net.Listen(l.network, l.addr)
 			if err != nil {
-				h.log.Error(err, "cannot serve the health-check node port; load balancers will see this node as down", "service", svc, "address", l.addr)
+				h.log.Error(err, "cannot serve the health-check node port; load balancers will see this node as down; retrying at the next sync", "service", svc, "address", l.addr)
 				continue
 			}
 			srv := &http.Server{Handler: h.handler(svc), ReadHeaderTimeout: 5 * time.Second}
 			s.srvs = append(s.srvs, srv)
 			go func() { _ = srv.Serve(ln) }()
+		}
+		if len(s.srvs) < len(addrs) {
+			s.where = "incomplete" // matches no address list: the next Sync opens it again
 		}
 		h.servers[port] = s
 	}

@@ -3,10 +3,12 @@ package proxy
 import (
 	"encoding/json"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -174,5 +176,28 @@ func TestHealthCheckNodePortWildcardsListenOnEveryAddressOfTheirFamily(t *testin
 				}
 			}
 		})
+	}
+}
+
+func TestHealthCheckNodePortRetriesAFailedListenAtTheNextSync(t *testing.T) {
+	h := newHealthServers(logr.Discard(), func() bool { return true })
+	defer h.Close(t.Context())
+	blocker, err := net.Listen("tcp4", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	port := uint16(blocker.Addr().(*net.TCPAddr).Port)
+	want := map[types.NamespacedName]HealthInfo{{Namespace: "ns", Name: "web"}: {Port: port, LocalEndpoints: 1, Addrs: loopback}}
+	h.Sync(want) // the port is taken: nothing listens
+	blocker.Close()
+	h.Sync(want)
+	code, body := 0, ""
+	if resp, err := (&http.Client{Timeout: 2 * time.Second}).Get(fmt.Sprintf("http://127.0.0.1:%d/", port)); err == nil {
+		b, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		code, body = resp.StatusCode, string(b)
+	}
+	if code != 200 || !strings.Contains(body, `"localEndpoints":1`) {
+		t.Errorf("after the port was freed: got %d %q, want 200 from the health-check server", code, body)
 	}
 }
