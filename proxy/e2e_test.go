@@ -459,6 +459,8 @@ func (l *lab) ns(name string) *netns.NS {
 func (l *lab) clientIP(from, addr string) string {
 	v6 := strings.HasPrefix(addr, "[")
 	switch {
+	case from == "node" && !v6: // the source of its default route; masquerade picks another
+		return "203.0.113.1"
 	case from == "ext" && v6:
 		return "2001:db8:113::2"
 	case from == "ext":

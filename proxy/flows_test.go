@@ -73,7 +73,7 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		{"ClusterIP from a pod reaches every endpoint, unmasqueraded", "a2", "tcp", hp(cip(web), 80), "10.244.1.3", []string{"a1", "b1"}},
 		{"ClusterIP over UDP", "a2", "udp", hp(cip(web), 53), "10.244.1.3", []string{"a1", "b1"}},
 		{"IPv6 ClusterIP", "a2", "tcp", hp(cip6(web), 80), "fd00:244:1::3", []string{"a1", "b1"}},
-		{"ClusterIP from the node itself is masqueraded", "node", "tcp", hp(cip(web), 80), "", []string{"a1", "b1"}},
+		{"ClusterIP from the node itself is masqueraded", "node", "tcp", hp(cip(web), 80), "masq", []string{"a1", "b1"}},
 		{"ClusterIP from a pod in a second cluster CIDR of the family is not masqueraded", "b1", "tcp", hp(cip(self), 80), "10.244.2.2", []string{"a1"}},
 		{"unknown port on a ClusterIP is rejected", "a2", "tcp", hp(cip(web), 81), "", []string{"refused"}},
 		{"unknown port on an IPv6 ClusterIP is rejected", "a2", "tcp", hp(cip6(web), 81), "", []string{"refused"}},
