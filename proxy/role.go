@@ -15,7 +15,9 @@
 //	filter input/forward/output 0  reject (no endpoints) or drop (no local endpoint)
 //	nat    postrouting        100  masquerade (srcnat)
 //
-// The masquerade mark (0x4000) is internal and may change.
+// The masquerade mark (0x4000) is internal and may change. SEMANTICS.md
+// describes what happens to each kind of packet, what each flag changes, and
+// where netplane differs from kube-proxy.
 package proxy
 
 import (
