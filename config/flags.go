@@ -83,9 +83,10 @@ func AddFlags(fs *pflag.FlagSet) []flag {
 
 	o := d.Node
 	str("node-name", "node.nodeName", o.NodeName, "Name of the Node this agent runs on.")
-	strs("cluster-cidr", "node.clusterCIDRs", nil, "Pod CIDRs of the cluster, one per family; traffic from outside them to a ClusterIP is masqueraded.")
-	boolean("masquerade-all", "node.masqueradeAll", o.MasqueradeAll, "Masquerade all traffic to Service IPs.")
-	strs("nodeport-addresses", "node.nodePortAddresses", nil, "CIDRs whose node addresses accept NodePort traffic, or \"primary\". Empty: the node's primary IPs.")
+	strs("cluster-cidr", "node.clusterCIDRs", nil, "Pod CIDRs of the cluster, any number per family; traffic to a ClusterIP from outside all of them is masqueraded.")
+	strs("service-cidrs", "node.serviceCIDRs", nil, "The API server's --service-cluster-ip-range, at most one CIDR per family; traffic to an unallocated address in them is dropped. Empty: no such drop.")
+	boolean("masquerade-all", "node.masqueradeAll", o.MasqueradeAll, "Masquerade all traffic to ClusterIPs, not only that from outside --cluster-cidr.")
+	strs("nodeport-addresses", "node.nodePortAddresses", nil, "CIDRs whose node addresses accept NodePort traffic and serve health-check node ports, or \"primary\". Empty: the node's primary IPs.")
 	dur("sync-period", "node.syncPeriod", o.SyncPeriod.Duration, "Period of full resyncs that heal rules changed by someone else.")
 	dur("min-sync-period", "node.minSyncPeriod", o.MinSyncPeriod.Duration, "Shortest time between two syncs; changes in between are batched.")
 	str("cni-conf-dir", "node.cniConfDir", o.CNIConfDir, "Directory the CNI configuration is written to.")

@@ -65,6 +65,7 @@ func Load(fs *pflag.FlagSet, table []flag) (*v1alpha1.Configuration, error) {
 	cfg.Roles = compact(cfg.Roles)
 	cfg.DNS.Upstream = compact(cfg.DNS.Upstream)
 	cfg.Node.ClusterCIDRs = compact(cfg.Node.ClusterCIDRs)
+	cfg.Node.ServiceCIDRs = compact(cfg.Node.ServiceCIDRs)
 	cfg.Node.NodePortAddresses = compact(cfg.Node.NodePortAddresses)
 	if err := cfg.Validate(); err != nil {
 		return nil, err

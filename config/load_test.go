@@ -78,7 +78,7 @@ node:
 	c, err := load(t, file, map[string]string{
 		"NETPLANE_KUBE_API_QPS":       "50",
 		"NETPLANE_NODEPORT_ADDRESSES": "10.0.0.0/8,primary",
-	}, "--shutdown-timeout=3s", "--autopath=false")
+	}, "--shutdown-timeout=3s", "--autopath=false", "--service-cidrs=10.96.0.0/12,fd00:10:96::/112")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -95,6 +95,7 @@ node:
 		{"list from env", strings.Join(c.Node.NodePortAddresses, ","), "10.0.0.0/8,primary"},
 		{"duration from flag", c.ShutdownTimeout.Duration, 3 * time.Second},
 		{"bool from flag", c.DNS.Autopath, false},
+		{"list from flag", strings.Join(c.Node.ServiceCIDRs, ","), "10.96.0.0/12,fd00:10:96::/112"},
 		{"untouched default", c.Controller.MaxEndpointsPerSlice, int32(100)},
 	}
 	for _, ch := range checks {
@@ -142,6 +143,8 @@ func TestValidationErrorsNameTheField(t *testing.T) {
 		{"slice size", []string{"--max-endpoints-per-slice=0"}, nil, "controller.maxEndpointsPerSlice: must be between 1 and 1000"},
 		{"pod records", []string{"--pod-records=all"}, nil, "dns.podRecords: must be one of disabled, insecure, verified"},
 		{"cluster cidr", []string{"--cluster-cidr=10.244.0.0"}, nil, "node.clusterCIDRs[0]: must be a CIDR"},
+		{"service cidr", []string{"--service-cidrs=10.96.0.0"}, nil, "node.serviceCIDRs[0]: must be a CIDR"},
+		{"two service cidrs of one family", []string{"--service-cidrs=10.96.0.0/16,fd00:10:96::/112,10.97.0.0/16"}, nil, `node.serviceCIDRs[2]: at most one CIDR per IP family: "10.96.0.0/16" and "10.97.0.0/16" are both IPv4`},
 		{"upstream", []string{"--upstream=dns.example"}, nil, "dns.upstream[0]: must be an IP address"},
 		{"bind address", []string{"--health-bind-address=nowhere"}, nil, "healthBindAddress: must be host:port"},
 		{"unknown role", []string{"--role=proxy"}, nil, `roles: unknown role "proxy": valid roles are controller,dns,node`},

@@ -19,11 +19,19 @@ import (
 type NodeFacts struct {
 	Name string
 	Zone string // topology.kubernetes.io/zone of the Node
-	// ClusterCIDRs: traffic from outside them to a ClusterIP is masqueraded.
+	// ClusterCIDRs: traffic to a ClusterIP from outside all of them is
+	// masqueraded. Any number per family.
 	ClusterCIDRs []netip.Prefix
+	// ServiceCIDRs: new traffic to an address in them that is no ClusterIP
+	// is dropped rather than routed off the node. At most one per family.
+	ServiceCIDRs []netip.Prefix
 	// NodePortIPs are the addresses NodePorts are served on.
-	NodePortIPs   []netip.Addr
-	MasqueradeAll bool
+	NodePortIPs []netip.Addr
+	// HealthCheckIPs are the addresses the health-check node ports listen
+	// on: NodePortIPs, or an unspecified address (0.0.0.0, ::) for every
+	// address of its family when --nodeport-addresses matches them all.
+	HealthCheckIPs []netip.Addr
+	MasqueradeAll  bool
 }
 
 // Input is everything the desired ruleset is a function of.
@@ -47,10 +55,12 @@ type Desired struct {
 	NoLocalInternal, NoLocalExternal int
 }
 
-// HealthInfo is what the health-check node port of one Service reports.
+// HealthInfo is what the health-check node port of one Service reports,
+// and where it listens.
 type HealthInfo struct {
 	Port           uint16
 	LocalEndpoints int
+	Addrs          []netip.Addr // see NodeFacts.HealthCheckIPs
 }
 
 // Families are the two tables netplane programs.
@@ -102,6 +112,16 @@ func familyAddrs(as []netip.Addr, fam nftables.TableFamily) []netip.Addr {
 	return out
 }
 
+func familyPrefixes(ps []netip.Prefix, fam nftables.TableFamily) []netip.Prefix {
+	var out []netip.Prefix
+	for _, p := range ps {
+		if isFamily(p.Addr(), fam) {
+			out = append(out, p.Masked())
+		}
+	}
+	return out
+}
+
 func familyEndpoints(eps []endpoint, fam nftables.TableFamily) []endpoint {
 	return filter(eps, func(e endpoint) bool { return isFamily(e.Addr, fam) })
 }
@@ -146,6 +166,11 @@ func baseRules(t *Table, n NodeFacts) {
 	t.addRule(chEndpointsCheck, newRule(f).vmapAddrProtoPort(setNoEndpoints).done())
 	t.addRule(chNodePortsCheck, newRule(f).lookupAddr("daddr", setNodePortIPs).vmapProtoPort(setNoEPNodePorts).done())
 	t.addRule(chClusterIPsCheck, newRule(f).lookupAddr("daddr", setClusterIPs).reject().done())
+	if cidrs := familyPrefixes(n.ServiceCIDRs, f); len(cidrs) > 0 {
+		// An unallocated ClusterIP would otherwise follow the default
+		// route off the node, and the client wait for a timeout there.
+		t.addRule(chClusterIPsCheck, newRule(f).matchPrefixes("daddr", cidrs, false).drop().done())
+	}
 	t.addRule(chReject, newRule(f).reject().done())
 	t.addRule(chMasquerading, newRule(f).masqMarked().masquerade().done())
 	t.addRule(chMasquerading, newRule(f).lookupSaddrDaddr(setHairpin).masquerade().done())
@@ -399,7 +424,7 @@ func (b *builder) counts(sp *servicePort, cat categorized, f nftables.TableFamil
 			}
 		}
 		h := b.d.Health[sp.Service]
-		h.Port = sp.HealthCheckNodePort
+		h.Port, h.Addrs = sp.HealthCheckNodePort, b.node.HealthCheckIPs
 		h.LocalEndpoints = max(h.LocalEndpoints, local)
 		b.d.Health[sp.Service] = h
 	}
@@ -413,9 +438,9 @@ func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint) {
 	for _, cip := range cips {
 		if b.node.MasqueradeAll {
 			t.addRule(name, newRule(f).matchPrefix("daddr", netip.PrefixFrom(cip, cip.BitLen()), false).setMasqMark().done())
-		} else if cidr, ok := b.clusterCIDR(); ok {
+		} else if cidrs := familyPrefixes(b.node.ClusterCIDRs, f); len(cidrs) > 0 {
 			t.addRule(name, newRule(f).matchPrefix("daddr", netip.PrefixFrom(cip, cip.BitLen()), false).
-				matchPrefix("saddr", cidr, true).setMasqMark().done())
+				matchPrefixes("saddr", cidrs, true).setMasqMark().done())
 		}
 	}
 	proto := protoNumber(sp.Protocol)
@@ -480,21 +505,11 @@ func (b *builder) externalChain(clusterChain, localChain string, cat categorized
 	if !b.sp.usesClusterEndpoints() || len(cat.Cluster) == 0 {
 		short = localChain
 	}
-	if cidr, ok := b.clusterCIDR(); ok {
-		t.addRule(name, newRule(f).matchPrefix("saddr", cidr, false).goTo(short).done())
+	if cidrs := familyPrefixes(b.node.ClusterCIDRs, f); len(cidrs) > 0 {
+		t.addRule(name, newRule(f).matchPrefixes("saddr", cidrs, false).goTo(short).done())
 	}
 	t.addRule(name, newRule(f).fibSaddrLocal().setMasqMark().done())
 	t.addRule(name, newRule(f).fibSaddrLocal().goTo(short).done())
 	t.addRule(name, newRule(f).goTo(localChain).done())
 	return name
-}
-
-// clusterCIDR is the first --cluster-cidr of this table's family.
-func (b *builder) clusterCIDR() (netip.Prefix, bool) {
-	for _, p := range b.node.ClusterCIDRs {
-		if p.Addr().Is4() == (b.t.Family == nftables.TableFamilyIPv4) {
-			return p.Masked(), true
-		}
-	}
-	return netip.Prefix{}, false
 }

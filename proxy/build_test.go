@@ -25,6 +25,7 @@ var testNode = NodeFacts{
 	Name:         "node-a",
 	Zone:         "z1",
 	ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00:10::/64")},
+	ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("172.30.0.0/16"), netip.MustParsePrefix("fd00:10:96::/112")},
 	NodePortIPs:  []netip.Addr{netip.MustParseAddr("192.168.0.2"), netip.MustParseAddr("2001:db8::1")},
 }
 
@@ -193,4 +194,42 @@ func TestMasqueradeAllGolden(t *testing.T) {
 	in := overall()
 	in.Node = n
 	golden(t, "masquerade-all-ip.nft", Build(in).Tables[nftables.TableFamilyIPv4].Dump())
+}
+
+// kube-proxy's local detector takes a list: a pod in any cluster CIDR is
+// "inside", for the ClusterIP masquerade and the Local-policy short-cut.
+func TestMasqueradeDecisionUsesEveryClusterCIDR(t *testing.T) {
+	n := testNode
+	n.ClusterCIDRs = []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("100.64.0.0/10"), netip.MustParsePrefix("fd00:10::/64")}
+	in := overall()
+	in.Node = n
+	d := Build(in)
+	wants := map[nftables.TableFamily][]string{
+		nftables.TableFamilyIPv4: {
+			"add rule ip netplane service-ULMVA6XW-ns1/svc1/tcp/p80 ip daddr 172.30.0.41 ip saddr != { 10.0.0.0/8, 100.64.0.0/10 } meta mark set meta mark | 0x4000",
+			"add rule ip netplane external-42NFTM6N-ns2/svc2/tcp/p80 ip saddr { 10.0.0.0/8, 100.64.0.0/10 } goto service-42NFTM6N-ns2/svc2/tcp/p80",
+		},
+	}
+	for fam, lines := range wants {
+		dump := d.Tables[fam].Dump()
+		for _, l := range lines {
+			if !strings.Contains(dump, l) {
+				t.Errorf("the %v table lacks\n\t%s\nin:\n%s", fam, l, dump)
+			}
+		}
+	}
+}
+
+func TestUnallocatedServiceIPsAreDroppedOnlyWithServiceCIDRs(t *testing.T) {
+	in := overall()
+	in.Node.ServiceCIDRs = nil
+	for fam, tbl := range Build(in).Tables {
+		var got []string
+		for _, r := range tbl.Chains[chClusterIPsCheck].Rules {
+			got = append(got, r.Text)
+		}
+		if want := []string{map[nftables.TableFamily]string{nftables.TableFamilyIPv4: "ip", nftables.TableFamilyIPv6: "ip6"}[fam] + " daddr @cluster-ips reject"}; !cmp.Equal(got, want) {
+			t.Errorf("without --service-cidrs, %v cluster-ips-check is %q; want only %q", fam, got, want)
+		}
+	}
 }

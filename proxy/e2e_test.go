@@ -23,20 +23,26 @@ import (
 	"github.com/netplane/netplane/e2e/netns"
 )
 
-// The lab: node-a (192.168.0.2) runs `netplane --role=node`; pods a1, a2 on
-// it (10.244.1.0/24, routed veths); node-b (192.168.0.3) with pod b1
-// (10.244.2.2) is "another node"; ext (203.0.113.2) is an external client.
-// Every pod runs echo servers that answer "<pod> <client address seen>".
+// The lab: node-a (192.168.0.2, fd00:192::2; zone z1) runs `netplane
+// --role=node`; pods a1, a2 on it (10.244.1.0/24, routed veths); node-b
+// (192.168.0.3) with pod b1 (10.244.2.2) is "another node"; ext
+// (203.0.113.2, 2001:db8:113::2) is an external client. The cluster CIDRs
+// are 10.244.1.0/24 and 10.244.2.0/24 (two of one family) and fd00:244::/32;
+// the Service CIDRs 10.96.0.0/16 and fd00:10:96::/112. Every pod runs TCP
+// and UDP echo servers that answer "<pod> <client address seen>", and an
+// SCTP probe listener (flows_sctp_test.go).
 
 type lab struct {
-	t    *testing.T
-	api  *framework.APIServer
-	node *netns.NS
-	pods map[string]*netns.NS
-	ext  *netns.NS
-	proc *framework.Process
-	args []string
-	ctx  context.Context
+	t     *testing.T
+	api   *framework.APIServer
+	node  *netns.NS
+	nodeB *netns.NS
+	pods  map[string]*netns.NS
+	ext   *netns.NS
+	proc  *framework.Process
+	args  []string
+	ctx   context.Context
+	sctp  *sctpLab
 }
 
 var (
@@ -77,12 +83,17 @@ func newLab(t *testing.T) *lab {
 	}
 	framework.RequireRoot(t)
 	bin := netplaneBinary(t)
-	l := &lab{t: t, api: framework.StartAPIServer(t, framework.Options{}), pods: map[string]*netns.NS{}, ctx: framework.Ctx(t)}
+	// The lab's API calls share one context, bounded so a hung call fails but
+	// long enough for the whole flow table on a loaded machine (framework.Ctx
+	// gives 60 s, which a slow run of the table outlasts).
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
+	t.Cleanup(cancel)
+	l := &lab{t: t, api: framework.StartAPIServer(t, framework.Options{}), pods: map[string]*netns.NS{}, ctx: ctx, sctp: newSCTPLab()}
 	l.node = l.host("node-a")
 	l.node.Sysctl(t, "net.ipv4.ip_forward", "1")
 	l.node.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
-	nodeB := netns.New(t, "node-b")
-	l.quiet(nodeB)
+	nodeB := l.host("node-b")
+	l.nodeB = nodeB
 	nodeB.Sysctl(t, "net.ipv4.ip_forward", "1")
 	nodeB.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
 	netns.Veth(t, l.node, "underlay", nodeB, "underlay")
@@ -101,11 +112,21 @@ func newLab(t *testing.T) *lab {
 	netns.Veth(t, l.node, "toext", l.ext, "eth0")
 	l.node.Addr(t, "toext", "203.0.113.1/24")
 	l.ext.Addr(t, "eth0", "203.0.113.2/24")
+	l.node.Addr(t, "toext", "2001:db8:113::1/64")
+	l.ext.Addr(t, "eth0", "2001:db8:113::2/64")
 	l.ext.Route(t, "default", "via", "203.0.113.1")
+	l.ext.Route(t, "default", "via", "2001:db8:113::1")
 	// Real nodes have a default route; without one the node's own
 	// connections to a ClusterIP fail before DNAT.
 	l.node.Route(t, "default", "via", "203.0.113.2")
 	l.node.Route(t, "default", "via", "fd00:192::3")
+	// The next hops of those default routes own an address in the Service
+	// CIDRs that no Service has (the API server allocates from the low 256
+	// addresses of a range, kept for static ClusterIPs, only when the rest
+	// is full): a packet to it that left node-a would be refused there, not
+	// silently lost.
+	l.ext.Addr(t, "lo", unallocatedClusterIP4+"/32")
+	nodeB.Addr(t, "lo", unallocatedClusterIP6+"/128")
 	l.createNode()
 	l.start(bin)
 	return l
@@ -157,6 +178,7 @@ func (l *lab) pod(node *netns.NS, name, ip4, ip6 string) {
 	}
 	t.Cleanup(func() { pc.Close() })
 	go serveUDP(pc, name)
+	l.sctp.listen(t, p, name, ip4, ip6)
 	l.pods[name] = p
 }
 
@@ -214,19 +236,36 @@ func (l *lab) start(bin string) {
 		}
 		tmp := t.TempDir()
 		l.args = []string{"--role=node", "--kubeconfig=" + kc, "--node-name=node-a",
-			"--cluster-cidr=10.244.0.0/16,fd00:244::/32", "--sync-period=3s", "--min-sync-period=0s",
+			"--cluster-cidr=10.244.1.0/24,10.244.2.0/24,fd00:244::/32", "--service-cidrs=10.96.0.0/16,fd00:10:96::/112",
+			"--sync-period=3s", "--min-sync-period=0s",
 			"--health-bind-address=127.0.0.1:10290", "--metrics-bind-address=127.0.0.1:10291",
 			"--cni-conf-dir=" + tmp, "--cni-bin-dir=" + tmp, "--ipam-state-dir=" + tmp, "--bridge=np-e2e0", "-v=2"}
 	}
 	l.proc = l.node.Start(t, bin, l.args...)
 }
 
+// hit is hit, or an SCTP probe for network "sctp".
+func (l *lab) hit(ns *netns.NS, network, addr string) string {
+	if network == "sctp" {
+		return l.sctp.probe(ns, addr)
+	}
+	return hit(ns, network, addr)
+}
+
 // hit connects from ns to addr and returns "<pod> <seen client>", "refused",
 // or "timeout".
 func hit(ns *netns.NS, network, addr string) string {
 	var reply string
+	timeout := time.Second
+	if strings.HasPrefix(addr, "[") {
+		// Measured here (kernel 6.18): a TCP connect to a rejected IPv6
+		// address fails only when the SYN is retransmitted, after 1 s,
+		// though the first ICMPv6 port unreachable reaches the client (its
+		// counters show it); IPv4 fails at once. Why is not established.
+		timeout = 2 * time.Second
+	}
 	err := ns.Do(func() error {
-		c, err := net.DialTimeout(network, addr, time.Second)
+		c, err := net.DialTimeout(network, addr, timeout)
 		if err != nil {
 			return err
 		}
@@ -253,10 +292,17 @@ func hit(ns *netns.NS, network, addr string) string {
 	return err.Error()
 }
 
+// Unallocated addresses of the lab's Service CIDRs (see newLab).
+const (
+	unallocatedClusterIP4 = "10.96.0.200"
+	unallocatedClusterIP6 = "fd00:10:96::c8"
+)
+
 type svcOpt func(*v1.Service)
 
 // service creates a dual-stack Service "name" with TCP 80 → 8080 and UDP 53
-// → 5353, and one EndpointSlice per family with the given pods.
+// → 5353 (opts may change the ports: the slices also offer SCTP "sctp" on
+// 9999), and one EndpointSlice per family with the given pods.
 func (l *lab) service(name string, eps []labEP, opts ...svcOpt) *v1.Service {
 	s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name}, Spec: v1.ServiceSpec{
 		IPFamilyPolicy: ptr.To(v1.IPFamilyPolicyPreferDualStack),
@@ -285,6 +331,8 @@ func (l *lab) service(name string, eps []labEP, opts ...svcOpt) *v1.Service {
 type labEP struct {
 	pod         string
 	terminating bool
+	zones       []string // topology hints
+	nodes       []string
 }
 
 var podIPs = map[string][2]string{
@@ -300,6 +348,7 @@ func (l *lab) endpoints(name string, eps []labEP) {
 			Ports: []discovery.EndpointPort{
 				{Name: ptr.To("http"), Protocol: ptr.To(v1.ProtocolTCP), Port: ptr.To[int32](8080)},
 				{Name: ptr.To("dns"), Protocol: ptr.To(v1.ProtocolUDP), Port: ptr.To[int32](5353)},
+				{Name: ptr.To("sctp"), Protocol: ptr.To(v1.ProtocolSCTP), Port: ptr.To[int32](sctpPort)},
 			},
 		}
 		for _, e := range eps {
@@ -307,10 +356,20 @@ func (l *lab) endpoints(name string, eps []labEP) {
 			if strings.HasPrefix(e.pod, "b") {
 				node = "node-b"
 			}
-			s.Endpoints = append(s.Endpoints, discovery.Endpoint{
+			de := discovery.Endpoint{
 				Addresses: []string{podIPs[e.pod][fam]}, NodeName: ptr.To(node),
 				Conditions: discovery.EndpointConditions{Ready: ptr.To(!e.terminating), Serving: ptr.To(true), Terminating: ptr.To(e.terminating)},
-			})
+			}
+			if len(e.zones)+len(e.nodes) > 0 {
+				de.Hints = &discovery.EndpointHints{}
+				for _, z := range e.zones {
+					de.Hints.ForZones = append(de.Hints.ForZones, discovery.ForZone{Name: z})
+				}
+				for _, n := range e.nodes {
+					de.Hints.ForNodes = append(de.Hints.ForNodes, discovery.ForNode{Name: n})
+				}
+			}
+			s.Endpoints = append(s.Endpoints, de)
 		}
 		c := l.api.Client.DiscoveryV1().EndpointSlices("default")
 		_ = c.Delete(l.ctx, s.Name, metav1.DeleteOptions{})
@@ -331,7 +390,7 @@ func (l *lab) expect(from string, network, addr string, seenAs string, want ...s
 	deadline := time.Now().Add(15 * time.Second)
 	var last string
 	for time.Now().Before(deadline) {
-		r := hit(ns, network, addr)
+		r := l.hit(ns, network, addr)
 		last = r
 		pod, seen, _ := strings.Cut(r, " ")
 		if !contains(want, pod) {
@@ -344,11 +403,30 @@ func (l *lab) expect(from string, network, addr string, seenAs string, want ...s
 		}
 		got[pod] = true
 		if len(got) == len(want) {
+			l.confirm(ns, network, addr, seenAs, from, want)
 			return
 		}
 	}
 	l.t.Fatalf("%s → %s %s: want answers from all of %v (client seen as %q); got %v, last %q\nnetplane log:\n%s",
 		from, network, addr, want, seenAs, got, last, l.proc.Tail(20))
+}
+
+// confirm checks, once every wanted answer came, that a few more go to
+// the wanted pods only: a wrong endpoint that is merely one of several
+// choices would otherwise go unnoticed. Drops and rejects are not
+// repeated (a drop costs a timeout, an IPv6 reject a second).
+func (l *lab) confirm(ns *netns.NS, network, addr, seenAs, from string, want []string) {
+	l.t.Helper()
+	if contains(want, "timeout") || contains(want, "refused") {
+		return
+	}
+	for i := 0; i < 6; i++ {
+		r := l.hit(ns, network, addr)
+		pod, seen, _ := strings.Cut(r, " ")
+		if !contains(want, pod) || seenAs != "" && seen != "" && !seenOK(seenAs, seen, l.clientIP(from, addr)) {
+			l.t.Fatalf("%s → %s %s: after answers from all of %v came %q (client seen as %q wanted)", from, network, addr, want, r, seenAs)
+		}
+	}
 }
 
 func contains(xs []string, x string) bool {
@@ -373,6 +451,8 @@ func (l *lab) ns(name string) *netns.NS {
 		return l.ext
 	case "node":
 		return l.node
+	case "node-b":
+		return l.nodeB
 	}
 	return l.pods[name]
 }
@@ -380,6 +460,10 @@ func (l *lab) ns(name string) *netns.NS {
 func (l *lab) clientIP(from, addr string) string {
 	v6 := strings.HasPrefix(addr, "[")
 	switch {
+	case from == "node" && !v6: // the source of its default route; masquerade picks another
+		return "203.0.113.1"
+	case from == "ext" && v6:
+		return "2001:db8:113::2"
 	case from == "ext":
 		return "203.0.113.2"
 	case v6:

@@ -12,13 +12,17 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/utils/ptr"
+
+	"github.com/netplane/netplane/e2e/framework"
 )
 
 // TestFlowsThroughTheNodeRole runs `netplane --role=node` in a node
 // namespace against a real API server and checks the packet-flow table:
 // {source, protocol, destination, port} → {backends | refused | dropped,
-// client address seen}.
+// client address seen}. A row with backends also fails when, once every
+// backend has answered, another one does (see lab.confirm).
 func TestFlowsThroughTheNodeRole(t *testing.T) {
 	l := newLab(t)
 	web := l.service("web", []labEP{{pod: "a1"}, {pod: "b1"}})
@@ -31,6 +35,12 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 	itp := l.service("itp", []labEP{{pod: "a1"}, {pod: "b1"}}, func(s *v1.Service) {
 		s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
 	})
+	itpRemote := l.service("itp-remote", []labEP{{pod: "b1"}}, func(s *v1.Service) {
+		s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
+	})
+	l.service("lb-proxy-mode", []labEP{{pod: "a1"}}, loadBalancer("198.51.100.7"), func(s *v1.Service) {
+		s.Status.LoadBalancer.Ingress[0].IPMode = ptr.To(v1.LoadBalancerIPModeProxy)
+	})
 	sticky := l.service("sticky", []labEP{{pod: "a1"}, {pod: "a2"}, {pod: "b1"}}, func(s *v1.Service) {
 		s.Spec.SessionAffinity = v1.ServiceAffinityClientIP
 	})
@@ -38,10 +48,19 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 	lbOpen := l.service("lb-open", []labEP{{pod: "a1"}}, loadBalancer("198.51.100.1"))
 	l.service("lb-closed", []labEP{{pod: "a1"}}, loadBalancer("198.51.100.2", "192.0.2.0/24"))
 	l.service("lb-allowed", []labEP{{pod: "a1"}}, loadBalancer("198.51.100.3", "203.0.113.0/25"))
+	l.service("lb6", []labEP{{pod: "a1"}}, loadBalancer("198.51.100.6", "2001:db8:5100::6"))
 	l.service("extip", []labEP{{pod: "a1"}}, func(s *v1.Service) {
-		s.Spec.ExternalIPs = []string{"192.168.0.2"}
+		s.Spec.ExternalIPs = []string{"192.168.0.2", "fd00:192::2"}
 		s.Spec.Ports = s.Spec.Ports[:1]
 		s.Spec.Ports[0].Port = 8888
+	})
+	// Topology hints, as the EndpointSlice controller writes them; node-a is in zone z1.
+	zonal := l.service("zonal", []labEP{{pod: "a1", zones: []string{"z1"}}, {pod: "b1", zones: []string{"z2"}}})
+	nodal := l.service("nodal", []labEP{{pod: "a2", zones: []string{"z1"}, nodes: []string{"node-a"}}, {pod: "b1", zones: []string{"z1"}, nodes: []string{"node-b"}}})
+	elsewhere := l.service("elsewhere", []labEP{{pod: "a1", zones: []string{"z2"}}, {pod: "b1", zones: []string{"z3"}}})
+	sctp := l.service("sctp", []labEP{{pod: "a1"}, {pod: "b1"}}, func(s *v1.Service) {
+		s.Spec.Type = v1.ServiceTypeNodePort
+		s.Spec.Ports = []v1.ServicePort{{Name: "sctp", Protocol: v1.ProtocolSCTP, Port: 9, TargetPort: intstr.FromInt32(sctpPort)}}
 	})
 	cip := func(s *v1.Service) string { return s.Spec.ClusterIPs[0] }
 	cip6 := func(s *v1.Service) string { return s.Spec.ClusterIPs[len(s.Spec.ClusterIPs)-1] }
@@ -54,19 +73,38 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		{"ClusterIP from a pod reaches every endpoint, unmasqueraded", "a2", "tcp", hp(cip(web), 80), "10.244.1.3", []string{"a1", "b1"}},
 		{"ClusterIP over UDP", "a2", "udp", hp(cip(web), 53), "10.244.1.3", []string{"a1", "b1"}},
 		{"IPv6 ClusterIP", "a2", "tcp", hp(cip6(web), 80), "fd00:244:1::3", []string{"a1", "b1"}},
-		{"ClusterIP from the node itself is masqueraded", "node", "tcp", hp(cip(web), 80), "", []string{"a1", "b1"}},
+		{"ClusterIP from the node itself is masqueraded", "node", "tcp", hp(cip(web), 80), "masq", []string{"a1", "b1"}},
+		{"ClusterIP from a pod in a second cluster CIDR of the family is not masqueraded", "b1", "tcp", hp(cip(self), 80), "10.244.2.2", []string{"a1"}},
 		{"unknown port on a ClusterIP is rejected", "a2", "tcp", hp(cip(web), 81), "", []string{"refused"}},
+		{"unknown port on an IPv6 ClusterIP is rejected", "a2", "tcp", hp(cip6(web), 81), "", []string{"refused"}},
+		{"unallocated ClusterIP is dropped, not routed off the node", "a2", "tcp", hp(unallocatedClusterIP4, 80), "", []string{"timeout"}},
+		{"unallocated IPv6 ClusterIP is dropped, not routed off the node", "a2", "tcp", hp(unallocatedClusterIP6, 80), "", []string{"timeout"}},
+		{"SCTP ClusterIP reaches every endpoint, unmasqueraded", "a2", "sctp", hp(cip(sctp), 9), "10.244.1.3", []string{"a1", "b1"}},
+		{"SCTP IPv6 ClusterIP", "a2", "sctp", hp(cip6(sctp), 9), "fd00:244:1::3", []string{"a1", "b1"}},
+		{"SCTP NodePort from outside is masqueraded", "ext", "sctp", hp("192.168.0.2", nodePort(sctp)), "masq", []string{"a1", "b1"}},
 		{"Service without endpoints is rejected", "a2", "tcp", hp(cip(empty), 80), "", []string{"refused"}},
+		{"Service without endpoints is rejected over UDP too", "a2", "udp", hp(cip(empty), 53), "", []string{"refused"}},
 		{"hairpin: a pod reaching itself is masqueraded", "a1", "tcp", hp(cip(self), 80), "masq", []string{"a1"}},
 		{"NodePort from outside is masqueraded", "ext", "tcp", hp("192.168.0.2", nodePort(np)), "masq", []string{"a1", "b1"}},
 		{"NodePort on another node address is not served", "ext", "tcp", hp("203.0.113.1", nodePort(np)), "", []string{"refused"}},
+		{"IPv6 NodePort from outside is masqueraded", "ext", "tcp", hp("fd00:192::2", nodePort(np)), "masq", []string{"a1", "b1"}},
+		{"IPv6 externalTrafficPolicy Local keeps the client address and stays local", "ext", "tcp", hp("fd00:192::2", nodePort(loc)), "2001:db8:113::2", []string{"a1"}},
+		{"IPv6 externalTrafficPolicy Local without a local endpoint drops", "ext", "tcp", hp("fd00:192::2", nodePort(remoteOnly)), "", []string{"timeout"}},
 		{"externalTrafficPolicy Local keeps the client address and stays local", "ext", "tcp", hp("192.168.0.2", nodePort(loc)), "203.0.113.2", []string{"a1"}},
+		{"externalTrafficPolicy Local on a LoadBalancer IP keeps the client address", "ext", "tcp", hp("198.51.100.4", 80), "203.0.113.2", []string{"a1"}},
 		{"externalTrafficPolicy Local short-circuits pods to every endpoint", "a2", "tcp", hp(cip(loc), 80), "", []string{"a1", "b1"}},
 		{"externalTrafficPolicy Local without a local endpoint drops", "ext", "tcp", hp("192.168.0.2", nodePort(remoteOnly)), "", []string{"timeout"}},
 		{"internalTrafficPolicy Local uses only local endpoints", "a2", "tcp", hp(cip(itp), 80), "", []string{"a1"}},
+		{"internalTrafficPolicy Local without a local endpoint drops", "a2", "tcp", hp(cip(itpRemote), 80), "", []string{"timeout"}},
 		{"terminating endpoints serve when none is ready", "a1", "tcp", hp(cip(term), 80), "", []string{"a2"}},
+		{"zone hints keep traffic in the node's zone", "a2", "tcp", hp(cip(zonal), 80), "", []string{"a1"}},
+		{"node hints win over zone hints", "a1", "tcp", hp(cip(nodal), 80), "", []string{"a2"}},
+		{"hints for other zones only are ignored", "a2", "tcp", hp(cip(elsewhere), 80), "", []string{"a1", "b1"}},
 		{"externalIPs are served", "ext", "tcp", hp("192.168.0.2", 8888), "masq", []string{"a1"}},
+		{"IPv6 externalIPs are served", "ext", "tcp", hp("fd00:192::2", 8888), "masq", []string{"a1"}},
 		{"LoadBalancer ingress IP is served", "ext", "tcp", hp("198.51.100.1", 80), "masq", []string{"a1"}},
+		{"IPv6 LoadBalancer ingress IP is served", "ext", "tcp", hp("2001:db8:5100::6", 80), "masq", []string{"a1"}},
+		{"LoadBalancer ingress IP with ipMode Proxy gets no rules", "ext", "tcp", hp("198.51.100.7", 80), "", []string{"timeout"}},
 		{"loadBalancerSourceRanges drop other sources", "ext", "tcp", hp("198.51.100.2", 80), "", []string{"timeout"}},
 		{"loadBalancerSourceRanges admit listed sources", "ext", "tcp", hp("198.51.100.3", 80), "masq", []string{"a1"}},
 		{"NodePorts bypass loadBalancerSourceRanges, as in kube-proxy", "ext", "tcp", hp("192.168.0.2", nodePort(lbOpen)), "masq", []string{"a1"}},
@@ -98,11 +136,18 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 			code int
 			body string
 		}{{loc, 200, `"localEndpoints":1`}, {remoteOnly, 503, `"localEndpoints":0`}} {
-			url := "http://" + hp("192.168.0.2", c.svc.Spec.HealthCheckNodePort) + "/healthz"
-			code, body := httpGet(l.ext, url)
-			if code != c.code || !strings.Contains(body, c.body) {
-				t.Errorf("GET %s: %d %s; want %d with %s", url, code, body, c.code, c.body)
+			for _, ip := range []string{"192.168.0.2", "fd00:192::2"} { // the node-port addresses
+				url := "http://" + hp(ip, c.svc.Spec.HealthCheckNodePort) + "/healthz"
+				code, body := httpGet(l.ext, url)
+				if code != c.code || !strings.Contains(body, c.body) {
+					t.Errorf("GET %s: %d %s; want %d with %s", url, code, body, c.code, c.body)
+				}
 			}
+		}
+		// As kube-proxy, the server listens on the node-port addresses only.
+		url := "http://" + hp("203.0.113.1", loc.Spec.HealthCheckNodePort) + "/healthz"
+		if code, body := httpGet(l.ext, url); code != 0 || !strings.Contains(body, "refused") {
+			t.Errorf("GET %s, not a node-port address: %d %s; want connection refused", url, code, body)
 		}
 	})
 
@@ -166,6 +211,24 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		talk(t, conn, "a1")
 		l.expect("a2", "tcp", hp(cip(web), 80), "10.244.1.3", "a1", "b1")
 	})
+
+	t.Run("--masquerade-all masquerades pods reaching a ClusterIP too", func(t *testing.T) {
+		l.t = t
+		l.proc.Stop(10 * time.Second)
+		l.args = append(l.args, "--masquerade-all")
+		l.start(netplaneBinary(t))
+		framework.Eventually(t, 15*time.Second, "the new process masquerades pod traffic in both families", func() string {
+			for _, addr := range []string{hp(cip(web), 80), hp(cip6(web), 80)} {
+				if got := hit(l.ns("a2"), "tcp", addr); strings.HasSuffix(got, " 10.244.1.3") || strings.HasSuffix(got, " fd00:244:1::3") || !strings.Contains(got, " ") {
+					return addr + ": " + got
+				}
+			}
+			return ""
+		})
+		l.expect("a2", "tcp", hp(cip(web), 80), "masq", "a1", "b1")
+		l.expect("a2", "tcp", hp(cip6(web), 80), "masq", "a1", "b1")
+		l.expect("ext", "tcp", hp("192.168.0.2", nodePort(loc)), "203.0.113.2", "a1") // Local policy still keeps the client address
+	})
 }
 
 func dialNS(ns interface{ Do(func() error) error }, addr string) (net.Conn, error) {
@@ -187,11 +250,18 @@ func talk(t *testing.T, c net.Conn, want string) {
 	}
 }
 
-func loadBalancer(ip string, ranges ...string) svcOpt {
+// loadBalancer makes a LoadBalancer Service; of the ips, CIDRs are its
+// source ranges and addresses its ingress IPs.
+func loadBalancer(ips ...string) svcOpt {
 	return func(s *v1.Service) {
 		s.Spec.Type = v1.ServiceTypeLoadBalancer
-		s.Spec.LoadBalancerSourceRanges = ranges
-		s.Status.LoadBalancer.Ingress = []v1.LoadBalancerIngress{{IP: ip}}
+		for _, ip := range ips {
+			if strings.Contains(ip, "/") {
+				s.Spec.LoadBalancerSourceRanges = append(s.Spec.LoadBalancerSourceRanges, ip)
+			} else {
+				s.Status.LoadBalancer.Ingress = append(s.Status.LoadBalancer.Ingress, v1.LoadBalancerIngress{IP: ip})
+			}
+		}
 	}
 }
 

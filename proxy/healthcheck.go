@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"net/netip"
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -27,16 +29,17 @@ type healthServers struct {
 }
 
 type healthServer struct {
-	svc types.NamespacedName
-	srv *http.Server
+	svc   types.NamespacedName
+	where string // the listen addresses, to notice a change
+	srvs  []*http.Server
 }
 
 func newHealthServers(log logr.Logger, healthy func() bool) *healthServers {
 	return &healthServers{log: log, healthy: healthy, info: map[types.NamespacedName]HealthInfo{}, servers: map[uint16]*healthServer{}}
 }
 
-// Sync opens listeners for new ports, closes those no longer used and
-// updates the counts the handlers report.
+// Sync opens listeners for new ports, closes those no longer used, moves
+// those whose addresses changed, and updates the counts the handlers report.
 func (h *healthServers) Sync(want map[types.NamespacedName]HealthInfo) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -46,8 +49,8 @@ func (h *healthServers) Sync(want map[types.NamespacedName]HealthInfo) {
 		byPort[hi.Port] = svc
 	}
 	for port, s := range h.servers {
-		if svc, ok := byPort[port]; !ok || svc != s.svc {
-			_ = s.srv.Close()
+		if svc, ok := byPort[port]; !ok || svc != s.svc || s.where != fmt.Sprint(want[svc].Addrs) {
+			s.close()
 			delete(h.servers, port)
 		}
 	}
@@ -55,15 +58,82 @@ func (h *healthServers) Sync(want map[types.NamespacedName]HealthInfo) {
 		if h.servers[port] != nil {
 			continue
 		}
-		l, err := net.Listen("tcp", ":"+strconv.Itoa(int(port)))
-		if err != nil {
-			h.log.Error(err, "cannot serve the health-check node port; load balancers will see this node as down", "service", svc, "port", port)
+		s := &healthServer{svc: svc, where: fmt.Sprint(want[svc].Addrs)}
+		if len(want[svc].Addrs) == 0 {
+			h.log.Info("no node-port address to serve the health-check node port on (is the Node's address known?)", "service", svc, "port", port)
+		}
+		addrs := listenAddrs(want[svc].Addrs, port)
+		for _, l := range addrs {
+			ln, err := net.Listen(l.network, l.addr)
+			if err != nil {
+				h.log.Error(err, "cannot serve the health-check node port; load balancers will see this node as down; retrying at the next sync", "service", svc, "address", l.addr)
+				continue
+			}
+			srv := &http.Server{Handler: h.handler(svc), ReadHeaderTimeout: 5 * time.Second}
+			s.srvs = append(s.srvs, srv)
+			go func() { _ = srv.Serve(ln) }()
+		}
+		if len(s.srvs) < len(addrs) {
+			s.where = "incomplete" // matches no address list: the next Sync opens it again
+		}
+		h.servers[port] = s
+	}
+}
+
+func (s *healthServer) close() {
+	for _, srv := range s.srvs {
+		_ = srv.Close()
+	}
+}
+
+type listenAddr struct{ network, addr string }
+
+// listenAddrs is where one health-check port listens: on each address, as
+// kube-proxy binds it to the node-port addresses; an unspecified address
+// means every address of its family, and both families unspecified make
+// one dual-stack socket.
+func listenAddrs(addrs []netip.Addr, port uint16) []listenAddr {
+	p := strconv.Itoa(int(port))
+	any4, any6 := slices.Contains(addrs, netip.IPv4Unspecified()), slices.Contains(addrs, netip.IPv6Unspecified())
+	if any4 && any6 {
+		return []listenAddr{{"tcp", ":" + p}}
+	}
+	var out []listenAddr
+	for _, a := range addrs {
+		switch {
+		case a.Is4() && any4 && !a.IsUnspecified(), a.Is6() && any6 && !a.IsUnspecified():
+			continue // covered by the family's wildcard
+		case a.Is4():
+			out = append(out, listenAddr{"tcp4", net.JoinHostPort(a.String(), p)})
+		default:
+			// tcp6 on [::] is IPv6-only, so it cannot clash with 0.0.0.0.
+			out = append(out, listenAddr{"tcp6", net.JoinHostPort(a.String(), p)})
+		}
+	}
+	return out
+}
+
+// healthCheckIPs resolves where health-check node ports listen, as
+// kube-proxy does: the node-port addresses, but every address of a family
+// whose --nodeport-addresses include 0.0.0.0/0 or ::/0.
+func healthCheckIPs(spec []string, nodePortIPs []netip.Addr) []netip.Addr {
+	var out []netip.Addr
+	for _, fam := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
+		all := slices.ContainsFunc(spec, func(s string) bool {
+			p, err := netip.ParsePrefix(s)
+			return err == nil && p.Bits() == 0 && p.Addr().Is4() == fam.Is4()
+		})
+		if all {
+			out = append(out, fam)
 			continue
 		}
-		srv := &http.Server{Handler: h.handler(svc), ReadHeaderTimeout: 5 * time.Second}
-		h.servers[port] = &healthServer{svc: svc, srv: srv}
-		go func() { _ = srv.Serve(l) }()
+		for _, a := range nodePortIPs {
+			if a.Is4() == fam.Is4() {
+				out = append(out, a)
+			}
+		}
 	}
+	return out
 }
 
 func (h *healthServers) handler(svc types.NamespacedName) http.Handler {
@@ -94,7 +164,9 @@ func (h *healthServers) Close(ctx context.Context) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	for port, s := range h.servers {
-		_ = s.srv.Shutdown(ctx)
+		for _, srv := range s.srvs {
+			_ = srv.Shutdown(ctx)
+		}
 		delete(h.servers, port)
 	}
 }

@@ -247,11 +247,8 @@ func (p *proxier) input() (Input, error) {
 
 func (p *proxier) nodeFacts() NodeFacts {
 	nf := NodeFacts{Name: p.cfg.NodeName, MasqueradeAll: p.cfg.MasqueradeAll}
-	for _, c := range p.cfg.ClusterCIDRs {
-		if pr, err := netip.ParsePrefix(c); err == nil {
-			nf.ClusterCIDRs = append(nf.ClusterCIDRs, pr.Masked())
-		}
-	}
+	nf.ClusterCIDRs = parsePrefixes(p.cfg.ClusterCIDRs)
+	nf.ServiceCIDRs = parsePrefixes(p.cfg.ServiceCIDRs)
 	node, err := p.nodes.Get(p.cfg.NodeName)
 	if err != nil {
 		p.log.V(1).Info("own Node not found; no zone and no primary node IPs for NodePorts until it exists", "node", p.cfg.NodeName)
@@ -259,6 +256,7 @@ func (p *proxier) nodeFacts() NodeFacts {
 	}
 	nf.Zone = node.Labels[v1.LabelTopologyZone]
 	nf.NodePortIPs = nodePortIPs(p.cfg.NodePortAddresses, node, localAddrs)
+	nf.HealthCheckIPs = healthCheckIPs(p.cfg.NodePortAddresses, nf.NodePortIPs)
 	return nf
 }
 

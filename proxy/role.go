@@ -12,10 +12,13 @@
 //
 //	filter prerouting/output -110  loadBalancerSourceRanges (drop before DNAT)
 //	nat    prerouting/output -100  Service DNAT (dstnat)
-//	filter input/forward/output 0  reject (no endpoints) or drop (no local endpoint)
+//	filter input/forward/output 0  reject (no endpoints, unknown ClusterIP port) or
+//	                               drop (no local endpoint, unallocated ClusterIP)
 //	nat    postrouting        100  masquerade (srcnat)
 //
-// The masquerade mark (0x4000) is internal and may change.
+// The masquerade mark (0x4000) is internal and may change. SEMANTICS.md
+// describes what happens to each kind of packet, what each flag changes, and
+// where netplane differs from kube-proxy.
 package proxy
 
 import (

@@ -107,8 +107,23 @@ func (r *rule) lookupAddr(field, set string) *rule {
 		r.addrLoad(field, reg), &expr.Lookup{SourceRegister: reg, SetName: set})
 }
 
+// matchPrefixes: "ip saddr 10.0.0.0/8" for one prefix, "ip saddr != {
+// 10.0.0.0/8, 172.16.0.0/12 }" (an anonymous interval set) for several.
+func (r *rule) matchPrefixes(field string, prefixes []netip.Prefix, neq bool) *rule {
+	if len(prefixes) == 1 {
+		return r.matchPrefix(field, prefixes[0], neq)
+	}
+	return r.inAnon(field, prefixes, neq)
+}
+
 // notInAnon: "ip saddr != { 203.0.113.0/25, ... }".
 func (r *rule) notInAnon(field string, prefixes []netip.Prefix) *rule {
+	return r.inAnon(field, prefixes, true)
+}
+
+// inAnon: "ip daddr { 10.96.0.0/16, ... }", or with neq "!= { ... }". A
+// rule holds at most one anonymous set.
+func (r *rule) inAnon(field string, prefixes []netip.Prefix, neq bool) *rule {
 	texts := make([]string, len(prefixes))
 	for i, p := range prefixes {
 		texts[i] = prefixText(p)
@@ -117,9 +132,13 @@ func (r *rule) notInAnon(field string, prefixes []netip.Prefix) *rule {
 	if r.v6() {
 		key = nftables.TypeIP6Addr
 	}
+	op := ""
+	if neq {
+		op = "!= "
+	}
 	r.anon = &AnonSet{Key: key, Interval: true, Elements: intervalElements(prefixes)}
-	return r.add(fmt.Sprintf("%s %s != { %s }", r.ipWord(), field, strings.Join(texts, ", ")),
-		r.addrLoad(field, reg), &expr.Lookup{SourceRegister: reg, SetName: anonSetName, Invert: true})
+	return r.add(fmt.Sprintf("%s %s %s{ %s }", r.ipWord(), field, op, strings.Join(texts, ", ")),
+		r.addrLoad(field, reg), &expr.Lookup{SourceRegister: reg, SetName: anonSetName, Invert: neq})
 }
 
 // ctStateNew: "ct state new".

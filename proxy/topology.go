@@ -49,26 +49,27 @@ func categorize(sp *servicePort, eps []endpoint, node, zone string) categorized 
 	return c
 }
 
-// topologyMode decides whether node hints or zone hints apply. Hints are
-// used only when every ready endpoint has some, and at least one hint
-// names this node (node hints win) or this zone; otherwise routing would
-// black-hole traffic, so all endpoints are used.
+// topologyMode decides whether node hints or zone hints apply, as
+// kube-proxy's topologyModeFromHints does. Node hints apply when every
+// ready endpoint has node hints and one names this node; failing that,
+// zone hints when every ready endpoint has zone hints and one names this
+// zone. Otherwise narrowing could black-hole traffic, so all endpoints are
+// used.
 func topologyMode(eps []endpoint, node, zone string) (byNode, byZone bool) {
-	forNode, forZone := false, false
+	allNode, allZone, forNode, forZone := true, true, false, false
 	for _, e := range eps {
 		if !e.Ready {
 			continue
 		}
-		if len(e.ZoneHints) == 0 && len(e.NodeHints) == 0 {
-			return false, false
-		}
+		allNode = allNode && len(e.NodeHints) > 0
+		allZone = allZone && len(e.ZoneHints) > 0
 		forNode = forNode || slices.Contains(e.NodeHints, node)
 		forZone = forZone || zone != "" && slices.Contains(e.ZoneHints, zone)
 	}
-	if forNode {
+	if allNode && forNode {
 		return true, false
 	}
-	return false, forZone
+	return false, allZone && forZone
 }
 
 func filter(eps []endpoint, keep func(endpoint) bool) []endpoint {

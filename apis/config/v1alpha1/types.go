@@ -111,8 +111,16 @@ type DNS struct {
 
 // Node configures the node agent: service proxy and pod networking.
 type Node struct {
-	NodeName          string          `json:"nodeName"`
-	ClusterCIDRs      []string        `json:"clusterCIDRs,omitempty"`
+	NodeName string `json:"nodeName"`
+	// ClusterCIDRs are the pod CIDRs, any number per family: traffic to a
+	// ClusterIP from outside all of them is masqueraded.
+	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
+	// ServiceCIDRs are the API server's --service-cluster-ip-range, at most
+	// one per family: traffic to an unallocated address in them is dropped
+	// instead of leaving the node. Empty: no such drop (netplane does not
+	// read the ServiceCIDR API, so the node role's RBAC stays at Services,
+	// EndpointSlices and Nodes).
+	ServiceCIDRs      []string        `json:"serviceCIDRs,omitempty"`
 	MasqueradeAll     bool            `json:"masqueradeAll"`
 	NodePortAddresses []string        `json:"nodePortAddresses,omitempty"`
 	SyncPeriod        metav1.Duration `json:"syncPeriod"`

@@ -92,6 +92,7 @@ func (c *Configuration) Validate() error {
 			v.fail(fmt.Sprintf("node.clusterCIDRs[%d]", i), "must be a CIDR like 10.244.0.0/16, got %q", cidr)
 		}
 	}
+	v.serviceCIDRs("node.serviceCIDRs", n.ServiceCIDRs)
 	for i, a := range n.NodePortAddresses {
 		if _, err := netip.ParsePrefix(a); err != nil && a != "primary" {
 			v.fail(fmt.Sprintf("node.nodePortAddresses[%d]", i), "must be a CIDR or \"primary\", got %q", a)
@@ -173,6 +174,23 @@ func (v *validator) hostPort(field, got string, mayBeEmpty bool) {
 	}
 	if err != nil {
 		v.fail(field, "must be host:port like 0.0.0.0:10290 (port 0 picks a free one), got %q", got)
+	}
+}
+
+// serviceCIDRs accepts CIDRs, at most one per family, as the API server's
+// --service-cluster-ip-range does.
+func (v *validator) serviceCIDRs(field string, cidrs []string) {
+	seen := map[bool]string{} // by "is IPv4"
+	for i, c := range cidrs {
+		p, err := netip.ParsePrefix(c)
+		if err != nil {
+			v.fail(fmt.Sprintf("%s[%d]", field, i), "must be a CIDR like 10.96.0.0/12, got %q", c)
+			continue
+		}
+		if other, dup := seen[p.Addr().Is4()]; dup {
+			v.fail(fmt.Sprintf("%s[%d]", field, i), "at most one CIDR per IP family: %q and %q are both IPv%s", other, c, map[bool]string{true: "4", false: "6"}[p.Addr().Is4()])
+		}
+		seen[p.Addr().Is4()] = c
 	}
 }
 
