@@ -21,12 +21,13 @@ import (
 
 // labValues point the chart at the lab: its image, its API server address
 // (the node agent must not depend on the kubernetes Service it programs)
-// and its cluster CIDRs. Nothing else differs from the defaults.
+// and its cluster and service CIDRs. Nothing else differs from the defaults.
 var labValues = map[string]any{
 	"image": map[string]any{"repository": strings.Split(lab.NetplaneImage, ":")[0], "tag": strings.Split(lab.NetplaneImage, ":")[1], "pullPolicy": "Never"},
 	"node": map[string]any{
 		"controlPlaneEndpoint": fmt.Sprintf("https://%s:%d", lab.ControlPlaneIP, lab.APIPort),
-		"config":               map[string]any{"clusterCIDRs": anySlice(strings.Split(lab.ClusterCIDRs, ","))},
+		"config": map[string]any{"clusterCIDRs": anySlice(strings.Split(lab.ClusterCIDRs, ",")),
+			"serviceCIDRs": anySlice(strings.Split(lab.ServiceCIDRs, ","))},
 	},
 }
 

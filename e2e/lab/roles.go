@@ -59,7 +59,7 @@ func (n *Node) nodeCommand() ([]string, []string, error) {
 		"--cni-plugin-path=" + l.bin.netplaneCNI, "--ipam-state-dir=" + filepath.Join(n.Dir, "ipam")}
 	if l.roles == nil {
 		argv := []string{l.bin.netplane, "--role=node", "--node-name=" + n.Name,
-			"--kubeconfig=" + l.kubeconfigFor("netplane-node"), "--cluster-cidr=" + ClusterCIDRs}
+			"--kubeconfig=" + l.kubeconfigFor("netplane-node"), "--cluster-cidr=" + ClusterCIDRs, "--service-cidrs=" + ServiceCIDRs}
 		argv = append(argv, paths...)
 		return append(argv, "--health-bind-address=0.0.0.0:10256", "--metrics-bind-address=127.0.0.1:10249", "--v=2"), nil, nil
 	}
