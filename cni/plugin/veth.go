@@ -41,6 +41,9 @@ func createVeth(hostName, ifname string, mtu, bridgeIndex int, podNS netns.NsHan
 	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(hostName)))
 	req.AddData(nl.NewRtAttr(unix.IFLA_MTU, nl.Uint32Attr(uint32(mtu))))
 	req.AddData(nl.NewRtAttr(unix.IFLA_MASTER, nl.Uint32Attr(uint32(bridgeIndex))))
+	for _, a := range oneQueue() {
+		req.AddData(a)
+	}
 	info := nl.NewRtAttr(unix.IFLA_LINKINFO, nil)
 	info.AddRtAttr(nl.IFLA_INFO_KIND, nl.NonZeroTerminated("veth"))
 	peer := info.AddRtAttr(nl.IFLA_INFO_DATA, nil).AddRtAttr(nl.VETH_INFO_PEER, nl.NewIfInfomsg(unix.AF_UNSPEC).Serialize())
@@ -48,6 +51,9 @@ func createVeth(hostName, ifname string, mtu, bridgeIndex int, podNS netns.NsHan
 	peer.AddRtAttr(unix.IFLA_MTU, nl.Uint32Attr(uint32(mtu)))
 	peer.AddRtAttr(unix.IFLA_ADDRESS, podMAC)
 	peer.AddRtAttr(unix.IFLA_NET_NS_FD, nl.Uint32Attr(uint32(podNS)))
+	for _, a := range oneQueue() {
+		peer.AddChild(a)
+	}
 	req.AddData(info)
 	echo, err := executeWithEcho(req)
 	if err != nil {
@@ -58,6 +64,18 @@ func createVeth(hostName, ifname string, mtu, bridgeIndex int, podNS netns.NsHan
 		return nil, fmt.Errorf("decode the kernel's echo of %s: %w", hostName, err)
 	}
 	return &veth{host: l, podIndex: l.Attrs().ParentIndex, podMAC: podMAC}, nil
+}
+
+// oneQueue asks for one transmit and one receive queue. A veth gets one
+// queue of each per CPU otherwise, and the kernel then cuts the ones in use
+// down to one (what a veth uses unless told otherwise), waiting for an RCU
+// grace period per end while it holds the rtnl lock: with many pods at once
+// that wait, not the work, was the queue every ADD stood in.
+func oneQueue() []*nl.RtAttr {
+	return []*nl.RtAttr{
+		nl.NewRtAttr(unix.IFLA_NUM_TX_QUEUES, nl.Uint32Attr(1)),
+		nl.NewRtAttr(unix.IFLA_NUM_RX_QUEUES, nl.Uint32Attr(1)),
+	}
 }
 
 // executeWithEcho sends req and returns the RTM_NEWLINK the kernel echoes
