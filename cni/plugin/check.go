@@ -26,6 +26,9 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if err := conf.parsePrevResult(); err != nil {
+		return err
+	}
 	if conf.PrevResult == nil {
 		return invalidConf("CHECK needs prevResult: the runtime must pass the result of ADD")
 	}
