@@ -142,7 +142,7 @@ func percentile(d []time.Duration, p float64) time.Duration {
 // BenchmarkAddDelAgainstBridgeAndHostLocal measures ADD and DEL latency
 // (p50, p99) of netplane-cni and of the reference bridge + host-local
 // plugins, through libcni in the same run: 200 pods one after another
-// (sequential200, three rounds), then 50 at once (concurrent50, ten rounds).
+// (sequential200, three rounds), then 50 at once (concurrent50, twenty rounds).
 // Run with `make bench` (-benchtime 1x), or one case with
 // -bench 'AddDelAgainst/concurrent50'. The speedups are reference/netplane,
 // so 2 means netplane is twice as fast; cpu-ms is the plugin processes' CPU
@@ -151,7 +151,7 @@ func BenchmarkAddDelAgainstBridgeAndHostLocal(b *testing.B) {
 	for _, phase := range []struct {
 		name                   string
 		pods, parallel, rounds int
-	}{{"sequential200", 200, 1, 3}, {"concurrent50", 50, 50, 10}} {
+	}{{"sequential200", 200, 1, 3}, {"concurrent50", 50, 50, 20}} {
 		b.Run(phase.name, func(b *testing.B) {
 			framework.RequireRoot(b)
 			framework.Require(b, pluginDir != "", "netplane-cni was not built")
