@@ -116,6 +116,10 @@ func (c *contender) phase(b *testing.B, n, parallel int, s samples) {
 		}
 	}
 	c.waitForNoVeths(b)
+	// The kernel tears removed namespaces down in the background, taking
+	// the rtnl lock; let it finish, so that the next phase, of either
+	// contender, does not pay for this one's teardown.
+	time.Sleep(500 * time.Millisecond)
 }
 
 func (c *contender) waitForNoVeths(b *testing.B) {
