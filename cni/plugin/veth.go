@@ -2,7 +2,6 @@ package plugin
 
 import (
 	"crypto/rand"
-	"errors"
 	"fmt"
 	"net"
 	"syscall"
@@ -15,7 +14,7 @@ import (
 
 // veth is what ADD needs to know about a new pair without looking it up.
 type veth struct {
-	host     netlink.Link // the host end as the kernel echoed it
+	host     netlink.Link // the host end as the kernel echoed it (or a lookup found it)
 	podIndex int          // the pod end's ifindex in the pod's namespace
 	podMAC   net.HardwareAddr
 }
@@ -28,7 +27,7 @@ type veth struct {
 // pods started together queue on it; one request instead of create, look up,
 // enslave, look up in the pod, look up again keeps that queue short. The
 // kernel echoes the host end back (NLM_F_ECHO): its index, MAC and peer
-// index, so no lookup follows either.
+// index, so no lookup follows either (but on kernels that do not echo).
 func createVeth(hostName, ifname string, mtu, bridgeIndex int, podNS netns.NsHandle) (*veth, error) {
 	podMAC, err := randomMAC()
 	if err != nil {
@@ -59,9 +58,15 @@ func createVeth(hostName, ifname string, mtu, bridgeIndex int, podNS netns.NsHan
 	if err != nil {
 		return nil, err
 	}
-	l, err := netlink.LinkDeserialize(nil, echo)
+	var l netlink.Link
+	if echo != nil {
+		l, err = netlink.LinkDeserialize(nil, echo)
+	} else {
+		// Older kernels do not echo new links: look it up.
+		l, err = host.LinkByName(hostName)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("decode the kernel's echo of %s: %w", hostName, err)
+		return nil, fmt.Errorf("read back veth %s: %w", hostName, err)
 	}
 	return &veth{host: l, podIndex: l.Attrs().ParentIndex, podMAC: podMAC}, nil
 }
@@ -79,9 +84,10 @@ func oneQueue() []*nl.RtAttr {
 }
 
 // executeWithEcho sends req and returns the RTM_NEWLINK the kernel echoes
-// back. It reads up to the acknowledgement, because the echo goes out before
-// the request has fully succeeded (enslaving comes after it) and only the
-// acknowledgement says whether it did.
+// back, or nil from a kernel that does not echo. It reads up to the
+// acknowledgement, because the echo goes out before the request has fully
+// succeeded (enslaving comes after it) and only the acknowledgement says
+// whether it did.
 func executeWithEcho(req *nl.NetlinkRequest) ([]byte, error) {
 	s, err := nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE)
 	if err != nil {
@@ -107,9 +113,6 @@ func executeWithEcho(req *nl.NetlinkRequest) ([]byte, error) {
 			case unix.NLMSG_ERROR:
 				if errno := int32(nl.NativeEndian().Uint32(m.Data[0:4])); errno != 0 {
 					return nil, syscall.Errno(-errno)
-				}
-				if echo == nil {
-					return nil, errors.New("the kernel acknowledged the new veth without echoing it")
 				}
 				return echo, nil
 			}
