@@ -4,11 +4,20 @@
 package main
 
 import (
+	"runtime"
+
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/version"
 
 	"github.com/netplane/netplane/cni/plugin"
 )
+
+// One P: the plugin is one goroutine making one syscall after another, and
+// a second P only brings a thread that spins looking for work to steal.
+// When many pods start at once, dozens of plugin processes share the node's
+// CPUs, and that spinning was 12-20% of each one's CPU time (measured with
+// 50 concurrent ADDs and DELs on 2 cores).
+func init() { runtime.GOMAXPROCS(1) }
 
 func main() {
 	skel.PluginMainFuncs(plugin.Funcs(), version.PluginSupports("0.4.0", "1.0.0", "1.1.0"),

@@ -5,39 +5,50 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"hash/crc32"
 	"io/fs"
 	"net/netip"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
 )
 
-// File names inside the state directory: the table of a boot is
-// allocations.<boot ID>.json.
+// File names inside the state directory: the table of a boot lives in two
+// slots, allocations.<boot ID>.0 and .1.
 const (
 	statePrefix = "allocations."
-	stateSuffix = ".json"
 	lockFile    = "lock"
+	slots       = 2
 )
 
 // BootIDPath is where the kernel tells which boot this is.
 const BootIDPath = "/proc/sys/kernel/random/boot_id"
 
-// Store is the on-disk State of one node, in a directory of its own. Every
-// change is one atomic replace of the table (write a temporary file, then
-// rename it over the old one), so a plugin killed at any point leaves
-// either the old or the new table, never a torn one. An exclusive flock on
-// the directory's lock file serialises the plugin processes.
+// Store is the on-disk State of one node, in a directory of its own. An
+// exclusive flock on the directory's lock file serialises the plugin
+// processes.
 //
-// The table is named after the kernel's boot ID, and that is why there is no
+// The table is double-buffered: every change overwrites the older of two
+// slot files in place with a header that carries a generation number, the
+// length and a CRC of the table, and the reader takes the valid slot of the
+// highest generation. A plugin killed in the middle of a write leaves that
+// slot torn (a bad CRC), and the other slot, the table before the change,
+// is read instead. Writing in place, rather than writing a new file and
+// renaming it over the old one, creates and frees no inode and no blocks
+// (but for the first table of a boot, which is renamed into place): on
+// a filesystem mounted with discard, freeing the old file's blocks on every
+// pod start and stop waited for the disk, with every other plugin of the
+// node queued behind the lock.
+//
+// The slots are named after the kernel's boot ID, and that is why there is no
 // fsync (which costs milliseconds on every pod start): unsynced data is only
 // lost by a kernel crash or power loss, that is, with the boot, and every
 // record of an earlier boot is void anyway, since its pods' network
-// namespaces are gone. A torn table can therefore only carry another boot's
-// ID; it is never read as the current table. Within one boot the page cache
-// makes each rename visible to every process at once.
+// namespaces are gone. Within one boot the page cache makes each write
+// visible to every process at once.
 type Store struct {
 	Dir string
 	// BootID is the current boot; records of another boot are dropped on load.
@@ -61,21 +72,21 @@ func (s *Store) Update(fn func(*State) error) error {
 		return err
 	}
 	defer unlock()
-	st, raw, err := s.load()
+	t, err := s.load()
 	if err != nil {
 		return err
 	}
-	if err := fn(st); err != nil {
+	if err := fn(t.state); err != nil {
 		return err
 	}
-	out, err := json.Marshal(st)
+	out, err := json.Marshal(t.state)
 	if err != nil {
 		return err
 	}
-	if bytes.Equal(out, raw) {
+	if bytes.Equal(out, t.body) {
 		return nil
 	}
-	return s.write(out)
+	return s.write(t, out)
 }
 
 // Read returns the state under a shared lock, for CHECK and STATUS.
@@ -85,8 +96,11 @@ func (s *Store) Read() (*State, error) {
 		return nil, err
 	}
 	defer unlock()
-	st, _, err := s.load()
-	return st, err
+	t, err := s.load()
+	if err != nil {
+		return nil, err
+	}
+	return t.state, nil
 }
 
 func (s *Store) lock(how int) (func(), error) {
@@ -111,67 +125,176 @@ func (s *Store) lock(how int) (func(), error) {
 	return func() { f.Close() }, nil
 }
 
-func (s *Store) path() string { return filepath.Join(s.Dir, statePrefix+s.BootID+stateSuffix) }
+// slotPath is the file of slot i of this boot's table.
+func (s *Store) slotPath(i int) string {
+	return filepath.Join(s.Dir, statePrefix+s.BootID+"."+strconv.Itoa(i))
+}
 
-// load reads this boot's table. Without one, it starts empty, keeping only
-// the round-robin cursors of an earlier boot's table if that is readable:
-// the earlier boot's records died with its network namespaces.
-func (s *Store) load() (*State, []byte, error) {
-	raw, err := os.ReadFile(s.path())
-	if errors.Is(err, fs.ErrNotExist) {
-		return &State{BootID: s.BootID, Last: s.earlierCursors()}, nil, nil
+// legacyPath is where the single-file table of earlier netplane-cni
+// versions was, read when this boot has no slot yet.
+func (s *Store) legacyPath() string { return filepath.Join(s.Dir, statePrefix+s.BootID+".json") }
+
+// table is this boot's table as loaded: the state, its encoded body, its
+// generation and the slot it came from (-1: none on disk yet).
+type table struct {
+	state *State
+	body  []byte
+	gen   uint64
+	slot  int
+}
+
+// load reads this boot's table from its newest valid slot. Without any
+// slot (a new boot), it starts empty, keeping only the round-robin cursors of an earlier
+// boot's table if one is readable: the earlier boot's records died with its
+// network namespaces.
+func (s *Store) load() (*table, error) {
+	var best *table
+	found := 0
+	for i := range slots {
+		raw, err := os.ReadFile(s.slotPath(i))
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read IPAM state: %w", err)
+		}
+		found++
+		if gen, body, ok := decodeSlot(raw); ok && (best == nil || gen > best.gen) {
+			best = &table{body: body, gen: gen, slot: i}
+		}
 	}
+	if found == 0 {
+		return s.loadLegacy()
+	}
+	if best == nil {
+		return nil, s.unreadable(errors.New("no slot holds a complete table"))
+	}
+	best.state = &State{}
+	if err := json.Unmarshal(best.body, best.state); err != nil || best.state.BootID != s.BootID {
+		return nil, s.unreadable(err)
+	}
+	return best, nil
+}
+
+func (s *Store) loadLegacy() (*table, error) {
+	raw, err := os.ReadFile(s.legacyPath())
 	if err != nil {
-		return nil, nil, fmt.Errorf("read IPAM state: %w", err)
+		return &table{state: &State{BootID: s.BootID, Last: s.earlierCursors()}, slot: -1}, nil
 	}
 	st := &State{}
 	if err := json.Unmarshal(raw, st); err != nil || st.BootID != s.BootID {
-		return nil, nil, fmt.Errorf("IPAM state %s is unreadable (%v): move it aside to start with an empty table, then restart the pods of this node", s.path(), err)
+		return nil, s.unreadable(err)
 	}
-	return st, raw, nil
+	return &table{state: st, slot: -1}, nil
+}
+
+func (s *Store) unreadable(err error) error {
+	return fmt.Errorf("IPAM state %s is unreadable (%v): move the files aside to start with an empty table, then restart the pods of this node",
+		filepath.Join(s.Dir, statePrefix+s.BootID+".*"), err)
 }
 
 // earlierCursors reads the cursors of an earlier boot's table, if any.
 func (s *Store) earlierCursors() map[string]netip.Addr {
-	old, _ := filepath.Glob(filepath.Join(s.Dir, statePrefix+"*"+stateSuffix))
+	old, _ := filepath.Glob(filepath.Join(s.Dir, statePrefix+"*"))
 	for _, path := range old {
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			continue
+		}
+		if _, body, ok := decodeSlot(raw); ok {
+			raw = body
+		}
 		var st State
-		if raw, err := os.ReadFile(path); err == nil && json.Unmarshal(raw, &st) == nil {
+		if json.Unmarshal(raw, &st) == nil {
 			return st.Last
 		}
 	}
 	return nil
 }
 
-// removeEarlier deletes the tables of earlier boots once this boot has one.
+// removeEarlier deletes the tables of earlier boots (and an earlier
+// version's single file) once this boot has a slot.
 func (s *Store) removeEarlier() {
-	old, _ := filepath.Glob(filepath.Join(s.Dir, statePrefix+"*"+stateSuffix))
+	old, _ := filepath.Glob(filepath.Join(s.Dir, statePrefix+"*"))
 	for _, path := range old {
-		if path != s.path() {
+		if path != s.slotPath(0) && path != s.slotPath(1) {
 			os.Remove(path)
 		}
 	}
 }
 
-func (s *Store) write(data []byte) error {
+// write puts body into the slot t did not come from, one generation up. The
+// first table of a boot is written to a temporary file and renamed into
+// slot 0, so that a slot on its own is always complete; later ones overwrite
+// the older slot in place.
+func (s *Store) write(t *table, body []byte) error {
+	data := encodeSlot(t.gen+1, body)
+	var err error
+	if t.slot < 0 {
+		err = s.create(s.slotPath(0), data)
+		if err == nil {
+			s.removeEarlier()
+		}
+	} else {
+		err = overwrite(s.slotPath((t.slot+1)%slots), data)
+	}
+	if err != nil {
+		return fmt.Errorf("write IPAM state in %s: %w", s.Dir, err)
+	}
+	return nil
+}
+
+func overwrite(path string, data []byte) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE, 0o600)
+	if err != nil {
+		return err
+	}
+	_, err = f.WriteAt(data, 0)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+func (s *Store) create(path string, data []byte) error {
 	tmp, err := os.CreateTemp(s.Dir, ".allocations-*.tmp")
 	if err != nil {
-		return fmt.Errorf("write IPAM state: %w", err)
+		return err
 	}
 	defer os.Remove(tmp.Name()) // a no-op after the rename
 	_, err = tmp.Write(data)
 	if cerr := tmp.Close(); err == nil {
 		err = cerr
 	}
-	if err == nil {
-		_, statErr := os.Stat(s.path())
-		err = os.Rename(tmp.Name(), s.path())
-		if err == nil && statErr != nil {
-			s.removeEarlier() // the first table of this boot
-		}
-	}
 	if err != nil {
-		return fmt.Errorf("write IPAM state in %s: %w", s.Dir, err)
+		return err
 	}
-	return nil
+	return os.Rename(tmp.Name(), path)
+}
+
+// slotMagic starts every slot: "netplane-ipam <generation> <length> <crc32>\n",
+// then the table as JSON. Bytes after the length are a longer earlier table's
+// tail: slots are overwritten, never truncated.
+const slotMagic = "netplane-ipam"
+
+func encodeSlot(gen uint64, body []byte) []byte {
+	head := fmt.Sprintf("%s %d %d %08x\n", slotMagic, gen, len(body), crc32.ChecksumIEEE(body))
+	return append([]byte(head), body...)
+}
+
+// decodeSlot returns the generation and table of a slot, and false for a
+// slot that a killed writer left torn.
+func decodeSlot(raw []byte) (gen uint64, body []byte, ok bool) {
+	head, rest, found := bytes.Cut(raw, []byte("\n"))
+	f := strings.Fields(string(head))
+	if !found || len(f) != 4 || f[0] != slotMagic {
+		return 0, nil, false
+	}
+	gen, err1 := strconv.ParseUint(f[1], 10, 64)
+	n, err2 := strconv.Atoi(f[2])
+	sum, err3 := strconv.ParseUint(f[3], 16, 32)
+	if err1 != nil || err2 != nil || err3 != nil || n < 0 || n > len(rest) || crc32.ChecksumIEEE(rest[:n]) != uint32(sum) {
+		return 0, nil, false
+	}
+	return gen, rest[:n], true
 }

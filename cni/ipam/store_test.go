@@ -1,6 +1,7 @@
 package ipam
 
 import (
+	"bytes"
 	"fmt"
 	"net/netip"
 	"os"
@@ -43,7 +44,7 @@ func TestStoreKeepsAttachmentsOfTheSameBootAndDropsThoseOfAnEarlierOne(t *testin
 	if got.String() != "10.244.1.3/24" {
 		t.Fatalf("after reboot got %s, want 10.244.1.3/24", got)
 	}
-	if files, _ := filepath.Glob(filepath.Join(dir, "allocations.*")); len(files) != 1 || files[0] != rebooted.path() {
+	if files, _ := filepath.Glob(filepath.Join(dir, "allocations.*")); len(files) != 1 || files[0] != rebooted.slotPath(0) {
 		t.Fatalf("tables on disk after the reboot: %v, want only this boot's", files)
 	}
 }
@@ -64,6 +65,92 @@ func TestATornTableOfAnEarlierBootIsIgnored(t *testing.T) {
 	}
 }
 
+func TestAWriteTornByAKilledPluginLeavesTheTableBeforeIt(t *testing.T) {
+	r := []netip.Prefix{pfx("10.244.1.0/24")}
+	for _, tc := range []struct {
+		name string
+		tear func(slot []byte) []byte
+	}{
+		{"cut short", func(b []byte) []byte { return b[:len(b)/2] }},
+		{"header only", func(b []byte) []byte { return b[:bytes.IndexByte(b, '\n')+1] }},
+		{"body changed", func(b []byte) []byte { b[len(b)-3] ^= 0xff; return b }},
+		{"empty", func([]byte) []byte { return nil }},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := &Store{Dir: t.TempDir(), BootID: "b"}
+			for _, cid := range []string{"a", "b", "c"} {
+				if err := s.Update(func(st *State) error {
+					_, err := st.Allocate(r, Request{ContainerID: cid, IfName: "eth0"}, "", nil)
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+			}
+			// Three writes: slot 0, slot 1, slot 0. Tear the newest.
+			raw, err := os.ReadFile(s.slotPath(0))
+			if err != nil {
+				t.Fatal(err)
+			}
+			os.WriteFile(s.slotPath(0), tc.tear(raw), 0o600)
+			st, err := s.Read()
+			if err != nil {
+				t.Fatalf("after a torn write: %v", err)
+			}
+			if len(st.Attachments) != 2 || st.Attachments[1].ContainerID != "b" {
+				t.Fatalf("attachments %+v, want a and b (the table before the torn write)", st.Attachments)
+			}
+			// The next write goes to the torn slot and is read back.
+			if err := s.Update(func(st *State) error { st.Release("a", "eth0"); return nil }); err != nil {
+				t.Fatal(err)
+			}
+			if st, _ := s.Read(); len(st.Attachments) != 1 || st.Attachments[0].ContainerID != "b" {
+				t.Fatalf("after the next write: %+v", st)
+			}
+		})
+	}
+}
+
+func TestASlotOverwrittenWithAShorterTableIgnoresTheOldTail(t *testing.T) {
+	s := &Store{Dir: t.TempDir(), BootID: "b"}
+	r := []netip.Prefix{pfx("10.244.0.0/22")}
+	for i := range 20 {
+		if err := s.Update(func(st *State) error {
+			_, err := st.Allocate(r, Request{ContainerID: fmt.Sprint(i), IfName: "eth0"}, "", nil)
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 20 {
+		if err := s.Update(func(st *State) error { st.Release(fmt.Sprint(i), "eth0"); return nil }); err != nil {
+			t.Fatal(err)
+		}
+	}
+	st, err := s.Read()
+	if err != nil || len(st.Attachments) != 0 {
+		t.Fatalf("got %+v, %v; want an empty table", st, err)
+	}
+}
+
+func TestAnEarlierVersionsTableOfThisBootIsReadAndReplaced(t *testing.T) {
+	dir := t.TempDir()
+	s := &Store{Dir: dir, BootID: "b"}
+	os.WriteFile(s.legacyPath(), []byte(`{"bootID":"b","attachments":[{"containerID":"old","ifname":"eth0","ips":["10.0.0.2/24"]}]}`), 0o600)
+	if err := s.Update(func(st *State) error {
+		_, err := st.Allocate([]netip.Prefix{pfx("10.0.0.0/24")}, Request{ContainerID: "new", IfName: "eth0"}, "", nil)
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	st, err := s.Read()
+	if err != nil || len(st.Attachments) != 2 || st.Attachments[1].IPs[0].String() != "10.0.0.3/24" {
+		t.Fatalf("got %+v, %v; want the old attachment kept and the new one beside it", st, err)
+	}
+	if _, err := os.Stat(s.legacyPath()); !os.IsNotExist(err) {
+		t.Fatalf("the earlier version's file is still there: %v", err)
+	}
+}
+
 func TestStoreDoesNotWriteWhenUpdateFails(t *testing.T) {
 	dir := t.TempDir()
 	s := &Store{Dir: dir, BootID: "b"}
@@ -74,18 +161,18 @@ func TestStoreDoesNotWriteWhenUpdateFails(t *testing.T) {
 	}); err != want {
 		t.Fatalf("got %v", err)
 	}
-	if _, err := os.Stat(s.path()); !os.IsNotExist(err) {
-		t.Fatalf("state written after a failed update: %v", err)
+	if files, _ := filepath.Glob(filepath.Join(dir, "allocations.*")); len(files) != 0 {
+		t.Fatalf("state written after a failed update: %v", files)
 	}
 }
 
 func TestStoreRefusesACorruptFileAndKeepsIt(t *testing.T) {
 	dir := t.TempDir()
 	s := &Store{Dir: dir, BootID: "b"}
-	path := s.path()
+	path := s.slotPath(0)
 	os.WriteFile(path, []byte("{not json"), 0o600)
 	err := s.Update(func(*State) error { return nil })
-	if err == nil || !strings.Contains(err.Error(), "move it aside") {
+	if err == nil || !strings.Contains(err.Error(), "move the files aside") {
 		t.Fatalf("got %v, want an error that says what to do", err)
 	}
 	if b, _ := os.ReadFile(path); string(b) != "{not json" {
@@ -157,8 +244,5 @@ func TestParallelProcessesNeverGetTheSameAddress(t *testing.T) {
 	}
 	if used := st.used(); len(used) != 2*procs*each {
 		t.Fatalf("%d distinct addresses for %d attachments of 2 families", len(used), procs*each)
-	}
-	if left, _ := filepath.Glob(filepath.Join(dir, ".allocations-*")); len(left) != 0 {
-		t.Fatalf("temporary files left: %v", left)
 	}
 }

@@ -49,19 +49,44 @@ func EnsureBridge(h *netlink.Handle, name string, mtu int, gateways []netip.Pref
 			return nil, fmt.Errorf("set bridge %s up: %w", name, err)
 		}
 	}
-	// Adding and accepting EEXIST is one request; listing first would dump
-	// every address of the node (netlink filters the dump in user space),
-	// which grows with the number of pods.
+	// Listing first keeps the common case (the addresses are there) off the
+	// kernel's rtnl lock, which an address add takes even when it then
+	// fails with EEXIST, and which every pod being created or deleted on
+	// the node holds in turn. The list is per family, filtered to the
+	// bridge: the node's IPv4 addresses are a few (pods' addresses live in
+	// their own namespaces); its IPv6 ones include one link-local address
+	// per pod veth.
 	for _, gw := range gateways {
-		a := &netlink.Addr{IPNet: IPNet(gw)}
-		if gw.Addr().Is6() {
-			a.Flags = unix.IFA_F_NODAD // usable at once: ADD must never wait
-		}
-		if err := h.AddrAdd(br, a); err != nil && !errors.Is(err, unix.EEXIST) {
+		if err := ensureAddr(h, br, gw); err != nil {
 			return nil, fmt.Errorf("add gateway %s to bridge %s: %w", gw, name, err)
 		}
 	}
 	return br, nil
+}
+
+// ensureAddr puts addr (with its prefix length) on l unless it is there.
+func ensureAddr(h *netlink.Handle, l netlink.Link, addr netip.Prefix) error {
+	fam := netlink.FAMILY_V4
+	if addr.Addr().Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	have, err := Retry(func() ([]netlink.Addr, error) { return h.AddrList(l, fam) })
+	if err != nil {
+		return err
+	}
+	for _, a := range have {
+		if p, ok := Prefix(a.IPNet); ok && p == addr {
+			return nil
+		}
+	}
+	a := &netlink.Addr{IPNet: IPNet(addr)}
+	if addr.Addr().Is6() {
+		a.Flags = unix.IFA_F_NODAD // usable at once: ADD must never wait
+	}
+	if err := h.AddrAdd(l, a); err != nil && !errors.Is(err, unix.EEXIST) {
+		return err
+	}
+	return nil
 }
 
 func bridge(h *netlink.Handle, name string, mtu int) (*netlink.Bridge, error) {

@@ -10,10 +10,12 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/binaryutil"
 	"github.com/google/nftables/expr"
+	"github.com/google/nftables/userdata"
 	"golang.org/x/sys/unix"
 )
 
@@ -46,11 +48,36 @@ func Chain(c *nftables.Conn, t *nftables.Table, name string, typ nftables.ChainT
 
 // Rule appends a rule made of the given expression groups.
 func Rule(c *nftables.Conn, ch *nftables.Chain, groups ...[]expr.Any) {
-	var exprs []expr.Any
-	for _, g := range groups {
-		exprs = append(exprs, g...)
+	c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: slices.Concat(groups...)})
+}
+
+// CommentedRule is Rule with a comment (`nft list` shows it), by which
+// RuleComments finds the rule again.
+func CommentedRule(c *nftables.Conn, ch *nftables.Chain, comment string, groups ...[]expr.Any) {
+	c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: slices.Concat(groups...),
+		UserData: userdata.AppendString(nil, userdata.TypeComment, comment)})
+}
+
+// RuleComments lists the comments of the rules in a chain of inet table
+// `table`; a missing table or chain has none.
+func RuleComments(table, chain string) ([]string, error) {
+	c, err := nftables.New()
+	if err != nil {
+		return nil, err
 	}
-	c.AddRule(&nftables.Rule{Table: ch.Table, Chain: ch, Exprs: exprs})
+	defer c.CloseLasting()
+	t := &nftables.Table{Name: table, Family: nftables.TableFamilyINet}
+	rules, err := c.GetRules(t, &nftables.Chain{Name: chain, Table: t})
+	if err != nil {
+		return nil, fmt.Errorf("list chain %s of table inet %s: %w", chain, table, err)
+	}
+	var out []string
+	for _, r := range rules {
+		if s, ok := userdata.GetString(r.UserData, userdata.TypeComment); ok {
+			out = append(out, s)
+		}
+	}
+	return out, nil
 }
 
 func family(a netip.Addr) []expr.Any {

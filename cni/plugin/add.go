@@ -147,20 +147,19 @@ func rollback(store *ipam.Store, conf *NetConf, args *skel.CmdArgs, att ipam.Att
 }
 
 func setUp(conf *NetConf, args *skel.CmdArgs, br *netlink.Bridge, mtu int, pod *netlink.Handle, podNS netns.NsHandle, att ipam.Attachment) (*current.Result, error) {
-	hostVeth, err := addVeth(br, att.HostVeth, args.IfName, mtu, podNS, pod)
+	v, err := addVeth(br, att.HostVeth, args.IfName, mtu, podNS, pod)
 	if err != nil {
 		return nil, err
 	}
-	podLink, err := configurePod(pod, podNS, args.IfName, att.IPs)
-	if err != nil {
+	if err := configurePod(pod, v.podIndex, args.IfName, att.IPs); err != nil {
 		return nil, err
 	}
 	res := &current.Result{
 		CNIVersion: current.ImplementedSpecVersion,
 		Interfaces: []*current.Interface{
 			{Name: br.Attrs().Name, Mac: br.Attrs().HardwareAddr.String()},
-			{Name: hostVeth.Attrs().Name, Mac: hostVeth.Attrs().HardwareAddr.String(), Mtu: mtu},
-			{Name: args.IfName, Mac: podLink.Attrs().HardwareAddr.String(), Mtu: mtu, Sandbox: args.Netns},
+			{Name: att.HostVeth, Mac: v.host.Attrs().HardwareAddr.String(), Mtu: mtu},
+			{Name: args.IfName, Mac: v.podMAC.String(), Mtu: mtu, Sandbox: args.Netns},
 		},
 		DNS: conf.DNS,
 	}

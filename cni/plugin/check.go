@@ -15,16 +15,18 @@ import (
 
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/cni/link"
-	"github.com/netplane/netplane/cni/nft"
 )
 
 // cmdCheck verifies that what prevResult describes is still in place: the
 // IPAM record, the host veth on the bridge, the bridge's gateway addresses,
 // the pod interface with its addresses and default routes, and the hostPort
-// table when the pod has host ports.
+// rules of the pod's host ports.
 func cmdCheck(args *skel.CmdArgs) error {
 	conf, err := parseConf(args.StdinData)
 	if err != nil {
+		return err
+	}
+	if err := conf.parsePrevResult(); err != nil {
 		return err
 	}
 	if conf.PrevResult == nil {
@@ -58,8 +60,8 @@ func cmdCheck(args *skel.CmdArgs) error {
 		return err
 	}
 	if len(att.PortMappings) > 0 {
-		if ok, err := nft.TableExists(HostPortTable); err != nil || !ok {
-			return fmt.Errorf("the hostPort table inet %s is missing (%v)", HostPortTable, err)
+		if err := checkHostPorts(att); err != nil {
+			return err
 		}
 	}
 	return checkPod(args, att.IPs)

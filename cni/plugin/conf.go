@@ -67,11 +67,6 @@ func parseConf(data []byte) (*NetConf, error) {
 		return nil, types.NewError(types.ErrUnsupportedField, fmt.Sprintf("unsupported field ipam.type=%q", c.IPAM.Type),
 			"netplane-cni allocates pod addresses itself from podCIDRs: remove the ipam section")
 	}
-	if c.RawPrevResult != nil {
-		if err := version.ParsePrevResult(&c.NetConf); err != nil {
-			return nil, types.NewError(types.ErrDecodingFailure, "cannot decode prevResult", err.Error())
-		}
-	}
 	if c.StateDir == "" {
 		return nil, invalidConf("stateDir is empty: set it to the IPAM state directory (netplane --ipam-state-dir)")
 	}
@@ -162,6 +157,18 @@ func (c *NetConf) portMappings() ([]ipam.PortMapping, error) {
 		out = append(out, m)
 	}
 	return out, nil
+}
+
+// parsePrevResult decodes prevResult, which only CHECK reads: DEL gets it
+// too, and decoding it there would be work on every pod stop.
+func (c *NetConf) parsePrevResult() error {
+	if c.RawPrevResult == nil {
+		return nil
+	}
+	if err := version.ParsePrevResult(&c.NetConf); err != nil {
+		return types.NewError(types.ErrDecodingFailure, "cannot decode prevResult", err.Error())
+	}
+	return nil
 }
 
 func invalidConf(msg string) error {

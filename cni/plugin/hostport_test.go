@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
 
 	"github.com/netplane/netplane/cni/nft"
@@ -225,4 +226,107 @@ func TestVersionListsTheSupportedSpecVersions(t *testing.T) {
 	if strings.Join(got, ",") != "0.4.0,1.0.0,1.1.0" {
 		t.Fatalf("supported versions %v", got)
 	}
+}
+
+func TestHostPortWithHostIPForwardsOnlyOnThatAddress(t *testing.T) {
+	n := newNode(t, nodeOpts{})
+	n.ns.Sysctl(t, "net.ipv4.ip_forward", "1")
+	ext := netns.Host(t, "ext", n.ns, "uplink", "eth0")
+	n.ns.Addr(t, "uplink", "192.168.50.1/24")
+	n.ns.Addr(t, "uplink", "192.168.50.3/24") // another address of the node
+	ext.Addr(t, "eth0", "192.168.50.2/24")
+
+	pod := netns.New(t, "pod")
+	r := rt(pod, "hostip")
+	r.CapabilityArgs = map[string]any{"portMappings": []map[string]any{
+		{"hostPort": 30090, "containerPort": 8080, "protocol": "tcp", "hostIP": "192.168.50.1"},
+		{"hostPort": 30090, "containerPort": 8080, "protocol": "udp", "hostIP": "192.168.50.1"},
+	}}
+	n.mustAdd(t, r)
+	echoServers(t, pod, "p", 8080)
+
+	askEventually(t, ext, "tcp", "192.168.50.1:30090", "p ping")
+	askEventually(t, ext, "udp", "192.168.50.1:30090", "p ping")
+	askEventually(t, n.ns, "tcp", "192.168.50.1:30090", "p ping")
+	for _, tc := range []struct {
+		from *netns.NS
+		who  string
+		addr string
+	}{
+		{ext, "outside, to the node's other address", "192.168.50.3"},
+		{n.ns, "the node, to its other address", "192.168.50.3"},
+		{n.ns, "the node, to localhost", "127.0.0.1"},
+	} {
+		t.Run(tc.who, func(t *testing.T) {
+			for _, network := range []string{"tcp", "udp"} {
+				if got, err := ask(tc.from, network, tc.addr+":30090"); err == nil {
+					t.Errorf("%s %s:30090 answered %q; the mapping is for 192.168.50.1 only", network, tc.addr, got)
+				}
+			}
+		})
+	}
+	if err := n.check(r); err != nil {
+		t.Fatalf("CHECK: %v", err)
+	}
+	n.mustDel(t, r)
+	n.requireClean(t)
+}
+
+func TestCheckFailsWhenOneOfThePodsHostPortRulesIsRemoved(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		delete func(t *testing.T, n *node)
+		want   string // in CHECK's error
+	}{
+		{"the pod's TCP rule", func(t *testing.T, n *node) { deleteRule(t, n, "hostports", "hp-a/eth0 tcp *:30080") }, `"hp-a/eth0 tcp *:30080 -> 10.244.1.2:8080" is missing`},
+		{"the pod's UDP rule", func(t *testing.T, n *node) { deleteRule(t, n, "hostports", "hp-a/eth0 udp *:30053") }, `"hp-a/eth0 udp *:30053 -> 10.244.1.2:8080" is missing`},
+		{"the jump from prerouting", func(t *testing.T, n *node) { deleteRule(t, n, "prerouting", "to hostports") }, "chain prerouting of table inet netplane-hostports does not jump"},
+		{"the output chain", func(t *testing.T, n *node) {
+			n.ns.MustExec(t, "nft", "delete", "chain", "inet", plugin.HostPortTable, "output")
+		}, "chain output of table inet netplane-hostports does not jump"},
+		{"the table", func(t *testing.T, n *node) {
+			n.ns.MustExec(t, "nft", "delete", "table", "inet", plugin.HostPortTable)
+		}, "the hostPort table inet netplane-hostports is missing"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newNode(t, nodeOpts{})
+			ra, rb := rt(netns.New(t, "pod"), "hp-a"), rt(netns.New(t, "pod"), "hp-b")
+			ra.CapabilityArgs = map[string]any{"portMappings": []map[string]any{
+				{"hostPort": 30080, "containerPort": 8080, "protocol": "tcp"},
+				{"hostPort": 30053, "containerPort": 8080, "protocol": "udp"},
+			}}
+			rb.CapabilityArgs = map[string]any{"portMappings": []map[string]any{{"hostPort": 30081, "containerPort": 8080}}}
+			n.mustAdd(t, ra)
+			n.mustAdd(t, rb)
+			for _, r := range []*libcni.RuntimeConf{ra, rb} {
+				if err := n.check(r); err != nil {
+					t.Fatalf("CHECK %s before: %v", r.ContainerID, err)
+				}
+			}
+			tc.delete(t, n)
+			err := n.check(ra)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("CHECK after deleting %s: %v, want an error containing %q", tc.name, err, tc.want)
+			}
+			// The next change of host ports on the node restores the rules.
+			n.mustDel(t, rb)
+			if err := n.check(ra); err != nil {
+				t.Fatalf("CHECK after the table was rewritten: %v", err)
+			}
+		})
+	}
+}
+
+// deleteRule deletes the rule of chain whose comment starts with prefix.
+func deleteRule(t *testing.T, n *node, chain, prefix string) {
+	t.Helper()
+	out := n.ns.MustExec(t, "nft", "-a", "list", "chain", "inet", plugin.HostPortTable, chain)
+	for _, line := range strings.Split(out, "\n") {
+		_, handle, ok := strings.Cut(line, "# handle ")
+		if ok && strings.Contains(line, `comment "`+prefix) {
+			n.ns.MustExec(t, "nft", "delete", "rule", "inet", plugin.HostPortTable, chain, "handle", strings.TrimSpace(handle))
+			return
+		}
+	}
+	t.Fatalf("no rule commented %q in chain %s:\n%s", prefix, chain, out)
 }

@@ -3,9 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
-	"net"
 	"net/netip"
-	"runtime"
 	"strings"
 
 	"github.com/vishvananda/netlink"
@@ -16,17 +14,10 @@ import (
 	"github.com/netplane/netplane/cni/link"
 )
 
-// addVeth creates the pair with each end born in its final namespace (the
-// pod end named ifname in podNS, the host end on the node), so nothing is
-// moved or renamed: moving links between namespaces serialises on the
-// kernel's rtnl lock and is the slow part of pod start-up under load.
-func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, podNS netns.NsHandle, pod *netlink.Handle) (netlink.Link, error) {
-	attrs := netlink.NewLinkAttrs()
-	attrs.Name = hostName
-	attrs.MTU = mtu
-	attrs.Flags = net.FlagUp
-	veth := &netlink.Veth{LinkAttrs: attrs, PeerName: ifname, PeerNamespace: netlink.NsFd(int(podNS))}
-	err := host.LinkAdd(veth)
+// addVeth creates the pair (createVeth) and turns hairpin on for the host
+// end. A leftover of the same name is replaced.
+func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, podNS netns.NsHandle, pod *netlink.Handle) (*veth, error) {
+	v, err := createVeth(hostName, ifname, mtu, br.Attrs().Index, podNS)
 	if errors.Is(err, unix.EEXIST) {
 		// Leftovers of an earlier attachment: a host end of this very
 		// attachment (its name is derived from the container ID) left by a
@@ -38,66 +29,50 @@ func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, podNS netns.N
 		if derr := deleteCutOff(pod, ifname); derr != nil {
 			return nil, derr
 		}
-		err = host.LinkAdd(veth)
+		v, err = createVeth(hostName, ifname, mtu, br.Attrs().Index, podNS)
 	}
 	if errors.Is(err, unix.EEXIST) {
 		return nil, fmt.Errorf("interface %s already exists in the pod's network namespace: DEL the old attachment or choose another CNI_IFNAME", ifname)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("create veth %s (pod end %s): %w", hostName, ifname, err)
-	}
-	l, err := host.LinkByName(hostName)
-	if err != nil {
-		return nil, fmt.Errorf("look up veth %s: %w", hostName, err)
-	}
-	if err := host.LinkSetMasterByIndex(l, br.Attrs().Index); err != nil {
-		return nil, fmt.Errorf("attach %s to bridge %s: %w", hostName, br.Attrs().Name, err)
+		return nil, fmt.Errorf("create veth %s (pod end %s) on bridge %s: %w", hostName, ifname, br.Attrs().Name, err)
 	}
 	// Hairpin lets a pod reach itself through a Service or hostPort whose
-	// DNAT sends the packet back out of the port it came in on.
-	if err := host.LinkSetHairpin(l, true); err != nil {
+	// DNAT sends the packet back out of the port it came in on. The kernel
+	// takes bridge port flags only once the port exists, so this is a
+	// request of its own.
+	if err := host.LinkSetHairpin(v.host, true); err != nil {
 		return nil, fmt.Errorf("set hairpin on %s: %w", hostName, err)
 	}
-	return l, nil
+	return v, nil
 }
 
 // configurePod gives the pod end its addresses, brings it up and adds a
-// default route per family via the bridge's gateway address.
-func configurePod(pod *netlink.Handle, podNS netns.NsHandle, ifname string, ips []netip.Prefix) (netlink.Link, error) {
-	l, err := pod.LinkByName(ifname)
-	if err != nil {
-		return nil, fmt.Errorf("find %s in the pod: %w", ifname, err)
-	}
-	for _, ip := range ips {
-		if ip.Addr().Is6() {
-			// Duplicate address detection would keep the address tentative
-			// (unusable) for a second or more after ADD returns.
-			if err := inNS(podNS, func() error { return link.Sysctl("net/ipv6/conf/"+ifname+"/accept_dad", "0") }); err != nil {
-				return nil, err
-			}
-			break
-		}
-	}
+// default route per family via the bridge's gateway address. IPv6 addresses
+// skip duplicate address detection (IFA_F_NODAD), which would keep them
+// tentative, unusable, for a second or more after ADD returns.
+func configurePod(pod *netlink.Handle, podIndex int, ifname string, ips []netip.Prefix) error {
+	l := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: podIndex, Name: ifname}}
 	for _, ip := range ips {
 		a := &netlink.Addr{IPNet: link.IPNet(ip)}
 		if ip.Addr().Is6() {
 			a.Flags = unix.IFA_F_NODAD
 		}
 		if err := pod.AddrAdd(l, a); err != nil {
-			return nil, fmt.Errorf("add %s to %s in the pod: %w", ip, ifname, err)
+			return fmt.Errorf("add %s to %s in the pod: %w", ip, ifname, err)
 		}
 	}
 	if err := pod.LinkSetUp(l); err != nil {
-		return nil, fmt.Errorf("set %s up in the pod: %w", ifname, err)
+		return fmt.Errorf("set %s up in the pod: %w", ifname, err)
 	}
 	for _, ip := range ips {
 		dst := defaultDst(ip.Addr())
-		r := &netlink.Route{LinkIndex: l.Attrs().Index, Dst: &dst, Gw: ipam.Gateway(ip.Masked()).AsSlice()}
+		r := &netlink.Route{LinkIndex: podIndex, Dst: &dst, Gw: ipam.Gateway(ip.Masked()).AsSlice()}
 		if err := pod.RouteAdd(r); err != nil && !errors.Is(err, unix.EEXIST) {
-			return nil, fmt.Errorf("add default route via %s in the pod: %w", r.Gw, err)
+			return fmt.Errorf("add default route via %s in the pod: %w", r.Gw, err)
 		}
 	}
-	return pod.LinkByName(ifname) // fresh attributes (MAC) for the result
+	return nil
 }
 
 // deleteCutOff deletes the pod's ifname if it is the peer of a host veth
@@ -131,27 +106,4 @@ func deleteLink(name string) error {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	return nil
-}
-
-// inNS runs fn on this OS thread switched into ns; /proc/sys/net follows
-// the thread's network namespace.
-func inNS(ns netns.NsHandle, fn func() error) error {
-	runtime.LockOSThread()
-	orig, err := netns.Get()
-	if err != nil {
-		runtime.UnlockOSThread()
-		return err
-	}
-	defer orig.Close()
-	if err := netns.Set(ns); err != nil {
-		runtime.UnlockOSThread()
-		return fmt.Errorf("enter the pod's network namespace: %w", err)
-	}
-	ferr := fn()
-	if err := netns.Set(orig); err != nil {
-		// Stay locked: the thread is in the wrong namespace and must die.
-		return fmt.Errorf("leave the pod's network namespace: %w", err)
-	}
-	runtime.UnlockOSThread()
-	return ferr
 }
