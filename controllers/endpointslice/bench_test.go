@@ -1,7 +1,6 @@
 package endpointslice
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -9,13 +8,11 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -26,8 +23,6 @@ import (
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
-	"github.com/netplane/netplane/internal/role"
-	"github.com/netplane/netplane/internal/serve"
 )
 
 // benchScale is the issue's benchmark; NETPLANE_BENCH_SCALE=services,pods,big,flips
@@ -59,25 +54,29 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		churnWrites     int
 		p50, p99, worst time.Duration
 	}
-	run := func(name string, start func(s *framework.APIServer) (stop func())) result {
+	// run measures one contender; start launches it and returns a function
+	// describing its own view (sync results), logged after each phase.
+	run := func(name string, start func(s *framework.APIServer) (describe func() string)) result {
 		s := framework.StartAPIServer(b, framework.Options{})
 		pods := populateBench(b, s, scale)
 		w := watchSlices(b, s)
+		b.Logf("%s: load average %s", name, loadAverage())
 		t0, writes0 := time.Now(), sliceWrites(b, s)
-		stop := start(s)
-		defer stop()
+		describe := start(s)
 		w.waitCounts(b, expectedCounts(scale), 30*time.Minute)
 		var r result
-		r.cold, r.coldWrites = time.Since(t0), sliceWrites(b, s)-writes0
 		writes1 := sliceWrites(b, s)
-		lat := flipAndMeasure(b, s, w, pods, scale.flips)
-		r.churnWrites = sliceWrites(b, s) - writes1
+		r.cold, r.coldWrites = time.Since(t0), writes1.total()-writes0.total()
+		b.Logf("%s: cold start %v, slice writes %s; %s", name, r.cold.Round(time.Millisecond), writes1.minus(writes0), describe())
+		lat, flipping := flipAndMeasure(b, s, w, pods, scale.flips)
+		writes2 := sliceWrites(b, s)
+		r.churnWrites = writes2.total() - writes1.total()
 		r.p50, r.p99, r.worst = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
-		b.Logf("%s: cold start %v with %d writes; churn of %d flips: %d writes, latency p50 %v p99 %v max %v",
-			name, r.cold.Round(time.Millisecond), r.coldWrites, scale.flips, r.churnWrites, r.p50, r.p99, r.worst)
+		b.Logf("%s: churn of %d flips (sent in %v): slice writes %s; latency p50 %v p99 %v max %v; %s; load average %s",
+			name, scale.flips, flipping.Round(time.Millisecond), writes2.minus(writes1), r.p50, r.p99, r.worst, describe(), loadAverage())
 		return r
 	}
-	upstream := run("kube-controller-manager", func(s *framework.APIServer) func() {
+	upstream := run("kube-controller-manager", func(s *framework.APIServer) func() string {
 		p, err := framework.StartProcess("kube-controller-manager", exec.Command(kcm,
 			"--kubeconfig="+s.Kubeconfig, "--controllers=endpointslice,endpointslicemirroring",
 			"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
@@ -86,20 +85,24 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return func() { p.Stop(10 * time.Second) }
+		b.Cleanup(func() { p.Stop(10 * time.Second) })
+		return func() string { return "" }
 	})
-	ours := run("netplane", func(s *framework.APIServer) func() { return startBenchRole(b, s, 20, 30) })
+	ours := run("netplane", func(s *framework.APIServer) func() string { return startBenchNetplane(b, s, 20, 30) })
 	ratio := func(a, b float64) float64 { return a / b }
 	b.ReportMetric(ratio(ours.cold.Seconds(), upstream.cold.Seconds()), "cold-time-ratio")
 	b.ReportMetric(ratio(float64(ours.coldWrites), float64(upstream.coldWrites)), "cold-writes-ratio")
 	b.ReportMetric(ratio(float64(ours.churnWrites), float64(upstream.churnWrites)), "churn-writes-ratio")
 	b.ReportMetric(ratio(float64(ours.p99), float64(upstream.p99)), "churn-p99-ratio")
 	b.ReportMetric(ratio(float64(ours.p50), float64(upstream.p50)), "churn-p50-ratio")
+	if os.Getenv("NETPLANE_BENCH_SAME_RATE_ONLY") == "1" {
+		return
+	}
 	// netplane's own defaults: a higher write rate, kept safe by the API
 	// server's priority and fairness.
 	d := v1alpha1.Default().Controller
-	own := run(fmt.Sprintf("netplane with its defaults (QPS %v/%d)", d.KubeAPIQPS, d.KubeAPIBurst), func(s *framework.APIServer) func() {
-		return startBenchRole(b, s, d.KubeAPIQPS, int(d.KubeAPIBurst))
+	own := run(fmt.Sprintf("netplane with its defaults (QPS %v/%d)", d.KubeAPIQPS, d.KubeAPIBurst), func(s *framework.APIServer) func() string {
+		return startBenchNetplane(b, s, d.KubeAPIQPS, int(d.KubeAPIBurst))
 	})
 	b.ReportMetric(ratio(own.cold.Seconds(), upstream.cold.Seconds()), "defaults-cold-time-ratio")
 	b.ReportMetric(ratio(float64(own.coldWrites), float64(upstream.coldWrites)), "defaults-cold-writes-ratio")
@@ -107,29 +110,26 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 	b.ReportMetric(ratio(float64(own.p99), float64(upstream.p99)), "defaults-churn-p99-ratio")
 }
 
-// startBenchRole runs the controller role in-process with the given client
-// rate limits, as `netplane --role=controller` would.
-func startBenchRole(b *testing.B, s *framework.APIServer, qps float32, burst int) func() {
-	cfg := v1alpha1.Default()
-	cfg.Roles = []string{v1alpha1.RoleController}
-	cfg.Controller.LeaderElection.LeaderElect = false
-	cfg.Controller.KubeAPIQPS, cfg.Controller.KubeAPIBurst = qps, int32(burst)
-	rc := rest.CopyConfig(s.RestConfig)
-	rc.QPS, rc.Burst = qps, burst
-	client := kubernetes.NewForConfigOrDie(rc)
-	f := informers.NewSharedInformerFactory(client, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	d := role.Deps{Config: cfg, RestConfig: rc, Client: client, Informers: f, Checks: serve.NewChecks(),
-		Metrics: prometheus.NewRegistry(), Log: logrDiscard()}
-	go func() { done <- Run(ctx, d) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Errorf("role: %v", err)
-		}
-		f.Shutdown()
+// startBenchNetplane runs `netplane --role=controller` as a process with the
+// given write rate limits; its informers keep the default 20/30, as
+// kube-controller-manager's do. It returns a description of its sync
+// results so far.
+func startBenchNetplane(b *testing.B, s *framework.APIServer, qps float32, burst int) func() string {
+	name := fmt.Sprintf("netplane-%v-%d", qps, burst)
+	p := startNetplane(b, s, name,
+		fmt.Sprintf("--controller-kube-api-qps=%v", qps), fmt.Sprintf("--controller-kube-api-burst=%d", burst))
+	return func() string {
+		return "syncs " + formatCounts(p.counters(b, "netplane_endpointslice_syncs_total", "result"))
 	}
+}
+
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
+	}
+	f := strings.Fields(string(raw))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func benchClient(s *framework.APIServer) kubernetes.Interface {
@@ -303,7 +303,7 @@ func (w *sliceWatch) waitCounts(b *testing.B, want map[string]int, timeout time.
 
 // flipAndMeasure sets Ready=False on n distinct random pods, as fast as 16
 // writers go, and returns each flip's latency until a slice showed it.
-func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods map[string]*corev1.Pod, n int) []time.Duration {
+func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods map[string]*corev1.Pod, n int) ([]time.Duration, time.Duration) {
 	c := benchClient(s)
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range pods {
@@ -316,6 +316,7 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 	names = names[:min(n, len(names))]
 	jobs := make(chan string)
 	var wg sync.WaitGroup
+	t0 := time.Now()
 	for range 16 {
 		wg.Go(func() {
 			for name := range jobs {
@@ -336,6 +337,7 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 	}
 	close(jobs)
 	wg.Wait()
+	sent := time.Since(t0)
 	deadline := time.After(30 * time.Minute)
 	for {
 		w.mu.Lock()
@@ -355,7 +357,7 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 	defer w.mu.Unlock()
 	out := w.latency
 	w.latency = nil
-	return out
+	return out, sent
 }
 
 func percentile(d []time.Duration, p int) time.Duration {
@@ -368,29 +370,41 @@ func percentile(d []time.Duration, p int) time.Duration {
 	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
 }
 
-// sliceWrites reads the API server's own count of EndpointSlice writes
-// (apiserver_request_total), so that both contenders are counted the same.
-func sliceWrites(b *testing.B, s *framework.APIServer) int {
+// writeCounts are EndpointSlice writes by "VERB code", as the API server
+// counted them (apiserver_request_total), so that both contenders are
+// counted the same and failed writes (409 conflicts) show.
+type writeCounts map[string]int
+
+func (w writeCounts) total() int {
+	n := 0
+	for _, v := range w {
+		n += v
+	}
+	return n
+}
+
+func (w writeCounts) minus(before writeCounts) string {
+	d := map[string]int{}
+	for k, v := range w {
+		if v -= before[k]; v != 0 {
+			d[k] = v
+		}
+	}
+	return formatCounts(d)
+}
+
+func sliceWrites(b *testing.B, s *framework.APIServer) writeCounts {
 	raw, err := s.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
-	total := 0
-	sc := bufio.NewScanner(strings.NewReader(string(raw)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="endpointslices"`) {
+	out := writeCounts{}
+	for _, x := range parseSamples(string(raw), "apiserver_request_total") {
+		verb := x.labels["verb"]
+		if x.labels["resource"] != "endpointslices" || !slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE"}, verb) {
 			continue
 		}
-		if !strings.Contains(line, `verb="POST"`) && !strings.Contains(line, `verb="PUT"`) &&
-			!strings.Contains(line, `verb="DELETE"`) && !strings.Contains(line, `verb="PATCH"`) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err == nil {
-			total += int(v)
-		}
+		out[verb+" "+x.labels["code"]] += int(x.value)
 	}
-	return total
+	return out
 }
