@@ -15,6 +15,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -195,6 +196,9 @@ func populateBench(b *testing.B, s *framework.APIServer, scale benchScale) map[s
 	}
 	close(jobs)
 	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
 	return pods
 }
 
@@ -208,18 +212,48 @@ func benchPod(svc string, i int) *corev1.Pod {
 	return p
 }
 
+// mustCreatePod creates p and sets its status, retrying what a loaded API
+// server fails transiently (etcd timeouts); it fails the benchmark only
+// after several tries, and never stops the caller's loop (it may run on a
+// worker goroutine).
 func mustCreatePod(b *testing.B, c kubernetes.Interface, p *corev1.Pod) *corev1.Pod {
 	ctx := context.Background()
 	status := p.Status
-	got, err := c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
-		b.Fatal(err)
+	var got *corev1.Pod
+	err := retryTransient(func() (err error) {
+		got, err = c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) { // an earlier try went through
+			got, err = c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		}
+		return err
+	})
+	if err == nil {
+		err = retryTransient(func() (err error) {
+			got.Status = status
+			got, err = c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{})
+			if apierrors.IsConflict(err) {
+				got, _ = c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			}
+			return err
+		})
 	}
-	got.Status = status
-	if got, err = c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
-		b.Fatal(err)
+	if err != nil {
+		b.Errorf("pod %s: %v", p.Name, err)
+		return p
 	}
 	return got
+}
+
+// retryTransient runs f up to five times, a second apart, while it fails.
+func retryTransient(f func() error) error {
+	var err error
+	for range 5 {
+		if err = f(); err == nil {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return err
 }
 
 // sliceWatch follows every EndpointSlice: endpoint counts per Service, and
@@ -326,8 +360,15 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 				w.mu.Lock()
 				w.pending[name] = time.Now()
 				w.mu.Unlock()
-				if _, err := c.CoreV1().Pods("bench").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
-					b.Error(err)
+				err := retryTransient(func() error {
+					_, err := c.CoreV1().Pods("bench").UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+					return err
+				})
+				if err != nil {
+					b.Errorf("flipping %s: %v", name, err)
+					w.mu.Lock()
+					delete(w.pending, name)
+					w.mu.Unlock()
 				}
 			}
 		})
