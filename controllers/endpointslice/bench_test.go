@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -56,28 +57,34 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		p50, p99, worst time.Duration
 	}
 	// run measures one contender; start launches it and returns a function
-	// describing its own view (sync results), logged after each phase.
-	run := func(name string, start func(s *framework.APIServer) (describe func() string)) result {
+	// describing its own view (sync results), logged after each phase, and
+	// one stopping it. Everything a run started is stopped before the next
+	// one, so that no contender runs beside another.
+	run := func(name string, start func(s *framework.APIServer) (describe func() string, stop func())) result {
 		s := framework.StartAPIServer(b, framework.Options{})
 		pods := populateBench(b, s, scale)
 		w := watchSlices(b, s)
 		b.Logf("%s: load average %s", name, loadAverage())
 		t0, writes0 := time.Now(), sliceWrites(b, s)
-		describe := start(s)
+		describe, stop := start(s)
+		defer s.Stop()
+		defer w.stop()
+		defer stop()
 		w.waitCounts(b, expectedCounts(scale), 30*time.Minute)
 		var r result
 		writes1 := sliceWrites(b, s)
 		r.cold, r.coldWrites = time.Since(t0), writes1.total()-writes0.total()
 		b.Logf("%s: cold start %v, slice writes %s; %s", name, r.cold.Round(time.Millisecond), writes1.minus(writes0), describe())
-		lat, flipping := flipAndMeasure(b, s, w, pods, scale.flips)
+		lat, flipping, churn := flipAndMeasure(b, s, w, pods, scale.flips)
 		writes2 := sliceWrites(b, s)
 		r.churnWrites = writes2.total() - writes1.total()
 		r.p50, r.p99, r.worst = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
-		b.Logf("%s: churn of %d flips (sent in %v): slice writes %s; latency p50 %v p99 %v max %v; %s; load average %s",
-			name, scale.flips, flipping.Round(time.Millisecond), writes2.minus(writes1), r.p50, r.p99, r.worst, describe(), loadAverage())
+		b.Logf("%s: churn of %d flips (sent in %v, all shown after %v): slice writes %s; latency p50 %v p99 %v max %v; %s; load average %s",
+			name, scale.flips, flipping.Round(time.Millisecond), churn.Round(time.Millisecond), writes2.minus(writes1),
+			r.p50, r.p99, r.worst, describe(), loadAverage())
 		return r
 	}
-	upstream := run("kube-controller-manager", func(s *framework.APIServer) func() string {
+	upstream := run("kube-controller-manager", func(s *framework.APIServer) (func() string, func()) {
 		p, err := framework.StartProcess("kube-controller-manager", exec.Command(kcm,
 			"--kubeconfig="+s.Kubeconfig, "--controllers=endpointslice,endpointslicemirroring",
 			"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
@@ -86,10 +93,11 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		b.Cleanup(func() { p.Stop(10 * time.Second) })
-		return func() string { return "" }
+		stop := func() { p.Stop(10 * time.Second) }
+		b.Cleanup(stop)
+		return func() string { return "" }, stop
 	})
-	ours := run("netplane", func(s *framework.APIServer) func() string { return startBenchNetplane(b, s, 20, 30) })
+	ours := run("netplane", func(s *framework.APIServer) (func() string, func()) { return startBenchNetplane(b, s, 20, 30) })
 	ratio := func(a, b float64) float64 { return a / b }
 	b.ReportMetric(ratio(ours.cold.Seconds(), upstream.cold.Seconds()), "cold-time-ratio")
 	b.ReportMetric(ratio(float64(ours.coldWrites), float64(upstream.coldWrites)), "cold-writes-ratio")
@@ -102,7 +110,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 	// netplane's own defaults: a higher write rate, kept safe by the API
 	// server's priority and fairness.
 	d := v1alpha1.Default().Controller
-	own := run(fmt.Sprintf("netplane with its defaults (QPS %v/%d)", d.KubeAPIQPS, d.KubeAPIBurst), func(s *framework.APIServer) func() string {
+	own := run(fmt.Sprintf("netplane with its defaults (QPS %v/%d)", d.KubeAPIQPS, d.KubeAPIBurst), func(s *framework.APIServer) (func() string, func()) {
 		return startBenchNetplane(b, s, d.KubeAPIQPS, int(d.KubeAPIBurst))
 	})
 	b.ReportMetric(ratio(own.cold.Seconds(), upstream.cold.Seconds()), "defaults-cold-time-ratio")
@@ -114,14 +122,14 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 // startBenchNetplane runs `netplane --role=controller` as a process with the
 // given write rate limits; its informers keep the default 20/30, as
 // kube-controller-manager's do. It returns a description of its sync
-// results so far.
-func startBenchNetplane(b *testing.B, s *framework.APIServer, qps float32, burst int) func() string {
+// results so far, and a stop function.
+func startBenchNetplane(b *testing.B, s *framework.APIServer, qps float32, burst int) (func() string, func()) {
 	name := fmt.Sprintf("netplane-%v-%d", qps, burst)
 	p := startNetplane(b, s, name,
 		fmt.Sprintf("--controller-kube-api-qps=%v", qps), fmt.Sprintf("--controller-kube-api-burst=%d", burst))
 	return func() string {
 		return "syncs " + formatCounts(p.counters(b, "netplane_endpointslice_syncs_total", "result"))
-	}
+	}, func() { p.p.Stop(15 * time.Second) }
 }
 
 func loadAverage() string {
@@ -265,6 +273,7 @@ type sliceWatch struct {
 	pending map[string]time.Time
 	latency []time.Duration
 	changed chan struct{}
+	stop    func()
 }
 
 func watchSlices(b *testing.B, s *framework.APIServer) *sliceWatch {
@@ -281,7 +290,8 @@ func watchSlices(b *testing.B, s *framework.APIServer) *sliceWatch {
 		},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(func() { cancel(); f.Shutdown() })
+	w.stop = sync.OnceFunc(func() { cancel(); f.Shutdown() })
+	b.Cleanup(w.stop)
 	f.Start(ctx.Done())
 	return w
 }
@@ -335,9 +345,16 @@ func (w *sliceWatch) waitCounts(b *testing.B, want map[string]int, timeout time.
 	}
 }
 
-// flipAndMeasure sets Ready=False on n distinct random pods, as fast as 16
-// writers go, and returns each flip's latency until a slice showed it.
-func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods map[string]*corev1.Pod, n int) ([]time.Duration, time.Duration) {
+// benchFlipRate paces the churn (flips per second). How long the flips
+// take decides how many of one Service's flips a sync can batch, so an
+// unpaced flipper, as fast as a loaded API server lets it be, would give
+// the two contenders different workloads.
+const benchFlipRate = 100
+
+// flipAndMeasure sets Ready=False on n distinct random pods at
+// benchFlipRate, and returns each flip's latency until a slice showed it,
+// how long sending the flips took and how long until the last one showed.
+func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods map[string]*corev1.Pod, n int) (lat []time.Duration, sent, total time.Duration) {
 	c := benchClient(s)
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range pods {
@@ -373,12 +390,16 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 			}
 		})
 	}
+	pace := rate.NewLimiter(benchFlipRate, 1)
 	for _, name := range names {
+		if err := pace.Wait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
 		jobs <- name
 	}
 	close(jobs)
 	wg.Wait()
-	sent := time.Since(t0)
+	sent = time.Since(t0)
 	deadline := time.After(30 * time.Minute)
 	for {
 		w.mu.Lock()
@@ -396,9 +417,8 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := w.latency
-	w.latency = nil
-	return out, sent
+	lat, w.latency = w.latency, nil
+	return lat, sent, time.Since(t0)
 }
 
 func percentile(d []time.Duration, p int) time.Duration {
