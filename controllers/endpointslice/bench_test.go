@@ -8,12 +8,13 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
-	"golang.org/x/time/rate"
+	ratelimit "golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
@@ -27,18 +28,28 @@ import (
 	"github.com/netplane/netplane/e2e/framework"
 )
 
-// benchScale is the benchmark; NETPLANE_BENCH_SCALE=services,pods,big,flips
-// shrinks it (e.g. 200,25,1000,1000) for a quick run.
-type benchScale struct{ services, pods, big, flips int }
+// benchScale is the benchmark; NETPLANE_BENCH_SCALE=services,pods,big,flips[,rate]
+// shrinks it (e.g. 400,25,1000,2000 for a quick run) or changes the flip
+// rate (flips per second; e.g. 20,25,0,400,20 is a churn light enough that
+// the controller keeps up and a Service often changes again while its last
+// write is in flight).
+type benchScale struct{ services, pods, big, flips, rate int }
 
 func scaleFromEnv(b *testing.B) benchScale {
-	s := benchScale{2000, 25, 5000, 10000}
+	s := benchScale{2000, 25, 5000, 10000, 100}
 	if v := os.Getenv("NETPLANE_BENCH_SCALE"); v != "" {
-		var n [4]int
-		if _, err := fmt.Sscanf(v, "%d,%d,%d,%d", &n[0], &n[1], &n[2], &n[3]); err != nil {
-			b.Fatalf("NETPLANE_BENCH_SCALE=%q: want services,pods,big,flips", v)
+		n := []int{0, 0, 0, 0, s.rate}
+		parts := strings.Split(v, ",")
+		if len(parts) < 4 || len(parts) > 5 {
+			b.Fatalf("NETPLANE_BENCH_SCALE=%q: want services,pods,big,flips[,rate]", v)
 		}
-		s = benchScale{n[0], n[1], n[2], n[3]}
+		for i, p := range parts {
+			var err error
+			if n[i], err = strconv.Atoi(p); err != nil || n[i] < 0 {
+				b.Fatalf("NETPLANE_BENCH_SCALE=%q: %q is not a count", v, p)
+			}
+		}
+		s = benchScale{n[0], n[1], n[2], n[3], max(n[4], 1)}
 	}
 	return s
 }
@@ -64,7 +75,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		s := framework.StartAPIServer(b, framework.Options{})
 		pods := populateBench(b, s, scale)
 		w := watchSlices(b, s)
-		b.Logf("%s: load average %s", name, loadAverage())
+		progress(b, "%s: load average %s", name, loadAverage())
 		t0, writes0 := time.Now(), sliceWrites(b, s)
 		describe, stop := start(s)
 		defer s.Stop()
@@ -74,13 +85,13 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		var r result
 		writes1 := sliceWrites(b, s)
 		r.cold, r.coldWrites = time.Since(t0), writes1.total()-writes0.total()
-		b.Logf("%s: cold start %v, slice writes %s; %s", name, r.cold.Round(time.Millisecond), writes1.minus(writes0), describe())
-		lat, flipping, churn := flipAndMeasure(b, s, w, pods, scale.flips)
+		progress(b, "%s: cold start %v, slice writes %s; %s", name, r.cold.Round(time.Millisecond), writes1.minus(writes0), describe())
+		lat, flipping, churn := flipAndMeasure(b, s, w, pods, scale.flips, scale.rate)
 		writes2 := sliceWrites(b, s)
 		r.churnWrites = writes2.total() - writes1.total()
 		r.p50, r.p99, r.worst = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
-		b.Logf("%s: churn of %d flips (sent in %v, all shown after %v): slice writes %s; latency p50 %v p99 %v max %v; %s; load average %s",
-			name, scale.flips, flipping.Round(time.Millisecond), churn.Round(time.Millisecond), writes2.minus(writes1),
+		progress(b, "%s: churn of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p99 %v max %v; %s; load average %s",
+			name, scale.flips, scale.rate, flipping.Round(time.Millisecond), churn.Round(time.Millisecond), writes2.minus(writes1),
 			r.p50, r.p99, r.worst, describe(), loadAverage())
 		return r
 	}
@@ -130,6 +141,15 @@ func startBenchNetplane(b *testing.B, s *framework.APIServer, qps float32, burst
 	return func() string {
 		return "syncs " + formatCounts(p.counters(b, "netplane_endpointslice_syncs_total", "result"))
 	}, func() { p.p.Stop(15 * time.Second) }
+}
+
+// progress logs a result and also prints it at once: a benchmark's log is
+// shown only when it ends, and a full-scale run takes long enough that a
+// partial result is worth seeing.
+func progress(b *testing.B, format string, args ...any) {
+	b.Helper()
+	b.Logf(format, args...)
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
 }
 
 func loadAverage() string {
@@ -345,16 +365,14 @@ func (w *sliceWatch) waitCounts(b *testing.B, want map[string]int, timeout time.
 	}
 }
 
-// benchFlipRate paces the churn (flips per second). How long the flips
-// take decides how many of one Service's flips a sync can batch, so an
-// unpaced flipper, as fast as a loaded API server lets it be, would give
-// the two contenders different workloads.
-const benchFlipRate = 100
-
-// flipAndMeasure sets Ready=False on n distinct random pods at
-// benchFlipRate, and returns each flip's latency until a slice showed it,
+// flipAndMeasure sets Ready=False on n distinct random pods at rate flips
+// per second, and returns each flip's latency until a slice showed it,
 // how long sending the flips took and how long until the last one showed.
-func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods map[string]*corev1.Pod, n int) (lat []time.Duration, sent, total time.Duration) {
+//
+// The pace matters: how long the flips take decides how many of one
+// Service's flips a sync can batch, so an unpaced flipper, as fast as a
+// loaded API server lets it be, would give the contenders different work.
+func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods map[string]*corev1.Pod, n, rate int) (lat []time.Duration, sent, total time.Duration) {
 	c := benchClient(s)
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range pods {
@@ -390,7 +408,7 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 			}
 		})
 	}
-	pace := rate.NewLimiter(benchFlipRate, 1)
+	pace := ratelimit.NewLimiter(ratelimit.Limit(rate), 1)
 	for _, name := range names {
 		if err := pace.Wait(context.Background()); err != nil {
 			b.Fatal(err)
