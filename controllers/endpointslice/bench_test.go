@@ -214,7 +214,14 @@ func populateBench(b *testing.B, s *framework.APIServer, scale benchScale) map[s
 	for name, n := range benchServiceNames(scale) {
 		svc := newService(name)
 		svc.Namespace, svc.UID, svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "bench", "", "", nil
-		if _, err := c.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		err := retryTransient(func() error {
+			_, err := c.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) { // an earlier try went through
+				return nil
+			}
+			return err
+		})
+		if err != nil {
 			b.Fatal(err)
 		}
 		for i := range n {
@@ -256,11 +263,16 @@ func mustCreatePod(b *testing.B, c kubernetes.Interface, p *corev1.Pod) *corev1.
 		return err
 	})
 	if err == nil {
-		err = retryTransient(func() (err error) {
+		err = retryTransient(func() error {
 			got.Status = status
-			got, err = c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{})
-			if apierrors.IsConflict(err) {
-				got, _ = c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+			updated, err := c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{})
+			switch {
+			case err == nil:
+				got = updated
+			case apierrors.IsConflict(err): // an earlier try went through
+				if cur, getErr := c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); getErr == nil {
+					got = cur
+				}
 			}
 			return err
 		})
