@@ -1,7 +1,6 @@
 package endpointslice
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"math/rand/v2"
@@ -15,9 +14,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
+	ratelimit "golang.org/x/time/rate"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
@@ -26,22 +26,30 @@ import (
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
-	"github.com/netplane/netplane/internal/role"
-	"github.com/netplane/netplane/internal/serve"
 )
 
-// benchScale is the issue's benchmark; NETPLANE_BENCH_SCALE=services,pods,big,flips
-// shrinks it (e.g. 200,25,1000,1000) for a quick run.
-type benchScale struct{ services, pods, big, flips int }
+// benchScale is the issue's benchmark; NETPLANE_BENCH_SCALE=services,pods,big,flips[,rate]
+// shrinks it (e.g. 400,25,1000,2000 for a quick run) or changes the flip
+// rate (flips per second; e.g. 20,25,0,400,20 is a churn light enough that
+// the controller keeps up and a Service often changes again while its last
+// write is in flight).
+type benchScale struct{ services, pods, big, flips, rate int }
 
 func scaleFromEnv(b *testing.B) benchScale {
-	s := benchScale{2000, 25, 5000, 10000}
+	s := benchScale{2000, 25, 5000, 10000, 100}
 	if v := os.Getenv("NETPLANE_BENCH_SCALE"); v != "" {
-		var n [4]int
-		if _, err := fmt.Sscanf(v, "%d,%d,%d,%d", &n[0], &n[1], &n[2], &n[3]); err != nil {
-			b.Fatalf("NETPLANE_BENCH_SCALE=%q: want services,pods,big,flips", v)
+		n := []int{0, 0, 0, 0, s.rate}
+		parts := strings.Split(v, ",")
+		if len(parts) < 4 || len(parts) > 5 {
+			b.Fatalf("NETPLANE_BENCH_SCALE=%q: want services,pods,big,flips[,rate]", v)
 		}
-		s = benchScale{n[0], n[1], n[2], n[3]}
+		for i, p := range parts {
+			var err error
+			if n[i], err = strconv.Atoi(p); err != nil || n[i] < 0 {
+				b.Fatalf("NETPLANE_BENCH_SCALE=%q: %q is not a count", v, p)
+			}
+		}
+		s = benchScale{n[0], n[1], n[2], n[3], max(n[4], 1)}
 	}
 	return s
 }
@@ -59,25 +67,35 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		churnWrites     int
 		p50, p99, worst time.Duration
 	}
-	run := func(name string, start func(s *framework.APIServer) (stop func())) result {
+	// run measures one contender; start launches it and returns a function
+	// describing its own view (sync results), logged after each phase, and
+	// one stopping it. Everything a run started is stopped before the next
+	// one, so that no contender runs beside another.
+	run := func(name string, start func(s *framework.APIServer) (describe func() string, stop func())) result {
 		s := framework.StartAPIServer(b, framework.Options{})
 		pods := populateBench(b, s, scale)
 		w := watchSlices(b, s)
+		progress(b, "%s: load average %s", name, loadAverage())
 		t0, writes0 := time.Now(), sliceWrites(b, s)
-		stop := start(s)
+		describe, stop := start(s)
+		defer s.Stop()
+		defer w.stop()
 		defer stop()
 		w.waitCounts(b, expectedCounts(scale), 30*time.Minute)
 		var r result
-		r.cold, r.coldWrites = time.Since(t0), sliceWrites(b, s)-writes0
 		writes1 := sliceWrites(b, s)
-		lat := flipAndMeasure(b, s, w, pods, scale.flips)
-		r.churnWrites = sliceWrites(b, s) - writes1
+		r.cold, r.coldWrites = time.Since(t0), writes1.total()-writes0.total()
+		progress(b, "%s: cold start %v, slice writes %s; %s", name, r.cold.Round(time.Millisecond), writes1.minus(writes0), describe())
+		lat, flipping, churn := flipAndMeasure(b, s, w, pods, scale.flips, scale.rate)
+		writes2 := sliceWrites(b, s)
+		r.churnWrites = writes2.total() - writes1.total()
 		r.p50, r.p99, r.worst = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
-		b.Logf("%s: cold start %v with %d writes; churn of %d flips: %d writes, latency p50 %v p99 %v max %v",
-			name, r.cold.Round(time.Millisecond), r.coldWrites, scale.flips, r.churnWrites, r.p50, r.p99, r.worst)
+		progress(b, "%s: churn of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p99 %v max %v; %s; load average %s",
+			name, scale.flips, scale.rate, flipping.Round(time.Millisecond), churn.Round(time.Millisecond), writes2.minus(writes1),
+			r.p50, r.p99, r.worst, describe(), loadAverage())
 		return r
 	}
-	upstream := run("kube-controller-manager", func(s *framework.APIServer) func() {
+	upstream := run("kube-controller-manager", func(s *framework.APIServer) (func() string, func()) {
 		p, err := framework.StartProcess("kube-controller-manager", exec.Command(kcm,
 			"--kubeconfig="+s.Kubeconfig, "--controllers=endpointslice,endpointslicemirroring",
 			"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
@@ -86,20 +104,25 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		return func() { p.Stop(10 * time.Second) }
+		stop := func() { p.Stop(10 * time.Second) }
+		b.Cleanup(stop)
+		return func() string { return "" }, stop
 	})
-	ours := run("netplane", func(s *framework.APIServer) func() { return startBenchRole(b, s, 20, 30) })
+	ours := run("netplane", func(s *framework.APIServer) (func() string, func()) { return startBenchNetplane(b, s, 20, 30) })
 	ratio := func(a, b float64) float64 { return a / b }
 	b.ReportMetric(ratio(ours.cold.Seconds(), upstream.cold.Seconds()), "cold-time-ratio")
 	b.ReportMetric(ratio(float64(ours.coldWrites), float64(upstream.coldWrites)), "cold-writes-ratio")
 	b.ReportMetric(ratio(float64(ours.churnWrites), float64(upstream.churnWrites)), "churn-writes-ratio")
 	b.ReportMetric(ratio(float64(ours.p99), float64(upstream.p99)), "churn-p99-ratio")
 	b.ReportMetric(ratio(float64(ours.p50), float64(upstream.p50)), "churn-p50-ratio")
+	if os.Getenv("NETPLANE_BENCH_SAME_RATE_ONLY") == "1" {
+		return
+	}
 	// netplane's own defaults: a higher write rate, kept safe by the API
 	// server's priority and fairness.
 	d := v1alpha1.Default().Controller
-	own := run(fmt.Sprintf("netplane with its defaults (QPS %v/%d)", d.KubeAPIQPS, d.KubeAPIBurst), func(s *framework.APIServer) func() {
-		return startBenchRole(b, s, d.KubeAPIQPS, int(d.KubeAPIBurst))
+	own := run(fmt.Sprintf("netplane with its defaults (QPS %v/%d)", d.KubeAPIQPS, d.KubeAPIBurst), func(s *framework.APIServer) (func() string, func()) {
+		return startBenchNetplane(b, s, d.KubeAPIQPS, int(d.KubeAPIBurst))
 	})
 	b.ReportMetric(ratio(own.cold.Seconds(), upstream.cold.Seconds()), "defaults-cold-time-ratio")
 	b.ReportMetric(ratio(float64(own.coldWrites), float64(upstream.coldWrites)), "defaults-cold-writes-ratio")
@@ -107,29 +130,35 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 	b.ReportMetric(ratio(float64(own.p99), float64(upstream.p99)), "defaults-churn-p99-ratio")
 }
 
-// startBenchRole runs the controller role in-process with the given client
-// rate limits, as `netplane --role=controller` would.
-func startBenchRole(b *testing.B, s *framework.APIServer, qps float32, burst int) func() {
-	cfg := v1alpha1.Default()
-	cfg.Roles = []string{v1alpha1.RoleController}
-	cfg.Controller.LeaderElection.LeaderElect = false
-	cfg.Controller.KubeAPIQPS, cfg.Controller.KubeAPIBurst = qps, int32(burst)
-	rc := rest.CopyConfig(s.RestConfig)
-	rc.QPS, rc.Burst = qps, burst
-	client := kubernetes.NewForConfigOrDie(rc)
-	f := informers.NewSharedInformerFactory(client, 0)
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	d := role.Deps{Config: cfg, RestConfig: rc, Client: client, Informers: f, Checks: serve.NewChecks(),
-		Metrics: prometheus.NewRegistry(), Log: logrDiscard()}
-	go func() { done <- Run(ctx, d) }()
-	return func() {
-		cancel()
-		if err := <-done; err != nil {
-			b.Errorf("role: %v", err)
-		}
-		f.Shutdown()
+// startBenchNetplane runs `netplane --role=controller` as a process with the
+// given write rate limits; its informers keep the default 20/30, as
+// kube-controller-manager's do. It returns a description of its sync
+// results so far, and a stop function.
+func startBenchNetplane(b *testing.B, s *framework.APIServer, qps float32, burst int) (func() string, func()) {
+	name := fmt.Sprintf("netplane-%v-%d", qps, burst)
+	p := startNetplane(b, s, name,
+		fmt.Sprintf("--controller-kube-api-qps=%v", qps), fmt.Sprintf("--controller-kube-api-burst=%d", burst))
+	return func() string {
+		return "syncs " + formatCounts(p.counters(b, "netplane_endpointslice_syncs_total", "result"))
+	}, func() { p.p.Stop(15 * time.Second) }
+}
+
+// progress logs a result and also prints it at once: a benchmark's log is
+// shown only when it ends, and a full-scale run takes long enough that a
+// partial result is worth seeing.
+func progress(b *testing.B, format string, args ...any) {
+	b.Helper()
+	b.Logf(format, args...)
+	fmt.Fprintf(os.Stderr, format+"\n", args...)
+}
+
+func loadAverage() string {
+	raw, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return "unknown"
 	}
+	f := strings.Fields(string(raw))
+	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func benchClient(s *framework.APIServer) kubernetes.Interface {
@@ -185,7 +214,14 @@ func populateBench(b *testing.B, s *framework.APIServer, scale benchScale) map[s
 	for name, n := range benchServiceNames(scale) {
 		svc := newService(name)
 		svc.Namespace, svc.UID, svc.Spec.ClusterIP, svc.Spec.ClusterIPs = "bench", "", "", nil
-		if _, err := c.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		err := retryTransient(func() error {
+			_, err := c.CoreV1().Services("bench").Create(ctx, svc, metav1.CreateOptions{})
+			if apierrors.IsAlreadyExists(err) { // an earlier try went through
+				return nil
+			}
+			return err
+		})
+		if err != nil {
 			b.Fatal(err)
 		}
 		for i := range n {
@@ -195,6 +231,9 @@ func populateBench(b *testing.B, s *framework.APIServer, scale benchScale) map[s
 	}
 	close(jobs)
 	wg.Wait()
+	if b.Failed() {
+		b.FailNow()
+	}
 	return pods
 }
 
@@ -208,18 +247,53 @@ func benchPod(svc string, i int) *corev1.Pod {
 	return p
 }
 
+// mustCreatePod creates p and sets its status, retrying what a loaded API
+// server fails transiently (etcd timeouts); it fails the benchmark only
+// after several tries, and never stops the caller's loop (it may run on a
+// worker goroutine).
 func mustCreatePod(b *testing.B, c kubernetes.Interface, p *corev1.Pod) *corev1.Pod {
 	ctx := context.Background()
 	status := p.Status
-	got, err := c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
-	if err != nil {
-		b.Fatal(err)
+	var got *corev1.Pod
+	err := retryTransient(func() (err error) {
+		got, err = c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) { // an earlier try went through
+			got, err = c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+		}
+		return err
+	})
+	if err == nil {
+		err = retryTransient(func() error {
+			got.Status = status
+			updated, err := c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{})
+			switch {
+			case err == nil:
+				got = updated
+			case apierrors.IsConflict(err): // an earlier try went through
+				if cur, getErr := c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{}); getErr == nil {
+					got = cur
+				}
+			}
+			return err
+		})
 	}
-	got.Status = status
-	if got, err = c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
-		b.Fatal(err)
+	if err != nil {
+		b.Errorf("pod %s: %v", p.Name, err)
+		return p
 	}
 	return got
+}
+
+// retryTransient runs f up to five times, a second apart, while it fails.
+func retryTransient(f func() error) error {
+	var err error
+	for range 5 {
+		if err = f(); err == nil {
+			return nil
+		}
+		time.Sleep(time.Second)
+	}
+	return err
 }
 
 // sliceWatch follows every EndpointSlice: endpoint counts per Service, and
@@ -231,6 +305,7 @@ type sliceWatch struct {
 	pending map[string]time.Time
 	latency []time.Duration
 	changed chan struct{}
+	stop    func()
 }
 
 func watchSlices(b *testing.B, s *framework.APIServer) *sliceWatch {
@@ -247,7 +322,8 @@ func watchSlices(b *testing.B, s *framework.APIServer) *sliceWatch {
 		},
 	})
 	ctx, cancel := context.WithCancel(context.Background())
-	b.Cleanup(func() { cancel(); f.Shutdown() })
+	w.stop = sync.OnceFunc(func() { cancel(); f.Shutdown() })
+	b.Cleanup(w.stop)
 	f.Start(ctx.Done())
 	return w
 }
@@ -301,9 +377,14 @@ func (w *sliceWatch) waitCounts(b *testing.B, want map[string]int, timeout time.
 	}
 }
 
-// flipAndMeasure sets Ready=False on n distinct random pods, as fast as 16
-// writers go, and returns each flip's latency until a slice showed it.
-func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods map[string]*corev1.Pod, n int) []time.Duration {
+// flipAndMeasure sets Ready=False on n distinct random pods at rate flips
+// per second, and returns each flip's latency until a slice showed it,
+// how long sending the flips took and how long until the last one showed.
+//
+// The pace matters: how long the flips take decides how many of one
+// Service's flips a sync can batch, so an unpaced flipper, as fast as a
+// loaded API server lets it be, would give the contenders different work.
+func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods map[string]*corev1.Pod, n, rate int) (lat []time.Duration, sent, total time.Duration) {
 	c := benchClient(s)
 	names := slices.Sorted(func(yield func(string) bool) {
 		for k := range pods {
@@ -316,6 +397,7 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 	names = names[:min(n, len(names))]
 	jobs := make(chan string)
 	var wg sync.WaitGroup
+	t0 := time.Now()
 	for range 16 {
 		wg.Go(func() {
 			for name := range jobs {
@@ -325,17 +407,29 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 				w.mu.Lock()
 				w.pending[name] = time.Now()
 				w.mu.Unlock()
-				if _, err := c.CoreV1().Pods("bench").UpdateStatus(context.Background(), p, metav1.UpdateOptions{}); err != nil {
-					b.Error(err)
+				err := retryTransient(func() error {
+					_, err := c.CoreV1().Pods("bench").UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+					return err
+				})
+				if err != nil {
+					b.Errorf("flipping %s: %v", name, err)
+					w.mu.Lock()
+					delete(w.pending, name)
+					w.mu.Unlock()
 				}
 			}
 		})
 	}
+	pace := ratelimit.NewLimiter(ratelimit.Limit(rate), 1)
 	for _, name := range names {
+		if err := pace.Wait(context.Background()); err != nil {
+			b.Fatal(err)
+		}
 		jobs <- name
 	}
 	close(jobs)
 	wg.Wait()
+	sent = time.Since(t0)
 	deadline := time.After(30 * time.Minute)
 	for {
 		w.mu.Lock()
@@ -353,9 +447,8 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	out := w.latency
-	w.latency = nil
-	return out
+	lat, w.latency = w.latency, nil
+	return lat, sent, time.Since(t0)
 }
 
 func percentile(d []time.Duration, p int) time.Duration {
@@ -368,29 +461,41 @@ func percentile(d []time.Duration, p int) time.Duration {
 	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
 }
 
-// sliceWrites reads the API server's own count of EndpointSlice writes
-// (apiserver_request_total), so that both contenders are counted the same.
-func sliceWrites(b *testing.B, s *framework.APIServer) int {
+// writeCounts are EndpointSlice writes by "VERB code", as the API server
+// counted them (apiserver_request_total), so that both contenders are
+// counted the same and failed writes (409 conflicts) show.
+type writeCounts map[string]int
+
+func (w writeCounts) total() int {
+	n := 0
+	for _, v := range w {
+		n += v
+	}
+	return n
+}
+
+func (w writeCounts) minus(before writeCounts) string {
+	d := map[string]int{}
+	for k, v := range w {
+		if v -= before[k]; v != 0 {
+			d[k] = v
+		}
+	}
+	return formatCounts(d)
+}
+
+func sliceWrites(b *testing.B, s *framework.APIServer) writeCounts {
 	raw, err := s.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
 	if err != nil {
 		b.Fatal(err)
 	}
-	total := 0
-	sc := bufio.NewScanner(strings.NewReader(string(raw)))
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.HasPrefix(line, "apiserver_request_total{") || !strings.Contains(line, `resource="endpointslices"`) {
+	out := writeCounts{}
+	for _, x := range parseSamples(string(raw), "apiserver_request_total") {
+		verb := x.labels["verb"]
+		if x.labels["resource"] != "endpointslices" || !slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE"}, verb) {
 			continue
 		}
-		if !strings.Contains(line, `verb="POST"`) && !strings.Contains(line, `verb="PUT"`) &&
-			!strings.Contains(line, `verb="DELETE"`) && !strings.Contains(line, `verb="PATCH"`) {
-			continue
-		}
-		v, err := strconv.ParseFloat(line[strings.LastIndexByte(line, ' ')+1:], 64)
-		if err == nil {
-			total += int(v)
-		}
+		out[verb+" "+x.labels["code"]] += int(x.value)
 	}
-	return total
+	return out
 }

@@ -19,15 +19,14 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
 )
 
 // TestSameSlicesAsKubeControllerManager gives two fresh API servers the
 // same Services, Pods, Nodes and Endpoints; kube-controller-manager's
 // endpointslice and endpointslicemirroring controllers run against one,
-// netplane's controller role against the other. The slices must be the same
-// but for names, UIDs and timestamps.
+// `netplane --role=controller` (bin/netplane, a process) against the other.
+// The slices must be the same but for names, UIDs and timestamps.
 func TestSameSlicesAsKubeControllerManager(t *testing.T) {
 	if testing.Short() {
 		t.Skip("needs kube-apiserver and kube-controller-manager")
@@ -52,7 +51,7 @@ func TestSameSlicesAsKubeControllerManager(t *testing.T) {
 		}
 		p.Stop(10 * time.Second)
 	})
-	startReplica(t, ours, func(c *v1alpha1.Controller) { c.LeaderElection.LeaderElect = false })
+	startNetplane(t, ours, "netplane")
 
 	var got, want []string
 	same := func() (bool, string) {

@@ -70,6 +70,12 @@ type Controller struct {
 	queue      workqueue.TypedRateLimitingInterface[string]
 	loop       *kit.Loop
 	batch      time.Duration
+	// waiting holds the Services whose sync found the slice cache behind
+	// our writes, until the informer delivers them.
+	waiting *kit.CacheWait
+	// podChanges feeds Pod events to mapPods, which finds their Services
+	// off the informer's goroutine.
+	podChanges *podChanges
 
 	// topology serves the service.kubernetes.io/topology-mode=Auto hints;
 	// Node changes queue a recount of zones in topologyQueue.
@@ -81,17 +87,18 @@ type Controller struct {
 // handlers and its metrics on reg. It writes through client.
 func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInformerFactory, recorder record.EventRecorder, reg prometheus.Registerer, opts Options) (*Controller, error) {
 	c := &Controller{
-		log:      log,
-		services: f.Core().V1().Services().Lister(),
-		pods:     f.Core().V1().Pods().Lister(),
-		slices:   f.Discovery().V1().EndpointSlices().Lister(),
-		nodes:    f.Core().V1().Nodes().Lister(),
-		tracker:  esutil.NewEndpointSliceTracker(),
-		triggers: esutil.NewTriggerTimeTracker(),
-		recorder: recorder,
-		batch:    opts.BatchPeriod,
-		queue:    kit.NewQueue("endpointslice"),
-		topology: topologycache.NewTopologyCache(),
+		log:        log,
+		services:   f.Core().V1().Services().Lister(),
+		pods:       f.Core().V1().Pods().Lister(),
+		slices:     f.Discovery().V1().EndpointSlices().Lister(),
+		nodes:      f.Core().V1().Nodes().Lister(),
+		tracker:    esutil.NewEndpointSliceTracker(),
+		triggers:   esutil.NewTriggerTimeTracker(),
+		recorder:   recorder,
+		batch:      opts.BatchPeriod,
+		queue:      kit.NewQueue("endpointslice"),
+		podChanges: newPodChanges(),
+		topology:   topologycache.NewTopologyCache(),
 		topologyQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice_topology"}),
 	}
@@ -100,7 +107,8 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 		return nil, err
 	}
 	c.metrics = m
-	c.loop = &kit.Loop{Queue: c.queue, Metrics: m, Log: log,
+	c.waiting = &kit.CacheWait{Queue: c.queue, Fresh: c.cacheFresh}
+	c.loop = &kit.Loop{Queue: c.queue, Metrics: m, Log: log, Waiting: c.waiting,
 		Sync: func(_ context.Context, key string) error { return c.syncService(key) }}
 	c.client = kit.CountWrites(client, m)
 	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, c.topology, recorder,
@@ -124,6 +132,7 @@ func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
 			DeleteFunc: func(obj any) { c.onPod(nil, obj) },
 		}},
 		{f.Discovery().V1().EndpointSlices().Informer(), kit.SliceEvents(ControllerName, c.tracker, c.enqueueForSlice)},
+		{f.Discovery().V1().EndpointSlices().Informer(), c.waiting.Handler(ControllerName, sliceServiceKey)},
 		{f.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.topologyQueue.Add(topologyKey) },
 			UpdateFunc: c.onNodeUpdate,
@@ -144,14 +153,16 @@ func (c *Controller) Run(ctx context.Context, workers int) {
 	c.log.Info("starting EndpointSlice controller", "workers", workers)
 	var wg sync.WaitGroup
 	wg.Go(func() { wait.UntilWithContext(ctx, c.topologyWorker, time.Second) })
+	wg.Go(func() { c.mapPods(ctx) })
 	c.loop.Run(ctx, workers)
 	c.topologyQueue.ShutDown()
 	wg.Wait()
 	c.log.Info("stopped EndpointSlice controller")
 }
 
-// idle reports whether no Service is queued or being synced.
-func (c *Controller) idle() bool { return c.loop.Idle() }
+// idle reports whether no Pod change waits to be mapped and no Service is
+// queued or being synced.
+func (c *Controller) idle() bool { return c.podChanges.idle() && c.loop.Idle() }
 
 // syncService converges the slices of one Service, given as namespace/name.
 func (c *Controller) syncService(key string) error {
@@ -196,6 +207,21 @@ func (c *Controller) syncService(key string) error {
 	return nil
 }
 
+// cacheFresh reports whether the slice cache shows every write made for
+// the Service key (or the Service is gone, so there is nothing to wait for).
+func (c *Controller) cacheFresh(key string) bool {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return true
+	}
+	svc, err := c.services.Services(ns).Get(name)
+	if err != nil {
+		return true
+	}
+	existing, err := c.ownSlices(svc)
+	return err != nil || !c.tracker.StaleSlices(svc, existing)
+}
+
 // ownSlices lists the slices of svc this controller manages, minus those
 // already being deleted (waiting on them would stall the Service).
 func (c *Controller) ownSlices(svc *corev1.Service) ([]*discovery.EndpointSlice, error) {
@@ -232,29 +258,47 @@ func (c *Controller) enqueueObject(obj any) {
 	c.queue.Add(key)
 }
 
-// onPod queues every Service whose membership or endpoint the change can
-// affect, after the batch period so that changes coalesce.
+// onPod records what a Pod event changed; mapPods finds the Services.
 func (c *Controller) onPod(old, cur any) {
-	key := esutil.GetPodUpdateProjectionKey(old, cur)
-	if key == nil {
-		return
+	if change, ok := changeOf(old, cur); ok {
+		c.podChanges.add(change)
 	}
-	services, err := esutil.GetServicesToUpdate(c.services, key)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	for svc := range services {
-		c.queue.AddAfter(svc, c.batch)
+}
+
+// mapPods queues every Service whose membership or endpoints a recorded Pod
+// change can affect, after the batch period so that changes coalesce, until
+// ctx ends.
+func (c *Controller) mapPods(ctx context.Context) {
+	for {
+		batch := c.podChanges.take(ctx)
+		if batch == nil {
+			return
+		}
+		for _, change := range batch {
+			services, err := esutil.GetServicesToUpdate(c.services, change.projection())
+			if err != nil {
+				utilruntime.HandleError(err)
+				continue
+			}
+			for svc := range services {
+				c.queue.AddAfter(svc, c.batch)
+			}
+		}
+		c.podChanges.done()
 	}
 }
 
 func (c *Controller) enqueueForSlice(s *discovery.EndpointSlice) {
-	key, err := esrec.ServiceControllerKey(s)
-	if err != nil {
-		return // not labelled with a Service: not ours to sync
+	if key, ok := sliceServiceKey(s); ok {
+		c.queue.AddAfter(key, max(sliceChangeMinDelay, c.batch))
 	}
-	c.queue.AddAfter(key, max(sliceChangeMinDelay, c.batch))
+}
+
+// sliceServiceKey is the key of the Service a slice is labelled with; ok is
+// false for a slice without the label, which is not ours to sync.
+func sliceServiceKey(s *discovery.EndpointSlice) (string, bool) {
+	key, err := esrec.ServiceControllerKey(s)
+	return key, err == nil
 }
 
 // desiredEndpoints counts the endpoints svc should have over all its

@@ -46,6 +46,7 @@ type Controller struct {
 	metrics   *kit.Metrics
 	queue     workqueue.TypedRateLimitingInterface[string]
 	loop      *kit.Loop
+	waiting   *kit.CacheWait
 	max       int
 }
 
@@ -67,7 +68,8 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 		return nil, err
 	}
 	c.metrics = m
-	c.loop = &kit.Loop{Queue: c.queue, Sync: c.sync, Metrics: m, Log: log}
+	c.waiting = &kit.CacheWait{Queue: c.queue, Fresh: c.cacheFresh}
+	c.loop = &kit.Loop{Queue: c.queue, Sync: c.sync, Metrics: m, Log: log, Waiting: c.waiting}
 	c.client = kit.CountWrites(client, m)
 	return c, c.addHandlers(f)
 }
@@ -91,7 +93,8 @@ func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
 		DeleteFunc: c.enqueue,
 	})
 	_, err3 := f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(kit.SliceEvents(ControllerName, c.tracker, c.enqueueForSlice))
-	return errors.Join(err1, err2, err3)
+	_, err4 := f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(c.waiting.Handler(ControllerName, endpointsKey))
+	return errors.Join(err1, err2, err3, err4)
 }
 
 // Run mirrors with workers goroutines until ctx ends, and returns once
@@ -225,7 +228,24 @@ func (c *Controller) enqueue(obj any) {
 }
 
 func (c *Controller) enqueueForSlice(s *discovery.EndpointSlice) {
-	if name := s.Labels[discovery.LabelServiceName]; name != "" {
-		c.queue.Add(s.Namespace + "/" + name)
+	if key, ok := endpointsKey(s); ok {
+		c.queue.Add(key)
 	}
+}
+
+// endpointsKey is the Endpoints key a mirrored slice belongs to.
+func endpointsKey(s *discovery.EndpointSlice) (string, bool) {
+	name := s.Labels[discovery.LabelServiceName]
+	return s.Namespace + "/" + name, name != ""
+}
+
+// cacheFresh reports whether the slice cache shows every write made for
+// the Endpoints key.
+func (c *Controller) cacheFresh(key string) bool {
+	ns, name, err := cache.SplitMetaNamespaceKey(key)
+	if err != nil {
+		return true
+	}
+	existing, err := c.mirrored(ns, name)
+	return err != nil || !c.tracker.StaleSlices(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, existing)
 }

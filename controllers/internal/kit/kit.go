@@ -218,14 +218,85 @@ func SliceEvents(manager string, tracker *esutil.EndpointSliceTracker, enqueue f
 	}
 }
 
+// CacheWait holds the keys whose last sync found the slice cache behind the
+// controller's own writes. kube-controller-manager retries such a key with
+// its failure backoff (1 s, then 2 s, ...); here the slice informer queues
+// it again the moment it delivers a slice of that key and Fresh says the
+// cache caught up. The backoff retry stays as the fallback for an event that
+// never comes.
+type CacheWait struct {
+	Queue workqueue.TypedRateLimitingInterface[string]
+	// Fresh reports whether the cache shows every write made for key.
+	Fresh func(key string) bool
+
+	mu   sync.Mutex
+	keys map[string]struct{}
+}
+
+// Park records that key waits for the cache. If the cache caught up while
+// the sync ran, key is queued at once (the queue holds a key being synced
+// and hands it out again when that sync is done).
+func (w *CacheWait) Park(key string) {
+	w.mu.Lock()
+	if w.keys == nil {
+		w.keys = map[string]struct{}{}
+	}
+	w.keys[key] = struct{}{}
+	w.mu.Unlock()
+	w.Observe(key)
+}
+
+// Observe is called for every change the slice informer delivers for key;
+// it queues a parked key whose cache caught up.
+func (w *CacheWait) Observe(key string) {
+	w.mu.Lock()
+	_, parked := w.keys[key]
+	w.mu.Unlock()
+	if !parked || !w.Fresh(key) {
+		return
+	}
+	w.mu.Lock()
+	_, parked = w.keys[key]
+	delete(w.keys, key)
+	w.mu.Unlock()
+	if parked {
+		w.Queue.Add(key)
+	}
+}
+
+// Handler returns slice event handlers that pass the key (from keyOf) of
+// every slice managed by manager to Observe, our own writes included:
+// those are what a parked key waits for.
+func (w *CacheWait) Handler(manager string, keyOf func(*discoveryv1.EndpointSlice) (string, bool)) cache.ResourceEventHandlerFuncs {
+	observe := func(obj any) {
+		if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+			obj = t.Obj
+		}
+		s, ok := obj.(*discoveryv1.EndpointSlice)
+		if !ok || s.Labels[discoveryv1.LabelManagedBy] != manager {
+			return
+		}
+		if key, ok := keyOf(s); ok {
+			w.Observe(key)
+		}
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc:    observe,
+		UpdateFunc: func(_, cur any) { observe(cur) },
+		DeleteFunc: observe,
+	}
+}
+
 // Loop is a controller's worker pool: it takes keys from Queue and passes
 // them to Sync, retrying a failed key with backoff and dropping it after
-// MaxRetries until its next event.
+// MaxRetries until its next event. A key whose sync returned ErrStaleCache
+// is also parked in Waiting, when set.
 type Loop struct {
 	Queue   workqueue.TypedRateLimitingInterface[string]
 	Sync    func(ctx context.Context, key string) error
 	Metrics *Metrics
 	Log     logr.Logger
+	Waiting *CacheWait
 
 	inflight atomic.Int32
 }
@@ -259,6 +330,9 @@ func (l *Loop) next(ctx context.Context) bool {
 	defer l.Queue.Done(key)
 	err := l.Sync(ctx, key)
 	l.Metrics.ObserveSync(err)
+	if errors.Is(err, ErrStaleCache) && l.Waiting != nil {
+		l.Waiting.Park(key)
+	}
 	switch {
 	case err == nil:
 		l.Queue.Forget(key)
