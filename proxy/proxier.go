@@ -48,6 +48,7 @@ type proxier struct {
 
 func newProxier(d role.Deps, dialer Dialer) *proxier {
 	f := d.Informers
+	slimInformers(f)
 	p := &proxier{
 		log:      d.Log,
 		cfg:      d.Config.Node,

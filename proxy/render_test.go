@@ -164,3 +164,45 @@ func TestRendererSplitsABigSyncIntoTransactions(t *testing.T) {
 	}
 	t.Logf("1000 Services x 10 endpoints: first sync %v, full sync over a correct table %v", took, time.Since(start))
 }
+
+// TestFullSyncReadsBackOnlyWhenOthersChangedTheTable: the periodic full
+// sync trusts its record while the kernel's notifications show no change
+// to the table by anyone else, including the renderer of the other family
+// and other tables' owners; any outside change to it brings the read-back.
+func TestFullSyncReadsBackOnlyWhenOthersChangedTheTable(t *testing.T) {
+	ns, conn := kernelNS(t)
+	d := Build(overall())
+	rs := renderers(t, conn)
+	ip4 := rs[nftables.TableFamilyIPv4]
+	syncAll(t, rs, d, true)
+	steps := []struct {
+		name     string
+		cmd      []string // run before the full sync; none: the other family's renderer re-syncs
+		readBack bool
+	}{
+		{"untouched", nil, false},
+		{"another table changed", []string{"add", "table", "ip", "someone-else"}, false},
+		{"our table of the other family changed", []string{"add", "chain", "ip6", TableName, "stray"}, false},
+		{"an element added to our map", []string{"add", "element", "ip", TableName, "cluster-ips", "{ 10.9.9.9 }"}, true},
+		{"healed: untouched again", nil, false},
+		{"ruleset flushed", []string{"flush", "ruleset"}, true},
+	}
+	for _, s := range steps {
+		if s.cmd != nil {
+			ns.MustExec(t, "nft", s.cmd...)
+		}
+		if _, err := rs[nftables.TableFamilyIPv6].Sync(d.Tables[nftables.TableFamilyIPv6], true); err != nil {
+			t.Fatal(err)
+		}
+		st, err := ip4.Sync(d.Tables[nftables.TableFamilyIPv4], true)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if st.ReadBack != s.readBack {
+			t.Errorf("%s: full sync read back %v, want %v", s.name, st.ReadBack, s.readBack)
+		}
+	}
+	if out := ns.MustExec(t, "nft", "list", "table", "ip", TableName); !strings.Contains(out, "service-ips") {
+		t.Errorf("the flushed table was not rebuilt:\n%s", out)
+	}
+}
