@@ -138,10 +138,11 @@ func (m *nftMonitor) mark() monMark {
 	return monMark{len(m.events), m.orphanDeletes, m.overflow}
 }
 
-// settle waits until no notification has come for quiet, and returns the
-// time of the last one after mark (zero when none came).
+// settle waits until no notification has come for quiet (counting from the
+// call when none came yet), and returns the time of the last one after mark
+// (zero when none came).
 func (m *nftMonitor) settle(mark monMark, quiet, limit time.Duration) time.Time {
-	deadline := time.Now().Add(limit)
+	start := time.Now()
 	for {
 		m.mu.Lock()
 		var last time.Time
@@ -149,7 +150,11 @@ func (m *nftMonitor) settle(mark monMark, quiet, limit time.Duration) time.Time 
 			last = m.events[len(m.events)-1].at
 		}
 		m.mu.Unlock()
-		if (!last.IsZero() && time.Since(last) > quiet) || time.Now().After(deadline) {
+		since := time.Since(start)
+		if !last.IsZero() {
+			since = time.Since(last)
+		}
+		if time.Since(start) > limit || since > quiet {
 			return last
 		}
 		time.Sleep(quiet / 4)

@@ -43,6 +43,7 @@ func (m *Model) Build(in Input) *Desired {
 		m.reset(key, in.Node)
 	}
 	seen := make(map[types.NamespacedName]bool, len(in.Services))
+	var fresh []*fragment
 	for _, svc := range in.Services {
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 		seen[name] = true
@@ -54,8 +55,14 @@ func (m *Model) Build(in Input) *Desired {
 			m.remove(f.d)
 		}
 		f = buildFragment(svc, in.Slices[name], in.Node)
-		m.add(f.d)
+		fresh = append(fresh, f)
 		m.frags[name] = f
+	}
+	if len(fresh) > len(m.frags)/2 {
+		m.reserve(fresh)
+	}
+	for _, f := range fresh {
+		m.add(f.d)
 	}
 	for name, f := range m.frags {
 		if !seen[name] {
@@ -108,6 +115,39 @@ func buildFragment(svc *v1.Service, slices []*discovery.EndpointSlice, node Node
 		}
 	}
 	return &fragment{svc: svc, slices: slices, d: d}
+}
+
+// reserve grows the merged tables' maps once for what frags will add: at
+// start-up every Service is new, and growing maps of 100,000 elements one
+// insertion at a time is most of a full build's allocations.
+func (m *Model) reserve(frags []*fragment) {
+	for fam, t := range m.d.Tables {
+		chains, elems := len(t.Chains), map[string]int{}
+		for _, f := range frags {
+			ft := f.d.Tables[fam]
+			chains += len(ft.Chains)
+			for name, s := range ft.Sets {
+				elems[name] += len(s.Elements)
+			}
+		}
+		t.Chains = grown(t.Chains, chains)
+		for name, n := range elems {
+			if s, shared := t.Sets[name], m.refs[fam][name] != nil; shared && s != nil {
+				s.Elements = grown(s.Elements, len(s.Elements)+n)
+				m.refs[fam][name] = grown(m.refs[fam][name], len(s.Elements)+n)
+			}
+		}
+	}
+}
+
+// grown is m in a map with room for n entries, or m when it has enough.
+func grown[V any](m map[string]V, n int) map[string]V {
+	if n <= 2*len(m) {
+		return m
+	}
+	out := make(map[string]V, n)
+	maps.Copy(out, m)
+	return out
 }
 
 // add merges a fragment's chains and elements into the model's tables.

@@ -3,6 +3,7 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -71,6 +72,10 @@ func BenchmarkProxyAgainstKubeProxy(b *testing.B) {
 		reportBench(b, n, res["netplane"], res["kube-proxy"])
 	}
 }
+
+// benchChangesFrom is the smallest scale at which the endpoint change and
+// the restart are measured.
+var benchChangesFrom = 10
 
 // benchScales reads NETPLANE_BENCH_SERVICES.
 func benchScales() []int {
@@ -233,7 +238,7 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 	}
 	r.p50, r.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
 
-	if n >= 1000 {
+	if n >= benchChangesFrom {
 		// Both proxies hold syncs --min-sync-period (1 s) apart: let it
 		// pass, so the change measures the sync and not the rate limit.
 		time.Sleep(2 * time.Second)
@@ -251,7 +256,7 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 	p.Stop(10 * time.Second)
 	r.childKiB = maxRSSWithChildren(p.Cmd)
 
-	if n >= 1000 {
+	if n >= benchChangesFrom {
 		r.restart, r.restartOrphans, r.restartDeletes, r.probeFailures = benchRestart(b, ns, mon, px, probe, kc)
 	}
 	b.Logf("%s, %d Services: full sync %v from lists (kernel done %v), %v from start; peak RSS %d MiB (with children %d MiB); connect p50 %v p99 %v; change %v; restart ready %v, orphan deletes %d, deletes %d, probe failures %d; monitor overflows %d",
@@ -397,7 +402,7 @@ func connectLatencies(ns *netns.NS, addr netip.AddrPort, count int) ([]time.Dura
 			_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
 			_ = unix.SetsockoptTimeval(fd, unix.SOL_SOCKET, unix.SO_SNDTIMEO, &unix.Timeval{Usec: 200000})
 			t := time.Now()
-			err = unix.Connect(fd, sa)
+			err = connect(fd, sa)
 			d := time.Since(t)
 			unix.Close(fd)
 			if err != nil {
@@ -411,6 +416,48 @@ func connectLatencies(ns *netns.NS, addr netip.AddrPort, count int) ([]time.Dura
 	return out, err
 }
 
+// connect is a blocking connect that a signal (the Go runtime's) may
+// interrupt: the handshake then goes on, and is waited for.
+func connect(fd int, sa unix.Sockaddr) error {
+	err := unix.Connect(fd, sa)
+	if !errors.Is(err, unix.EINTR) {
+		return err
+	}
+	for {
+		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
+		if _, err := unix.Poll(pfd, 1000); errors.Is(err, unix.EINTR) {
+			continue
+		} else if err != nil {
+			return err
+		}
+		soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
+		if err != nil {
+			return err
+		}
+		if soerr != 0 {
+			return unix.Errno(soerr)
+		}
+		return nil
+	}
+}
+
+// metricSet reports whether metric is in a Prometheus text body with every
+// series (kube-proxy has one per IP family) non-zero.
+func metricSet(body, metric string) bool {
+	found := false
+	for _, line := range strings.Split(body, "\n") {
+		f := strings.Fields(line)
+		if len(f) != 2 || (f[0] != metric && !strings.HasPrefix(f[0], metric+"{")) {
+			continue
+		}
+		if v, err := strconv.ParseFloat(f[1], 64); err != nil || v == 0 {
+			return false
+		}
+		found = true
+	}
+	return found
+}
+
 // waitMetric polls the proxy's metrics until metric is non-zero.
 func waitMetric(ns *netns.NS, metric string, limit time.Duration, p *framework.Process) error {
 	client := &http.Client{Timeout: time.Second, Transport: &http.Transport{
@@ -418,20 +465,19 @@ func waitMetric(ns *netns.NS, metric string, limit time.Duration, p *framework.P
 	}}
 	defer client.CloseIdleConnections()
 	deadline := time.Now().Add(limit)
+	var last error
 	for time.Now().Before(deadline) {
-		if _, body, err := framework.HTTPGet(client, "http://"+benchMetricsAddr+"/metrics"); err == nil {
-			for _, line := range strings.Split(body, "\n") {
-				if f := strings.Fields(line); len(f) == 2 && f[0] == metric && f[1] != "0" {
-					return nil
-				}
-			}
+		_, body, err := framework.HTTPGet(client, "http://"+benchMetricsAddr+"/metrics")
+		last = err
+		if err == nil && metricSet(body, metric) {
+			return nil
 		}
 		if p.Exited() {
 			return fmt.Errorf("%s exited", p.Name)
 		}
 		time.Sleep(10 * time.Millisecond)
 	}
-	return fmt.Errorf("%s never non-zero within %v", metric, limit)
+	return fmt.Errorf("%s never non-zero within %v (last error %v)", metric, limit, last)
 }
 
 // benchObjects is the one object set both proxies are measured against:

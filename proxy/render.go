@@ -514,8 +514,6 @@ func (p *plan) elements(set string, want, have map[string]Element) {
 	}
 }
 
-func elementKey(id string) string { return id[:strings.IndexByte(id, '=')] }
-
 // elementStep adds (or deletes) the elements ids of from in one message.
 func (p *plan) elementStep(set string, ids []string, from map[string]Element, del bool) {
 	batch := make([]nftables.SetElement, len(ids))
