@@ -172,7 +172,18 @@ type Stats struct {
 // when others changed the table, it first reads the table back so their
 // changes are repaired.
 func (r *Renderer) Sync(want *Table, full bool) (Stats, error) {
-	st, err := r.sync(want, full)
+	return r.syncCleanly(want, full, nil)
+}
+
+// SyncTouched is a partial sync that compares only the touched parts of
+// want with its record, so its cost follows the change, not the table. A
+// nil touched, or an unknown record, means a whole-table comparison.
+func (r *Renderer) SyncTouched(want *Table, touched *Touched) (Stats, error) {
+	return r.syncCleanly(want, false, touched)
+}
+
+func (r *Renderer) syncCleanly(want *Table, full bool, touched *Touched) (Stats, error) {
+	st, err := r.sync(want, full, touched)
 	if err != nil {
 		// A failed batch can leave replies queued on the lasting socket:
 		// start the next sync on a clean one.
@@ -181,7 +192,7 @@ func (r *Renderer) Sync(want *Table, full bool) (Stats, error) {
 	return st, err
 }
 
-func (r *Renderer) sync(want *Table, full bool) (Stats, error) {
+func (r *Renderer) sync(want *Table, full bool, touched *Touched) (Stats, error) {
 	if r.conn == nil {
 		c, own, err := r.dial()
 		if err != nil {
@@ -207,8 +218,12 @@ func (r *Renderer) sync(want *Table, full bool) (Stats, error) {
 		}
 		r.applied = k
 	}
+	have := r.applied
+	if touched != nil && !readBack {
+		have, want = have.only(touched), want.only(touched)
+	}
 	p := &plan{r: r}
-	p.diff(r.applied, want, fresh)
+	p.diff(have, want, fresh)
 	st, err := p.run()
 	st.ReadBack = readBack
 	if err != nil {
@@ -219,6 +234,59 @@ func (r *Renderer) sync(want *Table, full bool) (Stats, error) {
 		c(r.applied)
 	}
 	return st, nil
+}
+
+// only is the part of the record that touched names. Its chains and sets
+// are the record's own (plan commits go to the whole record by name).
+func (k *kernelTable) only(tc *Touched) *kernelTable {
+	out := newKernelTable()
+	for name := range tc.Chains {
+		if c := k.chains[name]; c != nil {
+			out.chains[name] = c
+		}
+	}
+	for name := range tc.Sets {
+		if s := k.sets[name]; s != nil {
+			out.sets[name] = s
+		}
+	}
+	for name, ids := range tc.Elems {
+		if s := k.sets[name]; s != nil {
+			out.sets[name] = &kernelSet{spec: s.spec, elems: pick(s.elems, ids)}
+		}
+	}
+	return out
+}
+
+// only is the part of the desired table that touched names.
+func (t *Table) only(tc *Touched) *Table {
+	out := newTable(t.Family)
+	for name := range tc.Chains {
+		if c := t.Chains[name]; c != nil {
+			out.Chains[name] = c
+		}
+	}
+	for name := range tc.Sets {
+		if s := t.Sets[name]; s != nil {
+			out.Sets[name] = s
+		}
+	}
+	for name, ids := range tc.Elems {
+		if s := t.Sets[name]; s != nil {
+			out.Sets[name] = &Set{Name: s.Name, Spec: s.Spec, Elements: pick(s.Elements, ids)}
+		}
+	}
+	return out
+}
+
+func pick(elems map[string]Element, ids map[string]bool) map[string]Element {
+	out := make(map[string]Element, len(ids))
+	for id := range ids {
+		if e, ok := elems[id]; ok {
+			out[id] = e
+		}
+	}
+	return out
 }
 
 func fingerprint(text string) string {
