@@ -25,6 +25,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
@@ -485,23 +487,34 @@ func waitMetric(ns *netns.NS, metric string, limit time.Duration, p *framework.P
 // Service per scale whose endpoints answer in every node namespace.
 type benchObjects struct {
 	api    *framework.APIServer
-	plain  int // svc0 … svc<plain-1>
+	writer kubernetes.Interface // a client for bulk creation, beyond the test client's 200 QPS
+	plain  int                  // svc0 … svc<plain-1>
 	probes int
 }
 
-// grow adds Services (16 writers at a time) until there are n in all, the
+// grow adds Services (32 writers at a time) until there are n in all, the
 // last-created being a new probe Service, whose ClusterIP:80 it returns.
 func (o *benchObjects) grow(b *testing.B, n int) netip.AddrPort {
-	ctx := framework.Ctx(b)
+	if o.writer == nil {
+		cfg := rest.CopyConfig(o.api.RestConfig)
+		cfg.QPS, cfg.Burst = 5000, 5000
+		cfg.ContentType = "application/vnd.kubernetes.protobuf"
+		var err error
+		if o.writer, err = kubernetes.NewForConfig(cfg); err != nil {
+			b.Fatal(err)
+		}
+	}
 	want := n - o.probes - 1
 	var wg sync.WaitGroup
-	sem := make(chan struct{}, 16)
+	sem := make(chan struct{}, 32)
 	errs := make(chan error, max(want-o.plain, 0))
 	for i := o.plain; i < want; i++ {
 		wg.Add(1)
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
 			if _, err := o.create(ctx, fmt.Sprintf("svc%d", i), benchEndpoints(i, "")); err != nil {
 				errs <- err
 			}
@@ -513,7 +526,7 @@ func (o *benchObjects) grow(b *testing.B, n int) netip.AddrPort {
 		b.Fatal(err)
 	}
 	o.plain = max(o.plain, want)
-	s, err := o.create(ctx, fmt.Sprintf("probe%d", o.probes), benchEndpointIPs)
+	s, err := o.create(framework.Ctx(b), fmt.Sprintf("probe%d", o.probes), benchEndpointIPs)
 	if err != nil {
 		b.Fatal(err)
 	}
@@ -524,11 +537,11 @@ func (o *benchObjects) grow(b *testing.B, n int) netip.AddrPort {
 func (o *benchObjects) create(ctx context.Context, name string, ips []string) (*v1.Service, error) {
 	s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 		Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80}}}}
-	s, err := o.api.Client.CoreV1().Services("default").Create(ctx, s, metav1.CreateOptions{})
+	s, err := o.writer.CoreV1().Services("default").Create(ctx, s, metav1.CreateOptions{})
 	if err != nil {
 		return nil, err
 	}
-	_, err = o.api.Client.DiscoveryV1().EndpointSlices("default").Create(ctx, benchSlice(name, ips), metav1.CreateOptions{})
+	_, err = o.writer.DiscoveryV1().EndpointSlices("default").Create(ctx, benchSlice(name, ips), metav1.CreateOptions{})
 	return s, err
 }
 
