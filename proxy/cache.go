@@ -24,6 +24,36 @@ type Model struct {
 	// refs counts the fragments holding each shared-set element: two
 	// Services may add the same one (an endpoint's hairpin pair).
 	refs map[nftables.TableFamily]map[string]map[string]int
+	// touched is what changed in the merged tables since TakeTouched;
+	// nil means everything (a reset).
+	touched map[nftables.TableFamily]*Touched
+}
+
+// Touched names the parts of a table that may have changed: chains, sets
+// of one Service (affinity) and elements of shared sets. A partial sync
+// diffs only these against what the kernel has.
+type Touched struct {
+	Chains map[string]bool
+	Sets   map[string]bool
+	Elems  map[string]map[string]bool // set → element ids
+}
+
+func newTouched() *Touched {
+	return &Touched{Chains: map[string]bool{}, Sets: map[string]bool{}, Elems: map[string]map[string]bool{}}
+}
+
+// TakeTouched returns, per family, what changed since the last call, and
+// forgets it; nil after a reset (the node's facts changed: all is new).
+func (m *Model) TakeTouched() map[nftables.TableFamily]*Touched {
+	t := m.touched
+	m.touched = map[nftables.TableFamily]*Touched{}
+	for _, fam := range Families {
+		m.touched[fam] = newTouched()
+	}
+	if t == nil || m.frags == nil {
+		return nil
+	}
+	return t
 }
 
 // fragment is everything one Service contributes to the desired ruleset.
@@ -43,6 +73,7 @@ func (m *Model) Build(in Input) *Desired {
 		m.reset(key, in.Node)
 	}
 	seen := make(map[types.NamespacedName]bool, len(in.Services))
+	var fresh []*fragment
 	for _, svc := range in.Services {
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 		seen[name] = true
@@ -54,8 +85,14 @@ func (m *Model) Build(in Input) *Desired {
 			m.remove(f.d)
 		}
 		f = buildFragment(svc, in.Slices[name], in.Node)
-		m.add(f.d)
+		fresh = append(fresh, f)
 		m.frags[name] = f
+	}
+	if len(fresh) > len(m.frags)/2 {
+		m.reserve(fresh)
+	}
+	for _, f := range fresh {
+		m.add(f.d)
 	}
 	for name, f := range m.frags {
 		if !seen[name] {
@@ -69,6 +106,7 @@ func (m *Model) Build(in Input) *Desired {
 
 func (m *Model) reset(key string, node NodeFacts) {
 	m.nodeKey = key
+	m.touched = nil
 	m.frags = map[types.NamespacedName]*fragment{}
 	m.d = newDesired()
 	m.refs = map[nftables.TableFamily]map[string]map[string]int{}
@@ -110,12 +148,46 @@ func buildFragment(svc *v1.Service, slices []*discovery.EndpointSlice, node Node
 	return &fragment{svc: svc, slices: slices, d: d}
 }
 
+// reserve grows the merged tables' maps once for what frags will add: at
+// start-up every Service is new, and growing maps of 100,000 elements one
+// insertion at a time is most of a full build's allocations.
+func (m *Model) reserve(frags []*fragment) {
+	for fam, t := range m.d.Tables {
+		chains, elems := len(t.Chains), map[string]int{}
+		for _, f := range frags {
+			ft := f.d.Tables[fam]
+			chains += len(ft.Chains)
+			for name, s := range ft.Sets {
+				elems[name] += len(s.Elements)
+			}
+		}
+		t.Chains = grown(t.Chains, chains)
+		for name, n := range elems {
+			if s, shared := t.Sets[name], m.refs[fam][name] != nil; shared && s != nil {
+				s.Elements = grown(s.Elements, len(s.Elements)+n)
+				m.refs[fam][name] = grown(m.refs[fam][name], len(s.Elements)+n)
+			}
+		}
+	}
+}
+
+// grown is m in a map with room for n entries, or m when it has enough.
+func grown[V any](m map[string]V, n int) map[string]V {
+	if n <= 2*len(m) {
+		return m
+	}
+	out := make(map[string]V, n)
+	maps.Copy(out, m)
+	return out
+}
+
 // add merges a fragment's chains and elements into the model's tables.
 // Fragment chains and sets are shared read-only, never modified.
 func (m *Model) add(f *Desired) {
 	for fam, ft := range f.Tables {
 		t := m.d.Tables[fam]
 		maps.Copy(t.Chains, ft.Chains)
+		m.touch(fam, ft)
 		for name, s := range ft.Sets {
 			refs, shared := m.refs[fam][name]
 			if !shared {
@@ -130,10 +202,37 @@ func (m *Model) add(f *Desired) {
 	}
 }
 
+// touch records a fragment's chains, own sets and shared elements as
+// changed (when changes are being recorded: not before the first take).
+func (m *Model) touch(fam nftables.TableFamily, ft *Table) {
+	t := m.touched[fam]
+	if t == nil {
+		return
+	}
+	for name := range ft.Chains {
+		t.Chains[name] = true
+	}
+	for name, s := range ft.Sets {
+		if m.refs[fam][name] == nil {
+			t.Sets[name] = true
+			continue
+		}
+		ids := t.Elems[name]
+		if ids == nil {
+			ids = map[string]bool{}
+			t.Elems[name] = ids
+		}
+		for id := range s.Elements {
+			ids[id] = true
+		}
+	}
+}
+
 // remove takes a fragment's chains and elements out of the model's tables.
 func (m *Model) remove(f *Desired) {
 	for fam, ft := range f.Tables {
 		t := m.d.Tables[fam]
+		m.touch(fam, ft)
 		for name := range ft.Chains {
 			delete(t.Chains, name)
 		}

@@ -1,7 +1,7 @@
 package proxy
 
 import (
-	"encoding/hex"
+	"encoding/binary"
 	"fmt"
 	"slices"
 	"sort"
@@ -90,18 +90,29 @@ type Element struct {
 }
 
 // id identifies an element with its value, so a changed value is a delete
-// of the old element and an add of the new.
+// of the old element and an add of the new: the key's length, the key, then
+// the value or the verdict's code and chain, as raw bytes. It is computed
+// for every element of every build and read-back (100,000 at 10,000
+// Services), so it is one allocation.
 func (e Element) id() string {
-	var b strings.Builder
-	b.WriteString(hex.EncodeToString(e.Key))
-	b.WriteString("=")
+	n := 1 + len(e.Key) + len(e.Val)
 	if e.Verdict != nil {
-		fmt.Fprintf(&b, "%d/%s", e.Verdict.Kind, e.Verdict.Chain)
-	} else {
-		b.WriteString(hex.EncodeToString(e.Val))
+		n += 4 + len(e.Verdict.Chain)
 	}
-	return b.String()
+	b := make([]byte, 0, n)
+	b = append(b, byte(len(e.Key)))
+	b = append(b, e.Key...)
+	if e.Verdict != nil {
+		b = binary.BigEndian.AppendUint32(b, uint32(e.Verdict.Kind))
+		b = append(b, e.Verdict.Chain...)
+	} else {
+		b = append(b, e.Val...)
+	}
+	return string(b)
 }
+
+// elementKey is the key part of an element id.
+func elementKey(id string) string { return id[:1+int(id[0])] }
 
 func (t *Table) set(name string, spec SetSpec) *Set {
 	s := t.Sets[name]

@@ -49,6 +49,7 @@ type proxier struct {
 
 func newProxier(d role.Deps, dialer Dialer) *proxier {
 	f := d.Informers
+	slimInformers(f)
 	p := &proxier{
 		log:      d.Log,
 		cfg:      d.Config.Node,
@@ -176,9 +177,16 @@ func (p *proxier) sync(full bool) error {
 		return err
 	}
 	d := p.model.Build(in)
+	touched := p.model.TakeTouched()
 	var errs []error
 	for _, fam := range Families {
-		if _, err := p.renderers[fam].Sync(d.Tables[fam], full); err != nil {
+		var err error
+		if full || touched == nil {
+			_, err = p.renderers[fam].Sync(d.Tables[fam], full)
+		} else {
+			_, err = p.renderers[fam].SyncTouched(d.Tables[fam], touched[fam])
+		}
+		if err != nil {
 			errs = append(errs, err)
 		}
 	}

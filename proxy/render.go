@@ -1,12 +1,16 @@
 package proxy
 
 import (
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
 	"encoding/binary"
+	"encoding/hex"
 	"errors"
 	"fmt"
+	"strconv"
 	"strings"
+	"sync"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -17,14 +21,15 @@ import (
 
 // The renderer converges the kernel's netplane table of one family to a
 // desired Table, sending only the difference. It remembers what it last
-// wrote; a full sync reads the table back from the kernel first, which is how
-// it adopts a correct table at start-up without touching it and how it heals
-// whatever someone else changed or flushed.
+// wrote. Its first sync reads the table back from the kernel, which is how
+// it adopts a correct table at start-up without touching it; a full sync
+// reads it back again when someone else changed it (sync_watch.go), which
+// is how it heals whatever others changed or flushed.
 
 // maxMessages bounds one transaction (in units of about one rule, some
 // hundred bytes), so the kernel's nftables mutex is never held long and the
 // batch and its echo fit the socket buffers.
-const maxMessages = 500
+var maxMessages = 500
 
 // elementsPerMessage is how many set elements go in one netlink message,
 // which counts as elementsWeight units of maxMessages.
@@ -60,6 +65,9 @@ type Renderer struct {
 	family  nftables.TableFamily
 	table   *nftables.Table
 	applied *kernelTable // nil: unknown, read it back before the next sync
+	// watch reports changes by others; nil (it could not be opened) makes
+	// every full sync read the table back.
+	watch *foreignWatch
 }
 
 // NewRenderer programs family in the namespace of d.
@@ -98,18 +106,84 @@ func (r *Renderer) Close() {
 		_ = r.conn.CloseLasting()
 		r.conn = nil
 	}
+	if r.watch != nil {
+		r.watch.Close()
+		r.watch = nil
+	}
+}
+
+// dial opens the lasting nftables connection and returns its netlink port,
+// which the kernel puts in the notifications of the changes it makes.
+func (r *Renderer) dial() (*nftables.Conn, uint32, error) {
+	var own uint32
+	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(func(c *netlink.Conn) error {
+		var err error
+		if own, err = portID(c); err != nil {
+			return err
+		}
+		return bigBuffers(c)
+	})}
+	if r.dialer.NetNS != 0 {
+		opts = append(opts, nftables.WithNetNSFd(r.dialer.NetNS))
+	}
+	c, err := nftables.New(opts...)
+	return c, own, err
+}
+
+// portID is the netlink port the kernel bound c to.
+func portID(c *netlink.Conn) (uint32, error) {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return 0, err
+	}
+	var sa unix.Sockaddr
+	var serr error
+	if err := raw.Control(func(fd uintptr) { sa, serr = unix.Getsockname(int(fd)) }); err != nil {
+		return 0, err
+	}
+	if nl, ok := sa.(*unix.SockaddrNetlink); ok && serr == nil {
+		return nl.Pid, nil
+	}
+	return 0, fmt.Errorf("netlink socket name %v: %w", sa, serr)
+}
+
+// foreign drains the watch and reports whether others changed the table
+// (or may have: no watch, or it lost notifications).
+func (r *Renderer) foreign() bool {
+	if r.watch == nil {
+		return true
+	}
+	changed, err := r.watch.changed(r.family)
+	if err != nil {
+		r.watch.Close()
+		r.watch = nil
+	}
+	return changed
 }
 
 // Stats counts what one sync sent.
 type Stats struct {
 	Messages     int
 	Transactions int
+	ReadBack     bool // the table was read back from the kernel first
 }
 
-// Sync makes the kernel table equal to want. With full, or after a failure,
-// it first reads the table back so changes made by others are repaired.
+// Sync makes the kernel table equal to want. After a failure, or with full
+// when others changed the table, it first reads the table back so their
+// changes are repaired.
 func (r *Renderer) Sync(want *Table, full bool) (Stats, error) {
-	st, err := r.sync(want, full)
+	return r.syncCleanly(want, full, nil)
+}
+
+// SyncTouched is a partial sync that compares only the touched parts of
+// want with its record, so its cost follows the change, not the table. A
+// nil touched, or an unknown record, means a whole-table comparison.
+func (r *Renderer) SyncTouched(want *Table, touched *Touched) (Stats, error) {
+	return r.syncCleanly(want, false, touched)
+}
+
+func (r *Renderer) syncCleanly(want *Table, full bool, touched *Touched) (Stats, error) {
+	st, err := r.sync(want, full, touched)
 	if err != nil {
 		// A failed batch can leave replies queued on the lasting socket:
 		// start the next sync on a clean one.
@@ -118,16 +192,22 @@ func (r *Renderer) Sync(want *Table, full bool) (Stats, error) {
 	return st, err
 }
 
-func (r *Renderer) sync(want *Table, full bool) (Stats, error) {
+func (r *Renderer) sync(want *Table, full bool, touched *Touched) (Stats, error) {
 	if r.conn == nil {
-		c, err := r.dialer.nft()
+		c, own, err := r.dial()
 		if err != nil {
 			return Stats{}, fmt.Errorf("opening an nftables netlink socket (needs CAP_NET_ADMIN): %w", err)
 		}
 		r.conn, r.applied = c, nil
+		// Subscribed before the read-back, so nothing falls in between.
+		if r.watch, err = openWatch(r.dialer, own); err != nil {
+			r.watch = nil // every full sync reads back instead
+		}
 	}
-	fresh := false
-	if full || r.applied == nil {
+	// Draining before the read-back also clears what it makes obsolete.
+	foreign := (full || r.applied == nil) && r.foreign()
+	fresh, readBack := false, r.applied == nil || (full && foreign)
+	if readBack {
 		k, err := r.readBack()
 		if err != nil {
 			r.applied = nil
@@ -138,9 +218,14 @@ func (r *Renderer) sync(want *Table, full bool) (Stats, error) {
 		}
 		r.applied = k
 	}
+	have := r.applied
+	if touched != nil && !readBack {
+		have, want = have.only(touched), want.only(touched)
+	}
 	p := &plan{r: r}
-	p.diff(r.applied, want, fresh)
+	p.diff(have, want, fresh)
 	st, err := p.run()
+	st.ReadBack = readBack
 	if err != nil {
 		r.applied = nil // the next sync re-reads the kernel
 		return st, err
@@ -149,6 +234,59 @@ func (r *Renderer) sync(want *Table, full bool) (Stats, error) {
 		c(r.applied)
 	}
 	return st, nil
+}
+
+// only is the part of the record that touched names. Its chains and sets
+// are the record's own (plan commits go to the whole record by name).
+func (k *kernelTable) only(tc *Touched) *kernelTable {
+	out := newKernelTable()
+	for name := range tc.Chains {
+		if c := k.chains[name]; c != nil {
+			out.chains[name] = c
+		}
+	}
+	for name := range tc.Sets {
+		if s := k.sets[name]; s != nil {
+			out.sets[name] = s
+		}
+	}
+	for name, ids := range tc.Elems {
+		if s := k.sets[name]; s != nil {
+			out.sets[name] = &kernelSet{spec: s.spec, elems: pick(s.elems, ids)}
+		}
+	}
+	return out
+}
+
+// only is the part of the desired table that touched names.
+func (t *Table) only(tc *Touched) *Table {
+	out := newTable(t.Family)
+	for name := range tc.Chains {
+		if c := t.Chains[name]; c != nil {
+			out.Chains[name] = c
+		}
+	}
+	for name := range tc.Sets {
+		if s := t.Sets[name]; s != nil {
+			out.Sets[name] = s
+		}
+	}
+	for name, ids := range tc.Elems {
+		if s := t.Sets[name]; s != nil {
+			out.Sets[name] = &Set{Name: s.Name, Spec: s.Spec, Elements: pick(s.Elements, ids)}
+		}
+	}
+	return out
+}
+
+func pick(elems map[string]Element, ids map[string]bool) map[string]Element {
+	out := make(map[string]Element, len(ids))
+	for id := range ids {
+		if e, ok := elems[id]; ok {
+			out[id] = e
+		}
+	}
+	return out
 }
 
 func fingerprint(text string) string {
@@ -218,6 +356,37 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 		k.sets[s.Name] = ks
 	}
 	return k, nil
+}
+
+// anonSetNames names anonymous sets. Left to the kernel ("__set%d"), each
+// new name costs a scan of every set in the table with sscanf, which makes
+// programming 10,000 Services quadratic (seconds); a name of our own costs
+// one strcmp per set. The random part keeps names unique across restarts
+// (sets of an earlier process stay in the kernel); IDs start high so they
+// never meet the library's own transaction IDs.
+var anonSetNames = newAnonNamer()
+
+type anonNamer struct {
+	mu    sync.Mutex
+	nonce string
+	id    uint32
+}
+
+func newAnonNamer() *anonNamer {
+	var b [4]byte
+	_, _ = rand.Read(b[:])
+	return &anonNamer{nonce: hex.EncodeToString(b[:]), id: 1 << 30}
+}
+
+func (a *anonNamer) next(isMap bool) (uint32, string) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	a.id++
+	prefix := "__set"
+	if isMap {
+		prefix = "__map"
+	}
+	return a.id, prefix + a.nonce + strconv.FormatUint(uint64(a.id), 36)
 }
 
 // decodeVerdict parses the NFTA_DATA_VERDICT attributes the library hands
@@ -413,8 +582,6 @@ func (p *plan) elements(set string, want, have map[string]Element) {
 	}
 }
 
-func elementKey(id string) string { return id[:strings.IndexByte(id, '=')] }
-
 // elementStep adds (or deletes) the elements ids of from in one message.
 func (p *plan) elementStep(set string, ids []string, from map[string]Element, del bool) {
 	batch := make([]nftables.SetElement, len(ids))
@@ -501,6 +668,7 @@ func (p *plan) addRule(c *nftables.Conn, ch *nftables.Chain, rl Rule, fp string)
 			KeyType: rl.Anon.Key, DataType: rl.Anon.Data, IsMap: rl.Anon.Data.Name != "",
 			Interval: rl.Anon.Interval,
 		}
+		set.ID, set.Name = anonSetNames.next(set.IsMap)
 		if err := c.AddSet(set, rl.Anon.Elements); err != nil {
 			return err
 		}

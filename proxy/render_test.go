@@ -164,3 +164,103 @@ func TestRendererSplitsABigSyncIntoTransactions(t *testing.T) {
 	}
 	t.Logf("1000 Services x 10 endpoints: first sync %v, full sync over a correct table %v", took, time.Since(start))
 }
+
+// TestFullSyncReadsBackOnlyWhenOthersChangedTheTable: the periodic full
+// sync trusts its record while the kernel's notifications show no change
+// to the table by anyone else, including the renderer of the other family
+// and other tables' owners; any outside change to it brings the read-back.
+func TestFullSyncReadsBackOnlyWhenOthersChangedTheTable(t *testing.T) {
+	ns, conn := kernelNS(t)
+	d := Build(overall())
+	rs := renderers(t, conn)
+	ip4 := rs[nftables.TableFamilyIPv4]
+	syncAll(t, rs, d, true)
+	steps := []struct {
+		name     string
+		cmd      []string // run before the full sync; none: the other family's renderer re-syncs
+		readBack bool
+	}{
+		{"untouched", nil, false},
+		{"another table changed", []string{"add", "table", "ip", "someone-else"}, false},
+		{"our table of the other family changed", []string{"add", "chain", "ip6", TableName, "stray"}, false},
+		{"an element added to our map", []string{"add", "element", "ip", TableName, "cluster-ips", "{ 10.9.9.9 }"}, true},
+		{"healed: untouched again", nil, false},
+		{"ruleset flushed", []string{"flush", "ruleset"}, true},
+	}
+	for _, s := range steps {
+		if s.cmd != nil {
+			ns.MustExec(t, "nft", s.cmd...)
+		}
+		if _, err := rs[nftables.TableFamilyIPv6].Sync(d.Tables[nftables.TableFamilyIPv6], true); err != nil {
+			t.Fatal(err)
+		}
+		st, err := ip4.Sync(d.Tables[nftables.TableFamilyIPv4], true)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if st.ReadBack != s.readBack {
+			t.Errorf("%s: full sync read back %v, want %v", s.name, st.ReadBack, s.readBack)
+		}
+	}
+	if out := ns.MustExec(t, "nft", "list", "table", "ip", TableName); !strings.Contains(out, "service-ips") {
+		t.Errorf("the flushed table was not rebuilt:\n%s", out)
+	}
+}
+
+// TestPartialSyncOfTouchedPartsLeavesTheKernelAsAWholeDiffWould: the
+// steady-state path diffs only what the model says changed; after each
+// kind of change, a restarted renderer (which compares everything) finds
+// nothing left to do.
+func TestPartialSyncOfTouchedPartsLeavesTheKernelAsAWholeDiffWould(t *testing.T) {
+	_, conn := kernelNS(t)
+	in := overall()
+	m := NewModel()
+	rs := renderers(t, conn)
+	sync := func(name string) int {
+		d := m.Build(in)
+		touched := m.TakeTouched()
+		n := 0
+		for fam, r := range rs {
+			var st Stats
+			var err error
+			if touched == nil {
+				st, err = r.Sync(d.Tables[fam], false)
+			} else {
+				st, err = r.SyncTouched(d.Tables[fam], touched[fam])
+			}
+			if err != nil {
+				t.Fatalf("%s: %v", name, err)
+			}
+			n += st.Messages
+		}
+		if left := syncAll(t, renderers(t, conn), d, true); left != 0 {
+			t.Errorf("%s: a whole-table diff after the partial sync still sends %d messages", name, left)
+		}
+		return n
+	}
+	sync("first sync")
+	if n := sync("nothing changed"); n != 0 {
+		t.Errorf("a sync without changes sent %d messages", n)
+	}
+
+	s := in.Slices[nsName("ns1", "svc1")][0].DeepCopy()
+	s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{"10.180.2.1"}})
+	in.Slices[nsName("ns1", "svc1")] = []*discovery.EndpointSlice{s}
+	if n := sync("one endpoint more"); n == 0 || n > 8 {
+		t.Errorf("one endpoint more sent %d messages, want 1 to 8", n)
+	}
+	for i, s := range in.Services {
+		if s.Name == "svc6" {
+			s = s.DeepCopy()
+			s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
+			in.Services[i] = s
+		}
+	}
+	in.Slices[nsName("ns6", "svc6")] = []*discovery.EndpointSlice{slice("ns6/svc6", "svc6-a", map[string]int32{"": 80}, v1.ProtocolTCP, ep{ip: "10.180.1.6", node: "node-b"})}
+	sync("reject becomes drop")
+	removed := in.Services[0]
+	in.Services = in.Services[1:]
+	sync("a Service deleted")
+	in.Services = append(in.Services, removed)
+	sync("the Service back")
+}

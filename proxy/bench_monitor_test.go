@@ -1,0 +1,181 @@
+package proxy
+
+import (
+	"bytes"
+	"errors"
+	"net/netip"
+	"os"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/mdlayher/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/netplane/netplane/e2e/netns"
+)
+
+// nftMonitor listens to the nftables change notifications of one network
+// namespace: the kernel sends them when a transaction commits, so their
+// arrival time is when the kernel has the change, without polling `nft list`.
+// It keeps, per event, only its time and kind, and watches for byte
+// patterns (an address in binary and in text form) to time one change.
+type nftMonitor struct {
+	conn *netlink.Conn
+
+	mu       sync.Mutex
+	events   []nftEvent
+	watches  map[string]*watch
+	overflow int // ENOBUFS: notifications the kernel dropped
+	tx       txCount
+	// orphanDeletes counts transactions that deleted rules, elements,
+	// chains or sets and added nothing back: the only kind that can leave
+	// a Service without its rules, even for a moment.
+	orphanDeletes int
+}
+
+type nftEvent struct {
+	at  time.Time
+	del bool
+}
+
+type watch struct {
+	patterns [][]byte
+	seen     chan time.Time
+}
+
+type txCount struct{ adds, dels int }
+
+func newNFTMonitor(b testing.TB, ns *netns.NS) *nftMonitor {
+	b.Helper()
+	f, err := os.Open(ns.Path)
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer f.Close()
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: int(f.Fd()), Groups: 1 << (unix.NFNLGRP_NFTABLES - 1)})
+	if err != nil {
+		b.Fatalf("nftables monitor in %s: %v", ns.Name, err)
+	}
+	if err := bigBuffers(c); err != nil {
+		b.Fatal(err)
+	}
+	m := &nftMonitor{conn: c, watches: map[string]*watch{}}
+	go m.loop()
+	b.Cleanup(func() { c.Close() })
+	return m
+}
+
+func (m *nftMonitor) loop() {
+	for {
+		msgs, err := m.conn.Receive()
+		now := time.Now()
+		if errors.Is(err, syscall.ENOBUFS) {
+			m.mu.Lock()
+			m.overflow++
+			m.mu.Unlock()
+			continue
+		}
+		if err != nil {
+			return // closed
+		}
+		m.mu.Lock()
+		for _, msg := range msgs {
+			m.record(now, msg)
+		}
+		m.mu.Unlock()
+	}
+}
+
+func (m *nftMonitor) record(now time.Time, msg netlink.Message) {
+	if int(msg.Header.Type)>>8 != unix.NFNL_SUBSYS_NFTABLES {
+		return
+	}
+	switch int(msg.Header.Type) & 0xff {
+	case unix.NFT_MSG_NEWGEN:
+		if m.tx.dels > 0 && m.tx.adds == 0 {
+			m.orphanDeletes++
+		}
+		m.tx = txCount{}
+		return
+	case unix.NFT_MSG_DELRULE, unix.NFT_MSG_DELSETELEM, unix.NFT_MSG_DELCHAIN, unix.NFT_MSG_DELSET, unix.NFT_MSG_DELTABLE:
+		m.tx.dels++
+		m.events = append(m.events, nftEvent{at: now, del: true})
+	default:
+		m.tx.adds++
+		m.events = append(m.events, nftEvent{at: now})
+	}
+	for key, w := range m.watches {
+		for _, p := range w.patterns {
+			if bytes.Contains(msg.Data, p) {
+				w.seen <- now
+				delete(m.watches, key)
+				break
+			}
+		}
+	}
+}
+
+// watchAddr returns a channel that receives the time of the first
+// notification carrying ip, in binary (rules, elements) or as text (chain
+// names such as kube-proxy's endpoint chains).
+func (m *nftMonitor) watchAddr(ip string) <-chan time.Time {
+	a := netip.MustParseAddr(ip)
+	w := &watch{patterns: [][]byte{a.AsSlice(), []byte(ip)}, seen: make(chan time.Time, 1)}
+	m.mu.Lock()
+	m.watches[ip] = w
+	m.mu.Unlock()
+	return w.seen
+}
+
+// monMark is a point in the monitor's log.
+type monMark struct{ events, orphans, overflow int }
+
+func (m *nftMonitor) mark() monMark {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return monMark{len(m.events), m.orphanDeletes, m.overflow}
+}
+
+// settle waits until no notification has come for quiet (counting from the
+// call when none came yet), and returns the time of the last one after mark
+// (zero when none came).
+func (m *nftMonitor) settle(mark monMark, quiet, limit time.Duration) time.Time {
+	start := time.Now()
+	for {
+		m.mu.Lock()
+		var last time.Time
+		if len(m.events) > mark.events {
+			last = m.events[len(m.events)-1].at
+		}
+		m.mu.Unlock()
+		since := time.Since(start)
+		if !last.IsZero() {
+			since = time.Since(last)
+		}
+		if time.Since(start) > limit || since > quiet {
+			return last
+		}
+		time.Sleep(quiet / 4)
+	}
+}
+
+// monCounts is what came after a mark.
+type monCounts struct {
+	events, deletes int
+	orphans         int // transactions that only deleted
+	overflow        int // receive overflows: counts are then incomplete
+}
+
+func (m *nftMonitor) since(mark monMark) monCounts {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	c := monCounts{events: len(m.events) - mark.events, orphans: m.orphanDeletes - mark.orphans, overflow: m.overflow - mark.overflow}
+	for _, e := range m.events[mark.events:] {
+		if e.del {
+			c.deletes++
+		}
+	}
+	return c
+}

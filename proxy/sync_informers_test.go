@@ -1,0 +1,78 @@
+package proxy
+
+import (
+	"reflect"
+	"testing"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+)
+
+func TestSlimObjectKeepsWhatTheProxyReads(t *testing.T) {
+	managed := []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	cases := []struct {
+		name     string
+		in, want any
+	}{
+		{"service loses managedFields and last-applied, keeps labels and other annotations",
+			&v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", ManagedFields: managed,
+				Labels:      map[string]string{"service.kubernetes.io/service-proxy-name": "other"},
+				Annotations: map[string]string{v1.LastAppliedConfigAnnotation: "{...}", "service.kubernetes.io/topology-mode": "Auto"}},
+				Spec: v1.ServiceSpec{ClusterIP: "10.96.0.10"}},
+			&v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s",
+				Labels:      map[string]string{"service.kubernetes.io/service-proxy-name": "other"},
+				Annotations: map[string]string{"service.kubernetes.io/topology-mode": "Auto"}},
+				Spec: v1.ServiceSpec{ClusterIP: "10.96.0.10"}}},
+		{"slice keeps only the trigger time annotation and drops targetRef",
+			&discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "e", ManagedFields: managed,
+				Labels:      map[string]string{discovery.LabelServiceName: "s"},
+				Annotations: map[string]string{v1.EndpointsLastChangeTriggerTime: "2026-01-01T00:00:00Z", "x": "y"}},
+				Endpoints: []discovery.Endpoint{{Addresses: []string{"10.0.0.1"}, TargetRef: &v1.ObjectReference{Kind: "Pod", Name: "p"},
+					DeprecatedTopology: map[string]string{"a": "b"}, Zone: ptrTo("z")}}},
+			&discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "e",
+				Labels:      map[string]string{discovery.LabelServiceName: "s"},
+				Annotations: map[string]string{v1.EndpointsLastChangeTriggerTime: "2026-01-01T00:00:00Z"}},
+				Endpoints: []discovery.Endpoint{{Addresses: []string{"10.0.0.1"}, Zone: ptrTo("z")}}}},
+		{"slice without a trigger time has no annotations",
+			&discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "e", Annotations: map[string]string{"x": "y"}}},
+			&discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "e"}}},
+		{"a Node passes untouched",
+			&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: managed}},
+			&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n", ManagedFields: managed}}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			got, err := slimObject(c.in)
+			if err != nil || !reflect.DeepEqual(got, c.want) {
+				t.Errorf("slimObject = %#v, %v\nwant %#v", got, err, c.want)
+			}
+		})
+	}
+}
+
+func TestSlimInformersFeedTheFactorysListers(t *testing.T) {
+	managed := []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	client := fake.NewClientset(
+		&v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", ManagedFields: managed}},
+		&discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "e", ManagedFields: managed}})
+	f := informers.NewSharedInformerFactory(client, 0)
+	slimInformers(f)
+	svcs, slices := f.Core().V1().Services().Lister(), f.Discovery().V1().EndpointSlices().Lister()
+	stop := make(chan struct{})
+	defer close(stop)
+	f.Start(stop)
+	f.WaitForCacheSync(stop)
+	s, err := svcs.Services("ns").Get("s")
+	if err != nil || s.ManagedFields != nil {
+		t.Errorf("Service from the factory's lister: %v, managedFields %v; want it, without them", err, s.ManagedFields)
+	}
+	e, err := slices.EndpointSlices("ns").Get("e")
+	if err != nil || e.ManagedFields != nil {
+		t.Errorf("EndpointSlice from the factory's lister: %v, managedFields %v; want it, without them", err, e.ManagedFields)
+	}
+}
+
+func ptrTo[T any](v T) *T { return &v }
