@@ -248,8 +248,9 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 	r.p50, r.p99 = lat[len(lat)/2], lat[len(lat)*99/100]
 
 	if n >= benchChangesFrom {
-		// Both proxies hold syncs --min-sync-period (1 s) apart: let it
-		// pass, so the change measures the sync and not the rate limit.
+		// Both proxies rate-limit syncs (--min-sync-period: kube-proxy 1 s,
+		// netplane 100 ms): let that pass, so the change measures the sync
+		// and not the rate limit.
 		time.Sleep(2 * time.Second)
 		seen := mon.watchAddr(newIP)
 		t1 := time.Now()

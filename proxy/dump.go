@@ -15,16 +15,6 @@ type Dialer struct {
 	NetNS int
 }
 
-// nft opens a lasting nftables connection with a receive buffer big enough
-// for the echo of a whole transaction.
-func (d Dialer) nft() (*nftables.Conn, error) {
-	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers)}
-	if d.NetNS != 0 {
-		opts = append(opts, nftables.WithNetNSFd(d.NetNS))
-	}
-	return nftables.New(opts...)
-}
-
 // ruleFingerprints lists the fingerprints of every rule of the family's
 // table, by chain and in order, in one netlink dump. Expressions are not
 // decoded: the fingerprint in each rule's comment says what it is, which

@@ -213,10 +213,10 @@ func nodeLookupA(ctx context.Context, n *lab.Node, name string) ([]string, error
 	c := &dns.Client{Timeout: 500 * time.Millisecond}
 	r, _, err := c.ExchangeWithConnContext(ctx, m, &dns.Conn{Conn: conn})
 	if err != nil {
-		return nil, fmt.Errorf("A %s from %s: %w", name, n.Name, err)
+		return nil, fmt.Errorf("lookup of A %s from %s: %w", name, n.Name, err)
 	}
 	if r.Rcode != dns.RcodeSuccess {
-		return nil, fmt.Errorf("A %s from %s: %s", name, n.Name, dns.RcodeToString[r.Rcode])
+		return nil, fmt.Errorf("lookup of A %s from %s: %s", name, n.Name, dns.RcodeToString[r.Rcode])
 	}
 	var out []string
 	for _, rr := range r.Answer {

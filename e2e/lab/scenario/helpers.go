@@ -201,15 +201,6 @@ func readyEndpoints(ctx context.Context, l *lab.Lab, service string) ([]string, 
 	return out, nil
 }
 
-func podIPs(pods []corev1.Pod) []string {
-	var out []string
-	for _, p := range pods {
-		out = append(out, p.Status.PodIP)
-	}
-	sort.Strings(out)
-	return out
-}
-
 func names(pods []corev1.Pod) []string {
 	var out []string
 	for _, p := range pods {
