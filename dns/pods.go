@@ -1,0 +1,164 @@
+package dns
+
+import (
+	"net/netip"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"unique"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
+	"k8s.io/client-go/tools/cache"
+)
+
+// podSink is the store of the pods' reflector. Autopath and verified pod
+// records need only which namespace holds an address, so rather than an
+// informer cache of every pod (tens of thousands in a large cluster) it
+// keeps each pod's addresses, the least that says what a pod gives back
+// when it changes or goes, and hands every move to the watcher.
+type podSink struct {
+	mu     sync.Mutex
+	addrs  map[podRef][]netip.Addr // pods holding addresses
+	moves  func([]podMove)
+	synced atomic.Bool
+}
+
+// podMove is a pod giving back the addresses old and taking cur.
+type podMove struct {
+	ref      podRef
+	old, cur []netip.Addr
+}
+
+func newPodSink(moves func([]podMove)) *podSink {
+	return &podSink{addrs: map[podRef][]netip.Addr{}, moves: moves}
+}
+
+// Transformer slims the pods a watch-list streams into the reflector's
+// temporary store, so even the initial list never holds whole pods.
+func (s *podSink) Transformer() cache.TransformFunc {
+	return func(obj any) (any, error) {
+		if p := toPodInfo(obj); p != nil {
+			return p, nil
+		}
+		return obj, nil
+	}
+}
+
+func (s *podSink) Add(obj any) error    { return s.set(obj, true) }
+func (s *podSink) Update(obj any) error { return s.set(obj, true) }
+func (s *podSink) Delete(obj any) error { return s.set(obj, false) }
+func (s *podSink) Resync() error        { return nil }
+
+// HasSynced reports whether the first list has been handed on.
+func (s *podSink) HasSynced() bool { return s.synced.Load() }
+
+func (s *podSink) set(obj any, exists bool) error {
+	p := toPodInfo(obj)
+	if p == nil {
+		return nil
+	}
+	var cur []netip.Addr
+	if exists {
+		cur = p.addrs
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	old := s.addrs[p.ref]
+	if slices.Equal(old, cur) {
+		return nil
+	}
+	s.put(p.ref, cur)
+	s.moves([]podMove{{p.ref, old, cur}})
+	return nil
+}
+
+// Replace makes list the whole set of pods: each differing pod moves, and
+// each pod missing from it gives its addresses back.
+func (s *podSink) Replace(list []any, _ string) error {
+	next := make(map[podRef][]netip.Addr, len(list))
+	for _, obj := range list {
+		if p := toPodInfo(obj); p != nil && len(p.addrs) > 0 {
+			next[p.ref] = p.addrs
+		}
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	var moves []podMove
+	for ref, cur := range next {
+		if old := s.addrs[ref]; !slices.Equal(old, cur) {
+			moves = append(moves, podMove{ref, old, cur})
+		}
+	}
+	for ref, old := range s.addrs {
+		if _, ok := next[ref]; !ok {
+			moves = append(moves, podMove{ref, old, nil})
+		}
+	}
+	s.addrs = next
+	s.moves(moves)
+	s.synced.Store(true)
+	return nil
+}
+
+func (s *podSink) put(ref podRef, cur []netip.Addr) {
+	if len(cur) == 0 {
+		delete(s.addrs, ref)
+	} else {
+		s.addrs[ref] = cur
+	}
+}
+
+// podInfo is what the reflector's temporary store holds of a pod during a
+// watch-list: its name and addresses. The store reaches its name through
+// GetObjectMeta, which builds the metadata only when asked.
+type podInfo struct {
+	ref   podRef
+	addrs []netip.Addr // none once the pod has finished
+}
+
+func (p *podInfo) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Name: p.ref.name, Namespace: p.ref.ns}
+}
+
+func (p *podInfo) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (p *podInfo) DeepCopyObject() runtime.Object {
+	c := *p
+	c.addrs = slices.Clone(p.addrs)
+	return &c
+}
+
+// toPodInfo reads a Pod, a podInfo or a deleted pod's last state; nil for
+// anything else. Namespace names are interned: every pod of a namespace
+// shares one copy.
+func toPodInfo(obj any) *podInfo {
+	switch o := unwrap(obj).(type) {
+	case *podInfo:
+		return o
+	case *corev1.Pod:
+		return &podInfo{ref: podRef{unique.Make(o.Namespace).Value(), o.Name}, addrs: podAddrs(o)}
+	}
+	return nil
+}
+
+// podAddrs are the addresses of a pod that holds them: a finished pod has
+// given its addresses back, and they may already be another pod's.
+func podAddrs(pod *corev1.Pod) []netip.Addr {
+	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+		return nil
+	}
+	ips := pod.Status.PodIPs
+	if len(ips) == 0 && pod.Status.PodIP != "" {
+		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
+	}
+	var out []netip.Addr
+	for _, ip := range ips {
+		if a, err := netip.ParseAddr(ip.IP); err == nil {
+			out = append(out, a.Unmap())
+		}
+	}
+	return out
+}
