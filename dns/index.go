@@ -81,7 +81,7 @@ type Index struct {
 	services   *cowMap[svcKey, *service]
 	namespaces *cowMap[string, struct{}]
 	reverse    *cowMap[netip.Addr, []ptrOwner]
-	pods       *cowMap[netip.Addr, []podRef]
+	pods       *cowMap[netip.Addr, []string] // namespace of each pod holding the address, in arrival order
 }
 
 // NewIndex is the empty, not yet synced index a server starts with.
@@ -90,7 +90,7 @@ func NewIndex() *Index {
 		services:   &cowMap[svcKey, *service]{},
 		namespaces: &cowMap[string, struct{}]{},
 		reverse:    &cowMap[netip.Addr, []ptrOwner]{},
-		pods:       &cowMap[netip.Addr, []podRef]{},
+		pods:       &cowMap[netip.Addr, []string]{},
 	}
 }
 
@@ -107,16 +107,16 @@ func (ix *Index) namespaceExists(ns string) bool {
 // podNamespace is the namespace of a pod with address a; autopath uses it to
 // find a client's search path.
 func (ix *Index) podNamespace(a netip.Addr) (string, bool) {
-	refs, _ := ix.pods.get(a.Unmap())
-	if len(refs) == 0 {
+	nss, _ := ix.pods.get(a.Unmap())
+	if len(nss) == 0 {
 		return "", false
 	}
-	return refs[0].ns, true
+	return nss[0], true
 }
 
 func (ix *Index) podIn(a netip.Addr, ns string) bool {
-	refs, _ := ix.pods.get(a)
-	return slices.ContainsFunc(refs, func(r podRef) bool { return r.ns == ns })
+	nss, _ := ix.pods.get(a)
+	return slices.Contains(nss, ns)
 }
 
 // Change is a batch of edits that becomes the next Index in one swap.
@@ -125,7 +125,7 @@ type Change struct {
 	services   *cowEditor[svcKey, *service]
 	namespaces *cowEditor[string, struct{}]
 	reverse    *cowEditor[netip.Addr, []ptrOwner]
-	pods       *cowEditor[netip.Addr, []podRef]
+	pods       *cowEditor[netip.Addr, []string]
 	changed    bool
 	synced     bool
 }
@@ -191,22 +191,24 @@ func (c *Change) SetNamespace(ns string, exists bool) {
 }
 
 // SetPod moves a pod from its old addresses to its new ones (none when it
-// is gone or finished).
+// is gone or finished). old must be where the pod was: the index keeps of
+// each pod only its namespace, once per address it holds.
 func (c *Change) SetPod(ref podRef, old, cur []netip.Addr) {
 	for _, a := range old {
-		refs, _ := c.pods.get(a)
-		refs = slices.DeleteFunc(slices.Clone(refs), func(r podRef) bool { return r == ref })
-		if len(refs) == 0 {
+		nss, _ := c.pods.get(a)
+		i := slices.Index(nss, ref.ns)
+		switch {
+		case i < 0:
+			continue
+		case len(nss) == 1:
 			c.pods.del(a)
-		} else {
-			c.pods.set(a, refs)
+		default:
+			c.pods.set(a, slices.Delete(slices.Clone(nss), i, i+1))
 		}
 	}
 	for _, a := range cur {
-		refs, _ := c.pods.get(a)
-		if !slices.Contains(refs, ref) {
-			c.pods.set(a, append(slices.Clone(refs), ref))
-		}
+		nss, _ := c.pods.get(a)
+		c.pods.set(a, append(slices.Clone(nss), ref.ns))
 	}
 	if len(old) > 0 || len(cur) > 0 {
 		c.changed = true

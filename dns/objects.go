@@ -52,6 +52,13 @@ func (m *objMeta) GetObjectMeta() metav1.Object {
 
 func (m *objMeta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
+// keepSlim is what a list keeps of an object: its slim copy.
+func keepSlim(obj runtime.Object) runtime.Object {
+	s, _ := slim(obj)
+	o, _ := s.(runtime.Object)
+	return o
+}
+
 func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion}
 }

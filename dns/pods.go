@@ -111,9 +111,10 @@ func (s *podSink) put(ref podRef, cur []netip.Addr) {
 	}
 }
 
-// podInfo is what the reflector's temporary store holds of a pod during a
-// watch-list: its name and addresses. The store reaches its name through
-// GetObjectMeta, which builds the metadata only when asked.
+// podInfo is what the pods' list, and the reflector's temporary store
+// during a watch-list, hold of a pod: its name and addresses. A store
+// reaches its name through GetObjectMeta, which builds the metadata only
+// when asked.
 type podInfo struct {
 	ref   podRef
 	addrs []netip.Addr // none once the pod has finished
@@ -140,6 +141,15 @@ func toPodInfo(obj any) *podInfo {
 		return o
 	case *corev1.Pod:
 		return &podInfo{ref: podRef{unique.Make(o.Namespace).Value(), o.Name}, addrs: podAddrs(o)}
+	}
+	return nil
+}
+
+// keepPod is what a pods' list keeps of a pod: its podInfo, or nothing
+// for a pod without addresses.
+func keepPod(obj runtime.Object) runtime.Object {
+	if p := toPodInfo(obj); p != nil && len(p.addrs) > 0 {
+		return p
 	}
 	return nil
 }

@@ -88,18 +88,30 @@ func TestPodSinkIsSyncedOnceTheFirstListIsHandedOn(t *testing.T) {
 }
 
 // TestPodMovesKeepEveryPodOfASharedAddress: host-network pods share their
-// node's address; one leaving must not take the address from the others.
+// node's address; one leaving must not take the address from the others,
+// even from another pod of its own namespace.
 func TestPodMovesKeepEveryPodOfASharedAddress(t *testing.T) {
 	ip := netip.MustParseAddr("192.0.2.1")
+	on := []netip.Addr{ip}
 	c := NewIndex().Edit()
-	c.SetPod(podRef{"kube-system", "proxy"}, nil, []netip.Addr{ip})
-	c.SetPod(podRef{"monitoring", "exporter"}, nil, []netip.Addr{ip})
-	c.SetPod(podRef{"kube-system", "proxy"}, []netip.Addr{ip}, nil)
+	c.SetPod(podRef{"kube-system", "proxy"}, nil, on)
+	c.SetPod(podRef{"monitoring", "exporter"}, nil, on)
+	c.SetPod(podRef{"monitoring", "agent"}, nil, on)
+	c.SetPod(podRef{"kube-system", "proxy"}, on, nil)
+	c.SetPod(podRef{"monitoring", "exporter"}, on, nil)
 	ix := c.Done(1)
 	if ns, ok := ix.podNamespace(ip); !ok || ns != "monitoring" {
 		t.Errorf("namespace of the shared address: %q, %v; want monitoring", ns, ok)
 	}
+	if !ix.podIn(ip, "monitoring") {
+		t.Error("the pod that stayed lost the address")
+	}
 	if ix.podIn(ip, "kube-system") {
 		t.Error("the pod that left still holds the address")
+	}
+	c = ix.Edit()
+	c.SetPod(podRef{"monitoring", "agent"}, on, nil)
+	if _, ok := c.Done(2).podNamespace(ip); ok {
+		t.Error("the address is still a pod's after the last one left")
 	}
 }

@@ -80,14 +80,18 @@ func serviceSpec(svc *corev1.Service) *service {
 }
 
 // withEndpoints is the spec s with the ready endpoints of its slices; an
-// ExternalName Service has none. The spec's slices are shared, never
+// ExternalName Service has none. The spec and its slices are shared, never
 // changed.
 func (s *service) withEndpoints(sls []*discoveryv1.EndpointSlice) *service {
 	if s == nil || s.kind == kindExternalName {
 		return s
 	}
+	eps := readyEndpoints(sls)
+	if len(eps) == 0 {
+		return s
+	}
 	c := *s
-	c.eps = readyEndpoints(sls)
+	c.eps = eps
 	return &c
 }
 

@@ -2,7 +2,6 @@ package dns
 
 import (
 	"context"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -63,7 +62,11 @@ func newPending() pending {
 func startWatch(ctx context.Context, client kubernetes.Interface, h *Handler, m *metrics, log logr.Logger, withPods bool) {
 	w := &watcher{h: h, metrics: m, log: log, pending: newPending(), kick: make(chan struct{}, 1)}
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slim))
-	svcInf := f.Core().V1().Services().Informer()
+	svcs := client.CoreV1().Services(metav1.NamespaceAll)
+	svcInf := cache.NewSharedIndexInformer(slimListWatch(client, keepSlim,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return svcs.List(ctx, o) },
+		svcs.Watch), &corev1.Service{}, 0, cache.Indexers{})
+	_ = svcInf.SetTransform(slim)
 	sliceInf := f.Discovery().V1().EndpointSlices().Informer()
 	nsInf := f.Core().V1().Namespaces().Informer()
 	_ = sliceInf.AddIndexers(cache.Indexers{byService: sliceService})
@@ -82,6 +85,7 @@ func startWatch(ctx context.Context, client kubernetes.Interface, h *Handler, m 
 	add(sliceInf, w.noteSlice)
 	add(nsInf, w.noteNamespace)
 	f.Start(ctx.Done())
+	go svcInf.RunWithContext(ctx)
 	if withPods {
 		regs = append(regs, w.watchPods(ctx, client))
 	}
@@ -89,10 +93,6 @@ func startWatch(ctx context.Context, client kubernetes.Interface, h *Handler, m 
 		if cache.WaitForCacheSync(ctx.Done(), regs...) {
 			w.note(func(p *pending) { p.synced = true })
 			log.Info("caches synced, answering for the cluster zone")
-			// The initial lists decoded every object of the cluster once;
-			// hand that garbage back to the node now rather than over the
-			// next minutes.
-			debug.FreeOSMemory()
 		}
 	}()
 	go w.run(ctx)
@@ -107,16 +107,15 @@ func (w *watcher) watchPods(ctx context.Context, client kubernetes.Interface) ca
 		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
 		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed))).String()
 	pods := client.CoreV1().Pods(metav1.NamespaceAll)
-	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+	lw := slimListWatch(client, keepPod,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			o.FieldSelector = selector
 			return pods.List(ctx, o)
 		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			o.FieldSelector = selector
 			return pods.Watch(ctx, o)
-		},
-	}, client)
+		})
 	sink := newPodSink(func(moves []podMove) {
 		w.note(func(p *pending) { p.pods = append(p.pods, moves...) })
 	})
@@ -212,6 +211,11 @@ func (w *watcher) apply(p pending) {
 	}
 	ix := c.Done(uint32(time.Now().Unix()))
 	w.h.SetIndex(ix)
+	if p.synced {
+		// Hand back the initial lists' garbage and start-up's pages now
+		// rather than over the next minutes.
+		releaseStartup()
+	}
 	for _, t := range p.triggers {
 		kind := "cluster_ip"
 		if s := ix.service(t.svc.ns, t.svc.name); s != nil && s.kind == kindHeadless {
