@@ -81,7 +81,7 @@ type Index struct {
 	services   *cowMap[svcKey, *service]
 	namespaces *cowMap[string, struct{}]
 	reverse    *cowMap[netip.Addr, []ptrOwner]
-	pods       *cowMap[netip.Addr, []string] // namespace of each pod holding the address, in arrival order
+	pods       podTable
 }
 
 // NewIndex is the empty, not yet synced index a server starts with.
@@ -90,7 +90,7 @@ func NewIndex() *Index {
 		services:   &cowMap[svcKey, *service]{},
 		namespaces: &cowMap[string, struct{}]{},
 		reverse:    &cowMap[netip.Addr, []ptrOwner]{},
-		pods:       &cowMap[netip.Addr, []string]{},
+		pods:       newPodTable(),
 	}
 }
 
@@ -107,17 +107,10 @@ func (ix *Index) namespaceExists(ns string) bool {
 // podNamespace is the namespace of a pod with address a; autopath uses it to
 // find a client's search path.
 func (ix *Index) podNamespace(a netip.Addr) (string, bool) {
-	nss, _ := ix.pods.get(a.Unmap())
-	if len(nss) == 0 {
-		return "", false
-	}
-	return nss[0], true
+	return ix.pods.namespace(a)
 }
 
-func (ix *Index) podIn(a netip.Addr, ns string) bool {
-	nss, _ := ix.pods.get(a)
-	return slices.Contains(nss, ns)
-}
+func (ix *Index) podIn(a netip.Addr, ns string) bool { return ix.pods.holds(a, ns) }
 
 // Change is a batch of edits that becomes the next Index in one swap.
 type Change struct {
@@ -125,7 +118,7 @@ type Change struct {
 	services   *cowEditor[svcKey, *service]
 	namespaces *cowEditor[string, struct{}]
 	reverse    *cowEditor[netip.Addr, []ptrOwner]
-	pods       *cowEditor[netip.Addr, []string]
+	pods       *podTableEditor
 	changed    bool
 	synced     bool
 }
@@ -137,7 +130,7 @@ func (ix *Index) Edit() *Change {
 		services:   edit(ix.services),
 		namespaces: edit(ix.namespaces),
 		reverse:    edit(ix.reverse),
-		pods:       edit(ix.pods),
+		pods:       ix.pods.edit(),
 		synced:     ix.synced,
 	}
 }
@@ -195,20 +188,10 @@ func (c *Change) SetNamespace(ns string, exists bool) {
 // each pod only its namespace, once per address it holds.
 func (c *Change) SetPod(ref podRef, old, cur []netip.Addr) {
 	for _, a := range old {
-		nss, _ := c.pods.get(a)
-		i := slices.Index(nss, ref.ns)
-		switch {
-		case i < 0:
-			continue
-		case len(nss) == 1:
-			c.pods.del(a)
-		default:
-			c.pods.set(a, slices.Delete(slices.Clone(nss), i, i+1))
-		}
+		c.pods.remove(a, ref.ns)
 	}
 	for _, a := range cur {
-		nss, _ := c.pods.get(a)
-		c.pods.set(a, append(slices.Clone(nss), ref.ns))
+		c.pods.add(a, ref.ns)
 	}
 	if len(old) > 0 || len(cur) > 0 {
 		c.changed = true
@@ -239,6 +222,6 @@ func (c *Change) Done(serial uint32) *Index {
 		services:   c.services.m,
 		namespaces: c.namespaces.m,
 		reverse:    c.reverse.m,
-		pods:       c.pods.m,
+		pods:       c.pods.done(),
 	}
 }

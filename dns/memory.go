@@ -26,43 +26,58 @@ func tuneGC() {
 // releaseStartup gives back what start-up used and serving does not: the
 // garbage of the initial lists, and the pages of the executable that only
 // initialisation read (type registrations of every API group the binary
-// links, the code of the other roles). Those stay mapped, resident and
-// counted until the kernel needs the memory; paged out, the few the server
-// uses come back on first touch.
+// links, the code of the other roles). Those stay mapped and count as the
+// process's resident memory for as long as it runs; unmapped, they are
+// ordinary page cache the kernel reclaims when it needs to, and the few
+// the server uses come back on first touch without I/O while cached.
 func releaseStartup() {
 	debug.FreeOSMemory()
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return
 	}
-	maps, err := os.ReadFile("/proc/self/maps")
+	smaps, err := os.ReadFile("/proc/self/smaps")
 	if err != nil {
 		return
 	}
-	for _, r := range readOnlyMappings(string(maps), exe) {
-		// Best effort: a kernel before 5.4 does not know MADV_PAGEOUT.
-		_, _, _ = unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_PAGEOUT)
+	for _, r := range pristineMappings(string(smaps), exe) {
+		// Best effort: nothing is lost if the kernel declines.
+		_, _, _ = unix.Syscall(unix.SYS_MADVISE, r.start, r.end-r.start, unix.MADV_DONTNEED)
 	}
 }
 
 type addrRange struct{ start, end uintptr }
 
-// readOnlyMappings are the mappings of file in a /proc/<pid>/maps listing
-// that the process cannot write: code and constants, whose pages always
-// equal the file's and so can be dropped and read again at any time.
-func readOnlyMappings(maps, file string) []addrRange {
+// pristineMappings are the mappings of file in a /proc/<pid>/smaps listing
+// that the process cannot write and never wrote (no anonymous pages: a
+// position-independent executable's relocated constants are private
+// copies, which dropping would undo). Their pages always equal the file's,
+// so dropping them loses nothing.
+func pristineMappings(smaps, file string) []addrRange {
 	var out []addrRange
-	for _, line := range strings.Split(maps, "\n") {
-		f := strings.Fields(line)
-		if len(f) < 6 || f[5] != file || len(f[1]) < 2 || f[1][1] == 'w' {
-			continue
+	var cur *addrRange
+	keep := false
+	flush := func() {
+		if cur != nil && keep {
+			out = append(out, *cur)
 		}
-		lo, hi, ok := strings.Cut(f[0], "-")
-		start, err1 := strconv.ParseUint(lo, 16, 64)
-		end, err2 := strconv.ParseUint(hi, 16, 64)
-		if ok && err1 == nil && err2 == nil && end > start {
-			out = append(out, addrRange{uintptr(start), uintptr(end)})
+		cur, keep = nil, false
+	}
+	for _, line := range strings.Split(smaps, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case len(f) >= 5 && strings.Contains(f[0], "-") && len(f[1]) == 4: // a mapping's first line
+			flush()
+			lo, hi, _ := strings.Cut(f[0], "-")
+			start, err1 := strconv.ParseUint(lo, 16, 64)
+			end, err2 := strconv.ParseUint(hi, 16, 64)
+			if err1 == nil && err2 == nil && end > start && len(f) >= 6 && f[5] == file {
+				cur, keep = &addrRange{uintptr(start), uintptr(end)}, f[1][1] != 'w'
+			}
+		case cur != nil && len(f) >= 2 && f[0] == "Anonymous:" && f[1] != "0":
+			keep = false
 		}
 	}
+	flush()
 	return out
 }
