@@ -21,7 +21,7 @@ import (
 // when it changes or goes, and hands every move to the watcher.
 type podSink struct {
 	mu     sync.Mutex
-	addrs  map[podRef][]netip.Addr // pods holding addresses
+	addrs  map[podRef]packedAddrs // pods holding addresses
 	moves  func([]podMove)
 	synced atomic.Bool
 }
@@ -33,7 +33,7 @@ type podMove struct {
 }
 
 func newPodSink(moves func([]podMove)) *podSink {
-	return &podSink{addrs: map[podRef][]netip.Addr{}, moves: moves}
+	return &podSink{addrs: map[podRef]packedAddrs{}, moves: moves}
 }
 
 // Transformer slims the pods a watch-list streams into the reflector's
@@ -60,41 +60,45 @@ func (s *podSink) set(obj any, exists bool) error {
 	if p == nil {
 		return nil
 	}
-	var cur []netip.Addr
+	var cur packedAddrs
 	if exists {
-		cur = p.addrs
+		cur = pack(p.addrs)
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	old := s.addrs[p.ref]
-	if slices.Equal(old, cur) {
+	if old == cur {
 		return nil
 	}
-	s.put(p.ref, cur)
-	s.moves([]podMove{{p.ref, old, cur}})
+	if cur.n == 0 {
+		delete(s.addrs, p.ref)
+	} else {
+		s.addrs[p.ref] = cur
+	}
+	s.moves([]podMove{{p.ref, old.unpack(), cur.unpack()}})
 	return nil
 }
 
 // Replace makes list the whole set of pods: each differing pod moves, and
 // each pod missing from it gives its addresses back.
 func (s *podSink) Replace(list []any, _ string) error {
-	next := make(map[podRef][]netip.Addr, len(list))
+	next := make(map[podRef]packedAddrs, len(list))
 	for _, obj := range list {
 		if p := toPodInfo(obj); p != nil && len(p.addrs) > 0 {
-			next[p.ref] = p.addrs
+			next[p.ref] = pack(p.addrs)
 		}
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	var moves []podMove
 	for ref, cur := range next {
-		if old := s.addrs[ref]; !slices.Equal(old, cur) {
-			moves = append(moves, podMove{ref, old, cur})
+		if old := s.addrs[ref]; old != cur {
+			moves = append(moves, podMove{ref, old.unpack(), cur.unpack()})
 		}
 	}
 	for ref, old := range s.addrs {
 		if _, ok := next[ref]; !ok {
-			moves = append(moves, podMove{ref, old, nil})
+			moves = append(moves, podMove{ref, old.unpack(), nil})
 		}
 	}
 	s.addrs = next
@@ -103,12 +107,30 @@ func (s *podSink) Replace(list []any, _ string) error {
 	return nil
 }
 
-func (s *podSink) put(ref podRef, cur []netip.Addr) {
-	if len(cur) == 0 {
-		delete(s.addrs, ref)
-	} else {
-		s.addrs[ref] = cur
+// packedAddrs are a pod's addresses as the sink keeps them, with no
+// pointers for the garbage collector to follow and no allocation of their
+// own. A pod has at most one address per family; the API server refuses
+// more.
+type packedAddrs struct {
+	n    uint8
+	addr [2][16]byte
+}
+
+func pack(addrs []netip.Addr) packedAddrs {
+	var p packedAddrs
+	for _, a := range addrs[:min(len(addrs), len(p.addr))] {
+		p.addr[p.n] = a.As16()
+		p.n++
 	}
+	return p
+}
+
+func (p packedAddrs) unpack() []netip.Addr {
+	var out []netip.Addr
+	for _, a := range p.addr[:p.n] {
+		out = append(out, netip.AddrFrom16(a).Unmap())
+	}
+	return out
 }
 
 // podInfo is what the pods' list, and the reflector's temporary store

@@ -55,6 +55,11 @@ func TestPodSinkHandsOnWhatEachPodGaveBackAndTook(t *testing.T) {
 			s.Add(a)
 			s.Replace(nil, "")
 		}, []string{"a: [] -> [10.0.0.1]", "a: [10.0.0.1] -> []"}},
+		{"a pod listing more addresses than the API server allows is kept to two, and gives back the same two", func(s *podSink) {
+			c := testPod("c", corev1.PodRunning, "10.0.0.3", "fd00::3", "10.0.0.33")
+			s.Add(c)
+			s.Delete(c)
+		}, []string{"c: [] -> [10.0.0.3 fd00::3]", "c: [10.0.0.3 fd00::3] -> []"}},
 		{"a watch-list relists what the transformer kept", func(s *podSink) {
 			kept, _ := s.Transformer()(b)
 			s.Replace([]any{kept}, "")
