@@ -10,7 +10,7 @@ import (
 )
 
 // gcPercent is the dns role's GOGC unless the environment sets one. The
-// index is long-lived and queries make only short-lived garbage, so the
+// index is long-lived and queries make only short-lived garbage, so Go's
 // default (the heap may grow to twice what is live) spends a third of the
 // server's memory on garbage; at 25 the collector ran often enough to cost
 // a quarter of the peak QPS (dns/README.md has the measurements).
