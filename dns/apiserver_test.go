@@ -18,6 +18,7 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
@@ -83,6 +84,9 @@ func createPod(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) error
 	status := p.Status
 	p.Spec.Containers = []corev1.Container{{Name: "c", Image: "pause"}}
 	created, err := c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
+	if apierrors.IsAlreadyExists(err) { // a retry after the status update failed
+		created, err = c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
+	}
 	if err != nil {
 		return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
 	}

@@ -139,7 +139,7 @@ func buildIndex(t testing.TB, o fixtureObjects) *Index {
 				sls = append(sls, slimSlice(sl))
 			}
 		}
-		c.SetService(svcKey{s.Namespace, s.Name}, buildService(slimService(s), sls))
+		c.SetService(svcKey{s.Namespace, s.Name}, buildService(s, sls))
 	}
 	for _, p := range o.pods {
 		c.SetPod(podRef{p.Namespace, p.Name}, nil, podAddrs(p))

@@ -81,7 +81,7 @@ type Index struct {
 	services   *cowMap[svcKey, *service]
 	namespaces *cowMap[string, struct{}]
 	reverse    *cowMap[netip.Addr, []ptrOwner]
-	pods       *cowMap[netip.Addr, []podRef]
+	pods       podTable
 }
 
 // NewIndex is the empty, not yet synced index a server starts with.
@@ -90,7 +90,7 @@ func NewIndex() *Index {
 		services:   &cowMap[svcKey, *service]{},
 		namespaces: &cowMap[string, struct{}]{},
 		reverse:    &cowMap[netip.Addr, []ptrOwner]{},
-		pods:       &cowMap[netip.Addr, []podRef]{},
+		pods:       newPodTable(),
 	}
 }
 
@@ -107,17 +107,10 @@ func (ix *Index) namespaceExists(ns string) bool {
 // podNamespace is the namespace of a pod with address a; autopath uses it to
 // find a client's search path.
 func (ix *Index) podNamespace(a netip.Addr) (string, bool) {
-	refs, _ := ix.pods.get(a.Unmap())
-	if len(refs) == 0 {
-		return "", false
-	}
-	return refs[0].ns, true
+	return ix.pods.namespace(a)
 }
 
-func (ix *Index) podIn(a netip.Addr, ns string) bool {
-	refs, _ := ix.pods.get(a)
-	return slices.ContainsFunc(refs, func(r podRef) bool { return r.ns == ns })
-}
+func (ix *Index) podIn(a netip.Addr, ns string) bool { return ix.pods.holds(a, ns) }
 
 // Change is a batch of edits that becomes the next Index in one swap.
 type Change struct {
@@ -125,7 +118,7 @@ type Change struct {
 	services   *cowEditor[svcKey, *service]
 	namespaces *cowEditor[string, struct{}]
 	reverse    *cowEditor[netip.Addr, []ptrOwner]
-	pods       *cowEditor[netip.Addr, []podRef]
+	pods       *podTableEditor
 	changed    bool
 	synced     bool
 }
@@ -137,7 +130,7 @@ func (ix *Index) Edit() *Change {
 		services:   edit(ix.services),
 		namespaces: edit(ix.namespaces),
 		reverse:    edit(ix.reverse),
-		pods:       edit(ix.pods),
+		pods:       ix.pods.edit(),
 		synced:     ix.synced,
 	}
 }
@@ -191,22 +184,14 @@ func (c *Change) SetNamespace(ns string, exists bool) {
 }
 
 // SetPod moves a pod from its old addresses to its new ones (none when it
-// is gone or finished).
+// is gone or finished). old must be where the pod was: the index keeps of
+// each pod only its namespace, once per address it holds.
 func (c *Change) SetPod(ref podRef, old, cur []netip.Addr) {
 	for _, a := range old {
-		refs, _ := c.pods.get(a)
-		refs = slices.DeleteFunc(slices.Clone(refs), func(r podRef) bool { return r == ref })
-		if len(refs) == 0 {
-			c.pods.del(a)
-		} else {
-			c.pods.set(a, refs)
-		}
+		c.pods.remove(a, ref.ns)
 	}
 	for _, a := range cur {
-		refs, _ := c.pods.get(a)
-		if !slices.Contains(refs, ref) {
-			c.pods.set(a, append(slices.Clone(refs), ref))
-		}
+		c.pods.add(a, ref.ns)
 	}
 	if len(old) > 0 || len(cur) > 0 {
 		c.changed = true
@@ -237,6 +222,6 @@ func (c *Change) Done(serial uint32) *Index {
 		services:   c.services.m,
 		namespaces: c.namespaces.m,
 		reverse:    c.reverse.m,
-		pods:       c.pods.m,
+		pods:       c.pods.done(),
 	}
 }

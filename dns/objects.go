@@ -1,9 +1,6 @@
 package dns
 
 import (
-	"net/netip"
-	"slices"
-
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -17,77 +14,53 @@ import (
 const triggerTimeAnnotation = "endpoints.kubernetes.io/last-change-trigger-time"
 
 // slim is the informers' transform: it keeps only the fields DNS answers
-// from, so the caches of a cluster with 50,000 pods hold names and
-// addresses rather than whole pod specs. It returns fresh objects and never
-// changes its input.
+// from. It returns fresh objects and never changes its input.
 func slim(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *corev1.Service:
-		return slimService(o), nil
+		return &svcInfo{objMeta: metaOf(o.ObjectMeta), spec: serviceSpec(o)}, nil
 	case *discoveryv1.EndpointSlice:
 		return slimSlice(o), nil
-	case *corev1.Pod:
-		return &podInfo{name: o.Name, namespace: o.Namespace, resourceVersion: o.ResourceVersion, addrs: podAddrs(o)}, nil
 	case *corev1.Namespace:
 		return &corev1.Namespace{ObjectMeta: slimMeta(o.ObjectMeta)}, nil
 	}
 	return obj, nil
 }
 
-// podInfo is all DNS keeps of a Pod, 70 bytes: even a zeroed corev1.Pod or
-// metav1.ObjectMeta would cost hundreds, times every pod in the cluster.
-// The informer's store reaches its name through GetObjectMeta, which builds
-// the metadata only when asked.
-type podInfo struct {
-	name, namespace, resourceVersion string
-	addrs                            []netip.Addr // none once the pod has finished
+// svcInfo is what the Service informer keeps: the key, the resource version
+// an informer tells updates from resyncs by, and the Service's own records.
+// A slim corev1.Service alone would be five times that.
+type svcInfo struct {
+	objMeta
+	spec *service // immutable
 }
 
-func (p *podInfo) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Name: p.name, Namespace: p.namespace, ResourceVersion: p.resourceVersion}
-}
-
-func (p *podInfo) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
-func (p *podInfo) DeepCopyObject() runtime.Object {
-	c := *p
-	c.addrs = slices.Clone(p.addrs)
+func (s *svcInfo) DeepCopyObject() runtime.Object {
+	c := *s
 	return &c
 }
 
-// podAddrs are the addresses of a pod that holds them: a finished pod has
-// given its addresses back, and they may already be another pod's.
-func podAddrs(pod *corev1.Pod) []netip.Addr {
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
-		return nil
-	}
-	ips := pod.Status.PodIPs
-	if len(ips) == 0 && pod.Status.PodIP != "" {
-		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
-	}
-	var out []netip.Addr
-	for _, ip := range ips {
-		if a, err := netip.ParseAddr(ip.IP); err == nil {
-			out = append(out, a.Unmap())
-		}
-	}
-	return out
+// objMeta is the metadata an informer reads, through GetObjectMeta, which
+// builds it only when asked.
+type objMeta struct{ name, namespace, resourceVersion string }
+
+func metaOf(m metav1.ObjectMeta) objMeta { return objMeta{m.Name, m.Namespace, m.ResourceVersion} }
+
+func (m *objMeta) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Name: m.name, Namespace: m.namespace, ResourceVersion: m.resourceVersion}
+}
+
+func (m *objMeta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+// keepSlim is what a list keeps of an object: its slim copy.
+func keepSlim(obj runtime.Object) runtime.Object {
+	s, _ := slim(obj)
+	o, _ := s.(runtime.Object)
+	return o
 }
 
 func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion}
-}
-
-func slimService(o *corev1.Service) *corev1.Service {
-	s := &corev1.Service{ObjectMeta: slimMeta(o.ObjectMeta)}
-	s.Spec.Type = o.Spec.Type
-	s.Spec.ClusterIP = o.Spec.ClusterIP
-	s.Spec.ClusterIPs = o.Spec.ClusterIPs
-	s.Spec.ExternalName = o.Spec.ExternalName
-	for _, p := range o.Spec.Ports {
-		s.Spec.Ports = append(s.Spec.Ports, corev1.ServicePort{Name: p.Name, Protocol: p.Protocol, Port: p.Port})
-	}
-	return s
 }
 
 func slimSlice(o *discoveryv1.EndpointSlice) *discoveryv1.EndpointSlice {

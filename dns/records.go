@@ -52,6 +52,12 @@ type service struct {
 // EndpointSlices labelled with its name, whoever manages them. It returns
 // nil for a nil Service.
 func buildService(svc *corev1.Service, sls []*discoveryv1.EndpointSlice) *service {
+	return serviceSpec(svc).withEndpoints(sls)
+}
+
+// serviceSpec is what a Service says of itself, without endpoints: all the
+// informer cache keeps of it.
+func serviceSpec(svc *corev1.Service) *service {
 	if svc == nil {
 		return nil
 	}
@@ -70,8 +76,23 @@ func buildService(svc *corev1.Service, sls []*discoveryv1.EndpointSlice) *servic
 	for _, p := range svc.Spec.Ports {
 		s.ports = append(s.ports, port{strings.ToLower(p.Name), strings.ToLower(string(p.Protocol)), p.Port})
 	}
-	s.eps = readyEndpoints(sls)
 	return s
+}
+
+// withEndpoints is the spec s with the ready endpoints of its slices; an
+// ExternalName Service has none. The spec and its slices are shared, never
+// changed.
+func (s *service) withEndpoints(sls []*discoveryv1.EndpointSlice) *service {
+	if s == nil || s.kind == kindExternalName {
+		return s
+	}
+	eps := readyEndpoints(sls)
+	if len(eps) == 0 {
+		return s
+	}
+	c := *s
+	c.eps = eps
+	return &c
 }
 
 func clusterIPs(svc *corev1.Service) []netip.Addr {

@@ -2,8 +2,6 @@ package dns
 
 import (
 	"context"
-	"net/netip"
-	"runtime/debug"
 	"sync"
 	"time"
 
@@ -12,6 +10,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
@@ -20,9 +20,9 @@ import (
 const byService = "service"
 
 // watcher keeps the Handler's index in step with the API server. Informer
-// handlers only note which Service, namespace or pod changed; one worker
-// rebuilds exactly those from the informer caches and swaps the new index
-// in, so a burst of events costs one swap and a change costs in proportion
+// handlers only note which Service or namespace changed, and the pods' sink
+// which addresses each pod gave back and took; one worker rebuilds exactly
+// those from the informer caches and swaps the new index in, so a burst of events costs one swap and a change costs in proportion
 // to the Services it touches, not to the cluster.
 type watcher struct {
 	h       *Handler
@@ -32,19 +32,16 @@ type watcher struct {
 	services cache.Store
 	slices   cache.Indexer
 	nss      cache.Store
-	pods     cache.Store // nil when no feature needs pods
 
 	mu      sync.Mutex
 	pending pending
 	kick    chan struct{}
-
-	podIPs map[string][]netip.Addr // worker only: where each pod is in the index
 }
 
 type pending struct {
 	svcs     map[svcKey]struct{}
 	nss      map[string]struct{}
-	pods     map[string]struct{}
+	pods     []podMove // in the order the API server sent them
 	triggers []trigger
 	synced   bool
 }
@@ -57,15 +54,19 @@ type trigger struct {
 }
 
 func newPending() pending {
-	return pending{svcs: map[svcKey]struct{}{}, nss: map[string]struct{}{}, pods: map[string]struct{}{}}
+	return pending{svcs: map[svcKey]struct{}{}, nss: map[string]struct{}{}}
 }
 
-// startWatch starts the informers (pods only when withPods) and the worker.
-// The index stays unsynced until every informer has listed.
+// startWatch starts the informers, the pods' reflector (only when withPods)
+// and the worker. The index stays unsynced until every one has listed.
 func startWatch(ctx context.Context, client kubernetes.Interface, h *Handler, m *metrics, log logr.Logger, withPods bool) {
-	w := &watcher{h: h, metrics: m, log: log, pending: newPending(), kick: make(chan struct{}, 1), podIPs: map[string][]netip.Addr{}}
+	w := &watcher{h: h, metrics: m, log: log, pending: newPending(), kick: make(chan struct{}, 1)}
 	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slim))
-	svcInf := f.Core().V1().Services().Informer()
+	svcs := client.CoreV1().Services(metav1.NamespaceAll)
+	svcInf := cache.NewSharedIndexInformer(slimListWatch(client, keepSlim,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return svcs.List(ctx, o) },
+		svcs.Watch), &corev1.Service{}, 0, cache.Indexers{})
+	_ = svcInf.SetTransform(slim)
 	sliceInf := f.Discovery().V1().EndpointSlices().Informer()
 	nsInf := f.Core().V1().Namespaces().Informer()
 	_ = sliceInf.AddIndexers(cache.Indexers{byService: sliceService})
@@ -84,31 +85,43 @@ func startWatch(ctx context.Context, client kubernetes.Interface, h *Handler, m 
 	add(sliceInf, w.noteSlice)
 	add(nsInf, w.noteNamespace)
 	f.Start(ctx.Done())
+	go svcInf.RunWithContext(ctx)
 	if withPods {
-		// Finished pods give their address back; leaving them out on the
-		// server side keeps a reused address from naming the wrong pod.
-		pf := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slim),
-			informers.WithTweakListOptions(func(o *metav1.ListOptions) {
-				o.FieldSelector = fields.AndSelectors(
-					fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
-					fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed))).String()
-			}))
-		podInf := pf.Core().V1().Pods().Informer()
-		w.pods = podInf.GetStore()
-		add(podInf, w.notePod)
-		pf.Start(ctx.Done())
+		regs = append(regs, w.watchPods(ctx, client))
 	}
 	go func() {
 		if cache.WaitForCacheSync(ctx.Done(), regs...) {
 			w.note(func(p *pending) { p.synced = true })
 			log.Info("caches synced, answering for the cluster zone")
-			// The initial lists decoded every object of the cluster once;
-			// hand that garbage back to the node now rather than over the
-			// next minutes.
-			debug.FreeOSMemory()
 		}
 	}()
 	go w.run(ctx)
+}
+
+// watchPods feeds pods to the index through a podSink, with no informer
+// cache; the function it returns reports whether the first list is in.
+func (w *watcher) watchPods(ctx context.Context, client kubernetes.Interface) cache.InformerSynced {
+	// Finished pods give their address back; leaving them out on the server
+	// side keeps a reused address from naming the wrong pod.
+	selector := fields.AndSelectors(
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed))).String()
+	pods := client.CoreV1().Pods(metav1.NamespaceAll)
+	lw := slimListWatch(client, keepPod,
+		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
+			o.FieldSelector = selector
+			return pods.List(ctx, o)
+		},
+		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
+			o.FieldSelector = selector
+			return pods.Watch(ctx, o)
+		})
+	sink := newPodSink(func(moves []podMove) {
+		w.note(func(p *pending) { p.pods = append(p.pods, moves...) })
+	})
+	r := cache.NewReflectorWithOptions(lw, &corev1.Pod{}, sink, cache.ReflectorOptions{Name: "dns pods"})
+	go r.RunWithContext(ctx)
+	return sink.HasSynced
 }
 
 func sliceService(obj any) ([]string, error) {
@@ -137,8 +150,8 @@ func (w *watcher) note(f func(*pending)) {
 }
 
 func (w *watcher) noteService(obj any, _ bool) {
-	if s, ok := unwrap(obj).(*corev1.Service); ok {
-		w.note(func(p *pending) { p.svcs[svcKey{s.Namespace, s.Name}] = struct{}{} })
+	if s, ok := unwrap(obj).(*svcInfo); ok {
+		w.note(func(p *pending) { p.svcs[svcKey{s.namespace, s.name}] = struct{}{} })
 	}
 }
 
@@ -162,12 +175,6 @@ func (w *watcher) noteSlice(obj any, fresh bool) {
 func (w *watcher) noteNamespace(obj any, _ bool) {
 	if n, ok := unwrap(obj).(*corev1.Namespace); ok {
 		w.note(func(p *pending) { p.nss[n.Name] = struct{}{} })
-	}
-}
-
-func (w *watcher) notePod(obj any, _ bool) {
-	if pod, ok := unwrap(obj).(*podInfo); ok {
-		w.note(func(p *pending) { p.pods[pod.namespace+"/"+pod.name] = struct{}{} })
 	}
 }
 
@@ -196,21 +203,19 @@ func (w *watcher) apply(p pending) {
 		_, exists, _ := w.nss.GetByKey(ns)
 		c.SetNamespace(ns, exists)
 	}
-	for key := range p.pods {
-		cur := w.podAddrs(key)
-		ns, name, _ := cache.SplitMetaNamespaceKey(key)
-		c.SetPod(podRef{ns, name}, w.podIPs[key], cur)
-		if len(cur) == 0 {
-			delete(w.podIPs, key)
-		} else {
-			w.podIPs[key] = cur
-		}
+	for _, m := range p.pods {
+		c.SetPod(m.ref, m.old, m.cur)
 	}
 	if p.synced {
 		c.MarkSynced()
 	}
 	ix := c.Done(uint32(time.Now().Unix()))
 	w.h.SetIndex(ix)
+	if p.synced {
+		// Hand back the initial lists' garbage and start-up's pages now
+		// rather than over the next minutes.
+		releaseStartup()
+	}
 	for _, t := range p.triggers {
 		kind := "cluster_ip"
 		if s := ix.service(t.svc.ns, t.svc.name); s != nil && s.kind == kindHeadless {
@@ -221,11 +226,11 @@ func (w *watcher) apply(p pending) {
 }
 
 func (w *watcher) build(k svcKey) *service {
-	obj, exists, _ := w.services.GetByKey(k.ns + "/" + k.name)
-	if !exists {
+	obj, _, _ := w.services.GetByKey(k.ns + "/" + k.name)
+	svc, ok := obj.(*svcInfo)
+	if !ok {
 		return nil
 	}
-	svc, _ := obj.(*corev1.Service)
 	objs, _ := w.slices.ByIndex(byService, k.ns+"/"+k.name)
 	sls := make([]*discoveryv1.EndpointSlice, 0, len(objs))
 	for _, o := range objs {
@@ -233,13 +238,5 @@ func (w *watcher) build(k svcKey) *service {
 			sls = append(sls, sl)
 		}
 	}
-	return buildService(svc, sls)
-}
-
-func (w *watcher) podAddrs(key string) []netip.Addr {
-	obj, exists, _ := w.pods.GetByKey(key)
-	if pod, ok := obj.(*podInfo); exists && ok {
-		return pod.addrs
-	}
-	return nil
+	return svc.spec.withEndpoints(sls)
 }

@@ -1,0 +1,34 @@
+package dns
+
+import (
+	"slices"
+	"testing"
+)
+
+func TestOnlyTheExecutablesPristineReadOnlyMappingsAreDropped(t *testing.T) {
+	smaps := `00400000-01437000 r-xp 00000000 fe:00 326269    /usr/bin/netplane
+Rss:               13912 kB
+Anonymous:             0 kB
+01437000-0256b000 r--p 01037000 fe:00 326269    /usr/bin/netplane
+Rss:               12620 kB
+Anonymous:             0 kB
+c000000000-c000400000 rw-p 00000000 00:00 0
+Anonymous:          4096 kB
+0256b000-02570000 r--p 0216b000 fe:00 326269    /usr/bin/netplane
+Rss:                  20 kB
+Anonymous:            20 kB
+02570000-02600000 rw-p 02170000 fe:00 326269    /usr/bin/netplane
+Anonymous:           468 kB
+02600000-04649000 rw-p 00000000 00:00 0
+Anonymous:           132 kB
+7f6b83550000-7f6b83800000 r-xp 00000000 fe:00 111 /usr/lib/libc.so.6
+Anonymous:             0 kB
+7ffd22704000-7ffd22725000 rw-p 00000000 00:00 0    [stack]
+garbage line
+`
+	got := pristineMappings(smaps, "/usr/bin/netplane")
+	want := []addrRange{{0x400000, 0x1437000}, {0x1437000, 0x256b000}}
+	if !slices.Equal(got, want) {
+		t.Errorf("mappings to drop: %x, want %x (the executable's code and constants, never its data nor pages it changed)", got, want)
+	}
+}

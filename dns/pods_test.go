@@ -1,0 +1,122 @@
+package dns
+
+import (
+	"fmt"
+	"net/netip"
+	"slices"
+	"strings"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/tools/cache"
+)
+
+func testPod(name string, phase corev1.PodPhase, ips ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Status: corev1.PodStatus{Phase: phase}}
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	return p
+}
+
+// moveText is a move as "name: old -> cur".
+func moveText(m podMove) string {
+	return fmt.Sprintf("%s: %v -> %v", m.ref.name, m.old, m.cur)
+}
+
+func TestPodSinkHandsOnWhatEachPodGaveBackAndTook(t *testing.T) {
+	a := testPod("a", corev1.PodRunning, "10.0.0.1")
+	b := testPod("b", corev1.PodRunning, "10.0.0.2", "fd00::2")
+	for _, tc := range []struct {
+		name  string
+		calls func(s *podSink)
+		want  []string
+	}{
+		{"a pod taking addresses moves onto them", func(s *podSink) { s.Add(b) },
+			[]string{"b: [] -> [10.0.0.2 fd00::2]"}},
+		{"a pod without an address yet is no move", func(s *podSink) { s.Add(testPod("a", corev1.PodPending)) },
+			nil},
+		{"an update that keeps the addresses is no move", func(s *podSink) { s.Add(a); s.Update(a) },
+			[]string{"a: [] -> [10.0.0.1]"}},
+		{"a finished pod gives its address back", func(s *podSink) { s.Add(a); s.Update(testPod("a", corev1.PodSucceeded, "10.0.0.1")) },
+			[]string{"a: [] -> [10.0.0.1]", "a: [10.0.0.1] -> []"}},
+		{"a deleted pod gives its address back", func(s *podSink) { s.Add(a); s.Delete(a) },
+			[]string{"a: [] -> [10.0.0.1]", "a: [10.0.0.1] -> []"}},
+		{"a pod whose deletion was missed gives its address back", func(s *podSink) {
+			s.Add(a)
+			s.Delete(cache.DeletedFinalStateUnknown{Key: "ns/a", Obj: a})
+		}, []string{"a: [] -> [10.0.0.1]", "a: [10.0.0.1] -> []"}},
+		{"a relist moves only the pods that differ", func(s *podSink) {
+			s.Add(a)
+			s.Replace([]any{a, b}, "")
+		}, []string{"a: [] -> [10.0.0.1]", "b: [] -> [10.0.0.2 fd00::2]"}},
+		{"a relist gives back the addresses of pods no longer listed", func(s *podSink) {
+			s.Add(a)
+			s.Replace(nil, "")
+		}, []string{"a: [] -> [10.0.0.1]", "a: [10.0.0.1] -> []"}},
+		{"a pod listing more addresses than the API server allows is kept to two, and gives back the same two", func(s *podSink) {
+			c := testPod("c", corev1.PodRunning, "10.0.0.3", "fd00::3", "10.0.0.33")
+			s.Add(c)
+			s.Delete(c)
+		}, []string{"c: [] -> [10.0.0.3 fd00::3]", "c: [10.0.0.3 fd00::3] -> []"}},
+		{"a watch-list relists what the transformer kept", func(s *podSink) {
+			kept, _ := s.Transformer()(b)
+			s.Replace([]any{kept}, "")
+		}, []string{"b: [] -> [10.0.0.2 fd00::2]"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			s := newPodSink(func(ms []podMove) {
+				for _, m := range ms {
+					got = append(got, moveText(m))
+				}
+			})
+			tc.calls(s)
+			if !slices.Equal(got, tc.want) {
+				t.Errorf("moves:\n got: %s\nwant: %s", strings.Join(got, "; "), strings.Join(tc.want, "; "))
+			}
+		})
+	}
+}
+
+func TestPodSinkIsSyncedOnceTheFirstListIsHandedOn(t *testing.T) {
+	s := newPodSink(func([]podMove) {})
+	s.Add(testPod("a", corev1.PodRunning, "10.0.0.1"))
+	if s.HasSynced() {
+		t.Error("synced before the first list")
+	}
+	s.Replace(nil, "")
+	if !s.HasSynced() {
+		t.Error("not synced after the first list")
+	}
+}
+
+// TestPodMovesKeepEveryPodOfASharedAddress: host-network pods share their
+// node's address; one leaving must not take the address from the others,
+// even from another pod of its own namespace.
+func TestPodMovesKeepEveryPodOfASharedAddress(t *testing.T) {
+	ip := netip.MustParseAddr("192.0.2.1")
+	on := []netip.Addr{ip}
+	c := NewIndex().Edit()
+	c.SetPod(podRef{"kube-system", "proxy"}, nil, on)
+	c.SetPod(podRef{"monitoring", "exporter"}, nil, on)
+	c.SetPod(podRef{"monitoring", "agent"}, nil, on)
+	c.SetPod(podRef{"kube-system", "proxy"}, on, nil)
+	c.SetPod(podRef{"monitoring", "exporter"}, on, nil)
+	ix := c.Done(1)
+	if ns, ok := ix.podNamespace(ip); !ok || ns != "monitoring" {
+		t.Errorf("namespace of the shared address: %q, %v; want monitoring", ns, ok)
+	}
+	if !ix.podIn(ip, "monitoring") {
+		t.Error("the pod that stayed lost the address")
+	}
+	if ix.podIn(ip, "kube-system") {
+		t.Error("the pod that left still holds the address")
+	}
+	c = ix.Edit()
+	c.SetPod(podRef{"monitoring", "agent"}, on, nil)
+	if _, ok := c.Done(2).podNamespace(ip); ok {
+		t.Error("the address is still a pod's after the last one left")
+	}
+}
