@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"slices"
 
 	"github.com/google/nftables"
 	v1 "k8s.io/api/core/v1"
@@ -78,7 +79,7 @@ func (m *Model) Build(in Input) *Desired {
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 		seen[name] = true
 		f := m.frags[name]
-		if f != nil && f.svc == svc && samePointers(f.slices, in.Slices[name]) {
+		if f != nil && f.svc == svc && slices.Equal(f.slices, in.Slices[name]) {
 			continue
 		}
 		if f != nil {
@@ -119,18 +120,6 @@ func (m *Model) reset(key string, node NodeFacts) {
 			m.refs[fam][name] = map[string]int{}
 		}
 	}
-}
-
-func samePointers(a, b []*discovery.EndpointSlice) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 func buildFragment(svc *v1.Service, slices []*discovery.EndpointSlice, node NodeFacts) *fragment {

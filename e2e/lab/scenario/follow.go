@@ -6,6 +6,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"slices"
 	"sort"
 	"strings"
 	"sync"
@@ -98,7 +99,7 @@ func (w *podWatch) apply(ev watch.Event, at time.Time) {
 	default:
 		w.pods[p.Name] = p
 	}
-	if ready := readySet(w.pods); !samePods(ready, w.ready) {
+	if ready := readySet(w.pods); !slices.Equal(ready, w.ready) {
 		w.ready, w.changed = ready, at
 	}
 }
@@ -138,18 +139,6 @@ func readySet(pods map[string]*corev1.Pod) []podInfo {
 	}
 	sort.Slice(out, func(i, j int) bool { return out[i].Name < out[j].Name })
 	return out
-}
-
-func samePods(a, b []podInfo) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // observer is one view of a Service that must come to show the change; check
