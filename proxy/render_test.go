@@ -94,14 +94,7 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 
 	// A key whose verdict changes (reject → drop: internalTrafficPolicy
 	// Local and only a remote endpoint) is replaced in place.
-	for i, s := range in.Services {
-		if s.Name == "svc6" {
-			s = s.DeepCopy()
-			s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
-			in.Services[i] = s
-		}
-	}
-	in.Slices[nsName("ns6", "svc6")] = []*discovery.EndpointSlice{slice("ns6/svc6", "svc6-a", map[string]int32{"": 80}, v1.ProtocolTCP, ep{ip: "10.180.1.6", node: "node-b"})}
+	localPolicyWithOnlyARemoteEndpoint(in, "svc6")
 	syncAll(t, rs, Build(in), false)
 	if out := ns.MustExec(t, "nft", "list", "map", "ip", TableName, "no-endpoint-services"); !strings.Contains(out, "172.30.0.46 . tcp . 80 : drop") {
 		t.Errorf("reject did not become drop:\n%s", out)
@@ -134,6 +127,20 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 			t.Errorf("after healing nft %v the kernel still differs by %d messages", vandal, n)
 		}
 	}
+}
+
+// localPolicyWithOnlyARemoteEndpoint gives the Service of that name in ns6
+// internalTrafficPolicy Local and one endpoint on another node, so its
+// verdict turns from reject (no endpoints) to drop (no local endpoint).
+func localPolicyWithOnlyARemoteEndpoint(in Input, name string) {
+	for i, s := range in.Services {
+		if s.Name == name {
+			s = s.DeepCopy()
+			s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
+			in.Services[i] = s
+		}
+	}
+	in.Slices[nsName("ns6", name)] = []*discovery.EndpointSlice{slice("ns6/"+name, name+"-a", map[string]int32{"": 80}, v1.ProtocolTCP, ep{ip: "10.180.1.6", node: "node-b"})}
 }
 
 func nsName(ns, name string) (k struct{ Namespace, Name string }) {
@@ -249,14 +256,7 @@ func TestPartialSyncOfTouchedPartsLeavesTheKernelAsAWholeDiffWould(t *testing.T)
 	if n := sync("one endpoint more"); n == 0 || n > 8 {
 		t.Errorf("one endpoint more sent %d messages, want 1 to 8", n)
 	}
-	for i, s := range in.Services {
-		if s.Name == "svc6" {
-			s = s.DeepCopy()
-			s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
-			in.Services[i] = s
-		}
-	}
-	in.Slices[nsName("ns6", "svc6")] = []*discovery.EndpointSlice{slice("ns6/svc6", "svc6-a", map[string]int32{"": 80}, v1.ProtocolTCP, ep{ip: "10.180.1.6", node: "node-b"})}
+	localPolicyWithOnlyARemoteEndpoint(in, "svc6")
 	sync("reject becomes drop")
 	removed := in.Services[0]
 	in.Services = in.Services[1:]
