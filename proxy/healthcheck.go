@@ -32,6 +32,10 @@ type healthServer struct {
 	svc   types.NamespacedName
 	where string // the listen addresses, to notice a change
 	srvs  []*http.Server
+	// lns are the servers' listeners, closed here too: a server shut down
+	// before its goroutine reached Serve would close its listener only
+	// later, and the port would still be taken when it is opened again.
+	lns []net.Listener
 }
 
 func newHealthServers(log logr.Logger, healthy func() bool) *healthServers {
@@ -70,7 +74,7 @@ func (h *healthServers) Sync(want map[types.NamespacedName]HealthInfo) {
 				continue
 			}
 			srv := &http.Server{Handler: h.handler(svc), ReadHeaderTimeout: 5 * time.Second}
-			s.srvs = append(s.srvs, srv)
+			s.srvs, s.lns = append(s.srvs, srv), append(s.lns, ln)
 			go func() { _ = srv.Serve(ln) }()
 		}
 		if len(s.srvs) < len(addrs) {
@@ -83,6 +87,9 @@ func (h *healthServers) Sync(want map[types.NamespacedName]HealthInfo) {
 func (s *healthServer) close() {
 	for _, srv := range s.srvs {
 		_ = srv.Close()
+	}
+	for _, ln := range s.lns {
+		_ = ln.Close()
 	}
 }
 
@@ -167,6 +174,7 @@ func (h *healthServers) Close(ctx context.Context) {
 		for _, srv := range s.srvs {
 			_ = srv.Shutdown(ctx)
 		}
+		s.close()
 		delete(h.servers, port)
 	}
 }
