@@ -455,14 +455,28 @@ func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint) {
 	for i, e := range eps {
 		targets[i] = e.addrPort()
 	}
-	r := newRule(f).l4proto(proto)
-	if len(targets) == 1 {
-		r.dnatTo(targets[0])
-	} else {
-		r.dnatRandom(targets)
+	if len(targets) > maxPickRules {
+		t.addRule(name, newRule(f).l4proto(proto).dnatRandom(targets).done())
+		return
 	}
-	t.addRule(name, r.done())
+	for i, ep := range targets {
+		r := newRule(f).l4proto(proto)
+		if left := len(targets) - i; left > 1 {
+			r.pickOneOf(left)
+		}
+		t.addRule(name, r.dnatTo(ep).done())
+	}
 }
+
+// maxPickRules is the most endpoints chosen by a sequence of rules, each
+// taking its endpoint with probability 1/(endpoints left) (equal weights
+// overall, as iptables' statistic chains). Beyond it one rule looks the
+// choice up in an anonymous map. Rules are what the kernel adds fastest:
+// every set, anonymous or shared, costs a walk of the table's sets by name
+// when created and a check of every element against every rule bound to
+// it, which makes a set per Service quadratic in the number of Services.
+// Only a Service's first packet walks the rules; conntrack does the rest.
+const maxPickRules = 16
 
 // affinity sends a client that chose an endpoint in the last timeout back to
 // it: one dynamic set of client addresses and one chain per endpoint.
@@ -483,7 +497,17 @@ func (b *builder) affinity(name string, proto uint8, eps []endpoint) {
 		t.addRule(chain, newRule(f).l4proto(proto).dnatTo(e.addrPort()).done())
 		t.addRule(name, newRule(f).lookupAddr("saddr", set).goTo(chain).done())
 	}
-	t.addRule(name, newRule(f).numgenVmap(chains).done())
+	if len(chains) > maxPickRules {
+		t.addRule(name, newRule(f).numgenVmap(chains).done())
+		return
+	}
+	for i, c := range chains {
+		r := newRule(f)
+		if left := len(chains) - i; left > 1 {
+			r.pickOneOf(left)
+		}
+		t.addRule(name, r.goTo(c).done())
+	}
 }
 
 // externalChain writes the external- chain NodePorts, externalIPs and LB

@@ -15,11 +15,13 @@ type Dialer struct {
 	NetNS int
 }
 
-// ruleFingerprints lists the fingerprints of every rule of the family's
-// table, by chain and in order, in one netlink dump. Expressions are not
-// decoded: the fingerprint in each rule's comment says what it is, which
-// keeps a full sync over a big table cheap.
-func (d Dialer) ruleFingerprints(fam nftables.TableFamily) (map[string][]string, error) {
+// ruleFingerprints lists the fingerprints of the rules of the family's
+// table, by chain and in order: one netlink dump per chain. Expressions are
+// not decoded: the fingerprint in each rule's comment says what it is. A
+// dump of the whole table would cost O(rules²): the kernel fills one
+// buffer of at most 32 KiB per round and starts each round from the
+// table's first rule; a chain is found by its name's hash.
+func (d Dialer) ruleFingerprints(fam nftables.TableFamily, chains []string) (map[string][]string, error) {
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: d.NetNS})
 	if err != nil {
 		return nil, err
@@ -28,7 +30,22 @@ func (d Dialer) ruleFingerprints(fam nftables.TableFamily) (map[string][]string,
 	if err := bigBuffers(c); err != nil {
 		return nil, err
 	}
-	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{{Type: unix.NFTA_RULE_TABLE, Data: []byte(TableName + "\x00")}})
+	out := make(map[string][]string, len(chains))
+	for _, chain := range chains {
+		fps, err := chainFingerprints(c, fam, chain)
+		if err != nil {
+			return nil, fmt.Errorf("listing the rules of chain %s: %w", chain, err)
+		}
+		out[chain] = fps
+	}
+	return out, nil
+}
+
+func chainFingerprints(c *netlink.Conn, fam nftables.TableFamily, chain string) ([]string, error) {
+	attrs, err := netlink.MarshalAttributes([]netlink.Attribute{
+		{Type: unix.NFTA_RULE_TABLE, Data: []byte(TableName + "\x00")},
+		{Type: unix.NFTA_RULE_CHAIN, Data: []byte(chain + "\x00")},
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -47,9 +64,9 @@ func (d Dialer) ruleFingerprints(fam nftables.TableFamily) (map[string][]string,
 		}
 	}
 	if err != nil {
-		return nil, fmt.Errorf("listing rules: %w", err)
+		return nil, err
 	}
-	out := map[string][]string{}
+	fps := make([]string, 0, len(msgs))
 	for _, m := range msgs {
 		if len(m.Data) < 4 {
 			continue
@@ -58,19 +75,16 @@ func (d Dialer) ruleFingerprints(fam nftables.TableFamily) (map[string][]string,
 		if err != nil {
 			return nil, err
 		}
-		var chain, fp string
+		fp := ""
 		for ad.Next() {
-			switch ad.Type() {
-			case unix.NFTA_RULE_CHAIN:
-				chain = ad.String()
-			case unix.NFTA_RULE_USERDATA:
+			if ad.Type() == unix.NFTA_RULE_USERDATA {
 				fp, _ = userdata.GetString(ad.Bytes(), userdata.TypeComment)
 			}
 		}
 		if err := ad.Err(); err != nil {
 			return nil, err
 		}
-		out[chain] = append(out[chain], fp)
+		fps = append(fps, fp)
 	}
-	return out, nil
+	return fps, nil
 }

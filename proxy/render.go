@@ -61,7 +61,8 @@ type kernelSet struct {
 // Renderer programs one family.
 type Renderer struct {
 	dialer  Dialer
-	conn    *nftables.Conn // nil until dialled, and after a failure
+	conn    *nftables.Conn // reads; nil until dialled, and after a failure
+	writer  *batchWriter   // writes; dialled with conn
 	family  nftables.TableFamily
 	table   *nftables.Table
 	applied *kernelTable // nil: unknown, read it back before the next sync
@@ -106,28 +107,40 @@ func (r *Renderer) Close() {
 		_ = r.conn.CloseLasting()
 		r.conn = nil
 	}
+	if r.writer != nil {
+		r.writer.Close()
+		r.writer = nil
+	}
 	if r.watch != nil {
 		r.watch.Close()
 		r.watch = nil
 	}
 }
 
-// dial opens the lasting nftables connection and returns its netlink port,
-// which the kernel puts in the notifications of the changes it makes.
-func (r *Renderer) dial() (*nftables.Conn, uint32, error) {
-	var own uint32
-	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(func(c *netlink.Conn) error {
-		var err error
-		if own, err = portID(c); err != nil {
-			return err
-		}
-		return bigBuffers(c)
-	})}
+// dial opens the lasting nftables connection the renderer reads with and
+// the writer it sends with, and returns the writer's netlink port, which the
+// kernel puts in the notifications of the changes it makes.
+func (r *Renderer) dial() (*nftables.Conn, *batchWriter, uint32, error) {
+	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers)}
 	if r.dialer.NetNS != 0 {
 		opts = append(opts, nftables.WithNetNSFd(r.dialer.NetNS))
 	}
 	c, err := nftables.New(opts...)
-	return c, own, err
+	if err != nil {
+		return nil, nil, 0, err
+	}
+	w, err := newBatchWriter(r.dialer)
+	if err != nil {
+		_ = c.CloseLasting()
+		return nil, nil, 0, err
+	}
+	own, err := w.port()
+	if err != nil {
+		_ = c.CloseLasting()
+		w.Close()
+		return nil, nil, 0, err
+	}
+	return c, w, own, nil
 }
 
 // portID is the netlink port the kernel bound c to.
@@ -194,11 +207,11 @@ func (r *Renderer) syncCleanly(want *Table, full bool, touched *Touched) (Stats,
 
 func (r *Renderer) sync(want *Table, full bool, touched *Touched) (Stats, error) {
 	if r.conn == nil {
-		c, own, err := r.dial()
+		c, w, own, err := r.dial()
 		if err != nil {
 			return Stats{}, fmt.Errorf("opening an nftables netlink socket (needs CAP_NET_ADMIN): %w", err)
 		}
-		r.conn, r.applied = c, nil
+		r.conn, r.writer, r.applied = c, w, nil
 		// Subscribed before the read-back, so nothing falls in between.
 		if r.watch, err = openWatch(r.dialer, own); err != nil {
 			r.watch = nil // every full sync reads back instead
@@ -313,7 +326,13 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 	if err != nil {
 		return nil, err
 	}
-	fps, err := r.dialer.ruleFingerprints(r.family)
+	var names []string
+	for _, c := range chains {
+		if c.Table.Name == TableName {
+			names = append(names, c.Name)
+		}
+	}
+	fps, err := r.dialer.ruleFingerprints(r.family, names)
 	if err != nil {
 		return nil, err
 	}
@@ -697,7 +716,7 @@ func (p *plan) run() (Stats, error) {
 		}
 		pending = 0
 		st.Transactions++
-		return p.r.conn.Flush()
+		return p.r.writer.Flush()
 	}
 	for _, s := range p.steps {
 		if pending > 0 && pending+s.weight > maxMessages {
@@ -705,8 +724,8 @@ func (p *plan) run() (Stats, error) {
 				return st, err
 			}
 		}
-		if err := s.do(p.r.conn); err != nil {
-			return st, errors.Join(err, p.r.conn.Flush())
+		if err := s.do(p.r.writer.enc); err != nil {
+			return st, errors.Join(err, p.r.writer.Flush())
 		}
 		pending += s.weight
 		st.Messages += s.messages

@@ -273,6 +273,13 @@ func (r *rule) dnatRandom(eps []netip.AddrPort) *rule {
 		r.nat(reg+r.addrLen()/4))
 }
 
+// pickOneOf: "numgen random mod n == 0", true for one packet in n.
+func (r *rule) pickOneOf(n int) *rule {
+	return r.add(fmt.Sprintf("numgen random mod %d == 0", n),
+		&expr.Numgen{Register: reg, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: make([]byte, 4)})
+}
+
 // numgenVmap: "numgen random mod N vmap { 0 : goto a, ... }" (affinity).
 func (r *rule) numgenVmap(chains []string) *rule {
 	texts := make([]string, len(chains))
