@@ -3,7 +3,6 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/base32"
-	"fmt"
 	"net/netip"
 	"strings"
 
@@ -176,7 +175,7 @@ func baseRules(t *Table, n NodeFacts) {
 	t.addRule(chMasquerading, newRule(f).lookupSaddrDaddr(setHairpin).masquerade().done())
 
 	for _, a := range familyAddrs(n.NodePortIPs, f) {
-		t.addElement(setNodePortIPs, Element{Key: a.AsSlice(), Text: a.String()})
+		t.addElement(setNodePortIPs, Element{Key: a.AsSlice()})
 	}
 }
 
@@ -294,7 +293,7 @@ func (b *builder) build(eps []endpoint) {
 		return nil
 	}
 	for _, ip := range cips {
-		b.t.addElement(setClusterIPs, Element{Key: ip.AsSlice(), Text: ip.String()})
+		b.t.addElement(setClusterIPs, Element{Key: ip.AsSlice()})
 		b.vip(ip, proto, internalChain, verdict(len(internal) > 0))
 		b.udp(netip.AddrPortFrom(ip, sp.Port), internal)
 	}
@@ -314,24 +313,20 @@ func (b *builder) build(eps []endpoint) {
 // vip dispatches ip.proto.port to chain, or records its no-endpoint verdict.
 func (b *builder) vip(ip netip.Addr, proto uint8, chain string, noEndpoints *expr.Verdict) {
 	key := concat(ip.AsSlice(), protoKey(proto), port(b.sp.Port))
-	text := fmt.Sprintf("%s . %s . %d : ", ip, protoName(proto), b.sp.Port)
 	if noEndpoints != nil {
-		b.t.addElement(setNoEndpoints, Element{Key: key, Verdict: noEndpoints, Text: text + verdictText(noEndpoints)})
+		b.t.addElement(setNoEndpoints, Element{Key: key, Verdict: noEndpoints})
 		return
 	}
-	v := &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
-	b.t.addElement(setServiceIPs, Element{Key: key, Verdict: v, Text: text + verdictText(v)})
+	b.t.addElement(setServiceIPs, Element{Key: key, Verdict: &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}})
 }
 
 func (b *builder) nodePort(proto uint8, chain string, noEndpoints *expr.Verdict) {
 	key := concat(protoKey(proto), port(b.sp.NodePort))
-	text := fmt.Sprintf("%s . %d : ", protoName(proto), b.sp.NodePort)
 	if noEndpoints != nil {
-		b.t.addElement(setNoEPNodePorts, Element{Key: key, Verdict: noEndpoints, Text: text + verdictText(noEndpoints)})
+		b.t.addElement(setNoEPNodePorts, Element{Key: key, Verdict: noEndpoints})
 		return
 	}
-	v := &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
-	b.t.addElement(setNodePorts, Element{Key: key, Verdict: v, Text: text + verdictText(v)})
+	b.t.addElement(setNodePorts, Element{Key: key, Verdict: &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}})
 }
 
 func verdictText(v *expr.Verdict) string {
@@ -373,11 +368,7 @@ func (b *builder) firewall(proto uint8) {
 	b.t.addRule(name, r.drop().done())
 	v := &expr.Verdict{Kind: expr.VerdictGoto, Chain: name}
 	for _, lb := range lbs {
-		b.t.addElement(setFirewallIPs, Element{
-			Key:     concat(lb.AsSlice(), protoKey(proto), port(sp.Port)),
-			Verdict: v,
-			Text:    fmt.Sprintf("%s . %s . %d : goto %s", lb, protoName(proto), sp.Port, name),
-		})
+		b.t.addElement(setFirewallIPs, Element{Key: concat(lb.AsSlice(), protoKey(proto), port(sp.Port)), Verdict: v})
 	}
 }
 
@@ -445,7 +436,7 @@ func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint) {
 	}
 	proto := protoNumber(sp.Protocol)
 	for _, e := range eps {
-		t.addElement(setHairpin, Element{Key: concat(e.Addr.AsSlice(), e.Addr.AsSlice()), Text: e.Addr.String() + " . " + e.Addr.String()})
+		t.addElement(setHairpin, Element{Key: concat(e.Addr.AsSlice(), e.Addr.AsSlice())})
 	}
 	if sp.Affinity > 0 {
 		b.affinity(name, proto, eps)

@@ -22,9 +22,6 @@ type Model struct {
 	nodeKey string
 	frags   map[types.NamespacedName]*fragment
 	d       *Desired
-	// refs counts the fragments holding each shared-set element: two
-	// Services may add the same one (an endpoint's hairpin pair).
-	refs map[nftables.TableFamily]map[string]map[string]int
 	// touched is what changed in the merged tables since TakeTouched;
 	// nil means everything (a reset).
 	touched map[nftables.TableFamily]*Touched
@@ -110,15 +107,10 @@ func (m *Model) reset(key string, node NodeFacts) {
 	m.touched = nil
 	m.frags = map[types.NamespacedName]*fragment{}
 	m.d = newDesired()
-	m.refs = map[nftables.TableFamily]map[string]map[string]int{}
 	for _, fam := range Families {
 		t := newTable(fam)
-		baseRules(t, node)
+		baseRules(t, node) // declares the shared sets
 		m.d.Tables[fam] = t
-		m.refs[fam] = map[string]map[string]int{}
-		for name := range sharedSets[fam] {
-			m.refs[fam][name] = map[string]int{}
-		}
 	}
 }
 
@@ -152,9 +144,9 @@ func (m *Model) reserve(frags []*fragment) {
 		}
 		t.Chains = grown(t.Chains, chains)
 		for name, n := range elems {
-			if s, shared := t.Sets[name], m.refs[fam][name] != nil; shared && s != nil {
+			if _, shared := sharedSets[fam][name]; shared {
+				s := t.Sets[name]
 				s.Elements = grown(s.Elements, len(s.Elements)+n)
-				m.refs[fam][name] = grown(m.refs[fam][name], len(s.Elements)+n)
 			}
 		}
 	}
@@ -178,14 +170,13 @@ func (m *Model) add(f *Desired) {
 		maps.Copy(t.Chains, ft.Chains)
 		m.touch(fam, ft)
 		for name, s := range ft.Sets {
-			refs, shared := m.refs[fam][name]
-			if !shared {
+			if _, shared := sharedSets[fam][name]; !shared {
 				t.Sets[name] = s // a Service's own set (affinity)
 				continue
 			}
-			for id, e := range s.Elements {
-				refs[id]++
-				t.Sets[name].Elements[id] = e
+			merged := t.Sets[name].Elements
+			for id := range s.Elements {
+				merged[id]++
 			}
 		}
 	}
@@ -202,7 +193,7 @@ func (m *Model) touch(fam nftables.TableFamily, ft *Table) {
 		t.Chains[name] = true
 	}
 	for name, s := range ft.Sets {
-		if m.refs[fam][name] == nil {
+		if _, shared := sharedSets[fam][name]; !shared {
 			t.Sets[name] = true
 			continue
 		}
@@ -226,15 +217,14 @@ func (m *Model) remove(f *Desired) {
 			delete(t.Chains, name)
 		}
 		for name, s := range ft.Sets {
-			refs, shared := m.refs[fam][name]
-			if !shared {
+			if _, shared := sharedSets[fam][name]; !shared {
 				delete(t.Sets, name)
 				continue
 			}
+			merged := t.Sets[name].Elements
 			for id := range s.Elements {
-				if refs[id]--; refs[id] <= 0 {
-					delete(refs, id)
-					delete(t.Sets[name].Elements, id)
+				if merged[id]--; merged[id] == 0 {
+					delete(merged, id)
 				}
 			}
 		}

@@ -3,8 +3,10 @@ package proxy
 import (
 	"encoding/binary"
 	"fmt"
+	"net/netip"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -74,19 +76,23 @@ type SetSpec struct {
 
 func (s SetSpec) isMap() bool { return s.Data.Name != "" }
 
-// Set is a named set or map with its elements, keyed by elementID.
+// Set is a named set or map with its elements by id (Element.id). The
+// value counts the Services adding the element (in the merged tables; 1 in
+// a Service's own): two may add the same one, an endpoint's hairpin pair.
+// Only ids are kept, the element's one allocation: at 10,000 Services the
+// sets hold over 100,000 elements, in three copies (a Service's fragment,
+// the merged table and the renderer's record of the kernel).
 type Set struct {
 	Name     string
 	Spec     SetSpec
-	Elements map[string]Element
+	Elements map[string]uint32
 }
 
-// Element is one element of a named set or map.
+// Element is one element of a named set or map, as built.
 type Element struct {
 	Key     []byte
 	Val     []byte
 	Verdict *expr.Verdict
-	Text    string // as nft prints it, for dumps
 }
 
 // id identifies an element with its value, so a changed value is a delete
@@ -114,10 +120,55 @@ func (e Element) id() string {
 // elementKey is the key part of an element id.
 func elementKey(id string) string { return id[:1+int(id[0])] }
 
+// decodeElement is the element an id of a set of spec stands for.
+func decodeElement(id string, spec SetSpec) nftables.SetElement {
+	n := int(id[0])
+	e := nftables.SetElement{Key: []byte(id[1 : 1+n])}
+	rest := id[1+n:]
+	switch {
+	case spec.Data.Name == nftables.TypeVerdict.Name && len(rest) >= 4:
+		e.VerdictData = &expr.Verdict{Kind: expr.VerdictKind(int32(binary.BigEndian.Uint32([]byte(rest[:4])))), Chain: rest[4:]}
+	case spec.isMap():
+		e.Val = []byte(rest)
+	}
+	return e
+}
+
+// elementText is an element as nft prints it: the key's fields by the
+// set's types, then the verdict.
+func elementText(id string, spec SetSpec) string {
+	e := decodeElement(id, spec)
+	var parts []string
+	b := e.Key
+	for _, t := range nftables.ConcatSetTypeElements(spec.Key) {
+		w := (int(t.Bytes) + 3) &^ 3 // fields are padded to registers
+		if w > len(b) {
+			break
+		}
+		switch t.Name {
+		case nftables.TypeIPAddr.Name, nftables.TypeIP6Addr.Name:
+			a, _ := netip.AddrFromSlice(b[:t.Bytes])
+			parts = append(parts, a.String())
+		case nftables.TypeInetProto.Name:
+			parts = append(parts, protoName(b[0]))
+		case nftables.TypeInetService.Name:
+			parts = append(parts, strconv.Itoa(int(binary.BigEndian.Uint16(b[:2]))))
+		default:
+			parts = append(parts, fmt.Sprintf("0x%x", b[:t.Bytes]))
+		}
+		b = b[w:]
+	}
+	text := strings.Join(parts, " . ")
+	if e.VerdictData != nil {
+		text += " : " + verdictText(e.VerdictData)
+	}
+	return text
+}
+
 func (t *Table) set(name string, spec SetSpec) *Set {
 	s := t.Sets[name]
 	if s == nil {
-		s = &Set{Name: name, Spec: spec, Elements: map[string]Element{}}
+		s = &Set{Name: name, Spec: spec, Elements: map[string]uint32{}}
 		t.Sets[name] = s
 	}
 	return s
@@ -130,7 +181,7 @@ func (t *Table) addElement(set string, e Element) {
 	if s == nil {
 		s = t.set(set, sharedSets[t.Family][set])
 	}
-	s.Elements[e.id()] = e
+	s.Elements[e.id()] = 1
 }
 
 func (t *Table) chain(name string, base *Hook) *Chain {
@@ -193,8 +244,8 @@ func (t *Table) Dump() string {
 	for _, name := range sortedKeys(t.Sets) {
 		s := t.Sets[name]
 		texts := make([]string, 0, len(s.Elements))
-		for _, e := range s.Elements {
-			texts = append(texts, e.Text)
+		for id := range s.Elements {
+			texts = append(texts, elementText(id, s.Spec))
 		}
 		sort.Strings(texts)
 		for _, e := range texts {

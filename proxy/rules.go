@@ -150,11 +150,40 @@ func (r *rule) ctStateNew() *rule {
 		&expr.Cmp{Op: expr.CmpOpNeq, Register: reg, Data: make([]byte, 4)})
 }
 
+// Expressions are never modified once built, so the common ones are
+// shared by every rule using them: at 10,000 Services there are over
+// 100,000 endpoint rules, each with the same protocol match, NAT and, per
+// endpoint count, the same numgen.
+var (
+	l4protoExprs = map[uint8][]expr.Any{}
+	pickExprs    = map[int][]expr.Any{}
+	natExprs     = map[nftables.TableFamily]*expr.NAT{}
+)
+
+func init() {
+	for _, p := range []uint8{unix.IPPROTO_TCP, unix.IPPROTO_UDP, unix.IPPROTO_SCTP} {
+		l4protoExprs[p] = []expr.Any{
+			&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{p}}}
+	}
+	for n := 2; n <= maxPickRules; n++ {
+		pickExprs[n] = []expr.Any{
+			&expr.Numgen{Register: reg, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM},
+			&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: make([]byte, 4)}}
+	}
+	for _, f := range Families {
+		r := newRule(f)
+		natExprs[f] = r.newNAT(reg + r.addrLen()/4)
+	}
+}
+
 // l4proto: "meta l4proto tcp".
 func (r *rule) l4proto(p uint8) *rule {
-	return r.add("meta l4proto "+protoName(p),
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{p}})
+	e := l4protoExprs[p]
+	if e == nil {
+		e = []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg}, &expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{p}}}
+	}
+	return r.add("meta l4proto "+protoName(p), e...)
 }
 
 // fibSaddrLocal: "fib saddr type local" (the packet comes from this node).
@@ -246,6 +275,13 @@ func (r *rule) dnatTo(ep netip.AddrPort) *rule {
 }
 
 func (r *rule) nat(portReg uint32) *expr.NAT {
+	if n := natExprs[r.fam]; n != nil && n.RegProtoMin == portReg {
+		return n
+	}
+	return r.newNAT(portReg)
+}
+
+func (r *rule) newNAT(portReg uint32) *expr.NAT {
 	fam := uint32(unix.NFPROTO_IPV4)
 	if r.v6() {
 		fam = unix.NFPROTO_IPV6
@@ -275,9 +311,7 @@ func (r *rule) dnatRandom(eps []netip.AddrPort) *rule {
 
 // pickOneOf: "numgen random mod n == 0", true for one packet in n.
 func (r *rule) pickOneOf(n int) *rule {
-	return r.add(fmt.Sprintf("numgen random mod %d == 0", n),
-		&expr.Numgen{Register: reg, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: make([]byte, 4)})
+	return r.add(fmt.Sprintf("numgen random mod %d == 0", n), pickExprs[n]...)
 }
 
 // numgenVmap: "numgen random mod N vmap { 0 : goto a, ... }" (affinity).
