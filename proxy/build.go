@@ -3,6 +3,9 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/base32"
+	"fmt"
+	"hash/fnv"
+	"maps"
 	"net/netip"
 	"strings"
 
@@ -196,7 +199,17 @@ func sharedSetSpecs(addr nftables.SetDatatype) map[string]SetSpec {
 	vip := nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService)
 	pp := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
 	vmap := func(key nftables.SetDatatype) SetSpec { return SetSpec{Key: key, Data: nftables.TypeVerdict} }
-	return map[string]SetSpec{
+	// The slot is typed "mark", 32 bits in host order: with "integer" `nft
+	// list` cannot size the concatenation and aborts.
+	endpoints := SetSpec{
+		Key:  nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark),
+		Data: nftables.MustConcatSetType(addr, nftables.TypeInetService),
+	}
+	specs := map[string]SetSpec{}
+	for _, name := range endpointShardNames {
+		specs[name] = endpoints
+	}
+	maps.Copy(specs, map[string]SetSpec{
 		setServiceIPs:    vmap(vip),
 		setNoEndpoints:   vmap(vip),
 		setFirewallIPs:   vmap(vip),
@@ -205,7 +218,8 @@ func sharedSetSpecs(addr nftables.SetDatatype) map[string]SetSpec {
 		setNodePortIPs:   {Key: addr},
 		setClusterIPs:    {Key: addr},
 		setHairpin:       {Key: nftables.MustConcatSetType(addr, addr)},
-	}
+	})
+	return specs
 }
 
 // builder writes the chains and elements of one servicePort in one family.
@@ -214,6 +228,7 @@ type builder struct {
 	d    *Desired
 	node NodeFacts
 	sp   *servicePort
+	slot slotKey // the Service's part of its endpoints' keys
 }
 
 // chainBase is "HASH-namespace/name/proto/port": readable, and unique by the
@@ -249,6 +264,7 @@ func (b *builder) build(eps []endpoint) {
 	if len(cips) == 0 {
 		return // a single-stack Service of the other family
 	}
+	b.slot = newSlotKey(cips[0], protoNumber(sp.Protocol), sp.Port)
 	cat := categorize(sp, eps, b.node.Name, b.node.Zone)
 	internal, external := cat.Cluster, cat.Cluster
 	if sp.InternalLocal {
@@ -442,31 +458,57 @@ func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint) {
 		b.affinity(name, proto, eps)
 		return
 	}
-	targets := make([]netip.AddrPort, len(eps))
-	for i, e := range eps {
-		targets[i] = e.addrPort()
-	}
-	if len(targets) > maxPickRules {
-		t.addRule(name, newRule(f).l4proto(proto).dnatRandom(targets).done())
+	if len(eps) == 1 {
+		t.addRule(name, newRule(f).l4proto(proto).dnatTo(eps[0].addrPort()).done())
 		return
 	}
-	for i, ep := range targets {
-		r := newRule(f).l4proto(proto)
-		if left := len(targets) - i; left > 1 {
-			r.pickOneOf(left)
-		}
-		t.addRule(name, r.dnatTo(ep).done())
+	offset := uint32(0)
+	if name == b.chainName("local") {
+		offset = localSlots
 	}
+	set := endpointShard(sp)
+	for i, e := range eps {
+		ap := e.addrPort()
+		t.addElement(set, Element{Key: b.slot.at(offset + uint32(i)), Val: concat(ap.Addr().AsSlice(), port(ap.Port()))})
+	}
+	t.addRule(name, newRule(f).l4proto(proto).dnatSlot(b.slot, len(eps), offset, set).done())
 }
 
-// maxPickRules is the most endpoints chosen by a sequence of rules, each
-// taking its endpoint with probability 1/(endpoints left) (equal weights
-// overall, as iptables' statistic chains). Beyond it one rule looks the
-// choice up in an anonymous map. Rules are what the kernel adds fastest:
-// every set, anonymous or shared, costs a walk of the table's sets by name
-// when created and a check of every element against every rule bound to
-// it, which makes a set per Service quadratic in the number of Services.
-// Only a Service's first packet walks the rules; conntrack does the rest.
+// Endpoints are elements of shared maps, keyed by the Service's ClusterIP,
+// protocol and port and a slot that numgen picks (the local chain's slots
+// start at localSlots). A map per Service, as kube-proxy has, costs the
+// kernel a walk of the table's list of sets by name whenever a set is made
+// or used, O(N²) for N Services. One shared map costs a check of each
+// element added against every rule that reads the map, and a walk of the
+// map's elements for every rule bound to it: O(N²) again. Spread over
+// endpointShards maps by a hash of the Service, both stay small. An
+// endpoint change is then a change of map elements only, which spares the
+// kernel the validation of the whole table that any new rule costs
+// (30 ms per base chain at 10,000 Services).
+const (
+	endpointShards = 256
+	localSlots     = 1 << 31
+)
+
+var endpointShardNames = func() []string {
+	out := make([]string, endpointShards)
+	for i := range out {
+		out[i] = fmt.Sprintf("endpoints-%03d", i)
+	}
+	return out
+}()
+
+// endpointShard is the map holding sp's endpoints.
+func endpointShard(sp *servicePort) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(sp.String()))
+	return endpointShardNames[h.Sum32()%endpointShards]
+}
+
+// maxPickRules is the most endpoint chains an affinity Service chooses
+// among with a sequence of rules, each taking its chain with probability
+// 1/(chains left) (equal weights, as iptables' statistic chains); beyond
+// it, one rule with an anonymous map.
 const maxPickRules = 16
 
 // affinity sends a client that chose an endpoint in the last timeout back to

@@ -138,9 +138,20 @@ func decodeElement(id string, spec SetSpec) nftables.SetElement {
 // set's types, then the verdict.
 func elementText(id string, spec SetSpec) string {
 	e := decodeElement(id, spec)
+	text := fieldsText(e.Key, spec.Key)
+	switch {
+	case e.VerdictData != nil:
+		text += " : " + verdictText(e.VerdictData)
+	case spec.isMap():
+		text += " : " + fieldsText(e.Val, spec.Data)
+	}
+	return text
+}
+
+// fieldsText prints the fields of a key or value of type typ.
+func fieldsText(b []byte, typ nftables.SetDatatype) string {
 	var parts []string
-	b := e.Key
-	for _, t := range nftables.ConcatSetTypeElements(spec.Key) {
+	for _, t := range nftables.ConcatSetTypeElements(typ) {
 		w := (int(t.Bytes) + 3) &^ 3 // fields are padded to registers
 		if w > len(b) {
 			break
@@ -153,16 +164,14 @@ func elementText(id string, spec SetSpec) string {
 			parts = append(parts, protoName(b[0]))
 		case nftables.TypeInetService.Name:
 			parts = append(parts, strconv.Itoa(int(binary.BigEndian.Uint16(b[:2]))))
+		case nftables.TypeMark.Name:
+			parts = append(parts, strconv.FormatUint(uint64(binary.NativeEndian.Uint32(b[:4])), 10))
 		default:
 			parts = append(parts, fmt.Sprintf("0x%x", b[:t.Bytes]))
 		}
 		b = b[w:]
 	}
-	text := strings.Join(parts, " . ")
-	if e.VerdictData != nil {
-		text += " : " + verdictText(e.VerdictData)
-	}
-	return text
+	return strings.Join(parts, " . ")
 }
 
 func (t *Table) set(name string, spec SetSpec) *Set {

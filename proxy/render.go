@@ -356,7 +356,12 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 		}
 		ks := &kernelSet{spec: SetSpec{Dynamic: s.Dynamic, Timeout: s.Timeout}, elems: map[string]uint32{}}
 		if s.IsMap {
-			ks.spec.Data = nftables.TypeVerdict
+			// The library reports a verdict map's data type as its key
+			// type and leaves DataType empty; a data map's is decoded.
+			ks.spec.Data = s.DataType
+			if ks.spec.Data.Name == "" {
+				ks.spec.Data = nftables.TypeVerdict
+			}
 		}
 		if !s.Dynamic {
 			s.Table = r.table
@@ -366,7 +371,7 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 			}
 			for _, e := range elems {
 				el := Element{Key: e.Key, Val: e.Val, Verdict: e.VerdictData}
-				if s.IsMap && el.Verdict == nil {
+				if ks.spec.Data.Name == nftables.TypeVerdict.Name && el.Verdict == nil {
 					el.Val, el.Verdict = nil, decodeVerdict(e.Val)
 				}
 				ks.elems[el.id()] = 1
@@ -503,7 +508,7 @@ func (p *plan) diff(have *kernelTable, want *Table, fresh bool) {
 }
 
 func sameSpec(a, b SetSpec) bool {
-	return a.isMap() == b.isMap() && a.Dynamic == b.Dynamic && a.Timeout == b.Timeout
+	return a.Data.Name == b.Data.Name && a.Dynamic == b.Dynamic && a.Timeout == b.Timeout
 }
 
 // rewrite replaces a chain's rules when they differ, flush and refill in

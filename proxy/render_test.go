@@ -67,7 +67,7 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 		t.Fatal("first sync sent nothing")
 	}
 	out := ns.MustExec(t, "nft", "list", "table", "ip", TableName)
-	for _, want := range []string{"service-ips", "172.30.0.41 . tcp . 80 : goto service-", "numgen random mod 2 0 dnat to 10.180.0.1:8080", "203.0.113.0/25"} {
+	for _, want := range []string{"service-ips", "172.30.0.41 . tcp . 80 : goto service-", "numgen random mod 2 map @endpoints-", "172.30.0.41 . tcp . 80 . 0x00000001 : 10.180.1.1 . 8080", "203.0.113.0/25"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("nft list table ip netplane lacks %q:\n%s", want, out)
 		}

@@ -289,23 +289,40 @@ func (r *rule) newNAT(portReg uint32) *expr.NAT {
 	return &expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg, RegProtoMin: portReg, Specified: true}
 }
 
-// dnatRandom: "dnat to numgen random mod N map { 0 : a . p, ... }", one
-// rule choosing among equal-weight endpoints without a chain per endpoint.
-func (r *rule) dnatRandom(eps []netip.AddrPort) *rule {
-	addrType := nftables.TypeIPAddr
-	if r.v6() {
-		addrType = nftables.TypeIP6Addr
+// slotKey is a Service's part of its endpoints' keys in the shared maps:
+// ClusterIP . protocol . port.
+type slotKey struct {
+	addr  []byte
+	proto uint8
+	port  uint16
+	text  string
+}
+
+func newSlotKey(cip netip.Addr, proto uint8, p uint16) slotKey {
+	return slotKey{cip.AsSlice(), proto, p, fmt.Sprintf("%s . %s . %d", cip, protoName(proto), p)}
+}
+
+// at is the key of slot i (numgen writes it in host byte order).
+func (k slotKey) at(i uint32) []byte {
+	return concat(k.addr, protoKey(k.proto), port(k.port), binaryutil.NativeEndian.PutUint32(i))
+}
+
+// dnatSlot: "dnat to 10.96.0.1 . tcp . 80 . numgen random mod N offset O
+// map @set". One immediate per field at the field's own length (the kernel
+// zero-pads the register); `nft list` shows them in hex all the same, as
+// it has no type for constants in a concatenation.
+func (r *rule) dnatSlot(k slotKey, n int, offset uint32, set string) *rule {
+	text := fmt.Sprintf("dnat %s to %s . numgen random mod %d", r.ipWord(), k.text, n)
+	if offset != 0 {
+		text += fmt.Sprintf(" offset %d", offset)
 	}
-	texts := make([]string, len(eps))
-	elems := make([]nftables.SetElement, len(eps))
-	for i, ep := range eps {
-		texts[i] = fmt.Sprintf("%d : %s . %d", i, ep.Addr(), ep.Port())
-		elems[i] = nftables.SetElement{Key: binaryutil.NativeEndian.PutUint32(uint32(i)), Val: concat(ep.Addr().AsSlice(), port(ep.Port()))}
-	}
-	r.anon = &AnonSet{Key: nftables.TypeInteger, Data: nftables.MustConcatSetType(addrType, nftables.TypeInetService), Elements: elems}
-	return r.add(fmt.Sprintf("dnat %s to numgen random mod %d map { %s }", r.ipWord(), len(eps), strings.Join(texts, ", ")),
-		&expr.Numgen{Register: reg, Modulus: uint32(len(eps)), Type: unix.NFT_NG_RANDOM},
-		&expr.Lookup{SourceRegister: reg, SetName: anonSetName, IsDestRegSet: true, DestRegister: reg},
+	a := reg + uint32(len(k.addr))/4
+	return r.add(text+" map @"+set,
+		&expr.Immediate{Register: reg, Data: k.addr},
+		&expr.Immediate{Register: a, Data: []byte{k.proto}},
+		&expr.Immediate{Register: a + 1, Data: binaryutil.BigEndian.PutUint16(k.port)},
+		&expr.Numgen{Register: a + 2, Modulus: uint32(n), Offset: offset, Type: unix.NFT_NG_RANDOM},
+		&expr.Lookup{SourceRegister: reg, SetName: set, IsDestRegSet: true, DestRegister: reg},
 		r.nat(reg+r.addrLen()/4))
 }
 
