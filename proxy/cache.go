@@ -58,8 +58,22 @@ func (m *Model) TakeTouched() map[nftables.TableFamily]*Touched {
 type fragment struct {
 	svc    *v1.Service
 	slices []*discovery.EndpointSlice
-	d      *Desired // partial: the Service's chains, sets and elements
+	d      *Desired // the Service's health-check, UDP and metric summaries; no tables
+	parts  []fragPart
 }
+
+// fragPart is a fragment's share of one family's table, in slices rather
+// than a Table's maps: at 10,000 Services the maps of the fragments' own
+// tables were a fifth of the model's memory.
+type fragPart struct {
+	fam    nftables.TableFamily
+	chains []*Chain
+	sets   []*Set // the Service's own sets (affinity)
+	elems  []fragElem
+}
+
+// fragElem is an element the Service adds to a shared set.
+type fragElem struct{ set, id string }
 
 // NewModel returns a model with an empty cache.
 func NewModel() *Model { return &Model{} }
@@ -80,7 +94,7 @@ func (m *Model) Build(in Input) *Desired {
 			continue
 		}
 		if f != nil {
-			m.remove(f.d)
+			m.remove(f)
 		}
 		f = buildFragment(svc, in.Slices[name], in.Node)
 		fresh = append(fresh, f)
@@ -90,11 +104,11 @@ func (m *Model) Build(in Input) *Desired {
 		m.reserve(fresh)
 	}
 	for _, f := range fresh {
-		m.add(f.d)
+		m.add(f)
 	}
 	for name, f := range m.frags {
 		if !seen[name] {
-			m.remove(f.d)
+			m.remove(f)
 			delete(m.frags, name)
 		}
 	}
@@ -114,19 +128,38 @@ func (m *Model) reset(key string, node NodeFacts) {
 	}
 }
 
-func buildFragment(svc *v1.Service, slices []*discovery.EndpointSlice, node NodeFacts) *fragment {
+func buildFragment(svc *v1.Service, eps []*discovery.EndpointSlice, node NodeFacts) *fragment {
 	d := newDesired()
 	for _, fam := range Families {
 		d.Tables[fam] = newTable(fam)
 	}
 	for _, sp := range servicePorts(svc) {
-		eps := endpointsFor(&sp, slices, node.Name)
+		spEps := endpointsFor(&sp, eps, node.Name)
 		for _, fam := range Families {
 			b := &builder{t: d.Tables[fam], d: d, node: node, sp: &sp}
-			b.build(familyEndpoints(eps, fam))
+			b.build(familyEndpoints(spEps, fam))
 		}
 	}
-	return &fragment{svc: svc, slices: slices, d: d}
+	f := &fragment{svc: svc, slices: eps, d: d}
+	for _, fam := range Families {
+		t := d.Tables[fam]
+		if len(t.Chains) == 0 && len(t.Sets) == 0 {
+			continue
+		}
+		part := fragPart{fam: fam, chains: slices.Collect(maps.Values(t.Chains))}
+		for name, s := range t.Sets {
+			if _, shared := sharedSets[fam][name]; !shared {
+				part.sets = append(part.sets, s)
+				continue
+			}
+			for id := range s.Elements {
+				part.elems = append(part.elems, fragElem{name, id})
+			}
+		}
+		f.parts = append(f.parts, part)
+	}
+	d.Tables = nil
+	return f
 }
 
 // reserve grows the merged tables' maps once for what frags will add: at
@@ -136,10 +169,13 @@ func (m *Model) reserve(frags []*fragment) {
 	for fam, t := range m.d.Tables {
 		chains, elems := len(t.Chains), map[string]int{}
 		for _, f := range frags {
-			ft := f.d.Tables[fam]
-			chains += len(ft.Chains)
-			for name, s := range ft.Sets {
-				elems[name] += len(s.Elements)
+			for _, part := range f.parts {
+				if part.fam == fam {
+					chains += len(part.chains)
+					for _, e := range part.elems {
+						elems[e.set]++
+					}
+				}
 			}
 		}
 		t.Chains = grown(t.Chains, chains)
@@ -164,68 +200,60 @@ func grown[V any](m map[string]V, n int) map[string]V {
 
 // add merges a fragment's chains and elements into the model's tables.
 // Fragment chains and sets are shared read-only, never modified.
-func (m *Model) add(f *Desired) {
-	for fam, ft := range f.Tables {
-		t := m.d.Tables[fam]
-		maps.Copy(t.Chains, ft.Chains)
-		m.touch(fam, ft)
-		for name, s := range ft.Sets {
-			if _, shared := sharedSets[fam][name]; !shared {
-				t.Sets[name] = s // a Service's own set (affinity)
-				continue
-			}
-			merged := t.Sets[name].Elements
-			for id := range s.Elements {
-				merged[id]++
-			}
+func (m *Model) add(f *fragment) {
+	for _, part := range f.parts {
+		t := m.d.Tables[part.fam]
+		m.touch(part)
+		for _, c := range part.chains {
+			t.Chains[c.Name] = c
+		}
+		for _, s := range part.sets {
+			t.Sets[s.Name] = s
+		}
+		for _, e := range part.elems {
+			t.Sets[e.set].Elements[e.id]++
 		}
 	}
 }
 
 // touch records a fragment's chains, own sets and shared elements as
 // changed (when changes are being recorded: not before the first take).
-func (m *Model) touch(fam nftables.TableFamily, ft *Table) {
-	t := m.touched[fam]
+func (m *Model) touch(part fragPart) {
+	t := m.touched[part.fam]
 	if t == nil {
 		return
 	}
-	for name := range ft.Chains {
-		t.Chains[name] = true
+	for _, c := range part.chains {
+		t.Chains[c.Name] = true
 	}
-	for name, s := range ft.Sets {
-		if _, shared := sharedSets[fam][name]; !shared {
-			t.Sets[name] = true
-			continue
-		}
-		ids := t.Elems[name]
+	for _, s := range part.sets {
+		t.Sets[s.Name] = true
+	}
+	for _, e := range part.elems {
+		ids := t.Elems[e.set]
 		if ids == nil {
 			ids = map[string]bool{}
-			t.Elems[name] = ids
+			t.Elems[e.set] = ids
 		}
-		for id := range s.Elements {
-			ids[id] = true
-		}
+		ids[e.id] = true
 	}
 }
 
 // remove takes a fragment's chains and elements out of the model's tables.
-func (m *Model) remove(f *Desired) {
-	for fam, ft := range f.Tables {
-		t := m.d.Tables[fam]
-		m.touch(fam, ft)
-		for name := range ft.Chains {
-			delete(t.Chains, name)
+func (m *Model) remove(f *fragment) {
+	for _, part := range f.parts {
+		t := m.d.Tables[part.fam]
+		m.touch(part)
+		for _, c := range part.chains {
+			delete(t.Chains, c.Name)
 		}
-		for name, s := range ft.Sets {
-			if _, shared := sharedSets[fam][name]; !shared {
-				delete(t.Sets, name)
-				continue
-			}
-			merged := t.Sets[name].Elements
-			for id := range s.Elements {
-				if merged[id]--; merged[id] == 0 {
-					delete(merged, id)
-				}
+		for _, s := range part.sets {
+			delete(t.Sets, s.Name)
+		}
+		for _, e := range part.elems {
+			merged := t.Sets[e.set].Elements
+			if merged[e.id]--; merged[e.id] == 0 {
+				delete(merged, e.id)
 			}
 		}
 	}
