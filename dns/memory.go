@@ -16,12 +16,6 @@ import (
 // a quarter of the peak QPS (dns/README.md has the measurements).
 const gcPercent = 50
 
-// tuneGC sets gcPercent unless the operator chose with GOGC.
-func tuneGC() {
-	if _, set := os.LookupEnv("GOGC"); !set {
-		debug.SetGCPercent(gcPercent)
-	}
-}
 
 // releaseStartup gives back what start-up used and serving does not: the
 // garbage of the initial lists, and the pages of the executable that only

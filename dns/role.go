@@ -45,7 +45,7 @@ func Run(ctx context.Context, d role.Deps) error {
 		}
 		return errors.New("the DNS server has not started")
 	})
-	tuneGC()
+	role.DefaultGCPercent(gcPercent)
 	s, err := Start(ctx, d.Config.DNS, protobufClient(d), d.Metrics, d.Log)
 	if err != nil {
 		return err

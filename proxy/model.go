@@ -2,7 +2,7 @@ package proxy
 
 import (
 	"net/netip"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -119,9 +119,13 @@ func servicePorts(svc *v1.Service) []servicePort {
 // endpointsFor collects the endpoints of sp from the Service's slices: the
 // port is found by name in each slice (slices may disagree on the number),
 // and an address listed twice is kept once, preferring a ready copy.
-func endpointsFor(sp *servicePort, slices []*discovery.EndpointSlice, nodeName string) []endpoint {
-	byAddr := map[netip.AddrPort]endpoint{}
-	for _, s := range slices {
+func endpointsFor(sp *servicePort, ss []*discovery.EndpointSlice, nodeName string) []endpoint {
+	n := 0
+	for _, s := range ss {
+		n += len(s.Endpoints)
+	}
+	all := make([]endpoint, 0, n)
+	for _, s := range ss {
 		if s.AddressType != discovery.AddressTypeIPv4 && s.AddressType != discovery.AddressTypeIPv6 {
 			continue
 		}
@@ -153,18 +157,35 @@ func endpointsFor(sp *servicePort, slices []*discovery.EndpointSlice, nodeName s
 					ep.NodeHints = append(ep.NodeHints, n.Name)
 				}
 			}
-			if old, dup := byAddr[ep.addrPort()]; dup && (old.Ready || !ep.Ready) {
-				continue
-			}
-			byAddr[ep.addrPort()] = ep
+			all = append(all, ep)
 		}
 	}
-	out := make([]endpoint, 0, len(byAddr))
-	for _, ep := range byAddr {
-		out = append(out, ep)
+	// Sorted by address, ready copies of an address first; then the first
+	// copy of each address is kept.
+	slices.SortStableFunc(all, func(a, b endpoint) int {
+		if c := a.addrPort().Compare(b.addrPort()); c != 0 {
+			return c
+		}
+		return cmpBool(b.Ready, a.Ready)
+	})
+	out := all[:0]
+	for _, ep := range all {
+		if len(out) == 0 || ep.addrPort() != out[len(out)-1].addrPort() {
+			out = append(out, ep)
+		}
 	}
-	sort.Slice(out, func(i, j int) bool { return out[i].addrPort().Compare(out[j].addrPort()) < 0 })
 	return out
+}
+
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
 }
 
 func slicePort(s *discovery.EndpointSlice, sp *servicePort) (uint16, bool) {

@@ -17,6 +17,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
@@ -47,15 +48,15 @@ type proxier struct {
 	lastUDP      map[netip.AddrPort]map[netip.Addr]bool
 }
 
-func newProxier(d role.Deps, dialer Dialer) *proxier {
-	f := d.Informers
-	slimInformers(f)
+// newProxier reads Services and EndpointSlices from f, Nodes from the
+// process's shared factory.
+func newProxier(d role.Deps, f informers.SharedInformerFactory, dialer Dialer) *proxier {
 	p := &proxier{
 		log:      d.Log,
 		cfg:      d.Config.Node,
 		services: f.Core().V1().Services().Lister(),
 		slices:   f.Discovery().V1().EndpointSlices().Lister(),
-		nodes:    f.Core().V1().Nodes().Lister(),
+		nodes:    d.Informers.Core().V1().Nodes().Lister(),
 		renderers: map[nftables.TableFamily]*Renderer{
 			nftables.TableFamilyIPv4: NewRenderer(dialer, nftables.TableFamilyIPv4),
 			nftables.TableFamilyIPv6: NewRenderer(dialer, nftables.TableFamilyIPv6),

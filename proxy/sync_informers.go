@@ -16,14 +16,16 @@ import (
 
 // slimInformers registers the Service and EndpointSlice informers of f with
 // transforms that drop what the proxy never reads before objects reach the
-// cache: managedFields (often the biggest part of an object), the
-// last-applied-configuration annotation, every EndpointSlice annotation but
-// the trigger time, and endpoints' targetRef and deprecatedTopology. At
-// 10,000 Services that is most of the informers' memory.
+// cache: managedFields (often the biggest part of an object), owner
+// references and finalizers, the last-applied-configuration annotation, a
+// Service's selector, every EndpointSlice annotation but the trigger time
+// and every label but the Service name, and endpoints' targetRef, hostname
+// and deprecatedTopology. At 10,000 Services that is most of the
+// informers' memory.
 //
-// It must run before anything else asks f for these two informers (the
-// informer is created once per type); Nodes are left whole, since the node
-// role's pod networking reads them from the same factory.
+// f must be the proxy's own factory (other roles need whole objects), and
+// this must run before anything asks f for these two informers (an
+// informer is created once per type).
 func slimInformers(f informers.SharedInformerFactory) {
 	// The same options as the factory's own constructors.
 	opts := func(resync time.Duration) internalinterfaces.InformerOptions {
@@ -47,19 +49,26 @@ func slimInformers(f informers.SharedInformerFactory) {
 func slimObject(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.Service:
-		o.ManagedFields = nil
+		o.ManagedFields, o.OwnerReferences, o.Finalizers = nil, nil, nil
 		delete(o.Annotations, v1.LastAppliedConfigAnnotation)
+		o.Spec.Selector = nil
 	case *discovery.EndpointSlice:
-		o.ManagedFields = nil
-		if t, ok := o.Annotations[v1.EndpointsLastChangeTriggerTime]; ok {
-			o.Annotations = map[string]string{v1.EndpointsLastChangeTriggerTime: t}
-		} else {
-			o.Annotations = nil
-		}
+		o.ManagedFields, o.OwnerReferences, o.Finalizers = nil, nil, nil
+		o.Annotations = only(o.Annotations, v1.EndpointsLastChangeTriggerTime)
+		o.Labels = only(o.Labels, discovery.LabelServiceName)
 		for i := range o.Endpoints {
 			o.Endpoints[i].TargetRef = nil
+			o.Endpoints[i].Hostname = nil
 			o.Endpoints[i].DeprecatedTopology = nil
 		}
 	}
 	return obj, nil
+}
+
+// only is m reduced to key, or nil when m lacks it.
+func only(m map[string]string, key string) map[string]string {
+	if v, ok := m[key]; ok {
+		return map[string]string{key: v}
+	}
+	return nil
 }

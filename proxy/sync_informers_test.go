@@ -13,25 +13,26 @@ import (
 
 func TestSlimObjectKeepsWhatTheProxyReads(t *testing.T) {
 	managed := []metav1.ManagedFieldsEntry{{Manager: "kubectl"}}
+	owners := []metav1.OwnerReference{{Kind: "Service", Name: "s"}}
 	cases := []struct {
 		name     string
 		in, want any
 	}{
-		{"service loses managedFields and last-applied, keeps labels and other annotations",
-			&v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", ManagedFields: managed,
+		{"service loses managedFields, owners, last-applied and its selector, keeps labels and other annotations",
+			&v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s", ManagedFields: managed, OwnerReferences: owners,
 				Labels:      map[string]string{"service.kubernetes.io/service-proxy-name": "other"},
 				Annotations: map[string]string{v1.LastAppliedConfigAnnotation: "{...}", "service.kubernetes.io/topology-mode": "Auto"}},
-				Spec: v1.ServiceSpec{ClusterIP: "10.96.0.10"}},
+				Spec: v1.ServiceSpec{ClusterIP: "10.96.0.10", Selector: map[string]string{"app": "a"}}},
 			&v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "s",
 				Labels:      map[string]string{"service.kubernetes.io/service-proxy-name": "other"},
 				Annotations: map[string]string{"service.kubernetes.io/topology-mode": "Auto"}},
 				Spec: v1.ServiceSpec{ClusterIP: "10.96.0.10"}}},
-		{"slice keeps only the trigger time annotation and drops targetRef",
-			&discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "e", ManagedFields: managed,
-				Labels:      map[string]string{discovery.LabelServiceName: "s"},
+		{"slice keeps only the trigger time annotation and the Service name label, drops owners, targetRef and hostname",
+			&discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "e", ManagedFields: managed, OwnerReferences: owners,
+				Labels:      map[string]string{discovery.LabelServiceName: "s", discovery.LabelManagedBy: "m"},
 				Annotations: map[string]string{v1.EndpointsLastChangeTriggerTime: "2026-01-01T00:00:00Z", "x": "y"}},
 				Endpoints: []discovery.Endpoint{{Addresses: []string{"10.0.0.1"}, TargetRef: &v1.ObjectReference{Kind: "Pod", Name: "p"},
-					DeprecatedTopology: map[string]string{"a": "b"}, Zone: ptrTo("z")}}},
+					Hostname: ptrTo("h"), DeprecatedTopology: map[string]string{"a": "b"}, Zone: ptrTo("z")}}},
 			&discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Name: "e",
 				Labels:      map[string]string{discovery.LabelServiceName: "s"},
 				Annotations: map[string]string{v1.EndpointsLastChangeTriggerTime: "2026-01-01T00:00:00Z"}},

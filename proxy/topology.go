@@ -72,8 +72,19 @@ func topologyMode(eps []endpoint, node, zone string) (byNode, byZone bool) {
 	return false, allZone && forZone
 }
 
+// filter returns the endpoints keep accepts: eps itself when it accepts
+// all (the common case, and results are only read), else a new slice.
 func filter(eps []endpoint, keep func(endpoint) bool) []endpoint {
-	var out []endpoint
+	n := 0
+	for _, e := range eps {
+		if keep(e) {
+			n++
+		}
+	}
+	if n == len(eps) || n == 0 {
+		return eps[:n]
+	}
+	out := make([]endpoint, 0, n)
 	for _, e := range eps {
 		if keep(e) {
 			out = append(out, e)
