@@ -15,6 +15,8 @@ import (
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/internal/role"
 )
 
 const byService = "service"
@@ -214,7 +216,7 @@ func (w *watcher) apply(p pending) {
 	if p.synced {
 		// Hand back the initial lists' garbage and start-up's pages now
 		// rather than over the next minutes.
-		releaseStartup()
+		role.ReleaseStartup()
 	}
 	for _, t := range p.triggers {
 		kind := "cluster_ip"

@@ -218,6 +218,7 @@ func (p *proxier) afterSync(d *Desired, full bool, start time.Time, triggers []t
 	p.metrics.noLocalEndpoints.WithLabelValues("internal").Set(float64(d.NoLocalInternal))
 	p.metrics.noLocalEndpoints.WithLabelValues("external").Set(float64(d.NoLocalExternal))
 	p.mu.Lock()
+	first := p.lastSuccess.IsZero()
 	p.lastSuccess = now
 	before := p.lastUDP
 	p.lastUDP = d.UDP
@@ -231,6 +232,11 @@ func (p *proxier) afterSync(d *Desired, full bool, start time.Time, triggers []t
 		p.metrics.conntrackDeletions.Add(float64(n))
 	}
 	p.log.V(2).Info("synced", "type", kind, "took", now.Sub(start))
+	if first {
+		// The initial lists' and the first build's garbage, back now
+		// rather than over the next minutes.
+		role.ReleaseStartup()
+	}
 }
 
 // input gathers the informer caches and this node's facts.

@@ -47,7 +47,7 @@ func Run(ctx context.Context, d role.Deps) error {
 	// Services and EndpointSlices come from a factory of the proxy's own,
 	// whose objects are slimmed (sync_informers.go): in a process with the
 	// controller role too, the shared factory must keep them whole.
-	own := informers.NewSharedInformerFactory(d.Client, 0)
+	own := informers.NewSharedInformerFactory(d.ProtobufClient(), 0)
 	slimInformers(own)
 	defer own.Shutdown()
 	p := newProxier(d, own, Dialer{})
@@ -71,6 +71,9 @@ func Run(ctx context.Context, d role.Deps) error {
 	) {
 		return nil
 	}
+	// Before the first sync, whose model and garbage set the peak memory,
+	// drop the executable's pages that only start-up read.
+	role.DropExecutablePages()
 	p.run(ctx)
 	shutdown, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

@@ -1,4 +1,4 @@
-package dns
+package role
 
 import (
 	"os"
@@ -9,23 +9,21 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// gcPercent is the dns role's GOGC unless the environment sets one. The
-// index is long-lived and queries make only short-lived garbage, so Go's
-// default (the heap may grow to twice what is live) spends a third of the
-// server's memory on garbage; at 25 the collector ran often enough to cost
-// a quarter of the peak QPS (dns/README.md has the measurements).
-const gcPercent = 50
-
-
-// releaseStartup gives back what start-up used and serving does not: the
+// ReleaseStartup gives back what start-up used and serving does not: the
 // garbage of the initial lists, and the pages of the executable that only
 // initialisation read (type registrations of every API group the binary
 // links, the code of the other roles). Those stay mapped and count as the
 // process's resident memory for as long as it runs; unmapped, they are
 // ordinary page cache the kernel reclaims when it needs to, and the few
-// the server uses come back on first touch without I/O while cached.
-func releaseStartup() {
+// the role uses come back on first touch without I/O while cached.
+func ReleaseStartup() {
 	debug.FreeOSMemory()
+	DropExecutablePages()
+}
+
+// DropExecutablePages is ReleaseStartup without the garbage collection,
+// cheap enough to run before a role's first big piece of work.
+func DropExecutablePages() {
 	exe, err := os.Readlink("/proc/self/exe")
 	if err != nil {
 		return
