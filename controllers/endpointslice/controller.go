@@ -47,6 +47,9 @@ type Options struct {
 	// BatchPeriod delays syncs caused by Pod events so that the changes of
 	// one Service within the window cost one sync.
 	BatchPeriod time.Duration
+	// Budget, when set, is the write rate limit of the client: workers
+	// reserve a write token before they take a Service (see kit.WriteBudget).
+	Budget *kit.WriteBudget
 }
 
 // Controller keeps the EndpointSlices of Services with a selector true to
@@ -109,8 +112,8 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 	c.metrics = m
 	c.waiting = &kit.CacheWait{Queue: c.queue, Fresh: c.cacheFresh}
 	c.loop = &kit.Loop{Queue: c.queue, Metrics: m, Log: log, Waiting: c.waiting,
-		Sync: func(_ context.Context, key string) error { return c.syncService(key) }}
-	c.client = kit.CountWrites(client, m)
+		Budget: opts.Budget, Sync: func(_ context.Context, key string) error { return c.syncService(key) }}
+	c.client = kit.CountWrites(client, m, opts.Budget)
 	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, c.topology, recorder,
 		ControllerName, esrec.WithPreferSameTrafficDistributionEnabled(true))
 	return c, c.addHandlers(f)
