@@ -127,6 +127,10 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 			r.lightP50, r.lightP99, r.lightWorst, describe(), loadAverage())
 		return r
 	}
+	if os.Getenv("NETPLANE_BENCH_NETPLANE_ONLY") == "1" { // for profiling netplane
+		run("netplane", func(s *framework.APIServer) (func() string, func()) { return startBenchNetplane(b, s, 20, 30) })
+		return
+	}
 	upstream := run("kube-controller-manager", func(s *framework.APIServer) (func() string, func()) {
 		p, err := framework.StartProcess("kube-controller-manager", exec.Command(kcm,
 			"--kubeconfig="+s.Kubeconfig, "--controllers=endpointslice,endpointslicemirroring",
