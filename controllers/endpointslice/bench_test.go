@@ -122,9 +122,9 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		writes3 := sliceWrites(b, s)
 		r.lightWrites = writes3.total() - writes2.total()
 		r.lightP50, r.lightP99, r.lightWorst = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
-		progress(b, "%s: light churn of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p99 %v max %v; %s; load average %s",
+		progress(b, "%s: light churn of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p90 %v p99 %v max %v, %d flips took 1s or more; %s; load average %s",
 			name, len(light), scale.lightRate, flipping.Round(time.Millisecond), churn.Round(time.Millisecond), writes3.minus(writes2),
-			r.lightP50, r.lightP99, r.lightWorst, describe(), loadAverage())
+			r.lightP50, percentile(lat, 90), r.lightP99, r.lightWorst, countAtLeast(lat, time.Second), describe(), loadAverage())
 		return r
 	}
 	if os.Getenv("NETPLANE_BENCH_NETPLANE_ONLY") == "1" { // for profiling netplane
@@ -497,6 +497,16 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 	defer w.mu.Unlock()
 	lat, w.latency = w.latency, nil
 	return lat, sent, time.Since(t0)
+}
+
+func countAtLeast(d []time.Duration, floor time.Duration) int {
+	n := 0
+	for _, x := range d {
+		if x >= floor {
+			n++
+		}
+	}
+	return n
 }
 
 func percentile(d []time.Duration, p int) time.Duration {
