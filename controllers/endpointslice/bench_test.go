@@ -118,13 +118,17 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		if len(light) == 0 {
 			return r
 		}
+		w.stallSummary(time.Now()) // forget the heavy phase's
+		lightStart := time.Now()
 		lat, flipping, churn = flipAndMeasure(b, s, w, pods, light, scale.lightRate)
+		stalls := w.stallSummary(lightStart)
 		writes3 := sliceWrites(b, s)
 		r.lightWrites = writes3.total() - writes2.total()
 		r.lightP50, r.lightP99, r.lightWorst = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
 		progress(b, "%s: light churn of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p90 %v p99 %v max %v, %d flips took 1s or more; %s; load average %s",
 			name, len(light), scale.lightRate, flipping.Round(time.Millisecond), churn.Round(time.Millisecond), writes3.minus(writes2),
 			r.lightP50, percentile(lat, 90), r.lightP99, r.lightWorst, countAtLeast(lat, time.Second), describe(), loadAverage())
+		progress(b, "%s: light churn: %s", name, stalls)
 		return r
 	}
 	if os.Getenv("NETPLANE_BENCH_NETPLANE_ONLY") == "1" { // for profiling netplane
@@ -345,8 +349,13 @@ type sliceWatch struct {
 	sizes   map[string]int // slice → its endpoints
 	pending map[string]time.Time
 	latency []time.Duration
-	changed chan struct{}
-	stop    func()
+	// podWrites are the flips' own API round trips, slowStarts when the
+	// flips that took 1 s or more were sent: a stall of the API server
+	// shows as slow pod writes and slow flips sent within a few seconds.
+	podWrites  []time.Duration
+	slowStarts []time.Time
+	changed    chan struct{}
+	stop       func()
 }
 
 func watchSlices(b *testing.B, s *framework.APIServer) *sliceWatch {
@@ -386,6 +395,9 @@ func (w *sliceWatch) observe(s *discovery.EndpointSlice, deleted bool) {
 		}
 		if t0, ok := w.pending[e.TargetRef.Name]; ok && !deleted {
 			w.latency = append(w.latency, now.Sub(t0))
+			if now.Sub(t0) >= time.Second {
+				w.slowStarts = append(w.slowStarts, t0)
+			}
 			delete(w.pending, e.TargetRef.Name)
 		}
 	}
@@ -445,7 +457,8 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 				p.Status.Conditions[0].Status = corev1.ConditionFalse
 				p.Status.Conditions[0].LastTransitionTime = metav1.Now()
 				w.mu.Lock()
-				w.pending[name] = time.Now()
+				sentAt := time.Now()
+				w.pending[name] = sentAt
 				w.mu.Unlock()
 				err := retryTransient(func() error {
 					_, err := c.CoreV1().Pods("bench").UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
@@ -459,6 +472,9 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 					}
 					return err
 				})
+				w.mu.Lock()
+				w.podWrites = append(w.podWrites, time.Since(sentAt))
+				w.mu.Unlock()
 				if err != nil {
 					b.Errorf("flipping %s: %v", name, err)
 					w.mu.Lock()
@@ -497,6 +513,21 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 	defer w.mu.Unlock()
 	lat, w.latency = w.latency, nil
 	return lat, sent, time.Since(t0)
+}
+
+// stallSummary describes (and forgets) the pod writes and slow flips
+// recorded since start.
+func (w *sliceWatch) stallSummary(start time.Time) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := fmt.Sprintf("pod writes p50 %v p99 %v max %v", percentile(w.podWrites, 50), percentile(w.podWrites, 99), percentile(w.podWrites, 100))
+	if len(w.slowStarts) > 0 {
+		first, last := slices.MinFunc(w.slowStarts, time.Time.Compare), slices.MaxFunc(w.slowStarts, time.Time.Compare)
+		out += fmt.Sprintf("; the %d flips that took 1s or more were sent between %v and %v into the phase",
+			len(w.slowStarts), first.Sub(start).Round(time.Second), last.Sub(start).Round(time.Second))
+	}
+	w.podWrites, w.slowStarts = nil, nil
+	return out
 }
 
 func countAtLeast(d []time.Duration, floor time.Duration) int {
