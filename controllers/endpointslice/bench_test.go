@@ -3,6 +3,7 @@ package endpointslice
 import (
 	"context"
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -33,10 +34,15 @@ import (
 // rate (flips per second; e.g. 20,25,0,400,20 is a churn light enough that
 // the controller keeps up and a Service often changes again while its last
 // write is in flight).
-type benchScale struct{ services, pods, big, flips, rate int }
+//
+// A second, light churn phase follows on other pods: NETPLANE_BENCH_LIGHT=flips,rate
+// (default 2000,10; 0 skips it). Its rate is below the 20 writes/s both
+// contenders get, so its latency is each controller's own reaction time, not
+// the wait for the token bucket.
+type benchScale struct{ services, pods, big, flips, rate, lightFlips, lightRate int }
 
 func scaleFromEnv(b *testing.B) benchScale {
-	s := benchScale{2000, 25, 5000, 10000, 100}
+	s := benchScale{2000, 25, 5000, 10000, 100, 2000, 10}
 	if v := os.Getenv("NETPLANE_BENCH_SCALE"); v != "" {
 		n := []int{0, 0, 0, 0, s.rate}
 		parts := strings.Split(v, ",")
@@ -49,7 +55,17 @@ func scaleFromEnv(b *testing.B) benchScale {
 				b.Fatalf("NETPLANE_BENCH_SCALE=%q: %q is not a count", v, p)
 			}
 		}
-		s = benchScale{n[0], n[1], n[2], n[3], max(n[4], 1)}
+		s = benchScale{n[0], n[1], n[2], n[3], max(n[4], 1), s.lightFlips, s.lightRate}
+	}
+	if v := os.Getenv("NETPLANE_BENCH_LIGHT"); v != "" {
+		var flips, rate int
+		if v == "0" {
+			s.lightFlips = 0
+		} else if _, err := fmt.Sscanf(v, "%d,%d", &flips, &rate); err != nil || flips < 0 || rate < 1 {
+			b.Fatalf("NETPLANE_BENCH_LIGHT=%q: want flips,rate or 0", v)
+		} else {
+			s.lightFlips, s.lightRate = flips, rate
+		}
 	}
 	return s
 }
@@ -66,6 +82,9 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		coldWrites      int
 		churnWrites     int
 		p50, p99, worst time.Duration
+		// the light churn phase
+		lightWrites                    int
+		lightP50, lightP99, lightWorst time.Duration
 	}
 	// run measures one contender; start launches it and returns a function
 	// describing its own view (sync results), logged after each phase, and
@@ -86,14 +105,35 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		writes1 := sliceWrites(b, s)
 		r.cold, r.coldWrites = time.Since(t0), writes1.total()-writes0.total()
 		progress(b, "%s: cold start %v, slice writes %s; %s", name, r.cold.Round(time.Millisecond), writes1.minus(writes0), describe())
-		lat, flipping, churn := flipAndMeasure(b, s, w, pods, scale.flips, scale.rate)
+		order := flipOrder(pods)
+		heavy, light := order[:min(scale.flips, len(order))], order[min(scale.flips, len(order)):]
+		light = light[:min(scale.lightFlips, len(light))]
+		lat, flipping, churn := flipAndMeasure(b, s, w, pods, heavy, scale.rate)
 		writes2 := sliceWrites(b, s)
 		r.churnWrites = writes2.total() - writes1.total()
 		r.p50, r.p99, r.worst = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
 		progress(b, "%s: churn of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p99 %v max %v; %s; load average %s",
 			name, scale.flips, scale.rate, flipping.Round(time.Millisecond), churn.Round(time.Millisecond), writes2.minus(writes1),
 			r.p50, r.p99, r.worst, describe(), loadAverage())
+		if len(light) == 0 {
+			return r
+		}
+		w.stallSummary(time.Now()) // forget the heavy phase's
+		lightStart := time.Now()
+		lat, flipping, churn = flipAndMeasure(b, s, w, pods, light, scale.lightRate)
+		stalls := w.stallSummary(lightStart)
+		writes3 := sliceWrites(b, s)
+		r.lightWrites = writes3.total() - writes2.total()
+		r.lightP50, r.lightP99, r.lightWorst = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
+		progress(b, "%s: light churn of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p90 %v p99 %v max %v, %d flips took 1s or more; %s; load average %s",
+			name, len(light), scale.lightRate, flipping.Round(time.Millisecond), churn.Round(time.Millisecond), writes3.minus(writes2),
+			r.lightP50, percentile(lat, 90), r.lightP99, r.lightWorst, countAtLeast(lat, time.Second), describe(), loadAverage())
+		progress(b, "%s: light churn: %s", name, stalls)
 		return r
+	}
+	if os.Getenv("NETPLANE_BENCH_NETPLANE_ONLY") == "1" { // for profiling netplane
+		run("netplane", func(s *framework.APIServer) (func() string, func()) { return startBenchNetplane(b, s, 20, 30) })
+		return
 	}
 	upstream := run("kube-controller-manager", func(s *framework.APIServer) (func() string, func()) {
 		p, err := framework.StartProcess("kube-controller-manager", exec.Command(kcm,
@@ -115,6 +155,11 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 	b.ReportMetric(ratio(float64(ours.churnWrites), float64(upstream.churnWrites)), "churn-writes-ratio")
 	b.ReportMetric(ratio(float64(ours.p99), float64(upstream.p99)), "churn-p99-ratio")
 	b.ReportMetric(ratio(float64(ours.p50), float64(upstream.p50)), "churn-p50-ratio")
+	if scale.lightFlips > 0 {
+		b.ReportMetric(ratio(float64(ours.lightWrites), float64(upstream.lightWrites)), "light-writes-ratio")
+		b.ReportMetric(ratio(float64(ours.lightP99), float64(upstream.lightP99)), "light-p99-ratio")
+		b.ReportMetric(ratio(float64(ours.lightP50), float64(upstream.lightP50)), "light-p50-ratio")
+	}
 	if os.Getenv("NETPLANE_BENCH_SAME_RATE_ONLY") == "1" {
 		return
 	}
@@ -304,8 +349,13 @@ type sliceWatch struct {
 	sizes   map[string]int // slice → its endpoints
 	pending map[string]time.Time
 	latency []time.Duration
-	changed chan struct{}
-	stop    func()
+	// podWrites are the flips' own API round trips, slowStarts when the
+	// flips that took 1 s or more were sent: a stall of the API server
+	// shows as slow pod writes and slow flips sent within a few seconds.
+	podWrites  []time.Duration
+	slowStarts []time.Time
+	changed    chan struct{}
+	stop       func()
 }
 
 func watchSlices(b *testing.B, s *framework.APIServer) *sliceWatch {
@@ -345,6 +395,9 @@ func (w *sliceWatch) observe(s *discovery.EndpointSlice, deleted bool) {
 		}
 		if t0, ok := w.pending[e.TargetRef.Name]; ok && !deleted {
 			w.latency = append(w.latency, now.Sub(t0))
+			if now.Sub(t0) >= time.Second {
+				w.slowStarts = append(w.slowStarts, t0)
+			}
 			delete(w.pending, e.TargetRef.Name)
 		}
 	}
@@ -377,24 +430,23 @@ func (w *sliceWatch) waitCounts(b *testing.B, want map[string]int, timeout time.
 	}
 }
 
-// flipAndMeasure sets Ready=False on n distinct random pods at rate flips
-// per second, and returns each flip's latency until a slice showed it,
+// flipOrder is every pod name in a fixed random order: the churn phases
+// flip consecutive runs of it, so no pod is flipped twice.
+func flipOrder(pods map[string]*corev1.Pod) []string {
+	names := slices.Sorted(maps.Keys(pods))
+	rand.New(rand.NewPCG(7, 7)).Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
+	return names
+}
+
+// flipAndMeasure sets Ready=False on the pods names at rate flips per
+// second, and returns each flip's latency until a slice showed it,
 // how long sending the flips took and how long until the last one showed.
 //
 // The pace matters: how long the flips take decides how many of one
 // Service's flips a sync can batch, so an unpaced flipper, as fast as a
 // loaded API server lets it be, would give the contenders different work.
-func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods map[string]*corev1.Pod, n, rate int) (lat []time.Duration, sent, total time.Duration) {
+func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods map[string]*corev1.Pod, names []string, rate int) (lat []time.Duration, sent, total time.Duration) {
 	c := benchClient(s)
-	names := slices.Sorted(func(yield func(string) bool) {
-		for k := range pods {
-			if !yield(k) {
-				return
-			}
-		}
-	})
-	rand.New(rand.NewPCG(7, 7)).Shuffle(len(names), func(i, j int) { names[i], names[j] = names[j], names[i] })
-	names = names[:min(n, len(names))]
 	jobs := make(chan string)
 	var wg sync.WaitGroup
 	t0 := time.Now()
@@ -405,12 +457,24 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 				p.Status.Conditions[0].Status = corev1.ConditionFalse
 				p.Status.Conditions[0].LastTransitionTime = metav1.Now()
 				w.mu.Lock()
-				w.pending[name] = time.Now()
+				sentAt := time.Now()
+				w.pending[name] = sentAt
 				w.mu.Unlock()
 				err := retryTransient(func() error {
 					_, err := c.CoreV1().Pods("bench").UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
+					if apierrors.IsConflict(err) {
+						// A loaded API server can fail a write it made (a
+						// timeout); then the retry conflicts with it.
+						cur, getErr := c.CoreV1().Pods("bench").Get(context.Background(), name, metav1.GetOptions{})
+						if getErr == nil && cur.Status.Conditions[0].Status == corev1.ConditionFalse {
+							return nil // an earlier try went through
+						}
+					}
 					return err
 				})
+				w.mu.Lock()
+				w.podWrites = append(w.podWrites, time.Since(sentAt))
+				w.mu.Unlock()
 				if err != nil {
 					b.Errorf("flipping %s: %v", name, err)
 					w.mu.Lock()
@@ -449,6 +513,31 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 	defer w.mu.Unlock()
 	lat, w.latency = w.latency, nil
 	return lat, sent, time.Since(t0)
+}
+
+// stallSummary describes (and forgets) the pod writes and slow flips
+// recorded since start.
+func (w *sliceWatch) stallSummary(start time.Time) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	out := fmt.Sprintf("pod writes p50 %v p99 %v max %v", percentile(w.podWrites, 50), percentile(w.podWrites, 99), percentile(w.podWrites, 100))
+	if len(w.slowStarts) > 0 {
+		first, last := slices.MinFunc(w.slowStarts, time.Time.Compare), slices.MaxFunc(w.slowStarts, time.Time.Compare)
+		out += fmt.Sprintf("; the %d flips that took 1s or more were sent between %v and %v into the phase",
+			len(w.slowStarts), first.Sub(start).Round(time.Second), last.Sub(start).Round(time.Second))
+	}
+	w.podWrites, w.slowStarts = nil, nil
+	return out
+}
+
+func countAtLeast(d []time.Duration, floor time.Duration) int {
+	n := 0
+	for _, x := range d {
+		if x >= floor {
+			n++
+		}
+	}
+	return n
 }
 
 func percentile(d []time.Duration, p int) time.Duration {

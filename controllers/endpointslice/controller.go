@@ -47,6 +47,9 @@ type Options struct {
 	// BatchPeriod delays syncs caused by Pod events so that the changes of
 	// one Service within the window cost one sync.
 	BatchPeriod time.Duration
+	// Budget, when set, is the write rate limit of the client: workers
+	// reserve a write token before they take a Service (see kit.WriteBudget).
+	Budget *kit.WriteBudget
 }
 
 // Controller keeps the EndpointSlices of Services with a selector true to
@@ -61,6 +64,10 @@ type Controller struct {
 	pods     corelisters.PodLister
 	slices   discoverylisters.EndpointSliceLister
 	nodes    corelisters.NodeLister
+	// podIndex and sliceIndex are the Pod and slice caches with the
+	// indexes of index.go.
+	podIndex   cache.Indexer
+	sliceIndex cache.Indexer
 
 	tracker    *esutil.EndpointSliceTracker
 	triggers   *esutil.TriggerTimeTracker
@@ -102,6 +109,14 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 		topologyQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice_topology"}),
 	}
+	podInformer, sliceInformer := f.Core().V1().Pods().Informer(), f.Discovery().V1().EndpointSlices().Informer()
+	if err := addIndex(podInformer, podLabelIndex, podLabelKeys); err != nil {
+		return nil, err
+	}
+	if err := addIndex(sliceInformer, sliceServiceIndex, sliceServiceKeys); err != nil {
+		return nil, err
+	}
+	c.podIndex, c.sliceIndex = podInformer.GetIndexer(), sliceInformer.GetIndexer()
 	m, err := kit.NewMetrics(reg, "endpointslice", kit.CountManaged(c.slices, ControllerName))
 	if err != nil {
 		return nil, err
@@ -109,8 +124,8 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 	c.metrics = m
 	c.waiting = &kit.CacheWait{Queue: c.queue, Fresh: c.cacheFresh}
 	c.loop = &kit.Loop{Queue: c.queue, Metrics: m, Log: log, Waiting: c.waiting,
-		Sync: func(_ context.Context, key string) error { return c.syncService(key) }}
-	c.client = kit.CountWrites(client, m)
+		Budget: opts.Budget, Sync: func(_ context.Context, key string) error { return c.syncService(key) }}
+	c.client = kit.CountWrites(client, m, opts.Budget)
 	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, c.topology, recorder,
 		ControllerName, esrec.WithPreferSameTrafficDistributionEnabled(true))
 	return c, c.addHandlers(f)
@@ -184,7 +199,7 @@ func (c *Controller) syncService(key string) error {
 		c.metrics.SetDesired(key, 0)
 		return nil
 	}
-	pods, err := c.pods.Pods(ns).List(labels.Set(svc.Spec.Selector).AsSelectorPreValidated())
+	pods, err := selectPods(c.podIndex, c.pods.Pods(ns).List, ns, svc.Spec.Selector)
 	if err != nil {
 		return err
 	}
@@ -225,17 +240,13 @@ func (c *Controller) cacheFresh(key string) bool {
 // ownSlices lists the slices of svc this controller manages, minus those
 // already being deleted (waiting on them would stall the Service).
 func (c *Controller) ownSlices(svc *corev1.Service) ([]*discovery.EndpointSlice, error) {
-	sel := labels.Set{
-		discovery.LabelServiceName: svc.Name,
-		discovery.LabelManagedBy:   ControllerName,
-	}.AsSelectorPreValidated()
-	all, err := c.slices.EndpointSlices(svc.Namespace).List(sel)
+	all, err := c.sliceIndex.ByIndex(sliceServiceIndex, svc.Namespace+"/"+svc.Name)
 	if err != nil {
 		return nil, err
 	}
-	out := all[:0:0]
-	for _, s := range all {
-		if s.DeletionTimestamp == nil {
+	out := make([]*discovery.EndpointSlice, 0, len(all))
+	for _, obj := range all {
+		if s, ok := obj.(*discovery.EndpointSlice); ok && s.Labels[discovery.LabelManagedBy] == ControllerName && s.DeletionTimestamp == nil {
 			out = append(out, s)
 		}
 	}

@@ -24,6 +24,7 @@ import (
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/netplane/netplane/controllers/internal/kit"
 	"github.com/netplane/netplane/controllers/mirroring"
 	"github.com/netplane/netplane/internal/role"
 )
@@ -36,13 +37,15 @@ func Run(ctx context.Context, d role.Deps) error {
 	broadcaster.StartRecordingToSink(&typedcore.EventSinkImpl{Interface: d.Client.CoreV1().Events("")})
 	defer broadcaster.Shutdown()
 
-	writer, err := writeClient(d)
+	budget := kit.NewWriteBudget(cfg.KubeAPIQPS, int(cfg.KubeAPIBurst))
+	writer, err := writeClient(d, budget)
 	if err != nil {
 		return err
 	}
 	slices, err := New(d.Log.WithName("endpointslice"), writer, d.Informers,
 		broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "endpoint-slice-controller"}),
-		d.Metrics, Options{MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice, BatchPeriod: cfg.EndpointUpdatesBatchPeriod.Duration})
+		d.Metrics, Options{MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice, BatchPeriod: cfg.EndpointUpdatesBatchPeriod.Duration,
+			Budget: budget})
 	if err != nil {
 		return err
 	}
@@ -79,11 +82,15 @@ func Run(ctx context.Context, d role.Deps) error {
 // writeClient is the client the controllers write slices with: the shared
 // connection with the controller section's own rate limits, so that write
 // throughput (which bounds how soon a pod change shows in its slice) is set
-// apart from the watches other roles in the process share.
-func writeClient(d role.Deps) (kubernetes.Interface, error) {
+// apart from the watches other roles in the process share. Its rate limiter
+// is budget's: every request it sends (both controllers' creates, updates
+// and deletes) takes one token, as with client-go's own limiter, and the
+// selector controller's workers reserve their token before dequeuing.
+// Events go through d.Client, as before.
+func writeClient(d role.Deps, budget *kit.WriteBudget) (kubernetes.Interface, error) {
 	rc := rest.CopyConfig(d.RestConfig)
 	rc.QPS, rc.Burst = d.Config.Controller.KubeAPIQPS, int(d.Config.Controller.KubeAPIBurst)
-	rc.RateLimiter = nil
+	rc.RateLimiter = budget.Limiter()
 	c, err := kubernetes.NewForConfig(rc)
 	if err != nil {
 		return nil, fmt.Errorf("controller client: %w", err)

@@ -70,7 +70,7 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 	c.metrics = m
 	c.waiting = &kit.CacheWait{Queue: c.queue, Fresh: c.cacheFresh}
 	c.loop = &kit.Loop{Queue: c.queue, Sync: c.sync, Metrics: m, Log: log, Waiting: c.waiting}
-	c.client = kit.CountWrites(client, m)
+	c.client = kit.CountWrites(client, m, nil)
 	return c, c.addHandlers(f)
 }
 

@@ -126,31 +126,48 @@ func (m *Metrics) totalDesired() int {
 }
 
 // CountWrites returns client with its EndpointSlice writes counted in m.
-func CountWrites(client kubernetes.Interface, m *Metrics) kubernetes.Interface {
-	return countingClient{Interface: client, m: m}
+// With a budget, each create or update first tells it which Service key it
+// writes for (namespace/service-name label), so that the write uses the
+// reservation of that key's sync; see WriteBudget.
+func CountWrites(client kubernetes.Interface, m *Metrics, budget *WriteBudget) kubernetes.Interface {
+	return countingClient{Interface: client, m: m, budget: budget}
 }
 
 type countingClient struct {
 	kubernetes.Interface
-	m *Metrics
+	m      *Metrics
+	budget *WriteBudget
 }
 
 func (c countingClient) DiscoveryV1() typeddiscovery.DiscoveryV1Interface {
-	return countingDiscovery{DiscoveryV1Interface: c.Interface.DiscoveryV1(), m: c.m}
+	return countingDiscovery{DiscoveryV1Interface: c.Interface.DiscoveryV1(), m: c.m, budget: c.budget}
 }
 
 type countingDiscovery struct {
 	typeddiscovery.DiscoveryV1Interface
-	m *Metrics
+	m      *Metrics
+	budget *WriteBudget
 }
 
 func (d countingDiscovery) EndpointSlices(ns string) typeddiscovery.EndpointSliceInterface {
-	return countingSlices{EndpointSliceInterface: d.DiscoveryV1Interface.EndpointSlices(ns), m: d.m}
+	return countingSlices{EndpointSliceInterface: d.DiscoveryV1Interface.EndpointSlices(ns), m: d.m, budget: d.budget, ns: ns}
 }
 
 type countingSlices struct {
 	typeddiscovery.EndpointSliceInterface
-	m *Metrics
+	m      *Metrics
+	budget *WriteBudget
+	ns     string
+}
+
+// writing passes the key es is written for to the budget. A delete names
+// no Service; its sync's reservation ends when the sync does.
+func (s countingSlices) writing(es *discoveryv1.EndpointSlice) {
+	if s.budget != nil && es != nil {
+		if svc, ok := es.Labels[discoveryv1.LabelServiceName]; ok {
+			s.budget.Writing(s.ns + "/" + svc)
+		}
+	}
 }
 
 func (s countingSlices) count(op string, err error) {
@@ -160,12 +177,14 @@ func (s countingSlices) count(op string, err error) {
 }
 
 func (s countingSlices) Create(ctx context.Context, es *discoveryv1.EndpointSlice, o metav1.CreateOptions) (*discoveryv1.EndpointSlice, error) {
+	s.writing(es)
 	out, err := s.EndpointSliceInterface.Create(ctx, es, o)
 	s.count("create", err)
 	return out, err
 }
 
 func (s countingSlices) Update(ctx context.Context, es *discoveryv1.EndpointSlice, o metav1.UpdateOptions) (*discoveryv1.EndpointSlice, error) {
+	s.writing(es)
 	out, err := s.EndpointSliceInterface.Update(ctx, es, o)
 	s.count("update", err)
 	return out, err
@@ -290,13 +309,15 @@ func (w *CacheWait) Handler(manager string, keyOf func(*discoveryv1.EndpointSlic
 // Loop is a controller's worker pool: it takes keys from Queue and passes
 // them to Sync, retrying a failed key with backoff and dropping it after
 // MaxRetries until its next event. A key whose sync returned ErrStaleCache
-// is also parked in Waiting, when set.
+// is also parked in Waiting, when set. With a Budget, a worker reserves a
+// write token before it takes a key (see WriteBudget).
 type Loop struct {
 	Queue   workqueue.TypedRateLimitingInterface[string]
 	Sync    func(ctx context.Context, key string) error
 	Metrics *Metrics
 	Log     logr.Logger
 	Waiting *CacheWait
+	Budget  *WriteBudget
 
 	inflight atomic.Int32
 }
@@ -321,14 +342,36 @@ func (l *Loop) Run(ctx context.Context, workers int) {
 func (l *Loop) Idle() bool { return l.Queue.Len() == 0 && l.inflight.Load() == 0 }
 
 func (l *Loop) next(ctx context.Context) bool {
+	// release ends an unused reservation; it must run before Queue.Done,
+	// which may hand the same key to another worker's reservation.
+	release := func() {}
+	if l.Budget != nil {
+		res, err := l.Budget.Reserve(ctx)
+		if err != nil {
+			return false // stopping
+		}
+		release = res.Release
+		defer release() // on the way out without a key; a no-op after the sync
+		key, quit := l.Queue.Get()
+		if quit {
+			return false
+		}
+		res.For(key)
+		return l.sync(ctx, key, release)
+	}
 	key, quit := l.Queue.Get()
 	if quit {
 		return false
 	}
+	return l.sync(ctx, key, release)
+}
+
+func (l *Loop) sync(ctx context.Context, key string, release func()) bool {
 	l.inflight.Add(1)
 	defer l.inflight.Add(-1)
 	defer l.Queue.Done(key)
 	err := l.Sync(ctx, key)
+	release()
 	l.Metrics.ObserveSync(err)
 	if errors.Is(err, ErrStaleCache) && l.Waiting != nil {
 		l.Waiting.Park(key)
