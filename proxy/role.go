@@ -26,8 +26,6 @@ import (
 	"os"
 	"time"
 
-	"k8s.io/client-go/informers"
-
 	"github.com/netplane/netplane/internal/role"
 )
 
@@ -47,8 +45,7 @@ func Run(ctx context.Context, d role.Deps) error {
 	// Services and EndpointSlices come from a factory of the proxy's own,
 	// whose objects are slimmed (sync_informers.go): in a process with the
 	// controller role too, the shared factory must keep them whole.
-	own := informers.NewSharedInformerFactory(d.ProtobufClient(), 0)
-	slimInformers(own)
+	own := proxyInformers(d.ProtobufClient())
 	defer own.Shutdown()
 	p := newProxier(d, own, Dialer{})
 	defer p.close()

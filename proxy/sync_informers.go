@@ -14,6 +14,26 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// Labels that keep a Service, and its EndpointSlices, away from the proxy,
+// as from kube-proxy: a Service meant for another proxy implementation,
+// and headless Services (no ClusterIP to program; their slices carry the
+// label too).
+const (
+	labelServiceProxyName = "service.kubernetes.io/service-proxy-name"
+	labelHeadless         = v1.IsHeadlessService
+)
+
+// proxySelector is the label selector of the proxy's lists and watches.
+var proxySelector = "!" + labelServiceProxyName + ",!" + labelHeadless
+
+// proxyInformers is the proxy's own informer factory: Services and
+// EndpointSlices without the labels above, slimmed (slimInformers).
+func proxyInformers(c kubernetes.Interface) informers.SharedInformerFactory {
+	f := informers.NewSharedInformerFactory(c, 0)
+	slimInformers(f, func(o *metav1.ListOptions) { o.LabelSelector = proxySelector })
+	return f
+}
+
 // slimInformers registers the Service and EndpointSlice informers of f with
 // transforms that drop what the proxy never reads before objects reach the
 // cache: managedFields (often the biggest part of an object), owner
@@ -23,13 +43,14 @@ import (
 // and deprecatedTopology. At 10,000 Services that is most of the
 // informers' memory.
 //
-// f must be the proxy's own factory (other roles need whole objects), and
+// tweak (nil for none) changes their lists and watches. f must be the
+// proxy's own factory (other roles need whole objects), and
 // this must run before anything asks f for these two informers (an
 // informer is created once per type).
-func slimInformers(f informers.SharedInformerFactory) {
+func slimInformers(f informers.SharedInformerFactory, tweak internalinterfaces.TweakListOptionsFunc) {
 	// The same options as the factory's own constructors.
 	opts := func(resync time.Duration) internalinterfaces.InformerOptions {
-		return internalinterfaces.InformerOptions{ResyncPeriod: resync, InformerName: f.InformerName(),
+		return internalinterfaces.InformerOptions{ResyncPeriod: resync, InformerName: f.InformerName(), TweakListOptions: tweak,
 			Indexers: cache.Indexers{cache.NamespaceIndex: cache.MetaNamespaceIndexFunc}}
 	}
 	f.InformerFor(&v1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {

@@ -2,11 +2,13 @@ package proxy
 
 import (
 	"reflect"
+	"slices"
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 )
@@ -60,7 +62,7 @@ func TestSlimInformersFeedTheFactorysListers(t *testing.T) {
 		&v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", ManagedFields: managed}},
 		&discovery.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "e", ManagedFields: managed}})
 	f := informers.NewSharedInformerFactory(client, 0)
-	slimInformers(f)
+	slimInformers(f, nil)
 	svcs, slices := f.Core().V1().Services().Lister(), f.Discovery().V1().EndpointSlices().Lister()
 	stop := make(chan struct{})
 	defer close(stop)
@@ -73,6 +75,38 @@ func TestSlimInformersFeedTheFactorysListers(t *testing.T) {
 	e, err := slices.EndpointSlices("ns").Get("e")
 	if err != nil || e.ManagedFields != nil {
 		t.Errorf("EndpointSlice from the factory's lister: %v, managedFields %v; want it, without them", err, e.ManagedFields)
+	}
+}
+
+func TestProxyInformersSkipOtherProxiesAndHeadlessServices(t *testing.T) {
+	meta := func(name string, labels map[string]string) metav1.ObjectMeta {
+		return metav1.ObjectMeta{Namespace: "ns", Name: name, Labels: labels}
+	}
+	other := map[string]string{labelServiceProxyName: "other-proxy"}
+	client := fake.NewClientset(
+		&v1.Service{ObjectMeta: meta("mine", nil)},
+		&v1.Service{ObjectMeta: meta("theirs", other)},
+		&discovery.EndpointSlice{ObjectMeta: meta("mine-1", map[string]string{discovery.LabelServiceName: "mine"})},
+		&discovery.EndpointSlice{ObjectMeta: meta("theirs-1", map[string]string{discovery.LabelServiceName: "theirs", labelServiceProxyName: "other-proxy"})},
+		&discovery.EndpointSlice{ObjectMeta: meta("headless-1", map[string]string{discovery.LabelServiceName: "headless", labelHeadless: ""})})
+	f := proxyInformers(client)
+	svcLister, sliceLister := f.Core().V1().Services().Lister(), f.Discovery().V1().EndpointSlices().Lister()
+	stop := make(chan struct{})
+	defer close(stop)
+	f.Start(stop)
+	f.WaitForCacheSync(stop)
+	gotSvcs, _ := svcLister.List(labels.Everything())
+	gotSlices, _ := sliceLister.List(labels.Everything())
+	var names []string
+	for _, s := range gotSvcs {
+		names = append(names, "service "+s.Name)
+	}
+	for _, s := range gotSlices {
+		names = append(names, "slice "+s.Name)
+	}
+	slices.Sort(names)
+	if want := []string{"service mine", "slice mine-1"}; !slices.Equal(names, want) {
+		t.Errorf("the proxy's informers hold %v, want %v", names, want)
 	}
 }
 
