@@ -61,7 +61,7 @@ func BenchmarkProxyAgainstKubeProxy(b *testing.B) {
 	for i, n := range benchScales() {
 		start := time.Now()
 		probe := objs.grow(b, n)
-		b.Logf("%d Services × 10 endpoints in the API server (created in %v); load %s", n, time.Since(start).Round(time.Millisecond), loadAvg())
+		b.Logf("%d Services × 10 endpoints in the API server (created in %v); load %s", n, time.Since(start).Round(time.Millisecond), framework.LoadAverage())
 		res := map[string]benchResult{}
 		// Alternate who goes first, so neither always runs on a warmer machine.
 		order := slices.Clone(proxies)
@@ -326,7 +326,7 @@ func reportBench(b *testing.B, n int, np, kube benchResult) {
 	b.ReportMetric(float64(np.p99.Microseconds()), pre+"netplane-connect-p99-µs")
 	b.ReportMetric(float64(kube.p99.Microseconds()), pre+"kube-proxy-connect-p99-µs")
 	line := fmt.Sprintf("%d Services (load %s): full sync from lists %v vs %v (%.1fx faster; kernel done %v vs %v), from start %v vs %v; peak RSS %d vs %d MiB (%.2fx; kube-proxy's largest nft child included: %d MiB); connect p50 %v vs %v, p99 %v vs %v",
-		n, loadAvg(), np.fromLists.Round(time.Millisecond), kube.fromLists.Round(time.Millisecond), ratio(kube.fromLists, np.fromLists),
+		n, framework.LoadAverage(), np.fromLists.Round(time.Millisecond), kube.fromLists.Round(time.Millisecond), ratio(kube.fromLists, np.fromLists),
 		np.kernelFromLists.Round(time.Millisecond), kube.kernelFromLists.Round(time.Millisecond),
 		np.fromStart.Round(time.Millisecond), kube.fromStart.Round(time.Millisecond),
 		np.rssKiB/1024, kube.rssKiB/1024, float64(np.rssKiB)/float64(kube.rssKiB), kube.childKiB/1024,
@@ -341,14 +341,6 @@ func reportBench(b *testing.B, n int, np, kube benchResult) {
 			np.restart.Round(time.Millisecond), kube.restart.Round(time.Millisecond), np.restartOrphans, kube.restartOrphans, np.probeFailures, kube.probeFailures)
 	}
 	b.Log(line)
-}
-
-func loadAvg() string {
-	data, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "?"
-	}
-	return strings.Join(strings.Fields(string(data))[:3], " ")
 }
 
 // benchNodeNS is a node namespace like the lab's: eth0 192.168.0.2/24 with

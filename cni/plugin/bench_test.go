@@ -7,7 +7,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -206,7 +205,7 @@ func (s samples) add(key string, lat []time.Duration, cpu time.Duration) {
 }
 
 func (s samples) report(b *testing.B) {
-	b.Logf("load average %s", loadAverage())
+	b.Logf("load average %s", framework.LoadAverage())
 	for _, verb := range []string{"add", "del"} {
 		o, r := s["netplane "+verb], s["reference "+verb]
 		for _, q := range []struct {
@@ -244,15 +243,6 @@ func childrenCPU(b *testing.B) time.Duration {
 		b.Fatal(err)
 	}
 	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
-}
-
-func loadAverage() string {
-	b, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(b))
-	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 // BenchmarkStatus times STATUS through libcni on a ready node: kubelet asks

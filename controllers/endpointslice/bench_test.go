@@ -94,7 +94,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		s := framework.StartAPIServer(b, framework.Options{})
 		pods := populateBench(b, s, scale)
 		w := watchSlices(b, s)
-		progress(b, "%s: load average %s", name, loadAverage())
+		progress(b, "%s: load average %s", name, framework.LoadAverage())
 		t0, writes0 := time.Now(), sliceWrites(b, s)
 		describe, stop := start(s)
 		defer s.Stop()
@@ -114,7 +114,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		r.p50, r.p99, r.worst = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
 		progress(b, "%s: churn of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p99 %v max %v; %s; load average %s",
 			name, scale.flips, scale.rate, flipping.Round(time.Millisecond), churn.Round(time.Millisecond), writes2.minus(writes1),
-			r.p50, r.p99, r.worst, describe(), loadAverage())
+			r.p50, r.p99, r.worst, describe(), framework.LoadAverage())
 		if len(light) == 0 {
 			return r
 		}
@@ -127,7 +127,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		r.lightP50, r.lightP99, r.lightWorst = percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)
 		progress(b, "%s: light churn of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p90 %v p99 %v max %v, %d flips took 1s or more; %s; load average %s",
 			name, len(light), scale.lightRate, flipping.Round(time.Millisecond), churn.Round(time.Millisecond), writes3.minus(writes2),
-			r.lightP50, percentile(lat, 90), r.lightP99, r.lightWorst, countAtLeast(lat, time.Second), describe(), loadAverage())
+			r.lightP50, percentile(lat, 90), r.lightP99, r.lightWorst, countAtLeast(lat, time.Second), describe(), framework.LoadAverage())
 		progress(b, "%s: light churn: %s", name, stalls)
 		return r
 	}
@@ -195,15 +195,6 @@ func progress(b *testing.B, format string, args ...any) {
 	b.Helper()
 	b.Logf(format, args...)
 	fmt.Fprintf(os.Stderr, format+"\n", args...)
-}
-
-func loadAverage() string {
-	raw, err := os.ReadFile("/proc/loadavg")
-	if err != nil {
-		return "unknown"
-	}
-	f := strings.Fields(string(raw))
-	return strings.Join(f[:min(3, len(f))], " ")
 }
 
 func benchClient(s *framework.APIServer) kubernetes.Interface {
