@@ -287,10 +287,10 @@ func (b *builder) build(eps []endpoint) {
 		return nil
 	}
 	if sp.usesClusterEndpoints() && len(cat.Cluster) > 0 {
-		b.policyChain(clusterChain, masqFor(clusterChain), cat.Cluster)
+		b.policyChain(clusterChain, masqFor(clusterChain), cat.Cluster, 0)
 	}
 	if sp.usesLocalEndpoints() && len(cat.Local) > 0 {
-		b.policyChain(localChain, masqFor(localChain), cat.Local)
+		b.policyChain(localChain, masqFor(localChain), cat.Local, localSlots)
 	}
 	externalChain := ""
 	if sp.externallyAccessible() && len(external) > 0 {
@@ -438,8 +438,9 @@ func (b *builder) counts(sp *servicePort, cat categorized, f nftables.TableFamil
 }
 
 // policyChain writes a service-/local- chain: the ClusterIP masquerade
-// mark, then the choice of endpoint and its DNAT.
-func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint) {
+// mark, then the choice of endpoint and its DNAT; its endpoints' slots
+// start at offset (see endpointShards).
+func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint, offset uint32) {
 	f, sp, t := b.t.Family, b.sp, b.t
 	t.chain(name, nil)
 	for _, cip := range cips {
@@ -461,10 +462,6 @@ func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint) {
 	if len(eps) == 1 {
 		t.addRule(name, newRule(f).l4proto(proto).dnatTo(eps[0].addrPort()).done())
 		return
-	}
-	offset := uint32(0)
-	if name == b.chainName("local") {
-		offset = localSlots
 	}
 	set := endpointShard(sp)
 	for i, e := range eps {

@@ -253,16 +253,8 @@ func (r *Renderer) sync(want *Table, full bool, touched *Touched) (Stats, error)
 // are the record's own (plan commits go to the whole record by name).
 func (k *kernelTable) only(tc *Touched) *kernelTable {
 	out := newKernelTable()
-	for name := range tc.Chains {
-		if c := k.chains[name]; c != nil {
-			out.chains[name] = c
-		}
-	}
-	for name := range tc.Sets {
-		if s := k.sets[name]; s != nil {
-			out.sets[name] = s
-		}
-	}
+	copyNamed(out.chains, k.chains, tc.Chains)
+	copyNamed(out.sets, k.sets, tc.Sets)
 	for name, ids := range tc.Elems {
 		if s := k.sets[name]; s != nil {
 			out.sets[name] = &kernelSet{spec: s.spec, elems: pick(s.elems, ids)}
@@ -274,16 +266,8 @@ func (k *kernelTable) only(tc *Touched) *kernelTable {
 // only is the part of the desired table that touched names.
 func (t *Table) only(tc *Touched) *Table {
 	out := newTable(t.Family)
-	for name := range tc.Chains {
-		if c := t.Chains[name]; c != nil {
-			out.Chains[name] = c
-		}
-	}
-	for name := range tc.Sets {
-		if s := t.Sets[name]; s != nil {
-			out.Sets[name] = s
-		}
-	}
+	copyNamed(out.Chains, t.Chains, tc.Chains)
+	copyNamed(out.Sets, t.Sets, tc.Sets)
 	for name, ids := range tc.Elems {
 		if s := t.Sets[name]; s != nil {
 			out.Sets[name] = &Set{Name: s.Name, Spec: s.Spec, Elements: pick(s.Elements, ids)}
@@ -294,12 +278,17 @@ func (t *Table) only(tc *Touched) *Table {
 
 func pick(elems map[string]uint32, ids map[string]bool) map[string]uint32 {
 	out := make(map[string]uint32, len(ids))
-	for id := range ids {
-		if e, ok := elems[id]; ok {
-			out[id] = e
+	copyNamed(out, elems, ids)
+	return out
+}
+
+// copyNamed copies the entries of src that names lists into dst.
+func copyNamed[V any](dst, src map[string]V, names map[string]bool) {
+	for name := range names {
+		if v, ok := src[name]; ok {
+			dst[name] = v
 		}
 	}
-	return out
 }
 
 func fingerprint(text string) string {

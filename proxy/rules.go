@@ -172,18 +172,18 @@ func init() {
 			&expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: make([]byte, 4)}}
 	}
 	for _, f := range Families {
-		r := newRule(f)
-		natExprs[f] = r.newNAT(reg + r.addrLen()/4)
+		fam := uint32(unix.NFPROTO_IPV4)
+		if f == nftables.TableFamilyIPv6 {
+			fam = unix.NFPROTO_IPV6
+		}
+		// The address in the first registers, the port in the next one.
+		natExprs[f] = &expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg, RegProtoMin: reg + newRule(f).addrLen()/4, Specified: true}
 	}
 }
 
-// l4proto: "meta l4proto tcp".
+// l4proto: "meta l4proto tcp" (p is one of protoNumber's).
 func (r *rule) l4proto(p uint8) *rule {
-	e := l4protoExprs[p]
-	if e == nil {
-		e = []expr.Any{&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg}, &expr.Cmp{Op: expr.CmpOpEq, Register: reg, Data: []byte{p}}}
-	}
-	return r.add("meta l4proto "+protoName(p), e...)
+	return r.add("meta l4proto "+protoName(p), l4protoExprs[p]...)
 }
 
 // fibSaddrLocal: "fib saddr type local" (the packet comes from this node).
@@ -271,23 +271,11 @@ func (r *rule) dnatTo(ep netip.AddrPort) *rule {
 	return r.add(fmt.Sprintf("dnat %s to %s", r.ipWord(), ep),
 		&expr.Immediate{Register: reg, Data: ep.Addr().AsSlice()},
 		&expr.Immediate{Register: reg + r.addrLen()/4, Data: binaryutil.BigEndian.PutUint16(ep.Port())},
-		r.nat(reg+r.addrLen()/4))
+		r.nat())
 }
 
-func (r *rule) nat(portReg uint32) *expr.NAT {
-	if n := natExprs[r.fam]; n != nil && n.RegProtoMin == portReg {
-		return n
-	}
-	return r.newNAT(portReg)
-}
-
-func (r *rule) newNAT(portReg uint32) *expr.NAT {
-	fam := uint32(unix.NFPROTO_IPV4)
-	if r.v6() {
-		fam = unix.NFPROTO_IPV6
-	}
-	return &expr.NAT{Type: expr.NATTypeDestNAT, Family: fam, RegAddrMin: reg, RegProtoMin: portReg, Specified: true}
-}
+// nat is the DNAT to the address and port the rule loaded from reg.
+func (r *rule) nat() *expr.NAT { return natExprs[r.fam] }
 
 // slotKey is a Service's part of its endpoints' keys in the shared maps:
 // ClusterIP . protocol . port.
@@ -323,7 +311,7 @@ func (r *rule) dnatSlot(k slotKey, n int, offset uint32, set string) *rule {
 		&expr.Immediate{Register: a + 1, Data: binaryutil.BigEndian.PutUint16(k.port)},
 		&expr.Numgen{Register: a + 2, Modulus: uint32(n), Offset: offset, Type: unix.NFT_NG_RANDOM},
 		&expr.Lookup{SourceRegister: reg, SetName: set, IsDestRegSet: true, DestRegister: reg},
-		r.nat(reg+r.addrLen()/4))
+		r.nat())
 }
 
 // pickOneOf: "numgen random mod n == 0", true for one packet in n.

@@ -75,8 +75,8 @@ func slimObject(obj any) (any, error) {
 		o.Spec.Selector = nil
 	case *discovery.EndpointSlice:
 		o.ManagedFields, o.OwnerReferences, o.Finalizers = nil, nil, nil
-		o.Annotations = only(o.Annotations, v1.EndpointsLastChangeTriggerTime)
-		o.Labels = only(o.Labels, discovery.LabelServiceName)
+		o.Annotations = onlyKey(o.Annotations, v1.EndpointsLastChangeTriggerTime)
+		o.Labels = onlyKey(o.Labels, discovery.LabelServiceName)
 		for i := range o.Endpoints {
 			o.Endpoints[i].TargetRef = nil
 			o.Endpoints[i].Hostname = nil
@@ -86,8 +86,8 @@ func slimObject(obj any) (any, error) {
 	return obj, nil
 }
 
-// only is m reduced to key, or nil when m lacks it.
-func only(m map[string]string, key string) map[string]string {
+// onlyKey is m reduced to key, or nil when m lacks it.
+func onlyKey(m map[string]string, key string) map[string]string {
 	if v, ok := m[key]; ok {
 		return map[string]string{key: v}
 	}
