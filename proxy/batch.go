@@ -21,15 +21,41 @@ import (
 // The library still encodes every message: its connection is dialled with
 // a test hook, send, which receives the finished batch, sends it on a
 // socket of our own and tells the library that all went well; the real
-// outcome is kept in err.
+// outcome is kept for Wait.
+//
+// Set elements, the bulk of a big sync (110,000 at 10,000 Services), are
+// encoded here instead (elements.go): the library builds several buffers
+// per element. Such a message of ours records how many of the library's
+// came before it; to know, beginOwn first takes the library's pending
+// messages (libPending says there are some).
+//
+// A big sync is several transactions, and the kernel takes as long to
+// apply one as we take to encode it. So Queue hands a transaction to a
+// goroutine that sends it while the next one is encoded; one is in flight
+// at a time, in order, and none is sent after one failed.
 type batchWriter struct {
-	enc *nftables.Conn // the plan's steps add their messages here
-	nl  *netlink.Conn  // the socket transactions go out on
-	buf []byte         // receive buffer for acknowledgements and errors
-	out []byte         // the batch being sent
-	seq uint32         // sequence number of the last message sent
-	err error          // outcome of the last transaction
+	enc        *nftables.Conn    // the library's encoder; steps use library()
+	libPending bool              // enc may hold messages not yet in lib
+	lib        []netlink.Message // the library's messages of the transaction
+	encErr     error             // the library's encoding error, for Queue
+	own        []ownMsg          // messages of ours, in order
+	ownB       []byte            // their bytes, from header on
+	nl         *netlink.Conn     // the socket transactions go out on
+	buf        []byte            // receive buffer for acknowledgements and errors
+	out        [2][]byte         // batches: one being encoded, one in flight
+	cur        int               // which of out is encoded next
+	seq        uint32            // sequence number of the last message sent
+	// inflight delivers the outcome of the transaction being sent; nil
+	// when none is.
+	inflight chan error
+	err      error // the first failure since the last Wait
+	// commits counts the transactions the kernel committed: each advanced
+	// the nftables generation by one.
+	commits int
 }
+
+// ownMsg is a message of ours: ownB[off:end], after at library messages.
+type ownMsg struct{ at, off, end int }
 
 func newBatchWriter(d Dialer) (*batchWriter, error) {
 	nl, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: d.NetNS})
@@ -48,68 +74,198 @@ func newBatchWriter(d Dialer) (*batchWriter, error) {
 	return w, nil
 }
 
-// port is the netlink port of the writing socket, which the kernel puts in
-// the notifications of the changes it makes.
-func (w *batchWriter) port() (uint32, error) { return portID(w.nl) }
+// generation asks the kernel for the namespace's nftables generation.
+func (w *batchWriter) generation() (uint32, error) {
+	msgs, err := w.nl.Execute(netlink.Message{
+		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | unix.NFT_MSG_GETGEN), Flags: netlink.Request},
+		Data:   []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, 0},
+	})
+	if err != nil {
+		return 0, err
+	}
+	for _, m := range msgs {
+		if len(m.Data) < 4 {
+			continue
+		}
+		ad, err := netlink.NewAttributeDecoder(m.Data[4:])
+		if err != nil {
+			return 0, err
+		}
+		ad.ByteOrder = binary.BigEndian
+		for ad.Next() {
+			if ad.Type() == unix.NFTA_GEN_ID {
+				return ad.Uint32(), nil
+			}
+		}
+	}
+	return 0, errors.New("the kernel's generation reply has no id")
+}
 
 func (w *batchWriter) Close() { w.nl.Close() }
 
-// Flush sends the messages added to enc as one transaction.
+// Flush sends the messages added to enc as one transaction and returns
+// the first failure of it or of those queued before it.
 func (w *batchWriter) Flush() error {
-	w.err = nil
-	if err := w.enc.Flush(); err != nil {
-		return err // an encoding error: nothing was sent
+	if err := w.Queue(); err != nil {
+		_ = w.Wait()
+		return err
+	}
+	return w.Wait()
+}
+
+// Queue hands the messages added since the last Queue to the sender as one
+// transaction. It returns an encoding error, or a failure of an earlier
+// transaction.
+func (w *batchWriter) Queue() error {
+	w.takeLib()
+	n := len(w.lib) + len(w.own)
+	var out []byte
+	var begin uint32
+	if w.encErr == nil && n > 0 {
+		out, begin = w.encode()
+	}
+	encErr := w.encErr
+	w.lib, w.encErr, w.own, w.ownB = w.lib[:0], nil, w.own[:0], w.ownB[:0]
+	if encErr != nil {
+		return encErr // nothing was sent
+	}
+	if n == 0 {
+		return w.err
+	}
+	if w.inflight != nil {
+		if err := <-w.inflight; err != nil && w.err == nil {
+			w.err = err
+		}
+		w.inflight = nil
+	}
+	if w.err == nil {
+		done := make(chan error, 1)
+		w.inflight = done
+		go func() { done <- w.transact(out, begin, begin+uint32(n), n) }()
 	}
 	return w.err
 }
 
-// send is the library's view of the kernel. Given the batch it sends it for
-// real; asked for replies (nil) it has none, which the library takes as
-// success for every message (it never asks the kernel anything else on
-// this connection).
+// Wait waits for the transaction in flight and returns the first failure
+// since the last Wait.
+func (w *batchWriter) Wait() error {
+	if w.inflight != nil {
+		if err := <-w.inflight; err != nil && w.err == nil {
+			w.err = err
+		}
+		w.inflight = nil
+	}
+	err := w.err
+	w.err = nil
+	return err
+}
+
+// send is the library's view of the kernel. Given a batch it keeps its
+// messages for Queue; asked for replies (nil) it has none, which the
+// library takes as success for every message (it never asks the kernel
+// anything else on this connection).
 func (w *batchWriter) send(req []netlink.Message) ([]netlink.Message, error) {
-	if len(req) > 0 {
-		w.err = w.transact(req)
+	if len(req) > 2 {
+		w.lib = append(w.lib, req[1:len(req)-1]...) // without BATCH_BEGIN and BATCH_END
 	}
 	return nil, io.EOF
 }
 
-// transact sends one batch (BATCH_BEGIN, messages, BATCH_END) asking only
-// its last message for an acknowledgement. The kernel processes the whole
-// batch and then reports each failed message and that acknowledgement, or
-// one error for the batch itself when it refuses it outright.
-func (w *batchWriter) transact(req []netlink.Message) error {
-	last := len(req) - 2 // the message before BATCH_END
-	if last < 1 {
-		return nil
-	}
-	// One buffer, reused, in one sendmsg: the library's own marshalling
-	// allocates per message and again for the whole batch.
-	w.out = w.out[:0]
-	w.seq += uint32(len(req))
-	begin := w.seq - uint32(len(req)) + 1
-	for i, m := range req {
-		flags := m.Header.Flags &^ (netlink.Acknowledge | netlink.Echo)
-		if i == last {
-			flags |= netlink.Acknowledge
+// library is the library's encoder, for adding messages to the transaction.
+func (w *batchWriter) library() *nftables.Conn {
+	w.libPending = true
+	return w.enc
+}
+
+// takeLib moves the library's pending messages to lib.
+func (w *batchWriter) takeLib() {
+	if w.libPending {
+		w.libPending = false
+		if err := w.enc.Flush(); err != nil && w.encErr == nil { // calls send
+			w.encErr = err
 		}
-		size := unix.NLMSG_HDRLEN + len(m.Data)
-		w.out = binary.NativeEndian.AppendUint32(w.out, uint32(size))
-		w.out = binary.NativeEndian.AppendUint16(w.out, uint16(m.Header.Type))
-		w.out = binary.NativeEndian.AppendUint16(w.out, uint16(flags))
-		w.out = binary.NativeEndian.AppendUint32(w.out, begin+uint32(i))
-		w.out = binary.NativeEndian.AppendUint32(w.out, 0)
-		w.out = append(w.out, m.Data...)
-		w.out = append(w.out, make([]byte, (4-size%4)%4)...)
 	}
-	end := begin + uint32(last)
+}
+
+// beginOwn starts a message of ours of nftables type typ, after the library
+// messages added so far. Attributes are appended to ownB; endOwn ends it.
+func (w *batchWriter) beginOwn(typ uint16, family nftables.TableFamily) {
+	w.takeLib()
+	w.own = append(w.own, ownMsg{at: len(w.lib), off: len(w.ownB)})
+	w.ownB = appendHeader(w.ownB, 0, unix.NFNL_SUBSYS_NFTABLES<<8|typ, unix.NLM_F_REQUEST|unix.NLM_F_CREATE, 0)
+	w.ownB = append(w.ownB, byte(family), unix.NFNETLINK_V0, 0, 0)
+}
+
+func (w *batchWriter) endOwn() {
+	m := &w.own[len(w.own)-1]
+	m.end = len(w.ownB)
+	binary.NativeEndian.PutUint32(w.ownB[m.off:], uint32(m.end-m.off))
+}
+
+func appendHeader(b []byte, size int, typ, flags uint16, seq uint32) []byte {
+	b = binary.NativeEndian.AppendUint32(b, uint32(size))
+	b = binary.NativeEndian.AppendUint16(b, typ)
+	b = binary.NativeEndian.AppendUint16(b, flags)
+	b = binary.NativeEndian.AppendUint32(b, seq)
+	return binary.NativeEndian.AppendUint32(b, 0) // port: the kernel's
+}
+
+// encode writes the transaction (BATCH_BEGIN, the library's messages and
+// ours in order, BATCH_END) into the buffer not in flight, asking only its
+// last message for an acknowledgement, and returns it with the sequence
+// number of BATCH_BEGIN.
+func (w *batchWriter) encode() ([]byte, uint32) {
+	batchHdr := []byte{unix.AF_UNSPEC, unix.NFNETLINK_V0, 0, unix.NFNL_SUBSYS_NFTABLES} // res_id, big-endian
+	out := w.out[w.cur][:0]
+	begin := w.seq + 1
+	seq := begin
+	out = appendHeader(out, unix.NLMSG_HDRLEN+4, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, seq)
+	out = append(out, batchHdr...)
+	last := 0 // offset of the last message's header
+	ownNext := 0
+	putOwn := func(upTo int) {
+		for ; ownNext < len(w.own) && w.own[ownNext].at <= upTo; ownNext++ {
+			m := w.own[ownNext]
+			seq++
+			last = len(out)
+			out = append(out, w.ownB[m.off:m.end]...)
+			binary.NativeEndian.PutUint32(out[last+8:], seq)
+		}
+	}
+	putOwn(0)
+	for i, m := range w.lib {
+		seq++
+		last = len(out)
+		size := unix.NLMSG_HDRLEN + len(m.Data)
+		out = appendHeader(out, size, uint16(m.Header.Type), uint16(m.Header.Flags&^(netlink.Acknowledge|netlink.Echo)), seq)
+		out = append(out, m.Data...)
+		out = append(out, make([]byte, (4-size%4)%4)...)
+		putOwn(i + 1)
+	}
+	putOwn(len(w.lib))
+	flags := binary.NativeEndian.Uint16(out[last+6:])
+	binary.NativeEndian.PutUint16(out[last+6:], flags|unix.NLM_F_ACK)
+	seq++
+	out = appendHeader(out, unix.NLMSG_HDRLEN+4, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, seq)
+	out = append(out, batchHdr...)
+	w.seq = seq
+	w.out[w.cur] = out
+	w.cur = 1 - w.cur
+	return out, begin
+}
+
+// transact sends one encoded batch in one sendmsg. The kernel processes
+// the whole batch and then reports each failed message and the
+// acknowledgement of the last one (end), or one error for the batch itself
+// (begin) when it refuses it outright.
+func (w *batchWriter) transact(out []byte, begin, end uint32, last int) error {
 	raw, err := w.nl.SyscallConn()
 	if err != nil {
 		return err
 	}
 	var serr error
 	if err := raw.Write(func(fd uintptr) bool {
-		serr = unix.Sendto(int(fd), w.out, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
+		serr = unix.Sendto(int(fd), out, 0, &unix.SockaddrNetlink{Family: unix.AF_NETLINK})
 		return serr != unix.EAGAIN
 	}); err != nil || serr != nil {
 		return fmt.Errorf("sending a transaction of %d messages: %w", last, errors.Join(err, serr))
@@ -143,6 +299,9 @@ func (w *batchWriter) transact(req []netlink.Message) error {
 				errs = append(errs, fmt.Errorf("message %d of %d: %w", int(seq)-int(begin), last, unix.Errno(errno)))
 			}
 			if seq == end || seq == begin { // the acknowledgement, or the batch refused
+				if len(errs) == 0 {
+					w.commits++
+				}
 				return errors.Join(errs...)
 			}
 		}

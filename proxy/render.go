@@ -66,19 +66,33 @@ type Renderer struct {
 	family  nftables.TableFamily
 	table   *nftables.Table
 	applied *kernelTable // nil: unknown, read it back before the next sync
-	// watch reports changes by others; nil (it could not be opened) makes
-	// every full sync read the table back.
+	// watch reports changes by others, shared with the other family's
+	// renderer.
 	watch *foreignWatch
 }
 
 // NewRenderer programs family in the namespace of d.
 func NewRenderer(d Dialer, family nftables.TableFamily) *Renderer {
-	return &Renderer{dialer: d, family: family, table: &nftables.Table{Name: TableName, Family: family}}
+	return newRenderer(d, family, newForeignWatch(d))
 }
 
-// rcvBuf is the receive buffer of the netlink socket. The kernel echoes
-// every added rule back (google/nftables asks for it); a transaction of
-// maxMessages rules must fit, or the socket overflows (ENOBUFS).
+// NewRenderers programs every family in the namespace of d. They share one
+// watch, so that neither makes the kernel notify it of the other's commits.
+func NewRenderers(d Dialer) map[nftables.TableFamily]*Renderer {
+	w := newForeignWatch(d)
+	out := map[nftables.TableFamily]*Renderer{}
+	for _, fam := range Families {
+		out[fam] = newRenderer(d, fam, w)
+	}
+	return out
+}
+
+func newRenderer(d Dialer, family nftables.TableFamily, w *foreignWatch) *Renderer {
+	return &Renderer{dialer: d, family: family, table: &nftables.Table{Name: TableName, Family: family}, watch: w}
+}
+
+// rcvBuf sizes the netlink sockets' buffers: a dump of a big table is read
+// in large chunks, and a whole transaction goes out in one sendmsg.
 const rcvBuf = 16 << 20
 
 // bigBuffers sizes a netlink socket's buffers for a whole transaction.
@@ -93,7 +107,6 @@ func bigBuffers(c *netlink.Conn) error {
 		// programming nftables needs anyway.
 		serr = errors.Join(
 			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvBuf),
-			// A whole transaction goes out in one sendmsg.
 			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, rcvBuf))
 	}); err != nil {
 		return err
@@ -101,8 +114,13 @@ func bigBuffers(c *netlink.Conn) error {
 	return serr
 }
 
-// Close closes the renderer's connection.
+// Close closes the renderer's connections and its watch.
 func (r *Renderer) Close() {
+	r.closeConn()
+	r.watch.Close()
+}
+
+func (r *Renderer) closeConn() {
 	if r.conn != nil {
 		_ = r.conn.CloseLasting()
 		r.conn = nil
@@ -111,67 +129,25 @@ func (r *Renderer) Close() {
 		r.writer.Close()
 		r.writer = nil
 	}
-	if r.watch != nil {
-		r.watch.Close()
-		r.watch = nil
-	}
 }
 
 // dial opens the lasting nftables connection the renderer reads with and
-// the writer it sends with, and returns the writer's netlink port, which the
-// kernel puts in the notifications of the changes it makes.
-func (r *Renderer) dial() (*nftables.Conn, *batchWriter, uint32, error) {
+// the writer it sends with.
+func (r *Renderer) dial() (*nftables.Conn, *batchWriter, error) {
 	opts := []nftables.ConnOption{nftables.AsLasting(), nftables.WithSockOptions(bigBuffers)}
 	if r.dialer.NetNS != 0 {
 		opts = append(opts, nftables.WithNetNSFd(r.dialer.NetNS))
 	}
 	c, err := nftables.New(opts...)
 	if err != nil {
-		return nil, nil, 0, err
+		return nil, nil, err
 	}
 	w, err := newBatchWriter(r.dialer)
 	if err != nil {
 		_ = c.CloseLasting()
-		return nil, nil, 0, err
+		return nil, nil, err
 	}
-	own, err := w.port()
-	if err != nil {
-		_ = c.CloseLasting()
-		w.Close()
-		return nil, nil, 0, err
-	}
-	return c, w, own, nil
-}
-
-// portID is the netlink port the kernel bound c to.
-func portID(c *netlink.Conn) (uint32, error) {
-	raw, err := c.SyscallConn()
-	if err != nil {
-		return 0, err
-	}
-	var sa unix.Sockaddr
-	var serr error
-	if err := raw.Control(func(fd uintptr) { sa, serr = unix.Getsockname(int(fd)) }); err != nil {
-		return 0, err
-	}
-	if nl, ok := sa.(*unix.SockaddrNetlink); ok && serr == nil {
-		return nl.Pid, nil
-	}
-	return 0, fmt.Errorf("netlink socket name %v: %w", sa, serr)
-}
-
-// foreign drains the watch and reports whether others changed the table
-// (or may have: no watch, or it lost notifications).
-func (r *Renderer) foreign() bool {
-	if r.watch == nil {
-		return true
-	}
-	changed, err := r.watch.changed(r.family)
-	if err != nil {
-		r.watch.Close()
-		r.watch = nil
-	}
-	return changed
+	return c, w, nil
 }
 
 // Stats counts what one sync sent.
@@ -200,25 +176,23 @@ func (r *Renderer) syncCleanly(want *Table, full bool, touched *Touched) (Stats,
 	if err != nil {
 		// A failed batch can leave replies queued on the lasting socket:
 		// start the next sync on a clean one.
-		r.Close()
+		r.closeConn()
 	}
 	return st, err
 }
 
 func (r *Renderer) sync(want *Table, full bool, touched *Touched) (Stats, error) {
 	if r.conn == nil {
-		c, w, own, err := r.dial()
+		c, w, err := r.dial()
 		if err != nil {
 			return Stats{}, fmt.Errorf("opening an nftables netlink socket (needs CAP_NET_ADMIN): %w", err)
 		}
 		r.conn, r.writer, r.applied = c, w, nil
-		// Subscribed before the read-back, so nothing falls in between.
-		if r.watch, err = openWatch(r.dialer, own); err != nil {
-			r.watch = nil // every full sync reads back instead
-		}
 	}
-	// Draining before the read-back also clears what it makes obsolete.
-	foreign := (full || r.applied == nil) && r.foreign()
+	// Listening before the read-back, so nothing falls in between; draining
+	// before it also clears what it makes obsolete.
+	r.watch.open()
+	foreign := (full || r.applied == nil) && r.watch.changed(r.family)
 	fresh, readBack := false, r.applied == nil || (full && foreign)
 	if readBack {
 		k, err := r.readBack()
@@ -237,7 +211,7 @@ func (r *Renderer) sync(want *Table, full bool, touched *Touched) (Stats, error)
 	}
 	p := &plan{r: r}
 	p.diff(have, want, fresh)
-	st, err := p.run()
+	st, err := r.run(p)
 	st.ReadBack = readBack
 	if err != nil {
 		r.applied = nil // the next sync re-reads the kernel
@@ -247,6 +221,21 @@ func (r *Renderer) sync(want *Table, full bool, touched *Touched) (Stats, error)
 		c(r.applied)
 	}
 	return st, nil
+}
+
+// run sends the plan with the watch away from the multicast group.
+func (r *Renderer) run(p *plan) (Stats, error) {
+	if len(p.steps) == 0 {
+		return p.run()
+	}
+	var st Stats
+	err := r.watch.away(r.writer.generation, func() (int, error) {
+		before := r.writer.commits
+		var err error
+		st, err = p.run()
+		return r.writer.commits - before, err
+	})
+	return st, err
 }
 
 // only is the part of the record that touched names. Its chains and sets
@@ -437,10 +426,11 @@ type plan struct {
 func (p *plan) onSuccess(f func(*kernelTable)) { p.commit = append(p.commit, f) }
 
 type step struct {
-	messages int // netlink messages sent
-	weight   int // share of maxMessages
-	do       func(c *nftables.Conn) error
-	barrier  bool // start a new transaction after this step
+	messages int                          // netlink messages sent
+	weight   int                          // share of maxMessages
+	do       func(c *nftables.Conn) error // adds messages through the library
+	own      func(w *batchWriter)         // or encodes its message itself
+	barrier  bool                         // start a new transaction after this step
 }
 
 func (p *plan) add(n int, do func(c *nftables.Conn) error) {
@@ -598,16 +588,15 @@ func (p *plan) elements(set string, spec SetSpec, want, have map[string]uint32) 
 // elementStep adds (or deletes) the elements ids in one message. They are
 // decoded when the step runs, so a plan holds no copy of them.
 func (p *plan) elementStep(set string, spec SetSpec, ids []string, del bool) {
-	s := &nftables.Set{Table: p.r.table, Name: set}
-	p.steps = append(p.steps, step{messages: 1, weight: elementsWeight, do: func(c *nftables.Conn) error {
-		batch := make([]nftables.SetElement, len(ids))
-		for i, id := range ids {
-			batch[i] = decodeElement(id, spec)
-		}
-		if del {
-			return c.SetDeleteElements(s, batch)
-		}
-		return c.SetAddElements(s, batch)
+	typ := uint16(unix.NFT_MSG_NEWSETELEM)
+	if del {
+		typ = unix.NFT_MSG_DELSETELEM
+	}
+	t := p.r.table
+	p.steps = append(p.steps, step{messages: 1, weight: elementsWeight, own: func(w *batchWriter) {
+		w.beginOwn(typ, t.Family)
+		w.ownB = appendElements(w.ownB, t.Name, set, spec, ids)
+		w.endOwn()
 	}})
 	p.onSuccess(func(k *kernelTable) {
 		for _, id := range ids {
@@ -710,30 +699,44 @@ func (p *plan) run() (Stats, error) {
 	}
 	split := total > maxMessages
 	pending := 0
+	w := p.r.writer
+	// Transactions are queued: the next is encoded while the kernel applies
+	// the last. Every return waits for the one in flight.
 	send := func() error {
 		if pending == 0 {
 			return nil
 		}
 		pending = 0
 		st.Transactions++
-		return p.r.writer.Flush()
+		return w.Queue()
+	}
+	fail := func(err error) (Stats, error) {
+		if werr := w.Wait(); werr != nil && werr != err {
+			err = errors.Join(err, werr)
+		}
+		return st, err
 	}
 	for _, s := range p.steps {
 		if pending > 0 && pending+s.weight > maxMessages {
 			if err := send(); err != nil {
-				return st, err
+				return fail(err)
 			}
 		}
-		if err := s.do(p.r.writer.enc); err != nil {
-			return st, errors.Join(err, p.r.writer.Flush())
+		if s.own != nil {
+			s.own(w)
+		} else if err := s.do(w.library()); err != nil {
+			return fail(errors.Join(err, w.Queue()))
 		}
 		pending += s.weight
 		st.Messages += s.messages
 		if s.barrier && split {
 			if err := send(); err != nil {
-				return st, err
+				return fail(err)
 			}
 		}
 	}
-	return st, send()
+	if err := send(); err != nil {
+		return fail(err)
+	}
+	return st, w.Wait()
 }

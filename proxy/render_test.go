@@ -45,10 +45,7 @@ func syncAll(t *testing.T, rs map[nftables.TableFamily]*Renderer, d *Desired, fu
 }
 
 func renderers(t *testing.T, dial Dialer) map[nftables.TableFamily]*Renderer {
-	rs := map[nftables.TableFamily]*Renderer{
-		nftables.TableFamilyIPv4: NewRenderer(dial, nftables.TableFamilyIPv4),
-		nftables.TableFamilyIPv6: NewRenderer(dial, nftables.TableFamilyIPv6),
-	}
+	rs := NewRenderers(dial)
 	t.Cleanup(func() {
 		for _, r := range rs {
 			r.Close()
