@@ -4,7 +4,10 @@ import (
 	"fmt"
 	"maps"
 	"net/netip"
+	"runtime"
 	"slices"
+	"sync"
+	"sync/atomic"
 
 	"github.com/google/nftables"
 	v1 "k8s.io/api/core/v1"
@@ -85,7 +88,7 @@ func (m *Model) Build(in Input) *Desired {
 		m.reset(key, in.Node)
 	}
 	seen := make(map[types.NamespacedName]bool, len(in.Services))
-	var fresh []*fragment
+	var todo []*v1.Service
 	for _, svc := range in.Services {
 		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 		seen[name] = true
@@ -96,9 +99,11 @@ func (m *Model) Build(in Input) *Desired {
 		if f != nil {
 			m.remove(f)
 		}
-		f = buildFragment(svc, in.Slices[name], in.Node)
-		fresh = append(fresh, f)
-		m.frags[name] = f
+		todo = append(todo, svc)
+	}
+	fresh := buildFragments(todo, in.Slices, in.Node)
+	for _, f := range fresh {
+		m.frags[types.NamespacedName{Namespace: f.svc.Namespace, Name: f.svc.Name}] = f
 	}
 	if len(fresh) > len(m.frags)/2 {
 		m.reserve(fresh)
@@ -127,6 +132,36 @@ func (m *Model) reset(key string, node NodeFacts) {
 		m.d.Tables[fam] = t
 	}
 }
+
+// buildFragments builds the fragments of svcs. Fragments are independent,
+// so at start-up, with every Service new, they are built on all CPUs.
+func buildFragments(svcs []*v1.Service, eps map[types.NamespacedName][]*discovery.EndpointSlice, node NodeFacts) []*fragment {
+	out := make([]*fragment, len(svcs))
+	build := func(i int) {
+		out[i] = buildFragment(svcs[i], eps[types.NamespacedName{Namespace: svcs[i].Namespace, Name: svcs[i].Name}], node)
+	}
+	workers := min(runtime.GOMAXPROCS(0), len(svcs)/parallelFrom)
+	if workers < 2 {
+		for i := range svcs {
+			build(i)
+		}
+		return out
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < len(svcs); i = int(next.Add(1) - 1) {
+				build(i)
+			}
+		})
+	}
+	wg.Wait()
+	return out
+}
+
+// parallelFrom is how many fragments make a build worth another goroutine.
+var parallelFrom = 256
 
 func buildFragment(svc *v1.Service, eps []*discovery.EndpointSlice, node NodeFacts) *fragment {
 	d := newDesired()

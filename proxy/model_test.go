@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/netip"
+	"runtime"
 	"slices"
 	"testing"
 
@@ -264,6 +265,22 @@ func TestIncrementalModelEqualsAFreshBuild(t *testing.T) {
 			if diff := cmp.Diff(want.Tables[fam].Dump(), got.Tables[fam].Dump()); diff != "" {
 				t.Fatalf("step %d: incremental model differs from a fresh build (-fresh +incremental):\n%s", step, diff)
 			}
+		}
+	}
+}
+
+// TestParallelBuildEqualsASequentialOne: at start-up fragments are built on
+// all CPUs; the merged tables must not depend on it.
+func TestParallelBuildEqualsASequentialOne(t *testing.T) {
+	in := scaleInput(1200)
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(4)) // parallel on any machine
+	parallel := Build(in)
+	defer func(n int) { parallelFrom = n }(parallelFrom)
+	parallelFrom = 1 << 30
+	sequential := Build(in)
+	for _, fam := range Families {
+		if diff := cmp.Diff(sequential.Tables[fam].Dump(), parallel.Tables[fam].Dump()); diff != "" {
+			t.Fatalf("parallel build differs (-sequential +parallel):\n%s", diff)
 		}
 	}
 }
