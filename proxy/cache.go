@@ -1,11 +1,13 @@
 package proxy
 
 import (
+	"cmp"
 	"fmt"
 	"maps"
 	"net/netip"
 	"runtime"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 
@@ -165,8 +167,11 @@ var parallelFrom = 256
 
 func buildFragment(svc *v1.Service, eps []*discovery.EndpointSlice, node NodeFacts) *fragment {
 	d := newDesired()
+	shared := make(map[nftables.TableFamily]*[]fragElem, len(Families))
 	for _, fam := range Families {
 		d.Tables[fam] = newTable(fam)
+		shared[fam] = new([]fragElem)
+		d.Tables[fam].shared = shared[fam]
 	}
 	for _, sp := range servicePorts(svc) {
 		spEps := endpointsFor(&sp, eps, node.Name)
@@ -177,20 +182,13 @@ func buildFragment(svc *v1.Service, eps []*discovery.EndpointSlice, node NodeFac
 	}
 	f := &fragment{svc: svc, slices: eps, d: d}
 	for _, fam := range Families {
-		t := d.Tables[fam]
-		if len(t.Chains) == 0 && len(t.Sets) == 0 {
+		t, elems := d.Tables[fam], *shared[fam]
+		if len(t.Chains) == 0 && len(t.Sets) == 0 && len(elems) == 0 {
 			continue
 		}
-		part := fragPart{fam: fam, chains: slices.Collect(maps.Values(t.Chains))}
-		for name, s := range t.Sets {
-			if _, shared := sharedSets[fam][name]; !shared {
-				part.sets = append(part.sets, s)
-				continue
-			}
-			for id := range s.Elements {
-				part.elems = append(part.elems, fragElem{name, id})
-			}
-		}
+		// An element added twice (a ClusterIP per port) is kept once.
+		slices.SortFunc(elems, func(a, b fragElem) int { return cmp.Or(strings.Compare(a.set, b.set), strings.Compare(a.id, b.id)) })
+		part := fragPart{fam: fam, chains: slices.Collect(maps.Values(t.Chains)), sets: slices.Collect(maps.Values(t.Sets)), elems: slices.Clone(slices.Compact(elems))}
 		f.parts = append(f.parts, part)
 	}
 	d.Tables = nil
