@@ -132,12 +132,7 @@ func (w *batchWriter) Queue() error {
 	if n == 0 {
 		return w.err
 	}
-	if w.inflight != nil {
-		if err := <-w.inflight; err != nil && w.err == nil {
-			w.err = err
-		}
-		w.inflight = nil
-	}
+	w.settle()
 	if w.err == nil {
 		done := make(chan error, 1)
 		w.inflight = done
@@ -149,15 +144,20 @@ func (w *batchWriter) Queue() error {
 // Wait waits for the transaction in flight and returns the first failure
 // since the last Wait.
 func (w *batchWriter) Wait() error {
+	w.settle()
+	err := w.err
+	w.err = nil
+	return err
+}
+
+// settle waits for the transaction in flight, keeping its failure.
+func (w *batchWriter) settle() {
 	if w.inflight != nil {
 		if err := <-w.inflight; err != nil && w.err == nil {
 			w.err = err
 		}
 		w.inflight = nil
 	}
-	err := w.err
-	w.err = nil
-	return err
 }
 
 // send is the library's view of the kernel. Given a batch it keeps its
