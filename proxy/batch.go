@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -49,8 +50,9 @@ type batchWriter struct {
 	// when none is.
 	inflight chan error
 	err      error // the first failure since the last Wait
-	// commits counts the transactions the kernel committed: each advanced
-	// the nftables generation by one.
+	// commits counts the transactions the kernel committed (it announced a
+	// new generation): each advanced the nftables generation by one. One
+	// that changed nothing commits nothing.
 	commits int
 }
 
@@ -62,7 +64,9 @@ func newBatchWriter(d Dialer) (*batchWriter, error) {
 	if err != nil {
 		return nil, err
 	}
-	if err := bigBuffers(nl); err != nil {
+	// An error answer carries only the failed message's header, not the
+	// whole message, so every answer fits buf.
+	if err := errors.Join(bigBuffers(nl), nl.SetOption(netlink.CapAcknowledge, true)); err != nil {
 		nl.Close()
 		return nil, err
 	}
@@ -106,32 +110,26 @@ func (w *batchWriter) Close() { w.nl.Close() }
 // Flush sends the messages added to enc as one transaction and returns
 // the first failure of it or of those queued before it.
 func (w *batchWriter) Flush() error {
-	if err := w.Queue(); err != nil {
-		_ = w.Wait()
-		return err
+	err := w.Queue()
+	if werr := w.Wait(); werr != nil && werr != err {
+		err = errors.Join(err, werr)
 	}
-	return w.Wait()
+	return err
 }
 
 // Queue hands the messages added since the last Queue to the sender as one
 // transaction. It returns an encoding error, or a failure of an earlier
-// transaction.
+// transaction (then nothing more is sent until Wait).
 func (w *batchWriter) Queue() error {
 	w.takeLib()
 	n := len(w.lib) + len(w.own)
-	var out []byte
-	var begin uint32
-	if w.encErr == nil && n > 0 {
-		out, begin = w.encode()
-	}
 	encErr := w.encErr
-	w.lib, w.encErr, w.own, w.ownB = w.lib[:0], nil, w.own[:0], w.ownB[:0]
-	if encErr != nil {
-		return encErr // nothing was sent
+	if encErr != nil || w.err != nil || n == 0 {
+		w.discard()
+		return cmp.Or(encErr, w.err)
 	}
-	if n == 0 {
-		return w.err
-	}
+	out, begin := w.encode()
+	w.discard()
 	w.settle()
 	if w.err == nil {
 		done := make(chan error, 1)
@@ -139,6 +137,16 @@ func (w *batchWriter) Queue() error {
 		go func() { done <- w.transact(out, begin, begin+uint32(n), n) }()
 	}
 	return w.err
+}
+
+// Discard drops the messages added since the last Queue.
+func (w *batchWriter) Discard() {
+	w.takeLib()
+	w.discard()
+}
+
+func (w *batchWriter) discard() {
+	w.lib, w.encErr, w.own, w.ownB = w.lib[:0], nil, w.own[:0], w.ownB[:0]
 }
 
 // Wait waits for the transaction in flight and returns the first failure
@@ -202,6 +210,11 @@ func (w *batchWriter) endOwn() {
 	binary.NativeEndian.PutUint32(w.ownB[m.off:], uint32(m.end-m.off))
 }
 
+// setFlag sets a flag in the header of the message msg starts with.
+func setFlag(msg []byte, flag uint16) {
+	binary.NativeEndian.PutUint16(msg[6:], binary.NativeEndian.Uint16(msg[6:])|flag)
+}
+
 func appendHeader(b []byte, size int, typ, flags uint16, seq uint32) []byte {
 	b = binary.NativeEndian.AppendUint32(b, uint32(size))
 	b = binary.NativeEndian.AppendUint16(b, typ)
@@ -242,9 +255,11 @@ func (w *batchWriter) encode() ([]byte, uint32) {
 		out = append(out, make([]byte, (4-size%4)%4)...)
 		putOwn(i + 1)
 	}
-	putOwn(len(w.lib))
-	flags := binary.NativeEndian.Uint16(out[last+6:])
-	binary.NativeEndian.PutUint16(out[last+6:], flags|unix.NLM_F_ACK)
+	setFlag(out[last:], unix.NLM_F_ACK)
+	// The echo flag on the first message makes the kernel answer with the
+	// generation it commits (it reads the flag there, not on BATCH_BEGIN),
+	// besides echoing that message's own change.
+	setFlag(out[unix.NLMSG_HDRLEN+4:], unix.NLM_F_ECHO)
 	seq++
 	out = appendHeader(out, unix.NLMSG_HDRLEN+4, unix.NFNL_MSG_BATCH_END, unix.NLM_F_REQUEST, seq)
 	out = append(out, batchHdr...)
@@ -255,9 +270,12 @@ func (w *batchWriter) encode() ([]byte, uint32) {
 }
 
 // transact sends one encoded batch in one sendmsg. The kernel processes
-// the whole batch and then reports each failed message and the
-// acknowledgement of the last one (end), or one error for the batch itself
-// (begin) when it refuses it outright.
+// it within that call and queues its answers: the generation it committed
+// (NEWGEN, asked for by the echo flag on the first message, and sent only
+// if the batch changed anything), each failed message's error, and the
+// acknowledgement of the last message (end), or one error for the batch
+// itself (begin) when it refuses it outright. So everything is read without
+// waiting; an answer missing means the kernel dropped the batch.
 func (w *batchWriter) transact(out []byte, begin, end uint32, last int) error {
 	raw, err := w.nl.SyscallConn()
 	if err != nil {
@@ -275,13 +293,18 @@ func (w *batchWriter) transact(out []byte, begin, end uint32, last int) error {
 		var n int
 		var rerr error
 		if err := raw.Read(func(fd uintptr) bool {
-			n, _, rerr = unix.Recvfrom(int(fd), w.buf, 0)
-			return rerr != unix.EAGAIN
+			n, _, rerr = unix.Recvfrom(int(fd), w.buf, unix.MSG_DONTWAIT|unix.MSG_TRUNC)
+			return true
 		}); err != nil {
-			return err
+			return errors.Join(append(errs, err)...)
 		}
-		if rerr != nil {
+		switch {
+		case errors.Is(rerr, unix.EAGAIN):
+			return errors.Join(append(errs, fmt.Errorf("the kernel did not answer a transaction of %d messages", last))...)
+		case rerr != nil:
 			return errors.Join(append(errs, fmt.Errorf("receiving the kernel's answer: %w", rerr))...)
+		case n > len(w.buf):
+			return errors.Join(append(errs, fmt.Errorf("an answer of %d bytes to a transaction was cut off", n))...)
 		}
 		for b := w.buf[:n]; len(b) >= unix.NLMSG_HDRLEN; {
 			size := int(binary.NativeEndian.Uint32(b[0:4]))
@@ -290,18 +313,22 @@ func (w *batchWriter) transact(out []byte, begin, end uint32, last int) error {
 			}
 			typ, data := binary.NativeEndian.Uint16(b[4:6]), b[unix.NLMSG_HDRLEN:size]
 			b = b[min((size+3)&^3, len(b)):]
+			if typ == unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWGEN {
+				w.commits++
+				continue
+			}
 			if typ != unix.NLMSG_ERROR || len(data) < 4+unix.NLMSG_HDRLEN {
 				continue
 			}
 			errno := -int32(binary.NativeEndian.Uint32(data[0:4]))
 			seq := binary.NativeEndian.Uint32(data[4+8 : 4+12]) // of the message it answers
-			if errno != 0 {
+			switch {
+			case errno != 0 && seq == begin:
+				errs = append(errs, fmt.Errorf("the kernel refused a transaction of %d messages: %w", last, unix.Errno(errno)))
+			case errno != 0:
 				errs = append(errs, fmt.Errorf("message %d of %d: %w", int(seq)-int(begin), last, unix.Errno(errno)))
 			}
 			if seq == end || seq == begin { // the acknowledgement, or the batch refused
-				if len(errs) == 0 {
-					w.commits++
-				}
 				return errors.Join(errs...)
 			}
 		}

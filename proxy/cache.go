@@ -212,11 +212,9 @@ func (m *Model) reserve(frags []*fragment) {
 			}
 		}
 		t.Chains = grown(t.Chains, chains)
-		for name, n := range elems {
-			if _, shared := sharedSets[fam][name]; shared {
-				s := t.Sets[name]
-				s.Elements = grown(s.Elements, len(s.Elements)+n)
-			}
+		for name, n := range elems { // shared sets only
+			s := t.Sets[name]
+			s.Elements = grown(s.Elements, len(s.Elements)+n)
 		}
 	}
 }

@@ -28,7 +28,7 @@ import (
 
 // maxMessages bounds one transaction (in units of about one rule, some
 // hundred bytes), so the kernel's nftables mutex is never held long and the
-// batch and its echo fit the socket buffers.
+// batch fits the socket buffer.
 var maxMessages = 500
 
 // elementsPerMessage is how many set elements go in one netlink message,
@@ -725,7 +725,9 @@ func (p *plan) run() (Stats, error) {
 		if s.own != nil {
 			s.own(w)
 		} else if err := s.do(w.library()); err != nil {
-			return fail(errors.Join(err, w.Queue()))
+			// Half a step (a flushed chain without its rules) is not sent.
+			w.Discard()
+			return fail(err)
 		}
 		pending += s.weight
 		st.Messages += s.messages

@@ -148,11 +148,9 @@ func (w *foreignWatch) away(gen func() (uint32, error), fn func() (commits int, 
 		gerr = w.membership(unix.NETLINK_DROP_MEMBERSHIP)
 	}
 	commits, err := fn()
-	if w.conn != nil {
-		if merr := w.membership(unix.NETLINK_ADD_MEMBERSHIP); merr != nil {
-			w.Close()
-			return err
-		}
+	if merr := w.membership(unix.NETLINK_ADD_MEMBERSHIP); merr != nil {
+		w.Close()
+		return err
 	}
 	g1, gerr1 := gen()
 	if gerr != nil || gerr1 != nil || g1-g0 != uint32(commits) {

@@ -50,6 +50,13 @@ func TestWatchAwayCountsCommitsByGeneration(t *testing.T) {
 			_, err := ours("z")()
 			return 0, err
 		}, ip: true, ip6: true},
+		{name: "a new table", fn: ours("zz0")},
+		{name: "our commit that changes nothing (the table is there) commits nothing", fn: ours("zz0")},
+		{name: "someone commits while ours changes nothing", fn: func() (int, error) {
+			n, err := ours("zz0")()
+			ns.MustExec(t, "nft", "add", "table", "ip", "elsewhere2")
+			return n, err
+		}, ip: true, ip6: true},
 		{name: "quiet again", fn: ours("zz")},
 	}
 	w.open()
