@@ -134,7 +134,7 @@ func (w *foreignWatch) drain() {
 }
 
 // away leaves the group while fn commits; commits is how many transactions
-// fn committed. If the generation moved by more than that (or could not be
+// fn committed. If the generation moved by anything else (or could not be
 // read), others committed unseen, and every family counts as changed.
 func (w *foreignWatch) away(gen func() (uint32, error), fn func() (commits int, err error)) error {
 	if w.conn == nil {
