@@ -252,7 +252,7 @@ func (w *batchWriter) encode() ([]byte, uint32) {
 		size := unix.NLMSG_HDRLEN + len(m.Data)
 		out = appendHeader(out, size, uint16(m.Header.Type), uint16(m.Header.Flags&^(netlink.Acknowledge|netlink.Echo)), seq)
 		out = append(out, m.Data...)
-		out = append(out, make([]byte, (4-size%4)%4)...)
+		out = append(out, make([]byte, pad4(size))...)
 		putOwn(i + 1)
 	}
 	setFlag(out[last:], unix.NLM_F_ACK)

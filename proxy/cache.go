@@ -167,11 +167,9 @@ var parallelFrom = 256
 
 func buildFragment(svc *v1.Service, eps []*discovery.EndpointSlice, node NodeFacts) *fragment {
 	d := newDesired()
-	shared := make(map[nftables.TableFamily]*[]fragElem, len(Families))
 	for _, fam := range Families {
 		d.Tables[fam] = newTable(fam)
-		shared[fam] = new([]fragElem)
-		d.Tables[fam].shared = shared[fam]
+		d.Tables[fam].shared = new([]fragElem)
 	}
 	for _, sp := range servicePorts(svc) {
 		spEps := endpointsFor(&sp, eps, node.Name)
@@ -182,7 +180,8 @@ func buildFragment(svc *v1.Service, eps []*discovery.EndpointSlice, node NodeFac
 	}
 	f := &fragment{svc: svc, slices: eps, d: d}
 	for _, fam := range Families {
-		t, elems := d.Tables[fam], *shared[fam]
+		t := d.Tables[fam]
+		elems := *t.shared
 		if len(t.Chains) == 0 && len(t.Sets) == 0 && len(elems) == 0 {
 			continue
 		}

@@ -96,22 +96,28 @@ func newRenderer(d Dialer, family nftables.TableFamily, w *foreignWatch) *Render
 const rcvBuf = 16 << 20
 
 // bigBuffers sizes a netlink socket's buffers for a whole transaction.
-func bigBuffers(c *netlink.Conn) error {
+func bigBuffers(c *netlink.Conn) error { return forceBuffers(c, rcvBuf, rcvBuf) }
+
+// forceBuffers sets a netlink socket's receive and send buffer sizes (0:
+// unchanged). FORCE ignores net.core.rmem_max; it needs CAP_NET_ADMIN,
+// which programming nftables needs anyway.
+func forceBuffers(c *netlink.Conn, rcv, snd int) error {
 	raw, err := c.SyscallConn()
 	if err != nil {
 		return err
 	}
-	var serr error
+	var errs []error
 	if err := raw.Control(func(fd uintptr) {
-		// FORCE ignores net.core.rmem_max; it needs CAP_NET_ADMIN, which
-		// programming nftables needs anyway.
-		serr = errors.Join(
-			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcvBuf),
-			unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, rcvBuf))
+		if rcv > 0 {
+			errs = append(errs, unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, rcv))
+		}
+		if snd > 0 {
+			errs = append(errs, unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_SNDBUFFORCE, snd))
+		}
 	}); err != nil {
 		return err
 	}
-	return serr
+	return errors.Join(errs...)
 }
 
 // Close closes the renderer's connections and its watch.
@@ -229,11 +235,9 @@ func (r *Renderer) run(p *plan) (Stats, error) {
 		return p.run()
 	}
 	var st Stats
-	err := r.watch.away(r.writer.generation, func() (int, error) {
-		before := r.writer.commits
-		var err error
+	err := r.watch.away(r.writer, func() (err error) {
 		st, err = p.run()
-		return r.writer.commits - before, err
+		return err
 	})
 	return st, err
 }

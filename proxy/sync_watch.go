@@ -50,14 +50,7 @@ func (w *foreignWatch) open() {
 	if err != nil {
 		return // every full sync reads back instead
 	}
-	raw, err := c.SyscallConn()
-	var serr error
-	if err == nil {
-		err = raw.Control(func(fd uintptr) {
-			serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, watchBuf)
-		})
-	}
-	if err != nil || serr != nil {
+	if err := forceBuffers(c, watchBuf, 0); err != nil {
 		c.Close()
 		return
 	}
@@ -133,44 +126,30 @@ func (w *foreignWatch) drain() {
 	}
 }
 
-// away leaves the group while fn commits; commits is how many transactions
-// fn committed. If the generation moved by anything else (or could not be
+// away leaves the group while fn commits through bw. If the generation
+// moved by anything but the transactions bw committed (or could not be
 // read), others committed unseen, and every family counts as changed.
-func (w *foreignWatch) away(gen func() (uint32, error), fn func() (commits int, err error)) error {
+func (w *foreignWatch) away(bw *batchWriter, fn func() error) error {
 	if w.conn == nil {
-		_, err := fn()
-		return err
+		return fn()
 	}
 	// The generation is read before leaving: a commit in between is then
 	// both counted and seen, never neither.
-	g0, gerr := gen()
+	g0, gerr := bw.generation()
 	if gerr == nil {
-		gerr = w.membership(unix.NETLINK_DROP_MEMBERSHIP)
+		gerr = w.conn.LeaveGroup(unix.NFNLGRP_NFTABLES)
 	}
-	commits, err := fn()
-	if merr := w.membership(unix.NETLINK_ADD_MEMBERSHIP); merr != nil {
+	before := bw.commits
+	err := fn()
+	if merr := w.conn.JoinGroup(unix.NFNLGRP_NFTABLES); merr != nil {
 		w.Close()
 		return err
 	}
-	g1, gerr1 := gen()
-	if gerr != nil || gerr1 != nil || g1-g0 != uint32(commits) {
+	g1, gerr1 := bw.generation()
+	if gerr != nil || gerr1 != nil || g1-g0 != uint32(bw.commits-before) {
 		w.changedAll()
 	}
 	return err
-}
-
-func (w *foreignWatch) membership(op int) error {
-	raw, err := w.conn.SyscallConn()
-	if err != nil {
-		return err
-	}
-	var serr error
-	if err := raw.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_NETLINK, op, unix.NFNLGRP_NFTABLES)
-	}); err != nil {
-		return err
-	}
-	return serr
 }
 
 // touchedFamily reports the family of the netplane table an nftables

@@ -18,44 +18,40 @@ func TestWatchAwayCountsCommitsByGeneration(t *testing.T) {
 		t.Fatal(err)
 	}
 	t.Cleanup(bw.Close)
-	ours := func(name string) func() (int, error) {
-		return func() (int, error) {
-			before := bw.commits
-			bw.library().AddTable(&nftables.Table{Name: name, Family: nftables.TableFamilyIPv4})
-			err := bw.Flush()
-			return bw.commits - before, err
+	add := func(bw *batchWriter, fam nftables.TableFamily, name string) func() error {
+		return func() error {
+			bw.library().AddTable(&nftables.Table{Name: name, Family: fam})
+			return bw.Flush()
 		}
 	}
+	ours := func(name string) func() error { return add(bw, nftables.TableFamilyIPv4, name) }
+	other, err := newBatchWriter(dial) // another socket: someone else to the watch
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(other.Close)
 	steps := []struct {
 		name    string
-		nft     []string            // run while listening, before the step
-		fn      func() (int, error) // runs while away
-		ip, ip6 bool                // changed afterwards
+		nft     []string     // run while listening, before the step
+		fn      func() error // runs while away
+		ip, ip6 bool         // changed afterwards
 	}{
-		{name: "nothing", fn: func() (int, error) { return 0, nil }},
+		{name: "nothing", fn: func() error { return nil }},
 		{name: "our own commit, counted", fn: ours(TableName)},
-		{name: "our own commit of the other family's table, counted", fn: func() (int, error) {
-			before := bw.commits
-			bw.library().AddTable(&nftables.Table{Name: TableName, Family: nftables.TableFamilyIPv6})
-			err := bw.Flush()
-			return bw.commits - before, err
-		}},
+		{name: "our own commit of the other family's table, counted", fn: add(bw, nftables.TableFamilyIPv6, TableName)},
 		{name: "another table changed while listening", nft: []string{"add", "table", "ip", "other"}, fn: ours("x")},
 		{name: "our ip6 table changed while listening", nft: []string{"add", "chain", "ip6", TableName, "stray"}, fn: ours("y"), ip6: true},
-		{name: "someone commits while away, even elsewhere", fn: func() (int, error) {
+		{name: "someone commits while away, even elsewhere", fn: func() error {
 			ns.MustExec(t, "nft", "add", "table", "ip", "elsewhere")
-			return 0, nil
+			return nil
 		}, ip: true, ip6: true},
-		{name: "an uncounted commit of ours looks like someone else's", fn: func() (int, error) {
-			_, err := ours("z")()
-			return 0, err
-		}, ip: true, ip6: true},
+		{name: "a commit on another writer's socket looks like someone else's", fn: add(other, nftables.TableFamilyIPv4, "z"), ip: true, ip6: true},
 		{name: "a new table", fn: ours("zz0")},
 		{name: "our commit that changes nothing (the table is there) commits nothing", fn: ours("zz0")},
-		{name: "someone commits while ours changes nothing", fn: func() (int, error) {
-			n, err := ours("zz0")()
+		{name: "someone commits while ours changes nothing", fn: func() error {
+			err := ours("zz0")()
 			ns.MustExec(t, "nft", "add", "table", "ip", "elsewhere2")
-			return n, err
+			return err
 		}, ip: true, ip6: true},
 		{name: "quiet again", fn: ours("zz")},
 	}
@@ -66,7 +62,7 @@ func TestWatchAwayCountsCommitsByGeneration(t *testing.T) {
 		if s.nft != nil {
 			ns.MustExec(t, "nft", s.nft...)
 		}
-		if err := w.away(bw.generation, s.fn); err != nil {
+		if err := w.away(bw, s.fn); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
 		if got := w.changed(nftables.TableFamilyIPv4); got != s.ip {
