@@ -2,11 +2,12 @@ package proxy
 
 import (
 	"fmt"
+	"net/netip"
 	"os"
+	"slices"
 	"testing"
 
 	"github.com/google/nftables"
-	discovery "k8s.io/api/discovery/v1"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
@@ -50,10 +51,13 @@ func BenchmarkRender(b *testing.B) {
 			})
 			key := nsName("bench", "svc7")
 			b.Run("partial-one-change", func(b *testing.B) {
+				i := 0
 				for b.Loop() {
-					s := in.Slices[key][0].DeepCopy()
-					s.Endpoints[0].Addresses[0] = fmt.Sprintf("10.99.%d.%d", b.N%200, len(s.Endpoints[0].Addresses[0]))
-					in.Slices[key] = []*discovery.EndpointSlice{s}
+					i++ // a new address every time, so every sync changes the kernel
+					s := *in.Slices[key][0]
+					s.endpoints = slices.Clone(s.endpoints)
+					s.endpoints[0].addr = netip.AddrFrom4([4]byte{10, 99, byte(i / 250 % 200), byte(i%250 + 1)})
+					in.Slices[key] = []*sliceRecord{&s}
 					mustSync(b, r, m.Build(in).Tables[nftables.TableFamilyIPv4], false)
 				}
 			})

@@ -5,7 +5,6 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 )
 
 // scaleInput is n ClusterIP Services with 10 endpoints each, the shape of
@@ -48,8 +47,8 @@ func BenchmarkBuildOneChange(b *testing.B) {
 		key := nsName("bench", "svc7")
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			for b.Loop() {
-				s := in.Slices[key][0].DeepCopy()
-				in.Slices[key] = []*discovery.EndpointSlice{s}
+				s := *in.Slices[key][0]
+				in.Slices[key] = []*sliceRecord{&s}
 				m.Build(in)
 			}
 		})

@@ -13,7 +13,6 @@ import (
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -38,9 +37,9 @@ type NodeFacts struct {
 
 // Input is everything the desired ruleset is a function of.
 type Input struct {
-	Services []*v1.Service
+	Services []*serviceRecord
 	// Slices by Service, as selected by the kubernetes.io/service-name label.
-	Slices map[types.NamespacedName][]*discovery.EndpointSlice
+	Slices map[types.NamespacedName][]*sliceRecord
 	Node   NodeFacts
 }
 

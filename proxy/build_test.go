@@ -5,6 +5,7 @@ import (
 	"net/netip"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -82,18 +83,26 @@ func slice(svcName, name string, ports map[string]int32, proto v1.Protocol, eps 
 	return s
 }
 
+// input is the model's input for API objects, as the informers record them.
 func input(node NodeFacts, objs ...any) Input {
-	in := Input{Slices: map[types.NamespacedName][]*discovery.EndpointSlice{}, Node: node}
+	in := Input{Slices: map[types.NamespacedName][]*sliceRecord{}, Node: node}
 	for _, o := range objs {
 		switch o := o.(type) {
 		case *v1.Service:
-			in.Services = append(in.Services, o)
+			in.Services = append(in.Services, serviceRecordOf(o))
 		case *discovery.EndpointSlice:
 			k := types.NamespacedName{Namespace: o.Namespace, Name: o.Labels[discovery.LabelServiceName]}
-			in.Slices[k] = append(in.Slices[k], o)
+			in.Slices[k] = append(in.Slices[k], sliceRecordOf(o))
 		}
 	}
 	return in
+}
+
+// withEndpoint is a copy of s with one more ready endpoint at ip.
+func withEndpoint(s *sliceRecord, ip string) *sliceRecord {
+	c := *s
+	c.endpoints = append(slices.Clone(s.endpoints), sliceEndpoint{addr: netip.MustParseAddr(ip), ready: true, serving: true})
+	return &c
 }
 
 func golden(t *testing.T, name, got string) {

@@ -12,8 +12,6 @@ import (
 	"sync/atomic"
 
 	"github.com/google/nftables"
-	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -61,8 +59,8 @@ func (m *Model) TakeTouched() map[nftables.TableFamily]*Touched {
 
 // fragment is everything one Service contributes to the desired ruleset.
 type fragment struct {
-	svc    *v1.Service
-	slices []*discovery.EndpointSlice
+	svc    *serviceRecord
+	slices []*sliceRecord
 	d      *Desired // the Service's health-check, UDP and metric summaries; no tables
 	parts  []fragPart
 }
@@ -90,9 +88,9 @@ func (m *Model) Build(in Input) *Desired {
 		m.reset(key, in.Node)
 	}
 	seen := make(map[types.NamespacedName]bool, len(in.Services))
-	var todo []*v1.Service
+	var todo []*serviceRecord
 	for _, svc := range in.Services {
-		name := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
+		name := svc.key()
 		seen[name] = true
 		f := m.frags[name]
 		if f != nil && f.svc == svc && slices.Equal(f.slices, in.Slices[name]) {
@@ -105,7 +103,7 @@ func (m *Model) Build(in Input) *Desired {
 	}
 	fresh := buildFragments(todo, in.Slices, in.Node)
 	for _, f := range fresh {
-		m.frags[types.NamespacedName{Namespace: f.svc.Namespace, Name: f.svc.Name}] = f
+		m.frags[f.svc.key()] = f
 	}
 	if len(fresh) > len(m.frags)/2 {
 		m.reserve(fresh)
@@ -137,10 +135,10 @@ func (m *Model) reset(key string, node NodeFacts) {
 
 // buildFragments builds the fragments of svcs. Fragments are independent,
 // so at start-up, with every Service new, they are built on all CPUs.
-func buildFragments(svcs []*v1.Service, eps map[types.NamespacedName][]*discovery.EndpointSlice, node NodeFacts) []*fragment {
+func buildFragments(svcs []*serviceRecord, eps map[types.NamespacedName][]*sliceRecord, node NodeFacts) []*fragment {
 	out := make([]*fragment, len(svcs))
 	build := func(i int) {
-		out[i] = buildFragment(svcs[i], eps[types.NamespacedName{Namespace: svcs[i].Namespace, Name: svcs[i].Name}], node)
+		out[i] = buildFragment(svcs[i], eps[svcs[i].key()], node)
 	}
 	workers := min(runtime.GOMAXPROCS(0), len(svcs)/parallelFrom)
 	if workers < 2 {
@@ -165,16 +163,17 @@ func buildFragments(svcs []*v1.Service, eps map[types.NamespacedName][]*discover
 // parallelFrom is how many fragments make a build worth another goroutine.
 var parallelFrom = 256
 
-func buildFragment(svc *v1.Service, eps []*discovery.EndpointSlice, node NodeFacts) *fragment {
+func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts) *fragment {
 	d := newDesired()
 	for _, fam := range Families {
 		d.Tables[fam] = newTable(fam)
 		d.Tables[fam].shared = new([]fragElem)
 	}
-	for _, sp := range servicePorts(svc) {
-		spEps := endpointsFor(&sp, eps, node.Name)
+	for i := range svc.ports {
+		sp := &svc.ports[i]
+		spEps := endpointsFor(sp, eps, node.Name)
 		for _, fam := range Families {
-			b := &builder{t: d.Tables[fam], d: d, node: node, sp: &sp}
+			b := &builder{t: d.Tables[fam], d: d, node: node, sp: sp}
 			b.build(familyEndpoints(spEps, fam))
 		}
 	}

@@ -7,7 +7,6 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -74,7 +73,7 @@ func servicePorts(svc *v1.Service) []servicePort {
 		return nil
 	}
 	base := servicePort{
-		Service:       types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name},
+		Service:       types.NamespacedName{Namespace: intern(svc.Namespace), Name: svc.Name},
 		ClusterIPs:    parseAddrs(svc.Spec.ClusterIPs),
 		ExternalIPs:   parseAddrs(svc.Spec.ExternalIPs),
 		InternalLocal: svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal,
@@ -103,7 +102,7 @@ func servicePorts(svc *v1.Service) []servicePort {
 			continue
 		}
 		sp := base
-		sp.Name, sp.Protocol, sp.Port = p.Name, p.Protocol, uint16(p.Port)
+		sp.Name, sp.Protocol, sp.Port = p.Name, protocol(p.Protocol), uint16(p.Port)
 		if svc.Spec.Type == v1.ServiceTypeNodePort || svc.Spec.Type == v1.ServiceTypeLoadBalancer {
 			sp.NodePort = uint16(p.NodePort)
 		}
@@ -119,43 +118,22 @@ func servicePorts(svc *v1.Service) []servicePort {
 // endpointsFor collects the endpoints of sp from the Service's slices: the
 // port is found by name in each slice (slices may disagree on the number),
 // and an address listed twice is kept once, preferring a ready copy.
-func endpointsFor(sp *servicePort, ss []*discovery.EndpointSlice, nodeName string) []endpoint {
+func endpointsFor(sp *servicePort, ss []*sliceRecord, nodeName string) []endpoint {
 	n := 0
 	for _, s := range ss {
-		n += len(s.Endpoints)
+		n += len(s.endpoints)
 	}
 	all := make([]endpoint, 0, n)
 	for _, s := range ss {
-		if s.AddressType != discovery.AddressTypeIPv4 && s.AddressType != discovery.AddressTypeIPv6 {
-			continue
-		}
 		num, ok := slicePort(s, sp)
 		if !ok {
 			continue
 		}
-		for _, e := range s.Endpoints {
-			if len(e.Addresses) == 0 {
-				continue
-			}
-			addr, err := netip.ParseAddr(e.Addresses[0])
-			if err != nil {
-				continue
-			}
-			ep := endpoint{Addr: addr.Unmap(), Port: num}
-			ep.Ready = e.Conditions.Ready == nil || *e.Conditions.Ready
-			ep.Serving = ep.Ready
-			if e.Conditions.Serving != nil {
-				ep.Serving = *e.Conditions.Serving
-			}
-			ep.Terminating = e.Conditions.Terminating != nil && *e.Conditions.Terminating
-			ep.Local = e.NodeName != nil && *e.NodeName == nodeName
-			if e.Hints != nil {
-				for _, z := range e.Hints.ForZones {
-					ep.ZoneHints = append(ep.ZoneHints, z.Name)
-				}
-				for _, n := range e.Hints.ForNodes {
-					ep.NodeHints = append(ep.NodeHints, n.Name)
-				}
+		for _, e := range s.endpoints {
+			ep := endpoint{Addr: e.addr, Port: num, Ready: e.ready, Serving: e.serving, Terminating: e.terminating}
+			ep.Local = e.node != "" && e.node == nodeName
+			if e.hints != nil {
+				ep.ZoneHints, ep.NodeHints = e.hints.zones, e.hints.nodes
 			}
 			all = append(all, ep)
 		}
@@ -188,18 +166,10 @@ func cmpBool(a, b bool) int {
 	return -1
 }
 
-func slicePort(s *discovery.EndpointSlice, sp *servicePort) (uint16, bool) {
-	for _, p := range s.Ports {
-		name := ""
-		if p.Name != nil {
-			name = *p.Name
-		}
-		proto := v1.ProtocolTCP
-		if p.Protocol != nil {
-			proto = *p.Protocol
-		}
-		if name == sp.Name && proto == sp.Protocol && p.Port != nil && *p.Port > 0 && *p.Port < 65536 {
-			return uint16(*p.Port), true
+func slicePort(s *sliceRecord, sp *servicePort) (uint16, bool) {
+	for _, p := range s.ports {
+		if p.name == sp.Name && p.protocol == sp.Protocol && p.port != 0 {
+			return p.port, true
 		}
 	}
 	return 0, false

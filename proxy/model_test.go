@@ -30,10 +30,14 @@ func TestEndpointsAreMappedByPortNamePerSliceAndMergedWhenDuplicated(t *testing.
 		// A UDP port of the same name does not match a TCP service port.
 		slice("ns/s", "d", map[string]int32{"http": 53}, v1.ProtocolUDP, ep{ip: "10.0.0.4"}),
 	}
+	var records []*sliceRecord
+	for _, s := range slices {
+		records = append(records, sliceRecordOf(s))
+	}
 	sps := servicePorts(s)
 	got := map[string][]string{}
 	for _, sp := range sps {
-		for _, e := range endpointsFor(&sp, slices, "node-a") {
+		for _, e := range endpointsFor(&sp, records, "node-a") {
 			got[sp.Name] = append(got[sp.Name], fmt.Sprintf("%s ready=%v local=%v", e.addrPort(), e.Ready, e.Local))
 		}
 	}
@@ -219,33 +223,35 @@ func TestIncrementalModelEqualsAFreshBuild(t *testing.T) {
 	keys := func() []types.NamespacedName {
 		var ks []types.NamespacedName
 		for _, s := range in.Services {
-			ks = append(ks, types.NamespacedName{Namespace: s.Namespace, Name: s.Name})
+			ks = append(ks, s.key())
 		}
 		return ks
 	}
-	var deleted []*v1.Service
+	var deleted []*serviceRecord
 	for step := 0; step < 300; step++ {
 		ks := keys()
 		k := ks[rng.IntN(len(ks))]
 		switch rng.IntN(4) {
 		case 0: // move an endpoint to a shared address
 			if ss := in.Slices[k]; len(ss) > 0 {
-				s := ss[0].DeepCopy()
-				if len(s.Endpoints) > 0 {
-					s.Endpoints[rng.IntN(len(s.Endpoints))].Addresses = []string{fmt.Sprintf("10.180.0.%d", 1+rng.IntN(3))}
+				s := *ss[0]
+				s.endpoints = slices.Clone(s.endpoints)
+				if len(s.endpoints) > 0 {
+					s.endpoints[rng.IntN(len(s.endpoints))].addr = netip.MustParseAddr(fmt.Sprintf("10.180.0.%d", 1+rng.IntN(3)))
 				}
-				in.Slices[k] = append([]*discovery.EndpointSlice{s}, ss[1:]...)
+				in.Slices[k] = append([]*sliceRecord{&s}, ss[1:]...)
 			}
 		case 1: // drop all slices
 			delete(in.Slices, k)
 		case 2: // delete a Service, or bring a deleted one back
 			if len(deleted) > 0 && (len(in.Services) < 4 || rng.IntN(2) == 0) {
-				in.Services = append(slices.Clone(in.Services), deleted[0].DeepCopy())
+				c := *deleted[0]
+				in.Services = append(slices.Clone(in.Services), &c)
 				deleted = deleted[1:]
 				break
 			}
 			for i, s := range in.Services {
-				if s.Namespace == k.Namespace && s.Name == k.Name {
+				if s.key() == k {
 					in.Services = slices.Delete(slices.Clone(in.Services), i, i+1)
 					deleted = append(deleted, s)
 					break
@@ -253,9 +259,10 @@ func TestIncrementalModelEqualsAFreshBuild(t *testing.T) {
 			}
 		case 3: // a new pointer with the same content
 			for i, s := range in.Services {
-				if s.Namespace == k.Namespace && s.Name == k.Name {
+				if s.key() == k {
+					c := *s
 					in.Services = slices.Clone(in.Services)
-					in.Services[i] = s.DeepCopy()
+					in.Services[i] = &c
 				}
 			}
 		}

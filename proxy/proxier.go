@@ -14,12 +14,9 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/time/rate"
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
-	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
-	discoverylisters "k8s.io/client-go/listers/discovery/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
@@ -31,8 +28,8 @@ import (
 type proxier struct {
 	log       logr.Logger
 	cfg       v1alpha1.Node
-	services  corelisters.ServiceLister
-	slices    discoverylisters.EndpointSliceLister
+	services  cache.Store // of *serviceRecord
+	slices    cache.Store // of *sliceRecord
 	nodes     corelisters.NodeLister
 	renderers map[nftables.TableFamily]*Renderer
 	model     *Model
@@ -54,8 +51,8 @@ func newProxier(d role.Deps, f informers.SharedInformerFactory, dialer Dialer) *
 	p := &proxier{
 		log:       d.Log,
 		cfg:       d.Config.Node,
-		services:  f.Core().V1().Services().Lister(),
-		slices:    f.Discovery().V1().EndpointSlices().Lister(),
+		services:  f.Core().V1().Services().Informer().GetStore(),
+		slices:    f.Discovery().V1().EndpointSlices().Informer().GetStore(),
 		nodes:     d.Informers.Core().V1().Nodes().Lister(),
 		renderers: NewRenderers(dialer),
 		model:     NewModel(),
@@ -79,10 +76,8 @@ func (p *proxier) changed(obj any) {
 		p.pendingSince = time.Now()
 	}
 	p.pending++
-	if s, ok := obj.(*discovery.EndpointSlice); ok {
-		if t, err := time.Parse(time.RFC3339, s.Annotations[v1.EndpointsLastChangeTriggerTime]); err == nil {
-			p.triggers = append(p.triggers, t)
-		}
+	if s, ok := obj.(*sliceRecord); ok && !s.trigger.IsZero() {
+		p.triggers = append(p.triggers, s.trigger)
 	}
 	p.metrics.pendingChanges.Set(float64(p.pending))
 	p.mu.Unlock()
@@ -241,18 +236,21 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 
 // input gathers the informer caches and this node's facts.
 func (p *proxier) input() (Input, error) {
-	svcs, err := p.services.List(labels.Everything())
-	if err != nil {
-		return Input{}, err
+	in := Input{Slices: map[types.NamespacedName][]*sliceRecord{}}
+	for _, o := range p.services.List() {
+		s, ok := o.(*serviceRecord)
+		if !ok {
+			return Input{}, fmt.Errorf("a %T in the Service cache", o)
+		}
+		in.Services = append(in.Services, s)
 	}
-	all, err := p.slices.List(labels.Everything())
-	if err != nil {
-		return Input{}, err
-	}
-	in := Input{Services: svcs, Slices: map[types.NamespacedName][]*discovery.EndpointSlice{}}
-	for _, s := range all {
-		if name := s.Labels[discovery.LabelServiceName]; name != "" {
-			k := types.NamespacedName{Namespace: s.Namespace, Name: name}
+	for _, o := range p.slices.List() {
+		s, ok := o.(*sliceRecord)
+		if !ok {
+			return Input{}, fmt.Errorf("a %T in the EndpointSlice cache", o)
+		}
+		if s.service != "" {
+			k := types.NamespacedName{Namespace: s.namespace, Name: s.service}
 			in.Slices[k] = append(in.Slices[k], s)
 		}
 	}

@@ -2,14 +2,13 @@ package proxy
 
 import (
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/google/nftables"
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
-	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
@@ -78,9 +77,7 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 	}
 
 	// One endpoint more: only that Service's chain and one element change.
-	s := in.Slices[nsName("ns1", "svc1")][0].DeepCopy()
-	s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{"10.180.2.1"}})
-	in.Slices[nsName("ns1", "svc1")] = []*discovery.EndpointSlice{s}
+	in.Slices[nsName("ns1", "svc1")] = []*sliceRecord{withEndpoint(in.Slices[nsName("ns1", "svc1")][0], "10.180.2.1")}
 	d2 := Build(in)
 	if n := syncAll(t, rs, d2, false); n == 0 || n > 8 {
 		t.Errorf("one endpoint more sent %d messages, want 1 to 8 (one chain and one element)", n)
@@ -131,13 +128,16 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 // verdict turns from reject (no endpoints) to drop (no local endpoint).
 func localPolicyWithOnlyARemoteEndpoint(in Input, name string) {
 	for i, s := range in.Services {
-		if s.Name == name {
-			s = s.DeepCopy()
-			s.Spec.InternalTrafficPolicy = ptr.To(v1.ServiceInternalTrafficPolicyLocal)
-			in.Services[i] = s
+		if s.name == name {
+			c := *s
+			c.ports = slices.Clone(s.ports)
+			for j := range c.ports {
+				c.ports[j].InternalLocal = true
+			}
+			in.Services[i] = &c
 		}
 	}
-	in.Slices[nsName("ns6", name)] = []*discovery.EndpointSlice{slice("ns6/"+name, name+"-a", map[string]int32{"": 80}, v1.ProtocolTCP, ep{ip: "10.180.1.6", node: "node-b"})}
+	in.Slices[nsName("ns6", name)] = []*sliceRecord{sliceRecordOf(slice("ns6/"+name, name+"-a", map[string]int32{"": 80}, v1.ProtocolTCP, ep{ip: "10.180.1.6", node: "node-b"}))}
 }
 
 func nsName(ns, name string) (k struct{ Namespace, Name string }) {
@@ -247,9 +247,7 @@ func TestPartialSyncOfTouchedPartsLeavesTheKernelAsAWholeDiffWould(t *testing.T)
 		t.Errorf("a sync without changes sent %d messages", n)
 	}
 
-	s := in.Slices[nsName("ns1", "svc1")][0].DeepCopy()
-	s.Endpoints = append(s.Endpoints, discovery.Endpoint{Addresses: []string{"10.180.2.1"}})
-	in.Slices[nsName("ns1", "svc1")] = []*discovery.EndpointSlice{s}
+	in.Slices[nsName("ns1", "svc1")] = []*sliceRecord{withEndpoint(in.Slices[nsName("ns1", "svc1")][0], "10.180.2.1")}
 	if n := sync("one endpoint more"); n == 0 || n > 8 {
 		t.Errorf("one endpoint more sent %d messages, want 1 to 8", n)
 	}

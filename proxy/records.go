@@ -1,0 +1,158 @@
+package proxy
+
+import (
+	"net/netip"
+	"time"
+	"unique"
+
+	v1 "k8s.io/api/core/v1"
+	discovery "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// The proxy's informers keep records, not API objects: a Service becomes
+// its servicePorts and an EndpointSlice its ports and endpoints as they
+// arrive (a transform, sync_informers.go), and the decoded object is
+// garbage at once. At 10,000 Services that is a third of what even slimmed
+// API objects took (proxy/README.md), and the model reads records directly.
+
+// recordMeta is what client-go needs of a record: the name and namespace
+// for its keys, the resourceVersion to tell an update from a resync.
+type recordMeta struct {
+	namespace, name, resourceVersion string
+}
+
+// GetObjectMeta makes records readable by meta.Accessor, and so by
+// client-go's key functions and stores.
+func (m *recordMeta) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: m.namespace, Name: m.name, ResourceVersion: m.resourceVersion}
+}
+
+func metaOf(o *metav1.ObjectMeta) recordMeta {
+	return recordMeta{namespace: intern(o.Namespace), name: o.Name, resourceVersion: o.ResourceVersion}
+}
+
+// serviceRecord is a Service as the proxy keeps it. Records are never
+// changed once made: a new object gives a new record, so pointer equality
+// means "unchanged" (the model relies on it).
+type serviceRecord struct {
+	recordMeta
+	ports []servicePort // none for headless and ExternalName Services
+}
+
+func (s *serviceRecord) key() types.NamespacedName {
+	return types.NamespacedName{Namespace: s.namespace, Name: s.name}
+}
+
+// sliceRecord is an EndpointSlice as the proxy keeps it.
+type sliceRecord struct {
+	recordMeta
+	service   string    // the kubernetes.io/service-name label; "" for none
+	trigger   time.Time // the last-change-trigger-time annotation; zero if absent or malformed
+	ports     []slicePortRecord
+	endpoints []sliceEndpoint // none for an address type the proxy does not program
+}
+
+// slicePortRecord is one port of a slice; port is 0 when it has no valid number.
+type slicePortRecord struct {
+	name     string
+	protocol v1.Protocol
+	port     uint16
+}
+
+// sliceEndpoint is one endpoint of a slice: its first address, the node it
+// runs on, its conditions as the API defines their defaults, its hints.
+type sliceEndpoint struct {
+	addr                        netip.Addr
+	node                        string
+	hints                       *endpointHints // nil without hints
+	ready, serving, terminating bool
+}
+
+type endpointHints struct{ zones, nodes []string }
+
+// toRecord is the informers' transform: a Service or an EndpointSlice
+// becomes its record; anything else, a record included (transforms must be
+// idempotent), passes unchanged.
+func toRecord(obj any) (any, error) {
+	switch o := obj.(type) {
+	case *v1.Service:
+		return serviceRecordOf(o), nil
+	case *discovery.EndpointSlice:
+		return sliceRecordOf(o), nil
+	}
+	return obj, nil
+}
+
+func serviceRecordOf(svc *v1.Service) *serviceRecord {
+	return &serviceRecord{recordMeta: metaOf(&svc.ObjectMeta), ports: servicePorts(svc)}
+}
+
+func sliceRecordOf(s *discovery.EndpointSlice) *sliceRecord {
+	r := &sliceRecord{recordMeta: metaOf(&s.ObjectMeta), service: s.Labels[discovery.LabelServiceName]}
+	if t, err := time.Parse(time.RFC3339, s.Annotations[v1.EndpointsLastChangeTriggerTime]); err == nil {
+		r.trigger = t
+	}
+	for _, p := range s.Ports {
+		rp := slicePortRecord{protocol: v1.ProtocolTCP}
+		if p.Name != nil {
+			rp.name = *p.Name
+		}
+		if p.Protocol != nil {
+			rp.protocol = protocol(*p.Protocol)
+		}
+		if p.Port != nil && *p.Port > 0 && *p.Port < 65536 {
+			rp.port = uint16(*p.Port)
+		}
+		r.ports = append(r.ports, rp)
+	}
+	if s.AddressType != discovery.AddressTypeIPv4 && s.AddressType != discovery.AddressTypeIPv6 {
+		return r
+	}
+	r.endpoints = make([]sliceEndpoint, 0, len(s.Endpoints))
+	for _, e := range s.Endpoints {
+		if len(e.Addresses) == 0 {
+			continue
+		}
+		addr, err := netip.ParseAddr(e.Addresses[0])
+		if err != nil {
+			continue
+		}
+		re := sliceEndpoint{addr: addr.Unmap()}
+		re.ready = e.Conditions.Ready == nil || *e.Conditions.Ready
+		re.serving = re.ready
+		if e.Conditions.Serving != nil {
+			re.serving = *e.Conditions.Serving
+		}
+		re.terminating = e.Conditions.Terminating != nil && *e.Conditions.Terminating
+		if e.NodeName != nil {
+			re.node = intern(*e.NodeName)
+		}
+		if h := e.Hints; h != nil && (len(h.ForZones) > 0 || len(h.ForNodes) > 0) {
+			re.hints = &endpointHints{}
+			for _, z := range h.ForZones {
+				re.hints.zones = append(re.hints.zones, intern(z.Name))
+			}
+			for _, n := range h.ForNodes {
+				re.hints.nodes = append(re.hints.nodes, intern(n.Name))
+			}
+		}
+		r.endpoints = append(r.endpoints, re)
+	}
+	return r
+}
+
+// protocol is p as one of the package's constants, so records share them.
+func protocol(p v1.Protocol) v1.Protocol {
+	for _, known := range []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP} {
+		if p == known {
+			return known
+		}
+	}
+	return p
+}
+
+// intern returns one shared copy of s: node names, zones and namespaces
+// repeat across thousands of records.
+func intern(s string) string { return unique.Make(s).Value() }
