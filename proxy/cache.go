@@ -212,7 +212,7 @@ func (m *Model) reserve(frags []*fragment) {
 		t.Chains = grown(t.Chains, chains)
 		for name, n := range elems { // shared sets only
 			s := t.Sets[name]
-			s.Elements = grown(s.Elements, len(s.Elements)+n)
+			s.Elements = grown(s.mutable(), len(s.Elements)+n)
 		}
 	}
 }
@@ -240,7 +240,7 @@ func (m *Model) add(f *fragment) {
 			t.Sets[s.Name] = s
 		}
 		for _, e := range part.elems {
-			t.Sets[e.set].Elements[e.id]++
+			t.Sets[e.set].mutable()[e.id]++
 		}
 	}
 }
@@ -280,7 +280,7 @@ func (m *Model) remove(f *fragment) {
 			delete(t.Sets, s.Name)
 		}
 		for _, e := range part.elems {
-			merged := t.Sets[e.set].Elements
+			merged := t.Sets[e.set].mutable()
 			if merged[e.id]--; merged[e.id] == 0 {
 				delete(merged, e.id)
 			}

@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"maps"
 	"encoding/binary"
 	"fmt"
 	"net/netip"
@@ -85,12 +86,24 @@ func (s SetSpec) isMap() bool { return s.Data.Name != "" }
 // value counts the Services adding the element (in the merged tables; 1 in
 // a Service's own): two may add the same one, an endpoint's hairpin pair.
 // Only ids are kept, the element's one allocation: at 10,000 Services the
-// sets hold over 100,000 elements, in three copies (a Service's fragment,
-// the merged table and the renderer's record of the kernel).
+// sets hold over 200,000 elements.
 type Set struct {
 	Name     string
 	Spec     SetSpec
 	Elements map[string]uint32
+	// programmed: the renderer's record of the kernel shares Elements
+	// (Renderer.adopt), so it must be copied before it changes (mutable).
+	programmed bool
+}
+
+// mutable is the set's Elements, copied first if the renderer's record
+// shares them: the model changes its merged sets in place, and a record
+// that shared a changed map would believe the kernel already had it.
+func (s *Set) mutable() map[string]uint32 {
+	if s.programmed {
+		s.Elements, s.programmed = maps.Clone(s.Elements), false
+	}
+	return s.Elements
 }
 
 // Element is one element of a named set or map, as built.
@@ -199,7 +212,7 @@ func (t *Table) addElement(set string, e Element) {
 	if s == nil {
 		s = t.set(set, sharedSets[t.Family][set])
 	}
-	s.Elements[e.id()] = 1
+	s.mutable()[e.id()] = 1
 }
 
 func (t *Table) chain(name string, base *Hook) *Chain {

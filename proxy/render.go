@@ -54,8 +54,10 @@ type kernelChain struct {
 }
 
 type kernelSet struct {
-	spec  SetSpec
-	elems map[string]uint32 // ids (see Set.Elements)
+	spec SetSpec
+	// elems are the ids (see Set.Elements) in the kernel, by key only. After
+	// a sync it is the desired set's own map, shared read-only (adopt).
+	elems map[string]uint32
 }
 
 // Renderer programs one family.
@@ -211,12 +213,12 @@ func (r *Renderer) sync(want *Table, full bool, touched *Touched) (Stats, error)
 		}
 		r.applied = k
 	}
-	have := r.applied
+	have, part := r.applied, want
 	if touched != nil && !readBack {
-		have, want = have.only(touched), want.only(touched)
+		have, part = have.only(touched), want.only(touched)
 	}
 	p := &plan{r: r}
-	p.diff(have, want, fresh)
+	p.diff(have, part, fresh)
 	st, err := r.run(p)
 	st.ReadBack = readBack
 	if err != nil {
@@ -226,7 +228,21 @@ func (r *Renderer) sync(want *Table, full bool, touched *Touched) (Stats, error)
 	for _, c := range p.commit {
 		c(r.applied)
 	}
+	r.adopt(want)
 	return st, nil
+}
+
+// adopt makes want's element maps the record's after a successful sync,
+// instead of a copy: the kernel now holds every element of want (a partial
+// sync sent the touched ones, and the model changed no other), and at
+// 10,000 Services a copy was a seventh of the live heap. The sets are
+// marked programmed, so the model copies a map before changing it.
+func (r *Renderer) adopt(want *Table) {
+	for name, s := range want.Sets {
+		if ks := r.applied.sets[name]; ks != nil && !s.Spec.Dynamic {
+			ks.elems, s.programmed = s.Elements, true
+		}
+	}
 }
 
 // run sends the plan with the watch away from the multicast group.
@@ -590,7 +606,8 @@ func (p *plan) elements(set string, spec SetSpec, want, have map[string]uint32) 
 }
 
 // elementStep adds (or deletes) the elements ids in one message. They are
-// decoded when the step runs, so a plan holds no copy of them.
+// decoded when the step runs, so a plan holds no copy of them. The record
+// takes the set's elements once the sync succeeded (Renderer.adopt).
 func (p *plan) elementStep(set string, spec SetSpec, ids []string, del bool) {
 	typ := uint16(unix.NFT_MSG_NEWSETELEM)
 	if del {
@@ -602,15 +619,6 @@ func (p *plan) elementStep(set string, spec SetSpec, ids []string, del bool) {
 		w.ownB = appendElements(w.ownB, t.Name, set, spec, ids)
 		w.endOwn()
 	}})
-	p.onSuccess(func(k *kernelTable) {
-		for _, id := range ids {
-			if del {
-				delete(k.sets[set].elems, id)
-			} else {
-				k.sets[set].elems[id] = 1
-			}
-		}
-	})
 }
 
 // removeStale flushes chains no longer wanted, then deletes them and the
