@@ -23,6 +23,7 @@ import (
 // place, so pointer equality means "unchanged".
 type Model struct {
 	nodeKey string
+	node    NodeFacts
 	frags   map[types.NamespacedName]*fragment
 	d       *Desired
 	// touched is what changed in the merged tables since TakeTouched;
@@ -58,6 +59,9 @@ func (m *Model) TakeTouched() map[nftables.TableFamily]*Touched {
 }
 
 // fragment is everything one Service contributes to the desired ruleset.
+// Once merged it forgets the elements it added to shared sets (a sixth of
+// the model at 10,000 Services); removing it builds them again from the
+// same records (sharedElems).
 type fragment struct {
 	svc    *serviceRecord
 	slices []*sliceRecord
@@ -71,8 +75,8 @@ type fragment struct {
 type fragPart struct {
 	fam    nftables.TableFamily
 	chains []*Chain
-	sets   []*Set // the Service's own sets (affinity)
-	elems  []fragElem
+	sets   []*Set     // the Service's own sets (affinity)
+	elems  []fragElem // until merged (add), then nil
 }
 
 // fragElem is an element the Service adds to a shared set.
@@ -110,6 +114,9 @@ func (m *Model) Build(in Input) *Desired {
 	}
 	for _, f := range fresh {
 		m.add(f)
+		for i := range f.parts {
+			f.parts[i].elems = nil
+		}
 	}
 	for name, f := range m.frags {
 		if !seen[name] {
@@ -122,7 +129,7 @@ func (m *Model) Build(in Input) *Desired {
 }
 
 func (m *Model) reset(key string, node NodeFacts) {
-	m.nodeKey = key
+	m.nodeKey, m.node = key, node
 	m.touched = nil
 	m.frags = map[types.NamespacedName]*fragment{}
 	m.d = newDesired()
@@ -186,10 +193,13 @@ func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts) *frag
 		}
 		// An element added twice (a ClusterIP per port) is kept once.
 		slices.SortFunc(elems, func(a, b fragElem) int { return cmp.Or(strings.Compare(a.set, b.set), strings.Compare(a.id, b.id)) })
-		part := fragPart{fam: fam, chains: slices.Collect(maps.Values(t.Chains)), sets: slices.Collect(maps.Values(t.Sets)), elems: slices.Clone(slices.Compact(elems))}
+		part := fragPart{fam: fam, chains: slices.Collect(maps.Values(t.Chains)), sets: slices.Collect(maps.Values(t.Sets)), elems: slices.Compact(elems)}
 		f.parts = append(f.parts, part)
 	}
 	d.Tables = nil
+	if len(d.Health) == 0 && len(d.UDP) == 0 {
+		d.Health, d.UDP = nil, nil // most Services: no empty maps kept
+	}
 	return f
 }
 
@@ -270,7 +280,9 @@ func (m *Model) touch(part fragPart) {
 
 // remove takes a fragment's chains and elements out of the model's tables.
 func (m *Model) remove(f *fragment) {
+	elems := m.sharedElems(f)
 	for _, part := range f.parts {
+		part.elems = elems[part.fam]
 		t := m.d.Tables[part.fam]
 		m.touch(part)
 		for _, c := range part.chains {
@@ -286,6 +298,17 @@ func (m *Model) remove(f *fragment) {
 			}
 		}
 	}
+}
+
+// sharedElems are the elements a merged fragment added to shared sets,
+// built again from its records: the same records and node facts give the
+// same elements, and a change of the node's facts resets the model.
+func (m *Model) sharedElems(f *fragment) map[nftables.TableFamily][]fragElem {
+	out := map[nftables.TableFamily][]fragElem{}
+	for _, part := range buildFragment(f.svc, f.slices, m.node).parts {
+		out[part.fam] = part.elems
+	}
+	return out
 }
 
 // summarize recomputes the health-check, UDP and metric summaries from the
