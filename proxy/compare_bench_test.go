@@ -222,6 +222,7 @@ type benchResult struct {
 	p50, p99                                      time.Duration // first-packet latency
 	change                                        time.Duration // zero: not measured
 	restart                                       time.Duration
+	restartKiB                                    int // peak RSS of the restarted process, adopting the table
 	restartOrphans, restartDeletes, probeFailures int
 	monitorOverflow                               int
 }
@@ -305,11 +306,11 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 	r.childKiB = maxRSSWithChildren(p.Cmd)
 
 	if n >= benchChangesFrom {
-		r.restart, r.restartOrphans, r.restartDeletes, r.probeFailures = benchRestart(b, ns, mon, px, probe, kc)
+		r.restart, r.restartKiB, r.restartOrphans, r.restartDeletes, r.probeFailures = benchRestart(b, ns, mon, px, probe, kc)
 	}
-	b.Logf("%s, %d Services: full sync %v from lists, %v from start; peak RSS %d MiB (with children %d MiB, at once %d MiB); connect p50 %v p99 %v; change %v; restart ready %v, orphan deletes %d, deletes %d, probe failures %d; monitor overflows %d",
+	b.Logf("%s, %d Services: full sync %v from lists, %v from start; peak RSS %d MiB (with children %d MiB, at once %d MiB); connect p50 %v p99 %v; change %v; restart ready %v (peak RSS %d MiB), orphan deletes %d, deletes %d, probe failures %d; monitor overflows %d",
 		px.name, n, r.fromLists.Round(time.Millisecond), r.fromStart.Round(time.Millisecond),
-		r.rssKiB/1024, r.childKiB/1024, r.treeKiB/1024, r.p50, r.p99, r.change.Round(time.Millisecond), r.restart.Round(time.Millisecond),
+		r.rssKiB/1024, r.childKiB/1024, r.treeKiB/1024, r.p50, r.p99, r.change.Round(time.Millisecond), r.restart.Round(time.Millisecond), r.restartKiB/1024,
 		r.restartOrphans, r.restartDeletes, r.probeFailures, r.monitorOverflow)
 	return r
 }
@@ -317,7 +318,7 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 // benchRestart starts the proxy again over the table its predecessor left,
 // with a prober connecting through a ClusterIP all along, and returns the
 // time until its first sync is done and what the monitor saw.
-func benchRestart(b *testing.B, ns *netns.NS, mon *nftMonitor, px benchProxy, probe netip.AddrPort, kc string) (ready time.Duration, orphans, deletes, failures int) {
+func benchRestart(b *testing.B, ns *netns.NS, mon *nftMonitor, px benchProxy, probe netip.AddrPort, kc string) (ready time.Duration, rssKiB, orphans, deletes, failures int) {
 	var fails atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -347,11 +348,12 @@ func benchRestart(b *testing.B, ns *netns.NS, mon *nftMonitor, px benchProxy, pr
 	mon.settle(mark, time.Second, 5*time.Minute)
 	close(stop)
 	wg.Wait()
+	rssKiB = peakRSS(p.Cmd.Process.Pid)
 	c := mon.since(mark)
 	if c.overflow > 0 {
 		b.Logf("%s restart: the monitor lost notifications (%d overflows): deletion counts are a lower bound", px.name, c.overflow)
 	}
-	return ready, c.orphans, c.deletes, int(fails.Load())
+	return ready, rssKiB, c.orphans, c.deletes, int(fails.Load())
 }
 
 func reportBench(b *testing.B, n int, np, kube benchResult) {
@@ -376,9 +378,9 @@ func reportBench(b *testing.B, n int, np, kube benchResult) {
 		b.ReportMetric(kube.change.Seconds(), pre+"kube-proxy-change-s")
 		b.ReportMetric(np.restart.Seconds(), pre+"netplane-restart-s")
 		b.ReportMetric(kube.restart.Seconds(), pre+"kube-proxy-restart-s")
-		line += fmt.Sprintf("; one endpoint change %v vs %v (%.1fx faster); restart ready %v vs %v, transactions that only deleted %d vs %d, failed probes %d vs %d",
+		line += fmt.Sprintf("; one endpoint change %v vs %v (%.1fx faster); restart ready %v vs %v (peak RSS %d vs %d MiB), transactions that only deleted %d vs %d, failed probes %d vs %d",
 			np.change.Round(time.Millisecond), kube.change.Round(time.Millisecond), ratio(kube.change, np.change),
-			np.restart.Round(time.Millisecond), kube.restart.Round(time.Millisecond), np.restartOrphans, kube.restartOrphans, np.probeFailures, kube.probeFailures)
+			np.restart.Round(time.Millisecond), kube.restart.Round(time.Millisecond), np.restartKiB/1024, kube.restartKiB/1024, np.restartOrphans, kube.restartOrphans, np.probeFailures, kube.probeFailures)
 	}
 	b.Log(line)
 }

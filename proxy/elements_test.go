@@ -3,6 +3,7 @@ package proxy
 import (
 	"bytes"
 	"io"
+	"slices"
 	"testing"
 
 	"github.com/google/nftables"
@@ -13,7 +14,8 @@ import (
 
 // TestElementsEncodeAsTheLibraryDoes: our element messages carry the same
 // attributes as google/nftables' SetAddElements (less the set id it sends
-// as 0), for every kind of named set the model has.
+// as 0), for every kind of named set the model has, and the read-back's
+// decoder (elementIDs) turns them back into the same ids.
 func TestElementsEncodeAsTheLibraryDoes(t *testing.T) {
 	ipPort := nftables.MustConcatSetType(nftables.TypeIPAddr, nftables.TypeInetService)
 	cases := []struct {
@@ -35,6 +37,12 @@ func TestElementsEncodeAsTheLibraryDoes(t *testing.T) {
 		var ids []string
 		for _, e := range c.elems {
 			ids = append(ids, e.id())
+		}
+		// The read-back's decoder gives the ids back.
+		var back []string
+		elementIDs(appendElements(nil, TableName, "m", c.spec, ids), func(id []byte) { back = append(back, string(id)) })
+		if !slices.Equal(back, ids) {
+			t.Errorf("%s: decoded ids %q, want %q", c.name, back, ids)
 		}
 		for _, del := range []bool{false, true} {
 			var lib []netlink.Message

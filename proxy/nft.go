@@ -1,9 +1,9 @@
 package proxy
 
 import (
-	"maps"
 	"encoding/binary"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 	"sort"

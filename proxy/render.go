@@ -4,7 +4,6 @@ import (
 	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
-	"encoding/binary"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -348,6 +347,7 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 	if err != nil {
 		return nil, err
 	}
+	var static []string
 	for _, s := range sets {
 		if s.Anonymous || strings.HasPrefix(s.Name, "__") {
 			continue
@@ -362,20 +362,16 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 			}
 		}
 		if !s.Dynamic {
-			s.Table = r.table
-			elems, err := r.conn.GetSetElements(s)
-			if err != nil {
-				return nil, fmt.Errorf("elements of set %s: %w", s.Name, err)
-			}
-			for _, e := range elems {
-				el := Element{Key: e.Key, Val: e.Val, Verdict: e.VerdictData}
-				if ks.spec.Data.Name == nftables.TypeVerdict.Name && el.Verdict == nil {
-					el.Val, el.Verdict = nil, decodeVerdict(e.Val)
-				}
-				ks.elems[el.id()] = 1
-			}
+			static = append(static, s.Name)
 		}
 		k.sets[s.Name] = ks
+	}
+	elems, err := r.dialer.setElementIDs(r.family, static)
+	if err != nil {
+		return nil, err
+	}
+	for name, ids := range elems {
+		k.sets[name].elems = ids
 	}
 	return k, nil
 }
@@ -409,28 +405,6 @@ func (a *anonNamer) next(isMap bool) (uint32, string) {
 		prefix = "__map"
 	}
 	return a.id, prefix + a.nonce + strconv.FormatUint(uint64(a.id), 36)
-}
-
-// decodeVerdict parses the NFTA_DATA_VERDICT attributes the library hands
-// back undecoded as a vmap element's value.
-func decodeVerdict(b []byte) *expr.Verdict {
-	v := &expr.Verdict{}
-	for len(b) >= 4 {
-		n := int(binary.NativeEndian.Uint16(b[0:2]))
-		typ := binary.NativeEndian.Uint16(b[2:4]) &^ unix.NLA_F_NESTED
-		if n < 4 || n > len(b) {
-			break
-		}
-		data := b[4:n]
-		switch {
-		case typ == unix.NFTA_VERDICT_CODE && len(data) == 4:
-			v.Kind = expr.VerdictKind(int32(binary.BigEndian.Uint32(data)))
-		case typ == unix.NFTA_VERDICT_CHAIN:
-			v.Chain = strings.TrimRight(string(data), "\x00")
-		}
-		b = b[(n+3)&^3:]
-	}
-	return v
 }
 
 // plan is the ordered list of changes from what is applied to what is wanted.
