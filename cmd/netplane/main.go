@@ -131,6 +131,12 @@ func runRoles(ctx context.Context, cfg *v1alpha1.Configuration) error {
 		Metrics:    registry,
 		Log:        log,
 	}
+	// The initialisation of every package linked in (all roles' and their
+	// libraries') left about 20 MiB of the executable resident, more than
+	// a role's own heap at 1,000 Services: drop it before the roles start,
+	// so a role's peak is not start-up's pages plus its heap. Pages still
+	// needed come back from the page cache on first touch.
+	role.DropExecutablePages()
 	roleCtx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	done := make(chan error, len(cfg.Roles))
