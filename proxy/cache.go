@@ -93,6 +93,7 @@ func (m *Model) Build(in Input) *Desired {
 	}
 	seen := make(map[types.NamespacedName]bool, len(in.Services))
 	var todo []*serviceRecord
+	var gone []*fragment
 	for _, svc := range in.Services {
 		name := svc.key()
 		seen[name] = true
@@ -101,10 +102,17 @@ func (m *Model) Build(in Input) *Desired {
 			continue
 		}
 		if f != nil {
-			m.remove(f)
+			gone = append(gone, f)
 		}
 		todo = append(todo, svc)
 	}
+	for name, f := range m.frags {
+		if !seen[name] {
+			gone = append(gone, f)
+			delete(m.frags, name)
+		}
+	}
+	m.removeAll(gone)
 	fresh := buildFragments(todo, in.Slices, in.Node)
 	for _, f := range fresh {
 		m.frags[f.svc.key()] = f
@@ -116,12 +124,6 @@ func (m *Model) Build(in Input) *Desired {
 		m.add(f)
 		for i := range f.parts {
 			f.parts[i].elems = nil
-		}
-	}
-	for name, f := range m.frags {
-		if !seen[name] {
-			m.remove(f)
-			delete(m.frags, name)
 		}
 	}
 	m.summarize()
@@ -144,27 +146,29 @@ func (m *Model) reset(key string, node NodeFacts) {
 // so at start-up, with every Service new, they are built on all CPUs.
 func buildFragments(svcs []*serviceRecord, eps map[types.NamespacedName][]*sliceRecord, node NodeFacts) []*fragment {
 	out := make([]*fragment, len(svcs))
-	build := func(i int) {
-		out[i] = buildFragment(svcs[i], eps[svcs[i].key()], node)
-	}
-	workers := min(runtime.GOMAXPROCS(0), len(svcs)/parallelFrom)
+	parallel(len(svcs), func(i int) { out[i] = buildFragment(svcs[i], eps[svcs[i].key()], node) })
+	return out
+}
+
+// parallel calls fn for 0 to n-1, on all CPUs when n is big enough.
+func parallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/parallelFrom)
 	if workers < 2 {
-		for i := range svcs {
-			build(i)
+		for i := range n {
+			fn(i)
 		}
-		return out
+		return
 	}
 	var next atomic.Int64
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(svcs); i = int(next.Add(1) - 1) {
-				build(i)
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
 			}
 		})
 	}
 	wg.Wait()
-	return out
 }
 
 // parallelFrom is how many fragments make a build worth another goroutine.
@@ -278,9 +282,20 @@ func (m *Model) touch(part fragPart) {
 	}
 }
 
-// remove takes a fragment's chains and elements out of the model's tables.
-func (m *Model) remove(f *fragment) {
-	elems := m.sharedElems(f)
+// removeAll takes fragments out of the model's tables. Their shared
+// elements are built again first, on all CPUs when many go at once (a
+// relist gives every record a new pointer).
+func (m *Model) removeAll(frags []*fragment) {
+	elems := make([]map[nftables.TableFamily][]fragElem, len(frags))
+	parallel(len(frags), func(i int) { elems[i] = m.sharedElems(frags[i]) })
+	for i, f := range frags {
+		m.remove(f, elems[i])
+	}
+}
+
+// remove takes a fragment's chains and its shared elements out of the
+// model's tables.
+func (m *Model) remove(f *fragment, elems map[nftables.TableFamily][]fragElem) {
 	for _, part := range f.parts {
 		part.elems = elems[part.fam]
 		t := m.d.Tables[part.fam]

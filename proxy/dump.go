@@ -97,9 +97,12 @@ func (d Dialer) setElementIDs(fam nftables.TableFamily, sets []string) (map[stri
 // then inconsistent.
 var errDumpInterrupted = errors.New("dump interrupted by a change")
 
+const dumpTries = 10
+
 // dump lists the objects of one chain or set (name, under attribute
 // nameAttr) of the table, calling each with every message's attributes.
-// An interrupted dump is repeated, after start, up to three times.
+// An interrupted dump (any nftables change in the namespace meanwhile, the
+// CNI's included) is repeated after start, up to dumpTries times in all.
 //
 // Replies are read into a 64 KiB buffer, not with mdlayher/netlink, which
 // reads a page: the kernel sizes a dump's next message by the largest read
@@ -115,7 +118,7 @@ func (d *dumper) dump(msgType, tableAttr, nameAttr uint16, name string, start fu
 	for try := 1; ; try++ {
 		start()
 		err := d.once(req, each)
-		if !errors.Is(err, errDumpInterrupted) || try == 3 {
+		if !errors.Is(err, errDumpInterrupted) || try == dumpTries {
 			return err
 		}
 	}
@@ -135,8 +138,12 @@ func (d *dumper) once(req netlink.Message, each func(attrs []byte)) error {
 		var n int
 		var rerr error
 		if err := raw.Read(func(fd uintptr) bool {
-			n, _, rerr = unix.Recvfrom(int(fd), d.buf, unix.MSG_TRUNC)
-			return rerr != unix.EAGAIN
+			for {
+				n, _, rerr = unix.Recvfrom(int(fd), d.buf, unix.MSG_TRUNC)
+				if rerr != unix.EINTR {
+					return rerr != unix.EAGAIN
+				}
+			}
 		}); err != nil {
 			return err
 		}
@@ -155,19 +162,22 @@ func (d *dumper) once(req netlink.Message, each func(attrs []byte)) error {
 				continue // a late answer to something else
 			}
 			interrupted = interrupted || m.Header.Flags&unix.NLM_F_DUMP_INTR != 0
-			switch m.Header.Type {
-			case unix.NLMSG_DONE:
-				if interrupted {
-					return errDumpInterrupted
-				}
+			// DONE and ERROR carry an error code: a set deleted or a walk
+			// failing in the middle of the dump ends it with DONE and
+			// an error, and what came before is not the whole set.
+			var code int32
+			if len(m.Data) >= 4 {
+				code = int32(binary.NativeEndian.Uint32(m.Data))
+			}
+			switch {
+			case (m.Header.Type == unix.NLMSG_DONE || m.Header.Type == unix.NLMSG_ERROR) && code < 0:
+				return syscall.Errno(-code)
+			case m.Header.Type == unix.NLMSG_DONE && interrupted:
+				return errDumpInterrupted
+			case m.Header.Type == unix.NLMSG_DONE:
 				return nil
-			case unix.NLMSG_ERROR:
-				if len(m.Data) >= 4 {
-					if code := int32(binary.NativeEndian.Uint32(m.Data)); code < 0 {
-						return syscall.Errno(-code)
-					}
-				}
-				continue
+			case m.Header.Type < unix.NLMSG_MIN_TYPE:
+				continue // an acknowledgement, NOOP or OVERRUN
 			}
 			if len(m.Data) >= 4 {
 				each(m.Data[4:])

@@ -2,8 +2,9 @@ package proxy
 
 import (
 	"net/netip"
+	"strings"
+	"sync"
 	"time"
-	"unique"
 
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
@@ -62,7 +63,7 @@ type slicePortRecord struct {
 }
 
 // sliceEndpoint is one endpoint of a slice: its first address, the node it
-// runs on, its conditions as the API defines their defaults, its hints.
+// runs on, its conditions with kube-proxy's defaults, its hints.
 type sliceEndpoint struct {
 	addr                        netip.Addr
 	node                        string
@@ -120,11 +121,11 @@ func sliceRecordOf(s *discovery.EndpointSlice) *sliceRecord {
 			continue
 		}
 		re := sliceEndpoint{addr: addr.Unmap()}
+		// kube-proxy's reading: an absent ready or serving means true (the
+		// API says an absent serving defers to ready; kube-proxy, whose
+		// fallback to terminating endpoints we match, does not).
 		re.ready = e.Conditions.Ready == nil || *e.Conditions.Ready
-		re.serving = re.ready
-		if e.Conditions.Serving != nil {
-			re.serving = *e.Conditions.Serving
-		}
+		re.serving = e.Conditions.Serving == nil || *e.Conditions.Serving
 		re.terminating = e.Conditions.Terminating != nil && *e.Conditions.Terminating
 		if e.NodeName != nil {
 			re.node = intern(*e.NodeName)
@@ -154,5 +155,21 @@ func protocol(p v1.Protocol) v1.Protocol {
 }
 
 // intern returns one shared copy of s: node names, zones and namespaces
-// repeat across thousands of records.
-func intern(s string) string { return unique.Make(s).Value() }
+// repeat across thousands of records. The table keeps every string it was
+// given, a few per node and namespace of the cluster; unique.Make alone
+// would not do, as its copy is dropped once no handle to it is left.
+func intern(s string) string {
+	internMu.Lock()
+	defer internMu.Unlock()
+	if v, ok := internTable[s]; ok {
+		return v
+	}
+	s = strings.Clone(s)
+	internTable[s] = s
+	return s
+}
+
+var (
+	internMu    sync.Mutex
+	internTable = map[string]string{}
+)

@@ -57,7 +57,7 @@ func TestRecordsKeepWhatTheProxyReads(t *testing.T) {
 				ports: []slicePortRecord{{"", v1.ProtocolTCP, 80}, {"d", v1.ProtocolUDP, 53}, {"none", v1.ProtocolTCP, 0}, {"big", v1.ProtocolTCP, 0}},
 				endpoints: []sliceEndpoint{
 					{addr: netip.MustParseAddr("10.0.0.1"), node: "n1", hints: &endpointHints{zones: []string{"z"}, nodes: []string{"n1"}}, ready: true, serving: true},
-					{addr: netip.MustParseAddr("10.0.0.2"), terminating: true},
+					{addr: netip.MustParseAddr("10.0.0.2"), serving: true, terminating: true}, // kube-proxy: absent serving is true
 					{addr: netip.MustParseAddr("10.0.0.3"), serving: true},
 					{addr: netip.MustParseAddr("10.0.0.4"), ready: true, serving: true},
 				}}},
