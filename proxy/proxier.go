@@ -41,6 +41,7 @@ type proxier struct {
 	pendingSince time.Time   // first change not yet programmed; zero when none
 	pending      int         // changes not yet programmed
 	triggers     []time.Time // endpoint change trigger times not yet programmed
+	started      time.Time   // earlier trigger times are not this proxier's latency
 	lastSuccess  time.Time
 	lastUDP      map[netip.AddrPort]map[netip.Addr]bool
 }
@@ -58,6 +59,7 @@ func newProxier(d role.Deps, f informers.SharedInformerFactory, dialer Dialer) *
 		model:     NewModel(),
 		metrics:   newMetrics(d.Metrics),
 		kick:      make(chan struct{}, 1),
+		started:   time.Now(),
 	}
 	p.health = newHealthServers(d.Log, func() bool { return p.healthz() == nil })
 	return p
@@ -76,7 +78,12 @@ func (p *proxier) changed(obj any) {
 		p.pendingSince = time.Now()
 	}
 	p.pending++
-	if s, ok := obj.(*sliceRecord); ok && !s.trigger.IsZero() {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	// As kube-proxy: a deleted slice's trigger time counts too, and one
+	// from before the proxier started (the initial list's) does not.
+	if s, ok := obj.(*sliceRecord); ok && s.trigger.After(p.started) {
 		p.triggers = append(p.triggers, s.trigger)
 	}
 	p.metrics.pendingChanges.Set(float64(p.pending))
