@@ -18,7 +18,8 @@ type Dialer struct {
 	NetNS int
 }
 
-// dumper lists objects of the family's table over its own socket.
+// dumper lists objects of the family's table over a socket of its own,
+// for one read-back; close it after.
 type dumper struct {
 	c   *netlink.Conn
 	fam nftables.TableFamily
@@ -37,22 +38,19 @@ func (d Dialer) dumper(fam nftables.TableFamily) (*dumper, error) {
 	return &dumper{c: c, fam: fam, buf: make([]byte, 64<<10)}, nil
 }
 
+func (d *dumper) close() { d.c.Close() }
+
 // ruleFingerprints lists the fingerprints of the rules of the family's
 // table, by chain and in order: one netlink dump per chain. Expressions are
 // not decoded: the fingerprint in each rule's comment says what it is. A
 // dump of the whole table would cost O(rules²): the kernel fills one
 // buffer of at most 32 KiB per round and starts each round from the
 // table's first rule; a chain is found by its name's hash.
-func (d Dialer) ruleFingerprints(fam nftables.TableFamily, chains []string) (map[string][]string, error) {
-	dd, err := d.dumper(fam)
-	if err != nil {
-		return nil, err
-	}
-	defer dd.c.Close()
+func (d *dumper) ruleFingerprints(chains []string) (map[string][]string, error) {
 	out := make(map[string][]string, len(chains))
 	for _, chain := range chains {
 		var fps []string
-		err := dd.dump(unix.NFT_MSG_GETRULE, unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN, chain, func() { fps = nil }, func(msg []byte) {
+		err := d.dump(unix.NFT_MSG_GETRULE, unix.NFTA_RULE_TABLE, unix.NFTA_RULE_CHAIN, chain, func() { fps = nil }, func(msg []byte) {
 			fp := ""
 			if b := value(msg, unix.NFTA_RULE_USERDATA); b != nil {
 				fp, _ = userdata.GetString(b, userdata.TypeComment)
@@ -73,16 +71,11 @@ func (d Dialer) ruleFingerprints(fam nftables.TableFamily, chains []string) (map
 // with several buffers each, before returning them (300 MB of garbage to
 // adopt the 220,000 elements of 10,000 Services, and most of a restart's
 // peak memory).
-func (d Dialer) setElementIDs(fam nftables.TableFamily, sets []string) (map[string]map[string]uint32, error) {
-	dd, err := d.dumper(fam)
-	if err != nil {
-		return nil, err
-	}
-	defer dd.c.Close()
+func (d *dumper) setElementIDs(sets []string) (map[string]map[string]uint32, error) {
 	out := make(map[string]map[string]uint32, len(sets))
 	for _, set := range sets {
 		var ids map[string]uint32
-		err := dd.dump(unix.NFT_MSG_GETSETELEM, unix.NFTA_SET_ELEM_LIST_TABLE, unix.NFTA_SET_ELEM_LIST_SET, set, func() { ids = map[string]uint32{} }, func(msg []byte) {
+		err := d.dump(unix.NFT_MSG_GETSETELEM, unix.NFTA_SET_ELEM_LIST_TABLE, unix.NFTA_SET_ELEM_LIST_SET, set, func() { ids = map[string]uint32{} }, func(msg []byte) {
 			elementIDs(msg, func(id []byte) { ids[string(id)] = 1 })
 		})
 		if err != nil {

@@ -28,7 +28,12 @@ func TestDumpsReadSetsAndChainsBackAndReportKernelErrors(t *testing.T) {
 		"; add element ip "+TableName+" verdicts { 10.0.0.1 : goto target, 10.0.0.2 : drop }"+
 		"; add rule ip "+TableName+" target counter comment \"netplane:first\""+
 		"; add rule ip "+TableName+" target accept")
-	got, err := dial.setElementIDs(nftables.TableFamilyIPv4, []string{"big", "verdicts"})
+	dump, err := dial.dumper(nftables.TableFamilyIPv4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer dump.close()
+	got, err := dump.setElementIDs([]string{"big", "verdicts"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -47,11 +52,11 @@ func TestDumpsReadSetsAndChainsBackAndReportKernelErrors(t *testing.T) {
 			t.Errorf("verdicts element %q is not one written", id)
 		}
 	}
-	fps, err := dial.ruleFingerprints(nftables.TableFamilyIPv4, []string{"target"})
+	fps, err := dump.ruleFingerprints([]string{"target"})
 	if err != nil || strings.Join(fps["target"], ",") != "netplane:first," {
 		t.Errorf("rule fingerprints %q, %v; want the first rule's comment and none for the second", fps["target"], err)
 	}
-	if _, err := dial.setElementIDs(nftables.TableFamilyIPv4, []string{"missing"}); !errors.Is(err, syscall.ENOENT) {
+	if _, err := dump.setElementIDs([]string{"missing"}); !errors.Is(err, syscall.ENOENT) {
 		t.Errorf("reading a missing set: %v, want ENOENT", err)
 	}
 }

@@ -329,7 +329,12 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 			names = append(names, c.Name)
 		}
 	}
-	fps, err := r.dialer.ruleFingerprints(r.family, names)
+	dump, err := r.dialer.dumper(r.family)
+	if err != nil {
+		return nil, err
+	}
+	defer dump.close()
+	fps, err := dump.ruleFingerprints(names)
 	if err != nil {
 		return nil, err
 	}
@@ -366,7 +371,7 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 		}
 		k.sets[s.Name] = ks
 	}
-	elems, err := r.dialer.setElementIDs(r.family, static)
+	elems, err := dump.setElementIDs(static)
 	if err != nil {
 		return nil, err
 	}
