@@ -7,7 +7,9 @@ import (
 	"hash/fnv"
 	"maps"
 	"net/netip"
+	"slices"
 	"strings"
+	"sync"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -205,7 +207,7 @@ func sharedSetSpecs(addr nftables.SetDatatype) map[string]SetSpec {
 		Data: nftables.MustConcatSetType(addr, nftables.TypeInetService),
 	}
 	specs := map[string]SetSpec{}
-	for _, name := range endpointShardNames {
+	for _, name := range append(slices.Clone(endpointShardNames), poolShardNames...) {
 		specs[name] = endpoints
 	}
 	maps.Copy(specs, map[string]SetSpec{
@@ -285,15 +287,22 @@ func (b *builder) build(eps []endpoint) {
 		}
 		return nil
 	}
-	if sp.usesClusterEndpoints() && len(cat.Cluster) > 0 {
-		b.policyChain(clusterChain, masqFor(clusterChain), cat.Cluster, 0)
-	}
-	if sp.usesLocalEndpoints() && len(cat.Local) > 0 {
-		b.policyChain(localChain, masqFor(localChain), cat.Local, localSlots)
-	}
 	externalChain := ""
-	if sp.externallyAccessible() && len(external) > 0 {
-		externalChain = b.externalChain(clusterChain, localChain, cat)
+	switch {
+	case b.pooled():
+		if len(internal) > 0 {
+			internalChain = b.pickChain(internal)
+		}
+	default:
+		if sp.usesClusterEndpoints() && len(cat.Cluster) > 0 {
+			b.policyChain(clusterChain, masqFor(clusterChain), cat.Cluster, 0)
+		}
+		if sp.usesLocalEndpoints() && len(cat.Local) > 0 {
+			b.policyChain(localChain, masqFor(localChain), cat.Local, localSlots)
+		}
+		if sp.externallyAccessible() && len(external) > 0 {
+			externalChain = b.externalChain(clusterChain, localChain, cat)
+		}
 	}
 	b.counts(sp, cat, f)
 
@@ -468,6 +477,85 @@ func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint, of
 		t.addElement(set, Element{Key: b.slot.at(offset + uint32(i)), Val: concat(ap.Addr().AsSlice(), port(ap.Port()))})
 	}
 	t.addRule(name, newRule(f).l4proto(proto).dnatSlot(b.slot, len(eps), offset, set).done())
+}
+
+// pooled: a Service reached only through its ClusterIPs and without
+// affinity, the most common kind, needs no chain of its own (pickChain).
+// At 1,000 such Services that spares the kernel 1,000 chains and 2,000
+// rules, half the work of a full sync.
+func (b *builder) pooled() bool { return !b.sp.externallyAccessible() && b.sp.Affinity == 0 }
+
+// pickChain adds the endpoints of a pooled Service to the pool map for
+// their count, under its ClusterIP, protocol and port, and returns the
+// chain, shared by every pooled Service with as many endpoints, that picks
+// one by the packet's own address, protocol and port. Only the endpoints
+// the ClusterIP leads to are there (all, or the local ones with
+// internalTrafficPolicy Local), so their slots start at 0.
+func (b *builder) pickChain(eps []endpoint) string {
+	sp, t := b.sp, b.t
+	set := poolShard(sp, len(eps))
+	for i, e := range eps {
+		ap := e.addrPort()
+		t.addElement(setHairpin, Element{Key: concat(e.Addr.AsSlice(), e.Addr.AsSlice())})
+		t.addElement(set, Element{Key: b.slot.at(uint32(i)), Val: concat(ap.Addr().AsSlice(), port(ap.Port()))})
+	}
+	c := pickChainFor(t.Family, b.node, protoNumber(sp.Protocol), len(eps), set)
+	t.useShared(c)
+	return c.Name
+}
+
+// Pool maps hold the endpoints of pooled Services, chosen by their count
+// and spread by a hash of the Service over poolSpread maps per count:
+//   - the kernel checks every element added to a map against every rule
+//     reading it, so a map should be read by few counts' chains;
+//   - it dumps a set by walking past every element already sent, for each
+//     32 KiB of answer, so a map should not hold all of 10,000 Services
+//     with the same count (reading it back at a restart then took 0.4 s);
+//   - each map a count spreads over is one more chain for that count.
+//
+// A Service whose endpoint count changes moves its elements to another
+// map, in the same transaction as its dispatch element.
+const (
+	poolShards = 32
+	poolSpread = 8
+)
+
+var poolShardNames = func() []string {
+	out := make([]string, poolShards)
+	for i := range out {
+		out[i] = fmt.Sprintf("pool-%02d", i)
+	}
+	return out
+}()
+
+func poolShard(sp *servicePort, n int) string {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte(sp.String()))
+	return poolShardNames[(n*poolSpread+int(h.Sum32()%poolSpread))%poolShards]
+}
+
+// pickChains caches the shared chains: their content is a function of
+// the key alone, and one Chain value can serve every fragment.
+var pickChains sync.Map
+
+// pickChainFor is "pick-tcp-3-pool-24": the ClusterIP masquerade mark,
+// then the DNAT to one of n endpoints in set.
+func pickChainFor(f nftables.TableFamily, node NodeFacts, proto uint8, n int, set string) *Chain {
+	name := fmt.Sprintf("pick-%s-%d-%s", protoName(proto), n, set)
+	cidrs := familyPrefixes(node.ClusterCIDRs, f)
+	key := fmt.Sprint(f, name, node.MasqueradeAll, cidrs)
+	if c, ok := pickChains.Load(key); ok {
+		return c.(*Chain)
+	}
+	c := &Chain{Name: name, Shared: true}
+	if node.MasqueradeAll {
+		c.Rules = append(c.Rules, newRule(f).setMasqMark().done())
+	} else if len(cidrs) > 0 {
+		c.Rules = append(c.Rules, newRule(f).matchPrefixes("saddr", cidrs, true).setMasqMark().done())
+	}
+	c.Rules = append(c.Rules, newRule(f).l4proto(proto).dnatPick(n, set).done())
+	got, _ := pickChains.LoadOrStore(key, c)
+	return got.(*Chain)
 }
 
 // Endpoints are elements of shared maps, keyed by the Service's ClusterIP,

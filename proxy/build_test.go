@@ -215,7 +215,8 @@ func TestMasqueradeDecisionUsesEveryClusterCIDR(t *testing.T) {
 	d := Build(in)
 	wants := map[nftables.TableFamily][]string{
 		nftables.TableFamilyIPv4: {
-			"add rule ip netplane service-ULMVA6XW-ns1/svc1/tcp/p80 ip daddr 172.30.0.41 ip saddr != { 10.0.0.0/8, 100.64.0.0/10 } meta mark set meta mark | 0x4000",
+			"add rule ip netplane pick-tcp-2-pool-20 ip saddr != { 10.0.0.0/8, 100.64.0.0/10 } meta mark set meta mark | 0x4000",
+			"add rule ip netplane service-42NFTM6N-ns2/svc2/tcp/p80 ip daddr 172.30.0.42 ip saddr != { 10.0.0.0/8, 100.64.0.0/10 } meta mark set meta mark | 0x4000",
 			"add rule ip netplane external-42NFTM6N-ns2/svc2/tcp/p80 ip saddr { 10.0.0.0/8, 100.64.0.0/10 } goto service-42NFTM6N-ns2/svc2/tcp/p80",
 		},
 	}

@@ -25,7 +25,9 @@ type Model struct {
 	nodeKey string
 	node    NodeFacts
 	frags   map[types.NamespacedName]*fragment
-	d       *Desired
+	// shared counts the Services using each shared chain, per family.
+	shared map[nftables.TableFamily]map[string]int
+	d      *Desired
 	// touched is what changed in the merged tables since TakeTouched;
 	// nil means everything (a reset).
 	touched map[nftables.TableFamily]*Touched
@@ -75,6 +77,7 @@ type fragment struct {
 type fragPart struct {
 	fam    nftables.TableFamily
 	chains []*Chain
+	shared []*Chain   // shared chains it uses (pickChain)
 	sets   []*Set     // the Service's own sets (affinity)
 	elems  []fragElem // until merged (add), then nil
 }
@@ -134,8 +137,10 @@ func (m *Model) reset(key string, node NodeFacts) {
 	m.nodeKey, m.node = key, node
 	m.touched = nil
 	m.frags = map[types.NamespacedName]*fragment{}
+	m.shared = map[nftables.TableFamily]map[string]int{}
 	m.d = newDesired()
 	for _, fam := range Families {
+		m.shared[fam] = map[string]int{}
 		t := newTable(fam)
 		baseRules(t, node) // declares the shared sets
 		m.d.Tables[fam] = t
@@ -197,7 +202,14 @@ func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts) *frag
 		}
 		// An element added twice (a ClusterIP per port) is kept once.
 		slices.SortFunc(elems, func(a, b fragElem) int { return cmp.Or(strings.Compare(a.set, b.set), strings.Compare(a.id, b.id)) })
-		part := fragPart{fam: fam, chains: slices.Collect(maps.Values(t.Chains)), sets: slices.Collect(maps.Values(t.Sets)), elems: slices.Compact(elems)}
+		part := fragPart{fam: fam, sets: slices.Collect(maps.Values(t.Sets)), elems: slices.Compact(elems)}
+		for _, c := range t.Chains {
+			if c.Shared {
+				part.shared = append(part.shared, c)
+			} else {
+				part.chains = append(part.chains, c)
+			}
+		}
 		f.parts = append(f.parts, part)
 	}
 	d.Tables = nil
@@ -250,6 +262,11 @@ func (m *Model) add(f *fragment) {
 		for _, c := range part.chains {
 			t.Chains[c.Name] = c
 		}
+		for _, c := range part.shared {
+			if m.shared[part.fam][c.Name]++; m.shared[part.fam][c.Name] == 1 {
+				t.Chains[c.Name] = c
+			}
+		}
 		for _, s := range part.sets {
 			t.Sets[s.Name] = s
 		}
@@ -268,6 +285,9 @@ func (m *Model) touch(part fragPart) {
 	}
 	for _, c := range part.chains {
 		t.Chains[c.Name] = true
+	}
+	for _, c := range part.shared {
+		t.Chains[c.Name] = true // unchanged while in use: the renderer finds nothing to do
 	}
 	for _, s := range part.sets {
 		t.Sets[s.Name] = true
@@ -302,6 +322,12 @@ func (m *Model) remove(f *fragment, elems map[nftables.TableFamily][]fragElem) {
 		m.touch(part)
 		for _, c := range part.chains {
 			delete(t.Chains, c.Name)
+		}
+		for _, c := range part.shared {
+			if m.shared[part.fam][c.Name]--; m.shared[part.fam][c.Name] == 0 {
+				delete(m.shared[part.fam], c.Name)
+				delete(t.Chains, c.Name)
+			}
 		}
 		for _, s := range part.sets {
 			delete(t.Sets, s.Name)

@@ -56,7 +56,7 @@ func (d *dumper) ruleFingerprints(chains []string) (map[string][]string, error) 
 				fp, _ = userdata.GetString(b, userdata.TypeComment)
 			}
 			fps = append(fps, fp)
-		})
+		}, nil)
 		if err != nil {
 			return nil, fmt.Errorf("listing the rules of chain %s: %w", chain, err)
 		}
@@ -71,13 +71,21 @@ func (d *dumper) ruleFingerprints(chains []string) (map[string][]string, error) 
 // with several buffers each, before returning them (300 MB of garbage to
 // adopt the 220,000 elements of 10,000 Services, and most of a restart's
 // peak memory).
+//
+// A dump that sent an element twice is repeated: the kernel resumes each
+// round of a hash set's dump by skipping as many elements as it already
+// sent, and when the table was resized in between (the kernel grows it
+// after a big insert, without a transaction, so without NLM_F_DUMP_INTR)
+// the skipped ones are not those sent: some come twice, as many others
+// never.
 func (d *dumper) setElementIDs(sets []string) (map[string]map[string]uint32, error) {
 	out := make(map[string]map[string]uint32, len(sets))
 	for _, set := range sets {
 		var ids map[string]uint32
-		err := d.dump(unix.NFT_MSG_GETSETELEM, unix.NFTA_SET_ELEM_LIST_TABLE, unix.NFTA_SET_ELEM_LIST_SET, set, func() { ids = map[string]uint32{} }, func(msg []byte) {
-			elementIDs(msg, func(id []byte) { ids[string(id)] = 1 })
-		})
+		sent := 0
+		err := d.dump(unix.NFT_MSG_GETSETELEM, unix.NFTA_SET_ELEM_LIST_TABLE, unix.NFTA_SET_ELEM_LIST_SET, set, func() { ids, sent = map[string]uint32{}, 0 }, func(msg []byte) {
+			elementIDs(msg, func(id []byte) { ids[string(id)] = 1; sent++ })
+		}, func() bool { return sent == len(ids) })
 		if err != nil {
 			return nil, fmt.Errorf("listing the elements of set %s: %w", set, err)
 		}
@@ -95,14 +103,15 @@ const dumpTries = 10
 // dump lists the objects of one chain or set (name, under attribute
 // nameAttr) of the table, calling each with every message's attributes.
 // An interrupted dump (any nftables change in the namespace meanwhile, the
-// CNI's included) is repeated after start, up to dumpTries times in all.
+// CNI's included), or one that whole (if given) finds inconsistent, is
+// repeated after start, up to dumpTries times in all.
 //
 // Replies are read into a 64 KiB buffer, not with mdlayher/netlink, which
 // reads a page: the kernel sizes a dump's next message by the largest read
 // so far (up to 32 KiB), and an nftables set dump starts every message by
 // walking past the elements already sent, so page-sized messages made
 // reading a 100,000-element set back eight times slower.
-func (d *dumper) dump(msgType, tableAttr, nameAttr uint16, name string, start func(), each func(attrs []byte)) error {
+func (d *dumper) dump(msgType, tableAttr, nameAttr uint16, name string, start func(), each func(attrs []byte), whole func() bool) error {
 	data := appendString(append([]byte(nil), byte(d.fam), unix.NFNETLINK_V0, 0, 0), tableAttr, TableName)
 	req := netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | msgType), Flags: netlink.Request | netlink.Dump},
@@ -111,6 +120,9 @@ func (d *dumper) dump(msgType, tableAttr, nameAttr uint16, name string, start fu
 	for try := 1; ; try++ {
 		start()
 		err := d.once(req, each)
+		if err == nil && whole != nil && !whole() {
+			err = errDumpInterrupted
+		}
 		if !errors.Is(err, errDumpInterrupted) || try == dumpTries {
 			return err
 		}

@@ -48,6 +48,9 @@ type Chain struct {
 	Name  string
 	Base  *Hook
 	Rules []Rule
+	// Shared: one chain serves many Services (pickChain); the model keeps
+	// it while any Service uses it. Never modified once built.
+	Shared bool
 }
 
 // Rule is one rule: its nft text (for dumps, diffs and the fingerprint kept
@@ -223,6 +226,9 @@ func (t *Table) chain(name string, base *Hook) *Chain {
 	}
 	return c
 }
+
+// useShared adds a shared chain, built once for every Service using it.
+func (t *Table) useShared(c *Chain) { t.Chains[c.Name] = c }
 
 func (t *Table) addRule(chain string, r Rule) {
 	c := t.Chains[chain]

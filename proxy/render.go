@@ -430,6 +430,7 @@ type step struct {
 	do       func(c *nftables.Conn) error // adds messages through the library
 	own      func(w *batchWriter)         // or encodes its message itself
 	barrier  bool                         // start a new transaction after this step
+	what     string                       // of an element step: "add SET" or "delete SET"
 }
 
 func (p *plan) add(n int, do func(c *nftables.Conn) error) {
@@ -444,8 +445,8 @@ func (p *plan) barrier() {
 
 // diff plans, in an order the kernel accepts and that never leaves a
 // window where a Service resolves to a half-written chain: table, new sets,
-// new chains, rewritten chains, added elements, removed elements, then
-// flushed and deleted stale chains and sets.
+// new chains, rewritten chains, elements (make before break, see
+// elementPhases), then flushed and deleted stale chains and sets.
 func (p *plan) diff(have *kernelTable, want *Table, fresh bool) {
 	t := p.r.table
 	if fresh {
@@ -471,7 +472,25 @@ func (p *plan) diff(have *kernelTable, want *Table, fresh bool) {
 		p.rewrite(have.chains[name], ch)
 	}
 	p.barrier()
-	for name, s := range want.Sets {
+	p.elementPhases(have, want)
+	p.removeStale(have, want)
+}
+
+// elementPhases sends element changes make before break, so that however
+// a big sync is split into transactions, no dispatch element leads to a
+// chain whose endpoints are not there yet or no more: first the additions
+// and replacements in sets and data maps (endpoints, hairpin pairs,
+// ClusterIPs), then all changes to verdict maps (the dispatch), then the
+// removals from sets and data maps.
+func (p *plan) elementPhases(have *kernelTable, want *Table) {
+	type change struct {
+		name string
+		spec SetSpec
+		d    elementDiff
+	}
+	var data, verdicts []change
+	for _, name := range sortedKeys(want.Sets) {
+		s := want.Sets[name]
 		if s.Spec.Dynamic {
 			continue
 		}
@@ -479,10 +498,26 @@ func (p *plan) diff(have *kernelTable, want *Table, fresh bool) {
 		if ks := have.sets[name]; ks != nil && sameSpec(ks.spec, s.Spec) {
 			old = ks.elems
 		}
-		p.elements(name, s.Spec, s.Elements, old)
+		c := change{name, s.Spec, diffElements(s.Elements, old)}
+		if s.Spec.Data.Name == nftables.TypeVerdict.Name {
+			verdicts = append(verdicts, c)
+		} else {
+			data = append(data, c)
+		}
+	}
+	for _, c := range data {
+		p.replaceAndAdd(c.name, c.spec, c.d)
 	}
 	p.barrier()
-	p.removeStale(have, want)
+	for _, c := range verdicts {
+		p.replaceAndAdd(c.name, c.spec, c.d)
+		p.remove(c.name, c.spec, c.d.del)
+	}
+	p.barrier()
+	for _, c := range data {
+		p.remove(c.name, c.spec, c.d.del)
+	}
+	p.barrier()
 }
 
 func sameSpec(a, b SetSpec) bool {
@@ -542,11 +577,15 @@ func sameFPs(fps []string, rules []Rule) bool {
 	return true
 }
 
-// elements sends the element changes of one set: new keys are added,
+// elementDiff is the element changes of one set: new keys are added,
 // vanished keys deleted, and a key whose value changed (a Service going
-// from reject to drop) is deleted and re-added in one step, so the kernel
-// never sees two values for a key nor a moment without one.
-func (p *plan) elements(set string, spec SetSpec, want, have map[string]uint32) {
+// from reject to drop) is replaced: deleted and re-added in one step, so
+// the kernel never sees two values for a key nor a moment without one.
+type elementDiff struct {
+	add, replaceOld, replaceNew, del []string
+}
+
+func diffElements(want, have map[string]uint32) elementDiff {
 	gone := map[string]string{} // key → element id, of elements to remove
 	for id := range have {
 		if _, ok := want[id]; !ok {
@@ -569,6 +608,11 @@ func (p *plan) elements(set string, spec SetSpec, want, have map[string]uint32) 
 	for _, id := range gone {
 		del = append(del, id)
 	}
+	return elementDiff{add: add, replaceOld: replaceOld, replaceNew: replaceNew, del: del}
+}
+
+func (p *plan) replaceAndAdd(set string, spec SetSpec, d elementDiff) {
+	replaceOld, replaceNew, add := d.replaceOld, d.replaceNew, d.add
 	for i := 0; i < len(replaceNew); i += elementsPerMessage {
 		j := min(i+elementsPerMessage, len(replaceNew))
 		p.elementStep(set, spec, replaceOld[i:j], true)
@@ -579,6 +623,9 @@ func (p *plan) elements(set string, spec SetSpec, want, have map[string]uint32) 
 	for i := 0; i < len(add); i += elementsPerMessage {
 		p.elementStep(set, spec, add[i:min(i+elementsPerMessage, len(add))], false)
 	}
+}
+
+func (p *plan) remove(set string, spec SetSpec, del []string) {
 	for i := 0; i < len(del); i += elementsPerMessage {
 		p.elementStep(set, spec, del[i:min(i+elementsPerMessage, len(del))], true)
 	}
@@ -588,12 +635,12 @@ func (p *plan) elements(set string, spec SetSpec, want, have map[string]uint32) 
 // decoded when the step runs, so a plan holds no copy of them. The record
 // takes the set's elements once the sync succeeded (Renderer.adopt).
 func (p *plan) elementStep(set string, spec SetSpec, ids []string, del bool) {
-	typ := uint16(unix.NFT_MSG_NEWSETELEM)
+	typ, what := uint16(unix.NFT_MSG_NEWSETELEM), "add "+set
 	if del {
-		typ = unix.NFT_MSG_DELSETELEM
+		typ, what = unix.NFT_MSG_DELSETELEM, "delete "+set
 	}
 	t := p.r.table
-	p.steps = append(p.steps, step{messages: 1, weight: elementsWeight, own: func(w *batchWriter) {
+	p.steps = append(p.steps, step{messages: 1, weight: elementsWeight, what: what, own: func(w *batchWriter) {
 		w.beginOwn(typ, t.Family)
 		w.ownB = appendElements(w.ownB, t.Name, set, spec, ids)
 		w.endOwn()

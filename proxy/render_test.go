@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -63,7 +64,7 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 		t.Fatal("first sync sent nothing")
 	}
 	out := ns.MustExec(t, "nft", "list", "table", "ip", TableName)
-	for _, want := range []string{"service-ips", "172.30.0.41 . tcp . 80 : goto service-", "numgen random mod 2 map @endpoints-", "172.30.0.41 . tcp . 80 . 0x00000001 : 10.180.1.1 . 8080", "203.0.113.0/25"} {
+	for _, want := range []string{"service-ips", "172.30.0.41 . tcp . 80 : goto pick-tcp-2-pool-20", "dnat ip to ip daddr . meta l4proto . tcp dport . numgen random mod 2 map @pool-20", "numgen random mod 2 map @endpoints-", "172.30.0.41 . tcp . 80 . 0x00000001 : 10.180.1.1 . 8080", "203.0.113.0/25"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("nft list table ip netplane lacks %q:\n%s", want, out)
 		}
@@ -76,11 +77,13 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 		t.Errorf("adopting a correct table sent %d messages, want 0", n)
 	}
 
-	// One endpoint more: only that Service's chain and one element change.
+	// One endpoint more: svc1 is the only Service with 2 endpoints and
+	// becomes the only one with 3, so a shared chain comes and one goes,
+	// besides the elements.
 	in.Slices[nsName("ns1", "svc1")] = []*sliceRecord{withEndpoint(in.Slices[nsName("ns1", "svc1")][0], "10.180.2.1")}
 	d2 := Build(in)
-	if n := syncAll(t, rs, d2, false); n == 0 || n > 8 {
-		t.Errorf("one endpoint more sent %d messages, want 1 to 8 (one chain and one element)", n)
+	if n := syncAll(t, rs, d2, false); n == 0 || n > 12 {
+		t.Errorf("one endpoint more sent %d messages, want 1 to 12 (two chains and elements)", n)
 	}
 	if out := ns.MustExec(t, "nft", "list", "table", "ip", TableName); !strings.Contains(out, "10.180.2.1") {
 		t.Errorf("new endpoint missing:\n%s", out)
@@ -248,8 +251,8 @@ func TestPartialSyncOfTouchedPartsLeavesTheKernelAsAWholeDiffWould(t *testing.T)
 	}
 
 	in.Slices[nsName("ns1", "svc1")] = []*sliceRecord{withEndpoint(in.Slices[nsName("ns1", "svc1")][0], "10.180.2.1")}
-	if n := sync("one endpoint more"); n == 0 || n > 8 {
-		t.Errorf("one endpoint more sent %d messages, want 1 to 8", n)
+	if n := sync("one endpoint more"); n == 0 || n > 12 {
+		t.Errorf("one endpoint more sent %d messages, want 1 to 12 (two shared chains and elements)", n)
 	}
 	localPolicyWithOnlyARemoteEndpoint(in, "svc6")
 	sync("reject becomes drop")
@@ -258,4 +261,42 @@ func TestPartialSyncOfTouchedPartsLeavesTheKernelAsAWholeDiffWould(t *testing.T)
 	sync("a Service deleted")
 	in.Services = append(in.Services, removed)
 	sync("the Service back")
+}
+
+// TestElementChangesMakeBeforeBreak: a Service whose endpoint count
+// changes moves its endpoints to another pool map and its dispatch element
+// to another chain. However a big sync is split into transactions, the
+// new endpoints are in place before the dispatch changes, and the old ones
+// go only after.
+func TestElementChangesMakeBeforeBreak(t *testing.T) {
+	in := overall()
+	before := Build(in).Tables[nftables.TableFamilyIPv4]
+	key := nsName("ns1", "svc1")
+	in.Slices[key] = []*sliceRecord{withEndpoint(in.Slices[key][0], "10.180.2.1")}
+	after := Build(in).Tables[nftables.TableFamilyIPv4]
+
+	have := newKernelTable()
+	for name, s := range before.Sets {
+		have.sets[name] = &kernelSet{spec: s.Spec, elems: maps.Clone(s.Elements)}
+	}
+	for name, c := range before.Chains {
+		fps := make([]string, len(c.Rules))
+		for i, r := range c.Rules {
+			fps[i] = r.FP
+		}
+		have.chains[name] = &kernelChain{base: c.Base, rules: fps}
+	}
+	p := &plan{r: &Renderer{table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyIPv4}}}
+	p.diff(have, after, false)
+	var got []string
+	for _, s := range p.steps {
+		if s.what != "" {
+			got = append(got, s.what)
+		}
+	}
+	oldPool, newPool := poolShard(&in.Services[0].ports[0], 2), poolShard(&in.Services[0].ports[0], 3)
+	want := []string{"add hairpin", "add " + newPool, "delete service-ips", "add service-ips", "delete " + oldPool}
+	if !slices.Equal(got, want) {
+		t.Errorf("element steps %q, want %q", got, want)
+	}
 }

@@ -280,15 +280,17 @@ func (r *rule) nat() *expr.NAT { return natExprs[r.fam] }
 // slotKey is a Service's part of its endpoints' keys in the shared maps:
 // ClusterIP . protocol . port.
 type slotKey struct {
+	cip   netip.Addr
 	addr  []byte
 	proto uint8
 	port  uint16
-	text  string
 }
 
 func newSlotKey(cip netip.Addr, proto uint8, p uint16) slotKey {
-	return slotKey{cip.AsSlice(), proto, p, fmt.Sprintf("%s . %s . %d", cip, protoName(proto), p)}
+	return slotKey{cip, cip.AsSlice(), proto, p}
 }
+
+func (k slotKey) text() string { return fmt.Sprintf("%s . %s . %d", k.cip, protoName(k.proto), k.port) }
 
 // at is the key of slot i (numgen writes it in host byte order).
 func (k slotKey) at(i uint32) []byte {
@@ -300,7 +302,7 @@ func (k slotKey) at(i uint32) []byte {
 // zero-pads the register); `nft list` shows them in hex all the same, as
 // it has no type for constants in a concatenation.
 func (r *rule) dnatSlot(k slotKey, n int, offset uint32, set string) *rule {
-	text := fmt.Sprintf("dnat %s to %s . numgen random mod %d", r.ipWord(), k.text, n)
+	text := fmt.Sprintf("dnat %s to %s . numgen random mod %d", r.ipWord(), k.text(), n)
 	if offset != 0 {
 		text += fmt.Sprintf(" offset %d", offset)
 	}
@@ -310,6 +312,22 @@ func (r *rule) dnatSlot(k slotKey, n int, offset uint32, set string) *rule {
 		&expr.Immediate{Register: a, Data: []byte{k.proto}},
 		&expr.Immediate{Register: a + 1, Data: binaryutil.BigEndian.PutUint16(k.port)},
 		&expr.Numgen{Register: a + 2, Modulus: uint32(n), Offset: offset, Type: unix.NFT_NG_RANDOM},
+		&expr.Lookup{SourceRegister: reg, SetName: set, IsDestRegSet: true, DestRegister: reg},
+		r.nat())
+}
+
+// dnatPick: "dnat ip to ip daddr . meta l4proto . th dport . numgen random
+// mod N map @set". The Service's part of the key comes from the packet,
+// not from immediates: only traffic to a ClusterIP comes here, so one
+// chain serves every pooled Service with N endpoints.
+func (r *rule) dnatPick(n int, set string) *rule {
+	w := r.ipWord()
+	a := reg + r.addrLen()/4
+	return r.add(fmt.Sprintf("dnat %s to %s daddr . meta l4proto . th dport . numgen random mod %d map @%s", w, w, n, set),
+		r.addrLoad("daddr", reg),
+		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: a},
+		&expr.Payload{DestRegister: a + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
+		&expr.Numgen{Register: a + 2, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM},
 		&expr.Lookup{SourceRegister: reg, SetName: set, IsDestRegSet: true, DestRegister: reg},
 		r.nat())
 }
