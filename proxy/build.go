@@ -183,12 +183,29 @@ func baseRules(t *Table, n NodeFacts) {
 	}
 }
 
-// baseSets declares the shared sets and maps every Service adds to.
+// baseSets declares the shared sets and maps the base rules read. The
+// endpoint and pool maps are declared by their first element and dropped
+// with their last (Model.add, Model.remove): a cluster uses few of them,
+// and creating all 288 in both families was a quarter of a full sync at
+// 1,000 Services.
 func baseSets(t *Table) {
 	for name, spec := range sharedSets[t.Family] {
-		t.set(name, spec)
+		if !onDemand[name] {
+			t.set(name, spec)
+		}
 	}
 }
+
+// onDemand names the shared maps that exist only while they hold elements.
+// No rule reads an empty one: a chain reading a map is some Service's, or
+// a pick chain of Services with endpoints there.
+var onDemand = func() map[string]bool {
+	out := map[string]bool{}
+	for _, name := range append(slices.Clone(endpointShardNames), poolShardNames...) {
+		out[name] = true
+	}
+	return out
+}()
 
 // sharedSets are the specs of the shared sets and maps, per family.
 var sharedSets = map[nftables.TableFamily]map[string]SetSpec{

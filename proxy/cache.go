@@ -237,7 +237,7 @@ func (m *Model) reserve(frags []*fragment) {
 		}
 		t.Chains = grown(t.Chains, chains)
 		for name, n := range elems { // shared sets only
-			s := t.Sets[name]
+			s := t.set(name, sharedSets[fam][name])
 			s.Elements = grown(s.mutable(), len(s.Elements)+n)
 		}
 	}
@@ -271,7 +271,7 @@ func (m *Model) add(f *fragment) {
 			t.Sets[s.Name] = s
 		}
 		for _, e := range part.elems {
-			t.Sets[e.set].mutable()[e.id]++
+			t.set(e.set, sharedSets[part.fam][e.set]).mutable()[e.id]++
 		}
 	}
 }
@@ -336,6 +336,9 @@ func (m *Model) remove(f *fragment, elems map[nftables.TableFamily][]fragElem) {
 			merged := t.Sets[e.set].mutable()
 			if merged[e.id]--; merged[e.id] == 0 {
 				delete(merged, e.id)
+			}
+			if len(merged) == 0 && onDemand[e.set] {
+				delete(t.Sets, e.set)
 			}
 		}
 	}

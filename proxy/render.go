@@ -430,7 +430,7 @@ type step struct {
 	do       func(c *nftables.Conn) error // adds messages through the library
 	own      func(w *batchWriter)         // or encodes its message itself
 	barrier  bool                         // start a new transaction after this step
-	what     string                       // of an element step: "add SET" or "delete SET"
+	what     string                       // "add SET", "delete SET" (elements), "delete set SET"
 }
 
 func (p *plan) add(n int, do func(c *nftables.Conn) error) {
@@ -666,6 +666,7 @@ func (p *plan) removeStale(have *kernelTable, want *Table) {
 	for _, name := range sortedKeys(have.sets) {
 		if want.Sets[name] == nil {
 			p.add(1, func(c *nftables.Conn) error { c.DelSet(&nftables.Set{Table: t, Name: name}); return nil })
+			p.steps[len(p.steps)-1].what = "delete set " + name
 			p.onSuccess(func(k *kernelTable) { delete(k.sets, name) })
 		}
 	}
