@@ -185,7 +185,7 @@ func baseRules(t *Table, n NodeFacts) {
 
 // baseSets declares the shared sets and maps the base rules read. The
 // endpoint and pool maps are declared by their first element and dropped
-// with their last (Model.add, Model.remove): a cluster uses few of them,
+// with their last (Model.reserve, Model.add, Model.remove): a cluster uses few of them,
 // and creating all 288 in both families was a quarter of a full sync at
 // 1,000 Services.
 func baseSets(t *Table) {
@@ -502,10 +502,11 @@ func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint, of
 // rules, half the work of a full sync.
 func (b *builder) pooled() bool { return !b.sp.externallyAccessible() && b.sp.Affinity == 0 }
 
-// pickChain adds the endpoints of a pooled Service to the pool map for
-// their count, under its ClusterIP, protocol and port, and returns the
-// chain, shared by every pooled Service with as many endpoints, that picks
-// one by the packet's own address, protocol and port. Only the endpoints
+// pickChain adds the endpoints of a pooled Service to its pool map (by
+// their count, see poolShard), under its ClusterIP, protocol and port, and
+// returns the chain that picks one by the packet's own address, protocol
+// and port, shared by every pooled Service with the same protocol, count
+// and pool map. Only the endpoints
 // the ClusterIP leads to are there (all, or the local ones with
 // internalTrafficPolicy Local), so their slots start at 0.
 func (b *builder) pickChain(eps []endpoint) string {
@@ -530,8 +531,10 @@ func (b *builder) pickChain(eps []endpoint) string {
 //     with the same count (reading it back at a restart then took 0.4 s);
 //   - each map a count spreads over is one more chain for that count.
 //
-// A Service whose endpoint count changes moves its elements to another
-// map, in the same transaction as its dispatch element.
+// A Service whose endpoint count changes usually moves its elements to
+// another map and its dispatch element to another chain; the renderer
+// adds the new elements before it switches the dispatch, and removes the
+// old ones after (plan.diff).
 const (
 	poolShards = 32
 	poolSpread = 8
@@ -552,7 +555,8 @@ func poolShard(sp *servicePort, n int) string {
 }
 
 // pickChains caches the shared chains: their content is a function of
-// the key alone, and one Chain value can serve every fragment.
+// the key alone, and one Chain value can serve every fragment. It keeps
+// them for good: a few hundred at most per set of cluster CIDRs.
 var pickChains sync.Map
 
 // pickChainFor is "pick-tcp-3-pool-24": the ClusterIP masquerade mark,

@@ -333,7 +333,11 @@ func (m *Model) remove(f *fragment, elems map[nftables.TableFamily][]fragElem) {
 			delete(t.Sets, s.Name)
 		}
 		for _, e := range part.elems {
-			merged := t.Sets[e.set].mutable()
+			s := t.Sets[e.set]
+			if s == nil {
+				continue // nothing of it left to remove (cannot happen: records rebuild the same elements)
+			}
+			merged := s.mutable()
 			if merged[e.id]--; merged[e.id] == 0 {
 				delete(merged, e.id)
 			}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"syscall"
+	"time"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/userdata"
@@ -95,8 +96,12 @@ func (d *dumper) setElementIDs(sets []string) (map[string]map[string]uint32, err
 }
 
 // errDumpInterrupted: the table changed during a dump, whose result is
-// then inconsistent.
-var errDumpInterrupted = errors.New("dump interrupted by a change")
+// then inconsistent. errDumpDuplicates: a dump sent an element twice (so
+// missed another), as when the kernel resized the set's hash table during it.
+var (
+	errDumpInterrupted = errors.New("dump interrupted by a change")
+	errDumpDuplicates  = errors.New("dump sent an element twice (the set's hash table was resized meanwhile)")
+)
 
 const dumpTries = 10
 
@@ -121,10 +126,13 @@ func (d *dumper) dump(msgType, tableAttr, nameAttr uint16, name string, start fu
 		start()
 		err := d.once(req, each)
 		if err == nil && whole != nil && !whole() {
-			err = errDumpInterrupted
+			err = errDumpDuplicates
 		}
-		if !errors.Is(err, errDumpInterrupted) || try == dumpTries {
+		if !errors.Is(err, errDumpInterrupted) && !errors.Is(err, errDumpDuplicates) || try == dumpTries {
 			return err
+		}
+		if errors.Is(err, errDumpDuplicates) {
+			time.Sleep(time.Duration(try) * time.Millisecond) // the kernel resizes in the background
 		}
 	}
 }

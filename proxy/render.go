@@ -7,6 +7,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -430,7 +431,7 @@ type step struct {
 	do       func(c *nftables.Conn) error // adds messages through the library
 	own      func(w *batchWriter)         // or encodes its message itself
 	barrier  bool                         // start a new transaction after this step
-	what     string                       // "add SET", "delete SET" (elements), "delete set SET"
+	what     string                       // "add SET", "delete SET" (elements), "delete set SET", "rewrite CHAIN"
 }
 
 func (p *plan) add(n int, do func(c *nftables.Conn) error) {
@@ -443,10 +444,16 @@ func (p *plan) barrier() {
 	}
 }
 
-// diff plans, in an order the kernel accepts and that never leaves a
-// window where a Service resolves to a half-written chain: table, new sets,
-// new chains, rewritten chains, elements (make before break, see
-// elementPhases), then flushed and deleted stale chains and sets.
+// diff plans, in an order the kernel accepts that makes before it breaks,
+// so that however a big sync is split into transactions (at the barriers)
+// no dispatch leads to a half-written chain or to endpoints not yet, or no
+// longer, there: table, new sets, new (empty) chains; additions and
+// replacements in sets and data maps (endpoints, hairpin pairs,
+// ClusterIPs); rewritten chains, whose rules may read those new endpoints;
+// the verdict maps that dispatch, additions first (firewall-ips, the
+// source-range filter, before service-ips) and removals after (service-ips
+// before firewall-ips); removals from sets and data maps; then flushed and
+// deleted stale chains and sets.
 func (p *plan) diff(have *kernelTable, want *Table, fresh bool) {
 	t := p.r.table
 	if fresh {
@@ -468,27 +475,39 @@ func (p *plan) diff(have *kernelTable, want *Table, fresh bool) {
 		}
 	}
 	p.barrier()
+	data, verdicts := elementChanges(have, want)
+	for _, c := range data {
+		p.replaceAndAdd(c.name, c.spec, c.d)
+	}
+	p.barrier()
 	for name, ch := range want.Chains {
 		p.rewrite(have.chains[name], ch)
 	}
 	p.barrier()
-	p.elementPhases(have, want)
+	for _, c := range verdicts {
+		p.replaceAndAdd(c.name, c.spec, c.d)
+	}
+	for _, c := range slices.Backward(verdicts) {
+		p.remove(c.name, c.spec, c.d.del)
+	}
+	p.barrier()
+	for _, c := range data {
+		p.remove(c.name, c.spec, c.d.del)
+	}
+	p.barrier()
 	p.removeStale(have, want)
 }
 
-// elementPhases sends element changes make before break, so that however
-// a big sync is split into transactions, no dispatch element leads to a
-// chain whose endpoints are not there yet or no more: first the additions
-// and replacements in sets and data maps (endpoints, hairpin pairs,
-// ClusterIPs), then all changes to verdict maps (the dispatch), then the
-// removals from sets and data maps.
-func (p *plan) elementPhases(have *kernelTable, want *Table) {
-	type change struct {
-		name string
-		spec SetSpec
-		d    elementDiff
-	}
-	var data, verdicts []change
+// setChange is the element changes of one set.
+type setChange struct {
+	name string
+	spec SetSpec
+	d    elementDiff
+}
+
+// elementChanges are the element changes of the sets and data maps, and
+// those of the verdict maps, each in name order.
+func elementChanges(have *kernelTable, want *Table) (data, verdicts []setChange) {
 	for _, name := range sortedKeys(want.Sets) {
 		s := want.Sets[name]
 		if s.Spec.Dynamic {
@@ -498,26 +517,14 @@ func (p *plan) elementPhases(have *kernelTable, want *Table) {
 		if ks := have.sets[name]; ks != nil && sameSpec(ks.spec, s.Spec) {
 			old = ks.elems
 		}
-		c := change{name, s.Spec, diffElements(s.Elements, old)}
+		c := setChange{name, s.Spec, diffElements(s.Elements, old)}
 		if s.Spec.Data.Name == nftables.TypeVerdict.Name {
 			verdicts = append(verdicts, c)
 		} else {
 			data = append(data, c)
 		}
 	}
-	for _, c := range data {
-		p.replaceAndAdd(c.name, c.spec, c.d)
-	}
-	p.barrier()
-	for _, c := range verdicts {
-		p.replaceAndAdd(c.name, c.spec, c.d)
-		p.remove(c.name, c.spec, c.d.del)
-	}
-	p.barrier()
-	for _, c := range data {
-		p.remove(c.name, c.spec, c.d.del)
-	}
-	p.barrier()
+	return data, verdicts
 }
 
 func sameSpec(a, b SetSpec) bool {
@@ -541,6 +548,7 @@ func (p *plan) rewrite(have *kernelChain, want *Chain) {
 			n += 2
 		}
 	}
+	defer func() { p.steps[len(p.steps)-1].what = "rewrite " + want.Name }()
 	p.add(n, func(c *nftables.Conn) error {
 		ch := p.chain(want)
 		if have != nil && !sameBase(have.base, want.Base) {

@@ -263,41 +263,69 @@ func TestPartialSyncOfTouchedPartsLeavesTheKernelAsAWholeDiffWould(t *testing.T)
 	sync("the Service back")
 }
 
-// TestElementChangesMakeBeforeBreak: a Service whose endpoint count
-// changes moves its endpoints to another pool map and its dispatch element
-// to another chain. However a big sync is split into transactions, the
-// new endpoints are in place before the dispatch changes, and the old ones
-// go only after.
-func TestElementChangesMakeBeforeBreak(t *testing.T) {
-	in := overall()
-	before := Build(in).Tables[nftables.TableFamilyIPv4]
-	key := nsName("ns1", "svc1")
-	in.Slices[key] = []*sliceRecord{withEndpoint(in.Slices[key][0], "10.180.2.1")}
-	after := Build(in).Tables[nftables.TableFamilyIPv4]
-
-	have := newKernelTable()
-	for name, s := range before.Sets {
-		have.sets[name] = &kernelSet{spec: s.Spec, elems: maps.Clone(s.Elements)}
-	}
-	for name, c := range before.Chains {
-		fps := make([]string, len(c.Rules))
-		for i, r := range c.Rules {
-			fps[i] = r.FP
-		}
-		have.chains[name] = &kernelChain{base: c.Base, rules: fps}
-	}
-	p := &plan{r: &Renderer{table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyIPv4}}}
-	p.diff(have, after, false)
-	var got []string
-	for _, s := range p.steps {
-		if s.what != "" {
-			got = append(got, s.what)
-		}
-	}
-	oldPool, newPool := poolShard(&in.Services[0].ports[0], 2), poolShard(&in.Services[0].ports[0], 3)
-	// The old pool map held only svc1: it goes as a whole, last.
-	want := []string{"add hairpin", "add " + newPool, "delete service-ips", "add service-ips", "delete set " + oldPool}
-	if !slices.Equal(got, want) {
-		t.Errorf("element steps %q, want %q", got, want)
+// TestChangesMakeBeforeBreak: however a big sync is split into
+// transactions, nothing dispatches to endpoints not yet, or no longer,
+// there, and a source-range filter outlives its Service's dispatch.
+func TestChangesMakeBeforeBreak(t *testing.T) {
+	svc1, svc2 := nsName("ns1", "svc1"), nsName("ns2", "svc2")
+	for _, c := range []struct {
+		name   string
+		change func(in *Input)
+		want   func(in Input) []string
+	}{{
+		// A pooled Service with one endpoint more moves to another pool
+		// map and another shared chain; its old map held only it.
+		"pooled endpoint count changes", func(in *Input) {
+			in.Slices[svc1] = []*sliceRecord{withEndpoint(in.Slices[svc1][0], "10.180.2.1")}
+		}, func(in Input) []string {
+			sp := &in.Services[0].ports[0]
+			return []string{"add hairpin", "add " + poolShard(sp, 3), "rewrite pick-tcp-3-" + poolShard(sp, 3),
+				"delete service-ips", "add service-ips", "delete set " + poolShard(sp, 2)}
+		},
+	}, {
+		// A NodePort Service's own chain reads its new slot only once the
+		// slot is there.
+		"a Service's own chain reads a new endpoint", func(in *Input) {
+			in.Slices[svc2] = []*sliceRecord{withEndpoint(in.Slices[svc2][0], "10.180.2.2")}
+		}, func(in Input) []string {
+			return []string{"add endpoints-206", "add hairpin", "rewrite service-42NFTM6N-ns2/svc2/tcp/p80"}
+		},
+	}, {
+		// A deleted load balancer Service stops being dispatched before its
+		// source-range filter goes.
+		"a Service with source ranges deleted", func(in *Input) {
+			in.Services = slices.DeleteFunc(in.Services, func(s *serviceRecord) bool { return s.name == "svc5" })
+		}, func(Input) []string {
+			return []string{"delete service-nodeports", "delete service-ips", "delete firewall-ips", "delete cluster-ips", "delete hairpin"}
+		},
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			in := overall()
+			before := Build(in).Tables[nftables.TableFamilyIPv4]
+			c.change(&in)
+			after := Build(in).Tables[nftables.TableFamilyIPv4]
+			have := newKernelTable()
+			for name, s := range before.Sets {
+				have.sets[name] = &kernelSet{spec: s.Spec, elems: maps.Clone(s.Elements)}
+			}
+			for name, ch := range before.Chains {
+				fps := make([]string, len(ch.Rules))
+				for i, r := range ch.Rules {
+					fps[i] = r.FP
+				}
+				have.chains[name] = &kernelChain{base: ch.Base, rules: fps}
+			}
+			p := &plan{r: &Renderer{table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyIPv4}}}
+			p.diff(have, after, false)
+			var got []string
+			for _, s := range p.steps {
+				if s.what != "" && !strings.HasPrefix(s.what, "delete set affinity-") {
+					got = append(got, s.what)
+				}
+			}
+			if want := c.want(in); !slices.Equal(got, want) {
+				t.Errorf("steps %q, want %q", got, want)
+			}
+		})
 	}
 }
