@@ -242,11 +242,12 @@ func sharedSetSpecs(addr nftables.SetDatatype) map[string]SetSpec {
 
 // builder writes the chains and elements of one servicePort in one family.
 type builder struct {
-	t    *Table
-	d    *Desired
-	node NodeFacts
-	sp   *servicePort
-	slot slotKey // the Service's part of its endpoints' keys
+	t     *Table
+	d     *Desired
+	node  NodeFacts
+	sp    *servicePort
+	slot  slotKey    // the Service's part of its endpoints' keys
+	picks *pickCache // the shared chains
 }
 
 // chainBase is "HASH-namespace/name/proto/port": readable, and unique by the
@@ -478,7 +479,7 @@ func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint, of
 	}
 	proto := protoNumber(sp.Protocol)
 	for _, e := range eps {
-		t.addElement(setHairpin, Element{Key: concat(e.Addr.AsSlice(), e.Addr.AsSlice())})
+		t.addElementID(setHairpin, hairpinID(e.Addr))
 	}
 	if sp.Affinity > 0 {
 		b.affinity(name, proto, eps)
@@ -490,8 +491,7 @@ func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint, of
 	}
 	set := endpointShard(sp)
 	for i, e := range eps {
-		ap := e.addrPort()
-		t.addElement(set, Element{Key: b.slot.at(offset + uint32(i)), Val: concat(ap.Addr().AsSlice(), port(ap.Port()))})
+		t.addElementID(set, b.slot.elemID(offset+uint32(i), e.addrPort()))
 	}
 	t.addRule(name, newRule(f).l4proto(proto).dnatSlot(b.slot, len(eps), offset, set).done())
 }
@@ -513,11 +513,10 @@ func (b *builder) pickChain(eps []endpoint) string {
 	sp, t := b.sp, b.t
 	set := poolShard(sp, len(eps))
 	for i, e := range eps {
-		ap := e.addrPort()
-		t.addElement(setHairpin, Element{Key: concat(e.Addr.AsSlice(), e.Addr.AsSlice())})
-		t.addElement(set, Element{Key: b.slot.at(uint32(i)), Val: concat(ap.Addr().AsSlice(), port(ap.Port()))})
+		t.addElementID(setHairpin, hairpinID(e.Addr))
+		t.addElementID(set, b.slot.elemID(uint32(i), e.addrPort()))
 	}
-	c := pickChainFor(t.Family, b.node, protoNumber(sp.Protocol), len(eps), set)
+	c := b.picks.chain(t.Family, protoNumber(sp.Protocol), len(eps), set)
 	t.useShared(c)
 	return c.Name
 }
@@ -554,28 +553,50 @@ func poolShard(sp *servicePort, n int) string {
 	return poolShardNames[(n*poolSpread+int(h.Sum32()%poolSpread))%poolShards]
 }
 
-// pickChains caches the shared chains: their content is a function of
-// the key alone, and one Chain value can serve every fragment. It keeps
-// them for good: a few hundred at most per set of cluster CIDRs.
-var pickChains sync.Map
+// pickCache builds each shared chain once for the model's node facts
+// (which decide its masquerade rule); one Chain value serves every
+// fragment using it. Fragments are built in parallel, hence the sync.Map.
+type pickCache struct {
+	masq   map[nftables.TableFamily]*Rule // nil: no masquerade rule
+	chains sync.Map                       // pickKey → *Chain
+}
 
-// pickChainFor is "pick-tcp-3-pool-24": the ClusterIP masquerade mark,
-// then the DNAT to one of n endpoints in set.
-func pickChainFor(f nftables.TableFamily, node NodeFacts, proto uint8, n int, set string) *Chain {
-	name := fmt.Sprintf("pick-%s-%d-%s", protoName(proto), n, set)
-	cidrs := familyPrefixes(node.ClusterCIDRs, f)
-	key := fmt.Sprint(f, name, node.MasqueradeAll, cidrs)
-	if c, ok := pickChains.Load(key); ok {
-		return c.(*Chain)
+type pickKey struct {
+	fam   nftables.TableFamily
+	proto uint8
+	n     int
+	set   string
+}
+
+func newPickCache(node NodeFacts) *pickCache {
+	c := &pickCache{masq: map[nftables.TableFamily]*Rule{}}
+	for _, f := range Families {
+		var r Rule
+		if node.MasqueradeAll {
+			r = newRule(f).setMasqMark().done()
+		} else if cidrs := familyPrefixes(node.ClusterCIDRs, f); len(cidrs) > 0 {
+			r = newRule(f).matchPrefixes("saddr", cidrs, true).setMasqMark().done()
+		} else {
+			continue
+		}
+		c.masq[f] = &r
 	}
-	c := &Chain{Name: name, Shared: true}
-	if node.MasqueradeAll {
-		c.Rules = append(c.Rules, newRule(f).setMasqMark().done())
-	} else if len(cidrs) > 0 {
-		c.Rules = append(c.Rules, newRule(f).matchPrefixes("saddr", cidrs, true).setMasqMark().done())
+	return c
+}
+
+// chain is "pick-tcp-3-pool-24": the ClusterIP masquerade mark, then the
+// DNAT to one of n endpoints in set.
+func (c *pickCache) chain(f nftables.TableFamily, proto uint8, n int, set string) *Chain {
+	key := pickKey{f, proto, n, set}
+	if ch, ok := c.chains.Load(key); ok {
+		return ch.(*Chain)
 	}
-	c.Rules = append(c.Rules, newRule(f).l4proto(proto).dnatPick(n, set).done())
-	got, _ := pickChains.LoadOrStore(key, c)
+	ch := &Chain{Name: fmt.Sprintf("pick-%s-%d-%s", protoName(proto), n, set), Shared: true}
+	if r := c.masq[f]; r != nil {
+		ch.Rules = append(ch.Rules, *r)
+	}
+	ch.Rules = append(ch.Rules, newRule(f).l4proto(proto).dnatPick(n, set).done())
+	got, _ := c.chains.LoadOrStore(key, ch)
 	return got.(*Chain)
 }
 

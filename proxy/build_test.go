@@ -243,3 +243,20 @@ func TestUnallocatedServiceIPsAreDroppedOnlyWithServiceCIDRs(t *testing.T) {
 		}
 	}
 }
+
+// The ids built in place for every endpoint equal those of the Elements
+// they stand for, in both families.
+func TestElementIDsBuiltInPlaceMatchElements(t *testing.T) {
+	for _, c := range []struct{ cip, ep string }{{"172.30.0.1", "10.1.2.3"}, {"fd00:30::1", "fd00:10::2:3"}} {
+		k := newSlotKey(netip.MustParseAddr(c.cip), 6, 8080)
+		ep := netip.AddrPortFrom(netip.MustParseAddr(c.ep), 9090)
+		want := Element{Key: k.at(7), Val: concat(ep.Addr().AsSlice(), port(ep.Port()))}.id()
+		if got := k.elemID(7, ep); got != want {
+			t.Errorf("%s slot 7 → %s: id %x, want %x", c.cip, ep, got, want)
+		}
+		a := ep.Addr()
+		if got, want := hairpinID(a), (Element{Key: concat(a.AsSlice(), a.AsSlice())}).id(); got != want {
+			t.Errorf("hairpin %s: id %x, want %x", a, got, want)
+		}
+	}
+}

@@ -27,6 +27,7 @@ type Model struct {
 	frags   map[types.NamespacedName]*fragment
 	// shared counts the Services using each shared chain, per family.
 	shared map[nftables.TableFamily]map[string]int
+	picks  *pickCache
 	d      *Desired
 	// touched is what changed in the merged tables since TakeTouched;
 	// nil means everything (a reset).
@@ -116,7 +117,7 @@ func (m *Model) Build(in Input) *Desired {
 		}
 	}
 	m.removeAll(gone)
-	fresh := buildFragments(todo, in.Slices, in.Node)
+	fresh := buildFragments(todo, in.Slices, in.Node, m.picks)
 	for _, f := range fresh {
 		m.frags[f.svc.key()] = f
 	}
@@ -138,6 +139,7 @@ func (m *Model) reset(key string, node NodeFacts) {
 	m.touched = nil
 	m.frags = map[types.NamespacedName]*fragment{}
 	m.shared = map[nftables.TableFamily]map[string]int{}
+	m.picks = newPickCache(node)
 	m.d = newDesired()
 	for _, fam := range Families {
 		m.shared[fam] = map[string]int{}
@@ -149,9 +151,9 @@ func (m *Model) reset(key string, node NodeFacts) {
 
 // buildFragments builds the fragments of svcs. Fragments are independent,
 // so at start-up, with every Service new, they are built on all CPUs.
-func buildFragments(svcs []*serviceRecord, eps map[types.NamespacedName][]*sliceRecord, node NodeFacts) []*fragment {
+func buildFragments(svcs []*serviceRecord, eps map[types.NamespacedName][]*sliceRecord, node NodeFacts, picks *pickCache) []*fragment {
 	out := make([]*fragment, len(svcs))
-	parallel(len(svcs), func(i int) { out[i] = buildFragment(svcs[i], eps[svcs[i].key()], node) })
+	parallel(len(svcs), func(i int) { out[i] = buildFragment(svcs[i], eps[svcs[i].key()], node, picks) })
 	return out
 }
 
@@ -179,7 +181,7 @@ func parallel(n int, fn func(i int)) {
 // parallelFrom is how many fragments make a build worth another goroutine.
 var parallelFrom = 256
 
-func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts) *fragment {
+func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts, picks *pickCache) *fragment {
 	d := newDesired()
 	for _, fam := range Families {
 		d.Tables[fam] = newTable(fam)
@@ -189,7 +191,7 @@ func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts) *frag
 		sp := &svc.ports[i]
 		spEps := endpointsFor(sp, eps, node.Name)
 		for _, fam := range Families {
-			b := &builder{t: d.Tables[fam], d: d, node: node, sp: sp}
+			b := &builder{t: d.Tables[fam], d: d, node: node, sp: sp, picks: picks}
 			b.build(familyEndpoints(spEps, fam))
 		}
 	}
@@ -353,7 +355,7 @@ func (m *Model) remove(f *fragment, elems map[nftables.TableFamily][]fragElem) {
 // same elements, and a change of the node's facts resets the model.
 func (m *Model) sharedElems(f *fragment) map[nftables.TableFamily][]fragElem {
 	out := map[nftables.TableFamily][]fragElem{}
-	for _, part := range buildFragment(f.svc, f.slices, m.node).parts {
+	for _, part := range buildFragment(f.svc, f.slices, m.node, m.picks).parts {
 		out[part.fam] = part.elems
 	}
 	return out

@@ -206,16 +206,19 @@ func (t *Table) set(name string, spec SetSpec) *Set {
 
 // addElement adds e to a set, declaring a shared set on first use (a
 // Service's fragment holds only the sets it adds to).
-func (t *Table) addElement(set string, e Element) {
+func (t *Table) addElement(set string, e Element) { t.addElementID(set, e.id()) }
+
+// addElementID is addElement of an element given by its id.
+func (t *Table) addElementID(set, id string) {
 	if _, ok := sharedSets[t.Family][set]; ok && t.shared != nil {
-		*t.shared = append(*t.shared, fragElem{set, e.id()})
+		*t.shared = append(*t.shared, fragElem{set, id})
 		return
 	}
 	s := t.Sets[set]
 	if s == nil {
 		s = t.set(set, sharedSets[t.Family][set])
 	}
-	s.mutable()[e.id()] = 1
+	s.mutable()[id] = 1
 }
 
 func (t *Table) chain(name string, base *Hook) *Chain {

@@ -290,6 +290,37 @@ func newSlotKey(cip netip.Addr, proto uint8, p uint16) slotKey {
 	return slotKey{cip, cip.AsSlice(), proto, p}
 }
 
+// elemID is Element{Key: k.at(i), Val: ep's address . port}.id(), built
+// without the intermediate slices: a full build makes one per endpoint.
+func (k slotKey) elemID(i uint32, ep netip.AddrPort) string {
+	var buf [1 + 16 + 12 + 16 + 4]byte
+	b := append(buf[:0], byte(len(k.addr)+12))
+	b = append(b, k.addr...)
+	b = append(b, k.proto, 0, 0, 0)
+	b = append(binary.BigEndian.AppendUint16(b, k.port), 0, 0)
+	b = binary.NativeEndian.AppendUint32(b, i)
+	b = appendAddr(b, ep.Addr())
+	b = append(binary.BigEndian.AppendUint16(b, ep.Port()), 0, 0)
+	return string(b)
+}
+
+// hairpinID is Element{Key: a . a}.id(), the hairpin set's element for a.
+func hairpinID(a netip.Addr) string {
+	var buf [1 + 32]byte
+	b := append(buf[:0], byte(2*a.BitLen()/8))
+	return string(appendAddr(appendAddr(b, a), a))
+}
+
+// appendAddr appends a's 4 or 16 bytes.
+func appendAddr(b []byte, a netip.Addr) []byte {
+	if a.Is4() {
+		v := a.As4()
+		return append(b, v[:]...)
+	}
+	v := a.As16()
+	return append(b, v[:]...)
+}
+
 func (k slotKey) text() string { return fmt.Sprintf("%s . %s . %d", k.cip, protoName(k.proto), k.port) }
 
 // at is the key of slot i (numgen writes it in host byte order).
