@@ -462,13 +462,8 @@ func waitAnswer(ns *netns.NS, addr netip.AddrPort, limit time.Duration, p *frame
 			}
 			if !now.Before(next) {
 				next = now.Add(max(time.Millisecond, now.Sub(start)/200))
-				fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|unix.SOCK_NONBLOCK, 0)
+				fd, err := probeSocket(unix.SOCK_NONBLOCK)
 				if err != nil {
-					return err
-				}
-				_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
-				if err := bindProbePort(fd); err != nil {
-					unix.Close(fd)
 					return err
 				}
 				switch err := unix.Connect(fd, sa); {
@@ -528,16 +523,8 @@ func connectLatenciesWithin(ns *netns.NS, addr netip.AddrPort, count int, timeou
 	sa := &unix.SockaddrInet4{Port: int(addr.Port()), Addr: addr.Addr().As4()}
 	err := ns.Do(func() error {
 		for range count {
-			fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC, 0)
+			fd, err := probeSocket(0)
 			if err != nil {
-				return err
-			}
-			_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
-			// A source port of its own: a reused one could meet the
-			// conntrack entry of an attempt made before the rules existed
-			// (closed by the peer's reset, kept 10 s, never DNATed).
-			if err := bindProbePort(fd); err != nil {
-				unix.Close(fd)
 				return err
 			}
 			tv := unix.NsecToTimeval(timeout.Nanoseconds())
@@ -555,6 +542,23 @@ func connectLatenciesWithin(ns *netns.NS, addr netip.AddrPort, count int, timeou
 	})
 	slices.Sort(out)
 	return out, err
+}
+
+// probeSocket is a TCP socket reset on close (no TIME_WAIT piles up) and
+// bound to a source port of its own: a reused one could meet the conntrack
+// entry of an attempt made before the rules existed (closed by the peer's
+// reset, kept 10 s, never DNATed).
+func probeSocket(flags int) (int, error) {
+	fd, err := unix.Socket(unix.AF_INET, unix.SOCK_STREAM|unix.SOCK_CLOEXEC|flags, 0)
+	if err != nil {
+		return -1, err
+	}
+	_ = unix.SetsockoptLinger(fd, unix.SOL_SOCKET, unix.SO_LINGER, &unix.Linger{Onoff: 1, Linger: 0})
+	if err := bindProbePort(fd); err != nil {
+		unix.Close(fd)
+		return -1, err
+	}
+	return fd, nil
 }
 
 var probePort atomic.Uint32
