@@ -62,9 +62,9 @@ func Run(ctx context.Context, d role.Deps) error {
 	d.Checks.AddHealth("proxy", p.healthz)
 	own.Start(ctx.Done())
 	if !role.WaitForSync(ctx, d, "proxy",
-		own.Core().V1().Services().Informer().HasSynced,
-		d.Informers.Core().V1().Nodes().Informer().HasSynced,
-		own.Discovery().V1().EndpointSlices().Informer().HasSynced,
+		own.Core().V1().Services().Informer().HasSyncedChecker(),
+		d.Informers.Core().V1().Nodes().Informer().HasSyncedChecker(),
+		own.Discovery().V1().EndpointSlices().Informer().HasSyncedChecker(),
 	) {
 		return nil
 	}

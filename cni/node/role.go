@@ -51,7 +51,7 @@ func Run(ctx context.Context, d role.Deps) error {
 		return err
 	}
 	d.Checks.AddReady("podnetwork-setup", a.ready)
-	if !role.WaitForSync(ctx, d, "podnetwork", nodes.Informer().HasSynced) {
+	if !role.WaitForSync(ctx, d, "podnetwork", nodes.Informer().HasSyncedChecker()) {
 		return nil
 	}
 	a.recorder = newRecorder(ctx, d, d.Config.Node.NodeName)

@@ -57,11 +57,11 @@ func Run(ctx context.Context, d role.Deps) error {
 	}
 	f := d.Informers
 	if !role.WaitForSync(ctx, d, "controller",
-		f.Core().V1().Services().Informer().HasSynced,
-		f.Core().V1().Pods().Informer().HasSynced,
-		f.Core().V1().Nodes().Informer().HasSynced,
-		f.Core().V1().Endpoints().Informer().HasSynced,
-		f.Discovery().V1().EndpointSlices().Informer().HasSynced,
+		f.Core().V1().Services().Informer().HasSyncedChecker(),
+		f.Core().V1().Pods().Informer().HasSyncedChecker(),
+		f.Core().V1().Nodes().Informer().HasSyncedChecker(),
+		f.Core().V1().Endpoints().Informer().HasSyncedChecker(),
+		f.Discovery().V1().EndpointSlices().Informer().HasSyncedChecker(),
 	) {
 		return nil
 	}
