@@ -24,6 +24,7 @@ type podSink struct {
 	addrs  map[podRef]packedAddrs // pods holding addresses
 	moves  func([]podMove)
 	synced atomic.Bool
+	done   chan struct{} // closed with the first list handed on
 }
 
 // podMove is a pod giving back the addresses old and taking cur.
@@ -33,7 +34,7 @@ type podMove struct {
 }
 
 func newPodSink(moves func([]podMove)) *podSink {
-	return &podSink{addrs: map[podRef]packedAddrs{}, moves: moves}
+	return &podSink{addrs: map[podRef]packedAddrs{}, moves: moves, done: make(chan struct{})}
 }
 
 // Transformer slims the pods a watch-list streams into the reflector's
@@ -54,6 +55,10 @@ func (s *podSink) Resync() error        { return nil }
 
 // HasSynced reports whether the first list has been handed on.
 func (s *podSink) HasSynced() bool { return s.synced.Load() }
+
+// Name and Done make the sink a cache.DoneChecker, waited for without polling.
+func (s *podSink) Name() string          { return "dns pods" }
+func (s *podSink) Done() <-chan struct{} { return s.done }
 
 func (s *podSink) set(obj any, exists bool) error {
 	p := toPodInfo(obj)
@@ -103,7 +108,9 @@ func (s *podSink) Replace(list []any, _ string) error {
 	}
 	s.addrs = next
 	s.moves(moves)
-	s.synced.Store(true)
+	if !s.synced.Swap(true) {
+		close(s.done)
+	}
 	return nil
 }
 

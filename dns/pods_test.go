@@ -86,9 +86,20 @@ func TestPodSinkIsSyncedOnceTheFirstListIsHandedOn(t *testing.T) {
 	if s.HasSynced() {
 		t.Error("synced before the first list")
 	}
+	select {
+	case <-s.Done():
+		t.Error("done before the first list")
+	default:
+	}
 	s.Replace(nil, "")
+	s.Replace(nil, "") // a relist: done stays done
 	if !s.HasSynced() {
 		t.Error("not synced after the first list")
+	}
+	select {
+	case <-s.Done():
+	default:
+		t.Error("not done after the first list")
 	}
 }
 

@@ -74,14 +74,14 @@ func startWatch(ctx context.Context, client kubernetes.Interface, h *Handler, m 
 	_ = sliceInf.AddIndexers(cache.Indexers{byService: sliceService})
 	w.services, w.slices, w.nss = svcInf.GetStore(), sliceInf.GetIndexer(), nsInf.GetStore()
 
-	var regs []cache.InformerSynced
+	var regs []cache.DoneChecker
 	add := func(inf cache.SharedIndexInformer, note func(obj any, fresh bool)) {
 		reg, _ := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { note(obj, true) },
 			UpdateFunc: func(old, cur any) { note(old, false); note(cur, true) },
 			DeleteFunc: func(obj any) { note(obj, false) },
 		})
-		regs = append(regs, reg.HasSynced)
+		regs = append(regs, reg.HasSyncedChecker())
 	}
 	add(svcInf, w.noteService)
 	add(sliceInf, w.noteSlice)
@@ -92,7 +92,8 @@ func startWatch(ctx context.Context, client kubernetes.Interface, h *Handler, m 
 		regs = append(regs, w.watchPods(ctx, client))
 	}
 	go func() {
-		if cache.WaitForCacheSync(ctx.Done(), regs...) {
+		// Told, not polling every 100 ms as WaitForCacheSync does.
+		if cache.WaitFor(ctx, "", regs...) {
 			w.note(func(p *pending) { p.synced = true })
 			log.Info("caches synced, answering for the cluster zone")
 		}
@@ -101,8 +102,8 @@ func startWatch(ctx context.Context, client kubernetes.Interface, h *Handler, m 
 }
 
 // watchPods feeds pods to the index through a podSink, with no informer
-// cache; the function it returns reports whether the first list is in.
-func (w *watcher) watchPods(ctx context.Context, client kubernetes.Interface) cache.InformerSynced {
+// cache; the checker it returns is done when the first list is in.
+func (w *watcher) watchPods(ctx context.Context, client kubernetes.Interface) cache.DoneChecker {
 	// Finished pods give their address back; leaving them out on the server
 	// side keeps a reused address from naming the wrong pod.
 	selector := fields.AndSelectors(
@@ -123,7 +124,7 @@ func (w *watcher) watchPods(ctx context.Context, client kubernetes.Interface) ca
 	})
 	r := cache.NewReflectorWithOptions(lw, &corev1.Pod{}, sink, cache.ReflectorOptions{Name: "dns pods"})
 	go r.RunWithContext(ctx)
-	return sink.HasSynced
+	return sink
 }
 
 func sliceService(obj any) ([]string, error) {
