@@ -266,11 +266,14 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 		answered = later(answered, synced)
 	}
 	r.fromStart, r.fromLists = answered.Sub(t0), answered.Sub(lists)
-	// The monitor listens only from here on: while anyone listens, the
-	// kernel builds a notification of every change each commit makes,
-	// which would slow both proxies' full syncs (netplane's own watch stays
-	// away from the group while it commits; see sync_watch.go).
+	// The monitor listens only from here on, and only until this run ends:
+	// while anyone listens, in any namespace, the kernel builds a
+	// notification of every change each commit makes, which would slow
+	// both proxies' full syncs, and a monitor left from an earlier run
+	// slowed whoever ran later (netplane's own watch stays away from the
+	// group while it commits; see sync_watch.go).
 	mon := newNFTMonitor(b, ns)
+	defer mon.close()
 	mark := mon.mark()
 	mon.settle(mark, time.Second, 5*time.Minute)
 	r.monitorOverflow = mon.since(mark).overflow
