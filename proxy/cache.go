@@ -116,8 +116,53 @@ func (m *Model) Build(in Input) *Desired {
 			delete(m.frags, name)
 		}
 	}
+	return m.update(todo, gone, in.Slices)
+}
+
+// Built reports whether the model holds a build for node: Apply needs one.
+func (m *Model) Built(node NodeFacts) bool {
+	return m.d != nil && fmt.Sprintf("%+v", node) == m.nodeKey
+}
+
+// Change is a Service's current record and slices; a nil svc means it is
+// gone (or not proxied).
+type Change struct {
+	Svc    *serviceRecord
+	Slices []*sliceRecord
+}
+
+// Apply is Build for the Services in changes only, the others being as in
+// the last build, which must be for the same node facts (Built). A partial
+// sync then costs the change, not a listing of every Service and slice
+// and a walk of every fragment (about 6 ms at 10,000 Services).
+func (m *Model) Apply(changes map[types.NamespacedName]Change) *Desired {
+	var todo []*serviceRecord
+	var gone []*fragment
+	slicesOf := make(map[types.NamespacedName][]*sliceRecord, len(changes))
+	for name, c := range changes {
+		f := m.frags[name]
+		if c.Svc == nil {
+			if f != nil {
+				gone = append(gone, f)
+				delete(m.frags, name)
+			}
+			continue
+		}
+		if f != nil && f.svc == c.Svc && slices.Equal(f.slices, c.Slices) {
+			continue
+		}
+		if f != nil {
+			gone = append(gone, f)
+		}
+		todo, slicesOf[name] = append(todo, c.Svc), c.Slices
+	}
+	return m.update(todo, gone, slicesOf)
+}
+
+// update takes the gone fragments out and builds and merges those of todo.
+func (m *Model) update(todo []*serviceRecord, gone []*fragment, eps map[types.NamespacedName][]*sliceRecord) *Desired {
 	m.removeAll(gone)
-	fresh := buildFragments(todo, in.Slices, in.Node, m.picks)
+	fresh := buildFragments(todo, eps, m.node, m.picks)
 	for _, f := range fresh {
 		m.frags[f.svc.key()] = f
 	}

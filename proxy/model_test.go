@@ -216,10 +216,13 @@ func TestNodePortAddresses(t *testing.T) {
 // TestIncrementalModelEqualsAFreshBuild changes Services and slices at
 // random and checks, after every step, that the cached model's tables are
 // exactly what a fresh build gives.
+// The model kept by Apply, told only the Services each step changed (as a
+// partial sync is), must equal it too.
 func TestIncrementalModelEqualsAFreshBuild(t *testing.T) {
 	rng := rand.New(rand.NewPCG(1, 2))
 	in := overall()
-	m := NewModel()
+	m, ma := NewModel(), NewModel()
+	ma.Build(in)
 	keys := func() []types.NamespacedName {
 		var ks []types.NamespacedName
 		for _, s := range in.Services {
@@ -231,6 +234,7 @@ func TestIncrementalModelEqualsAFreshBuild(t *testing.T) {
 	for step := 0; step < 300; step++ {
 		ks := keys()
 		k := ks[rng.IntN(len(ks))]
+		changed := []types.NamespacedName{k}
 		switch rng.IntN(4) {
 		case 0: // move an endpoint to a shared address
 			if ss := in.Slices[k]; len(ss) > 0 {
@@ -248,6 +252,7 @@ func TestIncrementalModelEqualsAFreshBuild(t *testing.T) {
 				c := *deleted[0]
 				in.Services = append(slices.Clone(in.Services), &c)
 				deleted = deleted[1:]
+				changed = []types.NamespacedName{c.key()}
 				break
 			}
 			for i, s := range in.Services {
@@ -268,10 +273,27 @@ func TestIncrementalModelEqualsAFreshBuild(t *testing.T) {
 		}
 		got := m.Build(in)
 		want := Build(in)
+		delta := map[types.NamespacedName]Change{}
+		for _, name := range changed {
+			c := Change{Slices: in.Slices[name]}
+			for _, s := range in.Services {
+				if s.key() == name {
+					c.Svc = s
+				}
+			}
+			delta[name] = c
+		}
+		applied := ma.Apply(delta)
 		for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
 			if diff := cmp.Diff(want.Tables[fam].Dump(), got.Tables[fam].Dump()); diff != "" {
 				t.Fatalf("step %d: incremental model differs from a fresh build (-fresh +incremental):\n%s", step, diff)
 			}
+			if diff := cmp.Diff(want.Tables[fam].Dump(), applied.Tables[fam].Dump()); diff != "" {
+				t.Fatalf("step %d: model told the changes differs from a fresh build (-fresh +applied):\n%s", step, diff)
+			}
+		}
+		if diff := cmp.Diff(want.Health, applied.Health); diff != "" {
+			t.Fatalf("step %d: health-check summaries differ (-fresh +applied):\n%s", step, diff)
 		}
 	}
 }

@@ -28,8 +28,8 @@ import (
 type proxier struct {
 	log       logr.Logger
 	cfg       v1alpha1.Node
-	services  cache.Store // of *serviceRecord
-	slices    cache.Store // of *sliceRecord
+	services  cache.Store   // of *serviceRecord
+	slices    cache.Indexer // of *sliceRecord, indexed byService
 	nodes     corelisters.NodeLister
 	renderers map[nftables.TableFamily]*Renderer
 	model     *Model
@@ -41,9 +41,12 @@ type proxier struct {
 	pendingSince time.Time   // first change not yet programmed; zero when none
 	pending      int         // changes not yet programmed
 	triggers     []time.Time // endpoint change trigger times not yet programmed
-	started      time.Time   // earlier trigger times are not this proxier's latency
-	lastSuccess  time.Time
-	lastUDP      map[netip.AddrPort]map[netip.Addr]bool
+	// dirty names the Services changed since the last sync; nil means
+	// anything may have (a Node event, a failed or full sync).
+	dirty       map[types.NamespacedName]bool
+	started     time.Time // earlier trigger times are not this proxier's latency
+	lastSuccess time.Time
+	lastUDP     map[netip.AddrPort]map[netip.Addr]bool
 }
 
 // newProxier reads Services and EndpointSlices from f, Nodes from the
@@ -53,7 +56,7 @@ func newProxier(d role.Deps, f informers.SharedInformerFactory, dialer Dialer) *
 		log:       d.Log,
 		cfg:       d.Config.Node,
 		services:  f.Core().V1().Services().Informer().GetStore(),
-		slices:    f.Discovery().V1().EndpointSlices().Informer().GetStore(),
+		slices:    f.Discovery().V1().EndpointSlices().Informer().GetIndexer(),
 		nodes:     d.Informers.Core().V1().Nodes().Lister(),
 		renderers: NewRenderers(dialer),
 		model:     NewModel(),
@@ -72,8 +75,14 @@ func (p *proxier) close() {
 }
 
 // changed records a change and asks for a sync.
-func (p *proxier) changed(obj any) {
+func (p *proxier) changed(obj any) { p.changedFrom(nil, obj) }
+
+// changedFrom records a change from old (nil if unknown) to obj: the
+// Services both name are dirty (a slice may move to another Service).
+func (p *proxier) changedFrom(old, obj any) {
 	p.mu.Lock()
+	p.markDirty(old)
+	p.markDirty(obj)
 	if p.pendingSince.IsZero() {
 		p.pendingSince = time.Now()
 	}
@@ -94,10 +103,31 @@ func (p *proxier) changed(obj any) {
 	}
 }
 
+// markDirty notes the Service obj is or belongs to; anything else (a
+// Node) makes everything dirty. Called with mu held.
+func (p *proxier) markDirty(obj any) {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	switch o := obj.(type) {
+	case nil:
+	case *serviceRecord:
+		if p.dirty != nil {
+			p.dirty[o.key()] = true
+		}
+	case *sliceRecord:
+		if p.dirty != nil && o.service != "" {
+			p.dirty[types.NamespacedName{Namespace: o.namespace, Name: o.service}] = true
+		}
+	default:
+		p.dirty = nil
+	}
+}
+
 func (p *proxier) eventHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc:    p.changed,
-		UpdateFunc: func(_, obj any) { p.changed(obj) },
+		UpdateFunc: p.changedFrom,
 		DeleteFunc: p.changed,
 	}
 }
@@ -167,16 +197,28 @@ func (p *proxier) run(ctx context.Context) {
 func (p *proxier) sync(full bool) error {
 	start := time.Now()
 	p.mu.Lock()
-	triggers := p.triggers
+	triggers, dirty := p.triggers, p.dirty
 	p.triggers, p.pending, p.pendingSince = nil, 0, time.Time{}
+	p.dirty = map[types.NamespacedName]bool{}
 	p.metrics.pendingChanges.Set(0)
 	p.mu.Unlock()
 
-	in, err := p.input()
-	if err != nil {
-		return err
+	// A partial sync reads only the Services changed since the last one,
+	// unless the node's facts changed or a Node event came (they change
+	// every Service's rules).
+	var d *Desired
+	if node := p.nodeFacts(); !full && dirty != nil && p.model.Built(node) {
+		d = p.model.Apply(p.delta(dirty))
+	} else {
+		in, err := p.input(node)
+		if err != nil {
+			p.mu.Lock()
+			p.dirty = nil
+			p.mu.Unlock()
+			return err
+		}
+		d = p.model.Build(in)
 	}
-	d := p.model.Build(in)
 	touched := p.model.TakeTouched()
 	built := time.Now()
 	var errs []error
@@ -193,6 +235,7 @@ func (p *proxier) sync(full bool) error {
 	}
 	if err := errors.Join(errs...); err != nil {
 		p.mu.Lock()
+		p.dirty = nil // the retry is a full sync anyway
 		p.triggers = append(p.triggers, triggers...)
 		if p.pendingSince.IsZero() {
 			p.pendingSince = start
@@ -241,9 +284,29 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 	}
 }
 
-// input gathers the informer caches and this node's facts.
-func (p *proxier) input() (Input, error) {
-	in := Input{Slices: map[types.NamespacedName][]*sliceRecord{}}
+// delta reads the dirty Services and their slices from the caches.
+func (p *proxier) delta(dirty map[types.NamespacedName]bool) map[types.NamespacedName]Change {
+	out := make(map[types.NamespacedName]Change, len(dirty))
+	for name := range dirty {
+		key := name.Namespace + "/" + name.Name
+		var c Change
+		if o, ok, _ := p.services.GetByKey(key); ok {
+			c.Svc, _ = o.(*serviceRecord)
+		}
+		objs, _ := p.slices.ByIndex(byService, key)
+		for _, o := range objs {
+			if s, ok := o.(*sliceRecord); ok {
+				c.Slices = append(c.Slices, s)
+			}
+		}
+		out[name] = c
+	}
+	return out
+}
+
+// input gathers the informer caches, with this node's facts.
+func (p *proxier) input(node NodeFacts) (Input, error) {
+	in := Input{Slices: map[types.NamespacedName][]*sliceRecord{}, Node: node}
 	for _, o := range p.services.List() {
 		s, ok := o.(*serviceRecord)
 		if !ok {
@@ -261,7 +324,6 @@ func (p *proxier) input() (Input, error) {
 			in.Slices[k] = append(in.Slices[k], s)
 		}
 	}
-	in.Node = p.nodeFacts()
 	return in, nil
 }
 

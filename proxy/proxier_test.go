@@ -1,11 +1,15 @@
 package proxy
 
 import (
+	"maps"
 	"slices"
 	"testing"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 )
 
@@ -27,5 +31,26 @@ func TestTriggerTimesCountOnlyAfterStart(t *testing.T) {
 	}
 	if p.pending != 5 {
 		t.Errorf("%d changes pending, want 5", p.pending)
+	}
+}
+
+// Events name the Services a partial sync reads: a Service's own key, a
+// slice's Service, both Services of a slice that moved, and a Node makes
+// everything dirty.
+func TestEventsMarkTheServicesAPartialSyncReads(t *testing.T) {
+	p := &proxier{metrics: newMetrics(prometheus.NewRegistry()), kick: make(chan struct{}, 1), dirty: map[types.NamespacedName]bool{}}
+	h := p.eventHandler()
+	h.OnAdd(&serviceRecord{recordMeta: recordMeta{namespace: "ns", name: "a"}}, false)
+	h.OnUpdate(&sliceRecord{recordMeta: recordMeta{namespace: "ns", name: "s1"}, service: "b"},
+		&sliceRecord{recordMeta: recordMeta{namespace: "ns", name: "s1"}, service: "c"})
+	h.OnDelete(cache.DeletedFinalStateUnknown{Key: "ns/s2", Obj: &sliceRecord{recordMeta: recordMeta{namespace: "ns", name: "s2"}, service: "d"}})
+	h.OnAdd(&sliceRecord{recordMeta: recordMeta{namespace: "ns", name: "s3"}}, false) // no Service
+	want := map[types.NamespacedName]bool{nsName("ns", "a"): true, nsName("ns", "b"): true, nsName("ns", "c"): true, nsName("ns", "d"): true}
+	if !maps.Equal(p.dirty, want) {
+		t.Errorf("dirty %v, want %v", p.dirty, want)
+	}
+	p.nodeHandler().OnUpdate(&v1.Node{}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: p.cfg.NodeName}})
+	if p.dirty != nil {
+		t.Errorf("after a Node event dirty is %v, want nil (everything)", p.dirty)
 	}
 }

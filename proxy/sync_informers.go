@@ -44,7 +44,8 @@ func proxyInformers(c kubernetes.Interface) informers.SharedInformerFactory {
 //
 // tweak (nil for none) changes their lists and watches.
 func recordInformers(f informers.SharedInformerFactory, tweak internalinterfaces.TweakListOptionsFunc) {
-	// No namespace index: the proxy lists everything.
+	// No namespace index: the proxy lists everything. Slices are indexed
+	// by their Service, for partial syncs (proxier.delta).
 	opts := func(resync time.Duration) internalinterfaces.InformerOptions {
 		return internalinterfaces.InformerOptions{ResyncPeriod: resync, InformerName: f.InformerName(), TweakListOptions: tweak}
 	}
@@ -54,8 +55,20 @@ func recordInformers(f informers.SharedInformerFactory, tweak internalinterfaces
 		return inf
 	})
 	f.InformerFor(&discovery.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		inf := discoveryinformers.NewEndpointSliceInformerWithOptions(c, metav1.NamespaceAll, opts(resync))
+		o := opts(resync)
+		o.Indexers = cache.Indexers{byService: sliceServiceIndex}
+		inf := discoveryinformers.NewEndpointSliceInformerWithOptions(c, metav1.NamespaceAll, o)
 		_ = inf.SetTransform(toRecord)
 		return inf
 	})
+}
+
+// byService indexes slice records by "namespace/service".
+const byService = "service"
+
+func sliceServiceIndex(obj any) ([]string, error) {
+	if s, ok := obj.(*sliceRecord); ok && s.service != "" {
+		return []string{s.namespace + "/" + s.service}, nil
+	}
+	return nil, nil
 }
