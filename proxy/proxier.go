@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -42,7 +43,8 @@ type proxier struct {
 	pending      int         // changes not yet programmed
 	triggers     []time.Time // endpoint change trigger times not yet programmed
 	// dirty names the Services changed since the last sync; nil means
-	// anything may have (a Node event, a failed or full sync).
+	// anything may have (before the first sync, after a Node event or a
+	// failed sync).
 	dirty       map[types.NamespacedName]bool
 	started     time.Time // earlier trigger times are not this proxier's latency
 	lastSuccess time.Time
@@ -207,9 +209,15 @@ func (p *proxier) sync(full bool) error {
 	// unless the node's facts changed or a Node event came (they change
 	// every Service's rules).
 	var d *Desired
-	if node := p.nodeFacts(); !full && dirty != nil && p.model.Built(node) {
-		d = p.model.Apply(p.delta(dirty))
-	} else {
+	node := p.nodeFacts()
+	if !full && dirty != nil && p.model.Built(node) {
+		if changes, err := p.delta(dirty); err == nil {
+			d = p.model.Apply(changes)
+		} else {
+			p.log.Error(err, "reading the changed Services; reading all of them instead")
+		}
+	}
+	if d == nil {
 		in, err := p.input(node)
 		if err != nil {
 			p.mu.Lock()
@@ -285,23 +293,43 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 }
 
 // delta reads the dirty Services and their slices from the caches.
-func (p *proxier) delta(dirty map[types.NamespacedName]bool) map[types.NamespacedName]Change {
+func (p *proxier) delta(dirty map[types.NamespacedName]bool) (map[types.NamespacedName]Change, error) {
 	out := make(map[types.NamespacedName]Change, len(dirty))
 	for name := range dirty {
 		key := name.Namespace + "/" + name.Name
 		var c Change
-		if o, ok, _ := p.services.GetByKey(key); ok {
-			c.Svc, _ = o.(*serviceRecord)
+		o, ok, err := p.services.GetByKey(key)
+		if err != nil {
+			return nil, err
 		}
-		objs, _ := p.slices.ByIndex(byService, key)
-		for _, o := range objs {
-			if s, ok := o.(*sliceRecord); ok {
-				c.Slices = append(c.Slices, s)
+		if ok {
+			if c.Svc, ok = o.(*serviceRecord); !ok {
+				return nil, fmt.Errorf("a %T in the Service cache", o)
 			}
 		}
+		objs, err := p.slices.ByIndex(byService, key)
+		if err != nil {
+			return nil, err
+		}
+		for _, o := range objs {
+			s, ok := o.(*sliceRecord)
+			if !ok {
+				return nil, fmt.Errorf("a %T in the EndpointSlice cache", o)
+			}
+			c.Slices = append(c.Slices, s)
+		}
+		sortSlices(c.Slices)
 		out[name] = c
 	}
-	return out
+	return out, nil
+}
+
+// sortSlices orders a Service's slices by name: the caches list them in
+// no order, and the model takes a different order for a change.
+func sortSlices(ss []*sliceRecord) {
+	if len(ss) > 1 {
+		slices.SortFunc(ss, func(a, b *sliceRecord) int { return strings.Compare(a.name, b.name) })
+	}
 }
 
 // input gathers the informer caches, with this node's facts.
@@ -323,6 +351,9 @@ func (p *proxier) input(node NodeFacts) (Input, error) {
 			k := types.NamespacedName{Namespace: s.namespace, Name: s.service}
 			in.Slices[k] = append(in.Slices[k], s)
 		}
+	}
+	for _, ss := range in.Slices {
+		sortSlices(ss)
 	}
 	return in, nil
 }
