@@ -4,7 +4,6 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
@@ -20,11 +19,10 @@ import (
 // keeps each pod's addresses, the least that says what a pod gives back
 // when it changes or goes, and hands every move to the watcher.
 type podSink struct {
-	mu     sync.Mutex
-	addrs  map[podRef]packedAddrs // pods holding addresses
-	moves  func([]podMove)
-	synced atomic.Bool
-	done   chan struct{} // closed with the first list handed on
+	mu    sync.Mutex
+	addrs map[podRef]packedAddrs // pods holding addresses
+	moves func([]podMove)
+	done  chan struct{} // closed with the first list handed on
 }
 
 // podMove is a pod giving back the addresses old and taking cur.
@@ -54,7 +52,7 @@ func (s *podSink) Delete(obj any) error { return s.set(obj, false) }
 func (s *podSink) Resync() error        { return nil }
 
 // HasSynced reports whether the first list has been handed on.
-func (s *podSink) HasSynced() bool { return s.synced.Load() }
+func (s *podSink) HasSynced() bool { return cache.IsDone(s) }
 
 // Name and Done make the sink a cache.DoneChecker, waited for without polling.
 func (s *podSink) Name() string          { return "dns pods" }
@@ -108,7 +106,7 @@ func (s *podSink) Replace(list []any, _ string) error {
 	}
 	s.addrs = next
 	s.moves(moves)
-	if !s.synced.Swap(true) {
+	if !s.HasSynced() {
 		close(s.done)
 	}
 	return nil

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
 )
 
 // scaleInput is n ClusterIP Services with 10 endpoints each, the shape of
@@ -38,18 +39,31 @@ func BenchmarkBuild(b *testing.B) {
 }
 
 // BenchmarkBuildOneChange is the steady state: one EndpointSlice changed
-// on top of n Services, with the model's cache warm.
+// on top of n Services, with the model's cache warm; "whole" builds from
+// every record (a full sync), "told" is given the changed Service only (a
+// partial sync, Model.Apply).
 func BenchmarkBuildOneChange(b *testing.B) {
 	for _, n := range []int{1000, 10000} {
 		in := scaleInput(n)
 		m := NewModel()
 		m.Build(in)
 		key := nsName("bench", "svc7")
-		b.Run(fmt.Sprint(n), func(b *testing.B) {
+		svc := in.Services[7]
+		if svc.key() != key {
+			b.Fatalf("Service 7 is %v", svc.key())
+		}
+		b.Run(fmt.Sprintf("%d/whole", n), func(b *testing.B) {
 			for b.Loop() {
 				s := *in.Slices[key][0]
 				in.Slices[key] = []*sliceRecord{&s}
 				m.Build(in)
+			}
+		})
+		b.Run(fmt.Sprintf("%d/told", n), func(b *testing.B) {
+			for b.Loop() {
+				s := *in.Slices[key][0]
+				in.Slices[key] = []*sliceRecord{&s}
+				m.Apply(map[types.NamespacedName]Change{key: {Svc: svc, Slices: in.Slices[key]}})
 			}
 		})
 	}

@@ -201,11 +201,15 @@ func baseSets(t *Table) {
 // a pick chain of Services with endpoints there.
 var onDemand = func() map[string]bool {
 	out := map[string]bool{}
-	for _, name := range append(slices.Clone(endpointShardNames), poolShardNames...) {
+	for _, name := range endpointMapNames {
 		out[name] = true
 	}
 	return out
 }()
+
+// endpointMapNames are the maps holding endpoints: the Services' own
+// shards and the pool maps.
+var endpointMapNames = append(slices.Clone(endpointShardNames), poolShardNames...)
 
 // sharedSets are the specs of the shared sets and maps, per family.
 var sharedSets = map[nftables.TableFamily]map[string]SetSpec{
@@ -224,7 +228,7 @@ func sharedSetSpecs(addr nftables.SetDatatype) map[string]SetSpec {
 		Data: nftables.MustConcatSetType(addr, nftables.TypeInetService),
 	}
 	specs := map[string]SetSpec{}
-	for _, name := range append(slices.Clone(endpointShardNames), poolShardNames...) {
+	for _, name := range endpointMapNames {
 		specs[name] = endpoints
 	}
 	maps.Copy(specs, map[string]SetSpec{
@@ -306,12 +310,11 @@ func (b *builder) build(eps []endpoint) {
 		return nil
 	}
 	externalChain := ""
-	switch {
-	case b.pooled():
+	if b.pooled() {
 		if len(internal) > 0 {
 			internalChain = b.pickChain(internal)
 		}
-	default:
+	} else {
 		if sp.usesClusterEndpoints() && len(cat.Cluster) > 0 {
 			b.policyChain(clusterChain, masqFor(clusterChain), cat.Cluster, 0)
 		}
@@ -548,9 +551,14 @@ var poolShardNames = func() []string {
 }()
 
 func poolShard(sp *servicePort, n int) string {
+	return poolShardNames[(n*poolSpread+int(portHash(sp)%poolSpread))%poolShards]
+}
+
+// portHash spreads Services over maps, the same for the same Service port.
+func portHash(sp *servicePort) uint32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(sp.String()))
-	return poolShardNames[(n*poolSpread+int(h.Sum32()%poolSpread))%poolShards]
+	return h.Sum32()
 }
 
 // pickCache builds each shared chain once for the model's node facts
@@ -626,9 +634,7 @@ var endpointShardNames = func() []string {
 
 // endpointShard is the map holding sp's endpoints.
 func endpointShard(sp *servicePort) string {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(sp.String()))
-	return endpointShardNames[h.Sum32()%endpointShards]
+	return endpointShardNames[portHash(sp)%endpointShards]
 }
 
 // maxPickRules is the most endpoint chains an affinity Service chooses

@@ -95,28 +95,16 @@ func (m *Model) Build(in Input) *Desired {
 	if key := fmt.Sprintf("%+v", in.Node); key != m.nodeKey || m.d == nil {
 		m.reset(key, in.Node)
 	}
-	seen := make(map[types.NamespacedName]bool, len(in.Services))
-	var todo []*serviceRecord
-	var gone []*fragment
+	changes := make(map[types.NamespacedName]Change, len(in.Services))
 	for _, svc := range in.Services {
-		name := svc.key()
-		seen[name] = true
-		f := m.frags[name]
-		if f != nil && f.svc == svc && slices.Equal(f.slices, in.Slices[name]) {
-			continue
-		}
-		if f != nil {
-			gone = append(gone, f)
-		}
-		todo = append(todo, svc)
+		changes[svc.key()] = Change{Svc: svc, Slices: in.Slices[svc.key()]}
 	}
-	for name, f := range m.frags {
-		if !seen[name] {
-			gone = append(gone, f)
-			delete(m.frags, name)
+	for name := range m.frags {
+		if _, ok := changes[name]; !ok {
+			changes[name] = Change{} // gone
 		}
 	}
-	return m.update(todo, gone, in.Slices)
+	return m.Apply(changes)
 }
 
 // Built reports whether the model holds a build for node: Apply needs one.
@@ -131,14 +119,14 @@ type Change struct {
 	Slices []*sliceRecord
 }
 
-// Apply is Build for the Services in changes only, the others being as in
-// the last build, which must be for the same node facts (Built). A partial
+// Apply is Build for the Services in changes only (Build is Apply of
+// every Service), the others being as in the last build, which must be for
+// the same node facts (Built). A partial
 // sync then lists no caches and compares no unchanged fragments; only the
 // small summaries (summarize) still visit every fragment.
 func (m *Model) Apply(changes map[types.NamespacedName]Change) *Desired {
-	var todo []*serviceRecord
+	var todo []Change
 	var gone []*fragment
-	slicesOf := make(map[types.NamespacedName][]*sliceRecord, len(changes))
 	for name, c := range changes {
 		f := m.frags[name]
 		if c.Svc == nil {
@@ -154,15 +142,10 @@ func (m *Model) Apply(changes map[types.NamespacedName]Change) *Desired {
 		if f != nil {
 			gone = append(gone, f)
 		}
-		todo, slicesOf[name] = append(todo, c.Svc), c.Slices
+		todo = append(todo, c)
 	}
-	return m.update(todo, gone, slicesOf)
-}
-
-// update takes the gone fragments out and builds and merges those of todo.
-func (m *Model) update(todo []*serviceRecord, gone []*fragment, eps map[types.NamespacedName][]*sliceRecord) *Desired {
 	m.removeAll(gone)
-	fresh := buildFragments(todo, eps, m.node, m.picks)
+	fresh := buildFragments(todo, m.node, m.picks)
 	for _, f := range fresh {
 		m.frags[f.svc.key()] = f
 	}
@@ -196,9 +179,9 @@ func (m *Model) reset(key string, node NodeFacts) {
 
 // buildFragments builds the fragments of svcs. Fragments are independent,
 // so at start-up, with every Service new, they are built on all CPUs.
-func buildFragments(svcs []*serviceRecord, eps map[types.NamespacedName][]*sliceRecord, node NodeFacts, picks *pickCache) []*fragment {
+func buildFragments(svcs []Change, node NodeFacts, picks *pickCache) []*fragment {
 	out := make([]*fragment, len(svcs))
-	parallel(len(svcs), func(i int) { out[i] = buildFragment(svcs[i], eps[svcs[i].key()], node, picks) })
+	parallel(len(svcs), func(i int) { out[i] = buildFragment(svcs[i].Svc, svcs[i].Slices, node, picks) })
 	return out
 }
 

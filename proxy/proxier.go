@@ -119,7 +119,7 @@ func (p *proxier) markDirty(obj any) {
 		}
 	case *sliceRecord:
 		if p.dirty != nil && o.service != "" {
-			p.dirty[types.NamespacedName{Namespace: o.namespace, Name: o.service}] = true
+			p.dirty[o.serviceKey()] = true
 		}
 	default:
 		p.dirty = nil
@@ -296,7 +296,7 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 func (p *proxier) delta(dirty map[types.NamespacedName]bool) (map[types.NamespacedName]Change, error) {
 	out := make(map[types.NamespacedName]Change, len(dirty))
 	for name := range dirty {
-		key := name.Namespace + "/" + name.Name
+		key := name.String() // the caches' key and the byService index's
 		var c Change
 		o, ok, err := p.services.GetByKey(key)
 		if err != nil {
@@ -348,8 +348,7 @@ func (p *proxier) input(node NodeFacts) (Input, error) {
 			return Input{}, fmt.Errorf("a %T in the EndpointSlice cache", o)
 		}
 		if s.service != "" {
-			k := types.NamespacedName{Namespace: s.namespace, Name: s.service}
-			in.Slices[k] = append(in.Slices[k], s)
+			in.Slices[s.serviceKey()] = append(in.Slices[s.serviceKey()], s)
 		}
 	}
 	for _, ss := range in.Slices {

@@ -55,6 +55,11 @@ type sliceRecord struct {
 	endpoints []sliceEndpoint // none for an address type the proxy does not program
 }
 
+// serviceKey is the Service the slice belongs to (valid when service is set).
+func (s *sliceRecord) serviceKey() types.NamespacedName {
+	return types.NamespacedName{Namespace: s.namespace, Name: s.service}
+}
+
 // slicePortRecord is one port of a slice; port is 0 when it has no valid number.
 type slicePortRecord struct {
 	name     string

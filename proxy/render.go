@@ -548,7 +548,6 @@ func (p *plan) rewrite(have *kernelChain, want *Chain) {
 			n += 2
 		}
 	}
-	defer func() { p.steps[len(p.steps)-1].what = "rewrite " + want.Name }()
 	p.add(n, func(c *nftables.Conn) error {
 		ch := p.chain(want)
 		if have != nil && !sameBase(have.base, want.Base) {
@@ -564,6 +563,7 @@ func (p *plan) rewrite(have *kernelChain, want *Chain) {
 		}
 		return nil
 	})
+	p.steps[len(p.steps)-1].what = "rewrite " + want.Name
 }
 
 func sameBase(a, b *Hook) bool {

@@ -195,12 +195,20 @@ func (r *rule) fibSaddrLocal() *rule {
 
 // vmapAddrProtoPort: "ip daddr . meta l4proto . th dport vmap @set".
 func (r *rule) vmapAddrProtoPort(set string) *rule {
-	n := r.addrLen() / 4
 	return r.add(fmt.Sprintf("%s daddr . meta l4proto . th dport vmap @%s", r.ipWord(), set),
+		append(r.addrProtoPort(),
+			&expr.Lookup{SourceRegister: reg, SetName: set, IsDestRegSet: true, DestRegister: unix.NFT_REG_VERDICT})...)
+}
+
+// addrProtoPort loads "ip daddr . meta l4proto . th dport" from reg on:
+// the Service's key in the dispatch maps and in the endpoint maps.
+func (r *rule) addrProtoPort() []expr.Any {
+	n := r.addrLen() / 4
+	return []expr.Any{
 		r.addrLoad("daddr", reg),
 		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: reg + n},
 		&expr.Payload{DestRegister: reg + n + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Lookup{SourceRegister: reg, SetName: set, IsDestRegSet: true, DestRegister: unix.NFT_REG_VERDICT})
+	}
 }
 
 // vmapProtoPort: "meta l4proto . th dport vmap @set".
@@ -353,14 +361,11 @@ func (r *rule) dnatSlot(k slotKey, n int, offset uint32, set string) *rule {
 // chain serves every pooled Service with N endpoints.
 func (r *rule) dnatPick(n int, set string) *rule {
 	w := r.ipWord()
-	a := reg + r.addrLen()/4
 	return r.add(fmt.Sprintf("dnat %s to %s daddr . meta l4proto . th dport . numgen random mod %d map @%s", w, w, n, set),
-		r.addrLoad("daddr", reg),
-		&expr.Meta{Key: expr.MetaKeyL4PROTO, Register: a},
-		&expr.Payload{DestRegister: a + 1, Base: expr.PayloadBaseTransportHeader, Offset: 2, Len: 2},
-		&expr.Numgen{Register: a + 2, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM},
-		&expr.Lookup{SourceRegister: reg, SetName: set, IsDestRegSet: true, DestRegister: reg},
-		r.nat())
+		append(r.addrProtoPort(),
+			&expr.Numgen{Register: reg + r.addrLen()/4 + 2, Modulus: uint32(n), Type: unix.NFT_NG_RANDOM},
+			&expr.Lookup{SourceRegister: reg, SetName: set, IsDestRegSet: true, DestRegister: reg},
+			r.nat())...)
 }
 
 // pickOneOf: "numgen random mod n == 0", true for one packet in n.

@@ -68,7 +68,7 @@ const byService = "service"
 
 func sliceServiceIndex(obj any) ([]string, error) {
 	if s, ok := obj.(*sliceRecord); ok && s.service != "" {
-		return []string{s.namespace + "/" + s.service}, nil
+		return []string{s.serviceKey().String()}, nil
 	}
 	return nil, nil
 }
