@@ -54,6 +54,8 @@ type batchWriter struct {
 	// new generation): each advanced the nftables generation by one. One
 	// that changed nothing commits nothing.
 	commits int
+	// lead, when set, starts every transaction (see leadWith).
+	lead []byte
 }
 
 // ownMsg is a message of ours: ownB[off:end], after at library messages.
@@ -128,6 +130,9 @@ func (w *batchWriter) Queue() error {
 		w.discard()
 		return cmp.Or(encErr, w.err)
 	}
+	if w.lead != nil {
+		n++
+	}
 	out, begin := w.encode()
 	w.discard()
 	w.settle()
@@ -177,6 +182,19 @@ func (w *batchWriter) send(req []netlink.Message) ([]netlink.Message, error) {
 		w.lib = append(w.lib, req[1:len(req)-1]...) // without BATCH_BEGIN and BATCH_END
 	}
 	return nil, io.EOF
+}
+
+// leadWith starts every transaction with an update of family's table name
+// that changes nothing (it names no flags) and carries the echo flag, so
+// that the flag costs nothing: the kernel echoes the first message's own
+// change too, and a first message of 1,000 elements took 7% of a big sync
+// to echo. A missing table is created, as the sync would.
+func (w *batchWriter) leadWith(family nftables.TableFamily, name string) {
+	b := appendHeader(nil, 0, unix.NFNL_SUBSYS_NFTABLES<<8|unix.NFT_MSG_NEWTABLE, unix.NLM_F_REQUEST|unix.NLM_F_CREATE|unix.NLM_F_ECHO, 0)
+	b = append(b, byte(family), unix.NFNETLINK_V0, 0, 0)
+	b = appendString(b, unix.NFTA_TABLE_NAME, name)
+	binary.NativeEndian.PutUint32(b, uint32(len(b)))
+	w.lead = b
 }
 
 // library is the library's encoder, for adding messages to the transaction.
@@ -234,6 +252,11 @@ func (w *batchWriter) encode() ([]byte, uint32) {
 	seq := begin
 	out = appendHeader(out, unix.NLMSG_HDRLEN+4, unix.NFNL_MSG_BATCH_BEGIN, unix.NLM_F_REQUEST, seq)
 	out = append(out, batchHdr...)
+	if w.lead != nil {
+		seq++
+		out = append(out, w.lead...)
+		binary.NativeEndian.PutUint32(out[len(out)-len(w.lead)+8:], seq)
+	}
 	last := 0 // offset of the last message's header
 	ownNext := 0
 	putOwn := func(upTo int) {

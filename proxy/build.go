@@ -516,7 +516,15 @@ func (b *builder) pickChain(eps []endpoint) string {
 	sp, t := b.sp, b.t
 	set := poolShard(sp, len(eps))
 	for i, e := range eps {
-		t.addElementID(setHairpin, hairpinID(e.Addr))
+		// Traffic to a ClusterIP is translated on its sender's node, so a
+		// pod can only reach itself through this node's rules if it runs
+		// here. Leaving the others out halves a big sync's elements when
+		// most endpoints are elsewhere. (Externally reachable Services keep
+		// all: a pod may come back to itself through another node's
+		// NodePort.)
+		if !e.Remote {
+			t.addElementID(setHairpin, hairpinID(e.Addr))
+		}
 		t.addElementID(set, b.slot.elemID(uint32(i), e.addrPort()))
 	}
 	c := b.picks.chain(t.Family, protoNumber(sp.Protocol), len(eps), set)

@@ -260,3 +260,38 @@ func TestElementIDsBuiltInPlaceMatchElements(t *testing.T) {
 		}
 	}
 }
+
+// A pod can only reach itself through a ClusterIP on its own node, but
+// through a NodePort from any node: the hairpin set leaves out another
+// node's endpoints of Services reached by ClusterIP only.
+func TestHairpinSetHoldsEndpointsThatCanComeBackHere(t *testing.T) {
+	for _, c := range []struct {
+		name     string
+		nodePort bool
+		node     string
+		want     bool
+	}{
+		{"ClusterIP, endpoint here", false, "node-a", true},
+		{"ClusterIP, endpoint without a node", false, "", true},
+		{"ClusterIP, endpoint on another node", false, "node-b", false},
+		{"NodePort, endpoint on another node", true, "node-b", true},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			in := input(testNode,
+				svc("ns", "s", func(s *v1.Service) {
+					s.Spec.ClusterIP = "172.30.0.9"
+					s.Spec.Ports = []v1.ServicePort{tcp("p", 80)}
+					if c.nodePort {
+						s.Spec.Type = v1.ServiceTypeNodePort
+						s.Spec.Ports[0].NodePort = 30009
+					}
+				}),
+				slice("ns/s", "s-a", map[string]int32{"p": 8080}, v1.ProtocolTCP, ep{ip: "10.9.0.1", node: c.node}, ep{ip: "10.9.0.2", node: "node-a"}))
+			a := netip.MustParseAddr("10.9.0.1")
+			hp := Build(in).Tables[nftables.TableFamilyIPv4].Sets[setHairpin]
+			if got := hp != nil && hp.Elements[hairpinID(a)] != 0; got != c.want {
+				t.Errorf("10.9.0.1 in the hairpin set: %v, want %v", got, c.want)
+			}
+		})
+	}
+}

@@ -60,6 +60,7 @@ type endpoint struct {
 	Serving     bool
 	Terminating bool
 	Local       bool
+	Remote      bool // on another, named node: it cannot hairpin through this one's ClusterIPs
 	ZoneHints   []string
 	NodeHints   []string
 }
@@ -132,6 +133,7 @@ func endpointsFor(sp *servicePort, ss []*sliceRecord, nodeName string) []endpoin
 		for _, e := range s.endpoints {
 			ep := endpoint{Addr: e.addr, Port: num, Ready: e.ready, Serving: e.serving, Terminating: e.terminating}
 			ep.Local = e.node != "" && e.node == nodeName
+			ep.Remote = e.node != "" && nodeName != "" && e.node != nodeName
 			if e.hints != nil {
 				ep.ZoneHints, ep.NodeHints = e.hints.zones, e.hints.nodes
 			}

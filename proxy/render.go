@@ -155,6 +155,7 @@ func (r *Renderer) dial() (*nftables.Conn, *batchWriter, error) {
 		_ = c.CloseLasting()
 		return nil, nil, err
 	}
+	w.leadWith(r.family, TableName)
 	return c, w, nil
 }
 
