@@ -296,25 +296,25 @@ func (b *builder) build(eps []endpoint) {
 	if sp.ExternalLocal {
 		external = cat.Local
 	}
-	clusterChain, localChain := b.chainName("service"), b.chainName("local")
-	internalChain := clusterChain
-	if sp.InternalLocal {
-		internalChain = localChain
-	}
-	// Only the internal chain masquerades ClusterIP traffic; the other one
-	// is reached by external traffic only.
-	masqFor := func(chain string) []netip.Addr {
-		if chain == internalChain {
-			return cips
-		}
-		return nil
-	}
-	externalChain := ""
+	internalChain, externalChain := "", ""
 	if b.pooled() {
 		if len(internal) > 0 {
 			internalChain = b.pickChain(internal)
 		}
 	} else {
+		clusterChain, localChain := b.chainName("service"), b.chainName("local")
+		internalChain = clusterChain
+		if sp.InternalLocal {
+			internalChain = localChain
+		}
+		// Only the internal chain masquerades ClusterIP traffic; the other
+		// one is reached by external traffic only.
+		masqFor := func(chain string) []netip.Addr {
+			if chain == internalChain {
+				return cips
+			}
+			return nil
+		}
 		if sp.usesClusterEndpoints() && len(cat.Cluster) > 0 {
 			b.policyChain(clusterChain, masqFor(clusterChain), cat.Cluster, 0)
 		}

@@ -212,20 +212,26 @@ var parallelFrom = 256
 func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts, picks *pickCache) *fragment {
 	d := newDesired()
 	for _, fam := range Families {
-		d.Tables[fam] = newTable(fam)
-		d.Tables[fam].shared = new([]fragElem)
+		// Only a family the Service has ClusterIPs of gets rules (build).
+		if slices.ContainsFunc(svc.ports, func(sp servicePort) bool { return len(familyAddrs(sp.ClusterIPs, fam)) > 0 }) {
+			d.Tables[fam] = newTable(fam)
+			d.Tables[fam].shared = new([]fragElem)
+		}
 	}
 	for i := range svc.ports {
 		sp := &svc.ports[i]
 		spEps := endpointsFor(sp, eps, node.Name)
-		for _, fam := range Families {
-			b := &builder{t: d.Tables[fam], d: d, node: node, sp: sp, picks: picks}
+		for fam, t := range d.Tables {
+			b := &builder{t: t, d: d, node: node, sp: sp, picks: picks}
 			b.build(familyEndpoints(spEps, fam))
 		}
 	}
 	f := &fragment{svc: svc, slices: eps, d: d}
 	for _, fam := range Families {
 		t := d.Tables[fam]
+		if t == nil {
+			continue
+		}
 		elems := *t.shared
 		if len(t.Chains) == 0 && len(t.Sets) == 0 && len(elems) == 0 {
 			continue

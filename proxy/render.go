@@ -41,7 +41,10 @@ const (
 // kernelTable is what the renderer knows to be in the kernel.
 type kernelTable struct {
 	chains map[string]*kernelChain
-	sets   map[string]*kernelSet
+	sets   map[string]*kernelSet // by the desired set's name
+	// extra are sets read back under both names of one desired set (a
+	// replacement cut short): the one not in sets is deleted.
+	extra []string
 }
 
 func newKernelTable() *kernelTable {
@@ -58,6 +61,11 @@ type kernelSet struct {
 	// elems are the ids (see Set.Elements) in the kernel, by key only. After
 	// a sync it is the desired set's own map, shared read-only (adopt).
 	elems map[string]uint32
+	name  string // the kernel's name for it: the desired set's, or its other (sized.go)
+	size  uint32 // the kernel's cap; 0: none
+	// switched: rules may read the set under its other name (extra), so
+	// every chain reading it is rewritten.
+	switched bool
 }
 
 // Renderer programs one family.
@@ -219,7 +227,10 @@ func (r *Renderer) sync(want *Table, full bool, touched *Touched) (Stats, error)
 		have, part = have.only(touched), want.only(touched)
 	}
 	p := &plan{r: r}
-	p.diff(have, part, fresh)
+	if !p.diff(have, part, fresh, part == want) {
+		p = &plan{r: r} // a set to replace: compare everything
+		p.diff(r.applied, want, fresh, true)
+	}
 	st, err := r.run(p)
 	st.ReadBack = readBack
 	if err != nil {
@@ -267,7 +278,7 @@ func (k *kernelTable) only(tc *Touched) *kernelTable {
 	copyNamed(out.sets, k.sets, tc.Sets)
 	for name, ids := range tc.Elems {
 		if s := k.sets[name]; s != nil {
-			out.sets[name] = &kernelSet{spec: s.spec, elems: pick(s.elems, ids)}
+			out.sets[name] = &kernelSet{spec: s.spec, elems: pick(s.elems, ids), name: s.name, size: s.size, switched: s.switched}
 		}
 	}
 	return out
@@ -359,7 +370,7 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 		if s.Anonymous || strings.HasPrefix(s.Name, "__") {
 			continue
 		}
-		ks := &kernelSet{spec: SetSpec{Dynamic: s.Dynamic, Timeout: s.Timeout}, elems: map[string]uint32{}}
+		ks := &kernelSet{spec: SetSpec{Dynamic: s.Dynamic, Timeout: s.Timeout}, elems: map[string]uint32{}, name: s.Name, size: s.Size}
 		if s.IsMap {
 			// The library reports a verdict map's data type as its key
 			// type and leaves DataType empty; a data map's is decoded.
@@ -368,17 +379,30 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 				ks.spec.Data = nftables.TypeVerdict
 			}
 		}
-		if !s.Dynamic {
-			static = append(static, s.Name)
+		name := logicalName(s.Name)
+		if other := k.sets[name]; other != nil {
+			// Both names: the bigger is kept (it can take what either
+			// held), every chain reading either is rewritten to read it,
+			// and the other goes.
+			if capacity(other.size) >= capacity(ks.size) {
+				ks, other = other, ks
+			}
+			k.extra = append(k.extra, other.name)
+			ks.switched = true
 		}
-		k.sets[s.Name] = ks
+		k.sets[name] = ks
+	}
+	for _, ks := range k.sets {
+		if !ks.spec.Dynamic {
+			static = append(static, ks.name)
+		}
 	}
 	elems, err := dump.setElementIDs(static)
 	if err != nil {
 		return nil, err
 	}
-	for name, ids := range elems {
-		k.sets[name].elems = ids
+	for kname, ids := range elems {
+		k.sets[logicalName(kname)].elems = ids
 	}
 	return k, nil
 }
@@ -422,6 +446,10 @@ type plan struct {
 	// commit updates the renderer's record once every step succeeded; it
 	// changes only what changed, so a small change costs little.
 	commit []func(*kernelTable)
+	// names are the kernel's names of the desired sets that have their
+	// other name (sized.go); renamed are the sets replaced by this plan
+	// (or read back under both names), whose readers are rewritten.
+	names, renamed map[string]string
 }
 
 func (p *plan) onSuccess(f func(*kernelTable)) { p.commit = append(p.commit, f) }
@@ -455,34 +483,105 @@ func (p *plan) barrier() {
 // source-range filter, before service-ips) and removals after (service-ips
 // before firewall-ips); removals from sets and data maps; then flushed and
 // deleted stale chains and sets.
-func (p *plan) diff(have *kernelTable, want *Table, fresh bool) {
+//
+// A set replaced by one of another size or spec (sized.go) is created
+// with the new sets and filled with the data, verdict maps included; the
+// chains reading it are rewritten after all others, and the old set goes
+// with the stale ones.
+//
+// diff reports false, having planned nothing, when a comparison of part of
+// the table (whole false) finds a set to replace: that needs every element.
+func (p *plan) diff(have *kernelTable, want *Table, fresh, whole bool) bool {
 	t := p.r.table
+	p.names, p.renamed = map[string]string{}, map[string]string{}
+	for name, ks := range p.r.applied.sets {
+		if ks.name != name {
+			p.names[name] = ks.name
+		}
+	}
+	changes := elementChanges(have, want)
+	var stale []string
+	var sets []step
+	for _, name := range sortedKeys(want.Sets) {
+		s, ks, c := want.Sets[name], have.sets[name], changes[name]
+		if ks != nil && sameSpec(ks.spec, s.Spec) {
+			if ks.switched {
+				p.renamed[name] = ks.name
+			}
+			if s.Spec.Dynamic || !outgrown(ks.size, len(p.r.applied.sets[name].elems), len(c.d.add), len(s.Elements), whole) ||
+				slices.Contains(have.extra, otherName(name, ks.name)) { // the next full sync replaces it
+				continue
+			}
+		}
+		if ks != nil && !whole {
+			return false
+		}
+		kname, size := name, uint32(0)
+		if ks != nil {
+			kname = otherName(name, ks.name)
+			p.renamed[name] = kname
+			stale = append(stale, ks.name)
+		}
+		if !s.Spec.Dynamic {
+			size = sizeFor(len(s.Elements))
+			c.d, c.replaced = diffElements(s.Elements, nil), true
+		}
+		if kname != name {
+			p.names[name] = kname
+		} else {
+			delete(p.names, name)
+		}
+		sets = append(sets, step{messages: 1, weight: 1, what: "add set " + kname,
+			do: func(c *nftables.Conn) error { return c.AddSet(p.namedSet(s, kname, size), nil) }})
+		p.onSuccess(func(k *kernelTable) {
+			k.sets[name] = &kernelSet{spec: s.Spec, elems: map[string]uint32{}, name: kname, size: size}
+		})
+	}
 	if fresh {
 		p.add(1, func(c *nftables.Conn) error { c.AddTable(t); return nil })
 	}
-	for _, name := range sortedKeys(want.Sets) {
-		s := want.Sets[name]
-		if ks := have.sets[name]; ks == nil || !sameSpec(ks.spec, s.Spec) {
-			if ks != nil {
-				p.add(1, func(c *nftables.Conn) error { c.DelSet(&nftables.Set{Table: t, Name: name}); return nil })
-			}
-			p.add(1, func(c *nftables.Conn) error { return c.AddSet(p.namedSet(s), nil) })
-			p.onSuccess(func(k *kernelTable) { k.sets[name] = &kernelSet{spec: s.Spec, elems: map[string]uint32{}} })
-		}
-	}
+	p.steps = append(p.steps, sets...)
+	var added []*Chain
 	for name, ch := range want.Chains {
 		if have.chains[name] == nil {
 			p.add(1, func(c *nftables.Conn) error { c.AddChain(p.chain(ch)); return nil })
+			added = append(added, ch)
 		}
 	}
 	p.barrier()
-	data, verdicts := elementChanges(have, want)
+	// New chains get their rules before the elements: nothing leads to
+	// them until the dispatch changes below, and a rule bound to a map
+	// that already holds its elements makes the kernel check every one.
+	for _, ch := range added {
+		p.rewrite(nil, ch, false)
+	}
+	p.barrier()
+	var data, verdicts []*setChange
+	for _, name := range sortedKeys(changes) {
+		c := changes[name]
+		if c.spec.Data.Name == nftables.TypeVerdict.Name && !c.replaced {
+			verdicts = append(verdicts, c)
+		} else {
+			data = append(data, c)
+		}
+	}
 	for _, c := range data {
 		p.replaceAndAdd(c.name, c.spec, c.d)
 	}
 	p.barrier()
+	var readers []*Chain
 	for name, ch := range want.Chains {
-		p.rewrite(have.chains[name], ch)
+		switch {
+		case have.chains[name] == nil: // filled above
+		case len(p.renamed) > 0 && readsAny(ch, p.renamed):
+			readers = append(readers, ch)
+		default:
+			p.rewrite(have.chains[name], ch, false)
+		}
+	}
+	p.barrier()
+	for _, ch := range readers {
+		p.rewrite(have.chains[ch.Name], ch, true)
 	}
 	p.barrier()
 	for _, c := range verdicts {
@@ -496,21 +595,22 @@ func (p *plan) diff(have *kernelTable, want *Table, fresh bool) {
 		p.remove(c.name, c.spec, c.d.del)
 	}
 	p.barrier()
-	p.removeStale(have, want)
+	p.removeStale(have, want, append(stale, have.extra...))
+	return true
 }
 
 // setChange is the element changes of one set.
 type setChange struct {
-	name string
-	spec SetSpec
-	d    elementDiff
+	name     string
+	spec     SetSpec
+	d        elementDiff
+	replaced bool // the set is new under another name: every element is added
 }
 
-// elementChanges are the element changes of the sets and data maps, and
-// those of the verdict maps, each in name order.
-func elementChanges(have *kernelTable, want *Table) (data, verdicts []setChange) {
-	for _, name := range sortedKeys(want.Sets) {
-		s := want.Sets[name]
+// elementChanges are the element changes of the static sets and maps.
+func elementChanges(have *kernelTable, want *Table) map[string]*setChange {
+	out := map[string]*setChange{}
+	for name, s := range want.Sets {
 		if s.Spec.Dynamic {
 			continue
 		}
@@ -518,24 +618,20 @@ func elementChanges(have *kernelTable, want *Table) (data, verdicts []setChange)
 		if ks := have.sets[name]; ks != nil && sameSpec(ks.spec, s.Spec) {
 			old = ks.elems
 		}
-		c := setChange{name, s.Spec, diffElements(s.Elements, old)}
-		if s.Spec.Data.Name == nftables.TypeVerdict.Name {
-			verdicts = append(verdicts, c)
-		} else {
-			data = append(data, c)
-		}
+		out[name] = &setChange{name: name, spec: s.Spec, d: diffElements(s.Elements, old)}
 	}
-	return data, verdicts
+	return out
 }
 
 func sameSpec(a, b SetSpec) bool {
 	return a.Data.Name == b.Data.Name && a.Dynamic == b.Dynamic && a.Timeout == b.Timeout
 }
 
-// rewrite replaces a chain's rules when they differ, flush and refill in
-// one transaction so packets see either the old rules or the new.
-func (p *plan) rewrite(have *kernelChain, want *Chain) {
-	if have != nil && sameFPs(have.rules, want.Rules) && sameBase(have.base, want.Base) {
+// rewrite replaces a chain's rules when they differ, or when force says a
+// set they read was renamed, flush and refill in one transaction so
+// packets see either the old rules or the new.
+func (p *plan) rewrite(have *kernelChain, want *Chain, force bool) {
+	if !force && have != nil && sameFPs(have.rules, want.Rules) && sameBase(have.base, want.Base) {
 		return
 	}
 	fps := make([]string, len(want.Rules))
@@ -648,17 +744,26 @@ func (p *plan) elementStep(set string, spec SetSpec, ids []string, del bool) {
 	if del {
 		typ, what = unix.NFT_MSG_DELSETELEM, "delete "+set
 	}
-	t := p.r.table
+	t, kname := p.r.table, p.kernelName(set)
 	p.steps = append(p.steps, step{messages: 1, weight: elementsWeight, what: what, own: func(w *batchWriter) {
 		w.beginOwn(typ, t.Family)
-		w.ownB = appendElements(w.ownB, t.Name, set, spec, ids)
+		w.ownB = appendElements(w.ownB, t.Name, kname, spec, ids)
 		w.endOwn()
 	}})
 }
 
+// kernelName is the kernel's name of the desired set name.
+func (p *plan) kernelName(name string) string {
+	if k, ok := p.names[name]; ok {
+		return k
+	}
+	return name
+}
+
 // removeStale flushes chains no longer wanted, then deletes them and the
-// sets no longer wanted once nothing refers to them any more.
-func (p *plan) removeStale(have *kernelTable, want *Table) {
+// sets no longer wanted once nothing refers to them any more, and the
+// replaced sets (by their kernel names).
+func (p *plan) removeStale(have *kernelTable, want *Table, replaced []string) {
 	t := p.r.table
 	var stale []string
 	for _, name := range sortedKeys(have.chains) {
@@ -674,10 +779,23 @@ func (p *plan) removeStale(have *kernelTable, want *Table) {
 	}
 	for _, name := range sortedKeys(have.sets) {
 		if want.Sets[name] == nil {
-			p.add(1, func(c *nftables.Conn) error { c.DelSet(&nftables.Set{Table: t, Name: name}); return nil })
+			kname := have.sets[name].name
+			p.add(1, func(c *nftables.Conn) error { c.DelSet(&nftables.Set{Table: t, Name: kname}); return nil })
 			p.steps[len(p.steps)-1].what = "delete set " + name
 			p.onSuccess(func(k *kernelTable) { delete(k.sets, name) })
 		}
+	}
+	for _, kname := range replaced {
+		p.add(1, func(c *nftables.Conn) error { c.DelSet(&nftables.Set{Table: t, Name: kname}); return nil })
+		p.steps[len(p.steps)-1].what = "delete set " + kname
+	}
+	if len(have.extra) > 0 || len(p.renamed) > 0 {
+		p.onSuccess(func(k *kernelTable) {
+			k.extra = nil
+			for _, ks := range k.sets {
+				ks.switched = false
+			}
+		})
 	}
 }
 
@@ -692,10 +810,12 @@ func (p *plan) chain(ch *Chain) *nftables.Chain {
 	return c
 }
 
-func (p *plan) namedSet(s *Set) *nftables.Set {
+// namedSet is s as the kernel's set kname of size (0: resizable).
+func (p *plan) namedSet(s *Set, kname string, size uint32) *nftables.Set {
 	ns := &nftables.Set{
 		Table:         p.r.table,
-		Name:          s.Name,
+		Name:          kname,
+		Size:          size,
 		KeyType:       s.Spec.Key,
 		DataType:      s.Spec.Data,
 		IsMap:         s.Spec.isMap(),
@@ -709,7 +829,7 @@ func (p *plan) namedSet(s *Set) *nftables.Set {
 
 // addRule adds one rule, first creating its anonymous set if it has one.
 func (p *plan) addRule(c *nftables.Conn, ch *nftables.Chain, rl Rule, fp string) error {
-	exprs := rl.Exprs
+	exprs := renamed(rl.Exprs, p.names)
 	if rl.Anon != nil {
 		set := &nftables.Set{
 			Table: p.r.table, Anonymous: true, Constant: true,
@@ -720,8 +840,9 @@ func (p *plan) addRule(c *nftables.Conn, ch *nftables.Chain, rl Rule, fp string)
 		if err := c.AddSet(set, rl.Anon.Elements); err != nil {
 			return err
 		}
-		exprs = make([]expr.Any, len(rl.Exprs))
-		for i, e := range rl.Exprs {
+		named := exprs
+		exprs = make([]expr.Any, len(named))
+		for i, e := range named {
 			if l, ok := e.(*expr.Lookup); ok && l.SetName == anonSetName {
 				l2 := *l
 				l2.SetName, l2.SetID = set.Name, set.ID

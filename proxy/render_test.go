@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"fmt"
 	"maps"
 	"os"
 	"slices"
@@ -274,12 +275,14 @@ func TestChangesMakeBeforeBreak(t *testing.T) {
 		want   func(in Input) []string
 	}{{
 		// A pooled Service with one endpoint more moves to another pool
-		// map and another shared chain; its old map held only it.
+		// map and another shared chain; its old map held only it. The new
+		// chain is filled first (nothing leads to it yet), the dispatch
+		// moves only once the endpoints are there.
 		"pooled endpoint count changes", func(in *Input) {
 			in.Slices[svc1] = []*sliceRecord{withEndpoint(in.Slices[svc1][0], "10.180.2.1")}
 		}, func(in Input) []string {
 			sp := &in.Services[0].ports[0]
-			return []string{"add hairpin", "add " + poolShard(sp, 3), "rewrite pick-tcp-3-" + poolShard(sp, 3),
+			return []string{"add set " + poolShard(sp, 3), "rewrite pick-tcp-3-" + poolShard(sp, 3), "add hairpin", "add " + poolShard(sp, 3),
 				"delete service-ips", "add service-ips", "delete set " + poolShard(sp, 2)}
 		},
 	}, {
@@ -304,28 +307,142 @@ func TestChangesMakeBeforeBreak(t *testing.T) {
 			before := Build(in).Tables[nftables.TableFamilyIPv4]
 			c.change(&in)
 			after := Build(in).Tables[nftables.TableFamilyIPv4]
-			have := newKernelTable()
-			for name, s := range before.Sets {
-				have.sets[name] = &kernelSet{spec: s.Spec, elems: maps.Clone(s.Elements)}
-			}
-			for name, ch := range before.Chains {
-				fps := make([]string, len(ch.Rules))
-				for i, r := range ch.Rules {
-					fps[i] = r.FP
-				}
-				have.chains[name] = &kernelChain{base: ch.Base, rules: fps}
-			}
-			p := &plan{r: &Renderer{table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyIPv4}}}
-			p.diff(have, after, false)
-			var got []string
-			for _, s := range p.steps {
-				if s.what != "" && !strings.HasPrefix(s.what, "delete set affinity-") {
-					got = append(got, s.what)
-				}
-			}
-			if want := c.want(in); !slices.Equal(got, want) {
+			if got, want := planSteps(recordOf(before, nil), after), c.want(in); !slices.Equal(got, want) {
 				t.Errorf("steps %q, want %q", got, want)
 			}
 		})
+	}
+}
+
+// recordOf is the renderer's record of a kernel holding t, its sets sized
+// for their elements unless sizes says otherwise.
+func recordOf(t *Table, sizes map[string]uint32) *kernelTable {
+	have := newKernelTable()
+	for name, s := range t.Sets {
+		size := sizes[name]
+		if size == 0 && !s.Spec.Dynamic {
+			size = sizeFor(len(s.Elements))
+		}
+		have.sets[name] = &kernelSet{spec: s.Spec, elems: maps.Clone(s.Elements), name: name, size: size}
+	}
+	for name, ch := range t.Chains {
+		fps := make([]string, len(ch.Rules))
+		for i, r := range ch.Rules {
+			fps[i] = r.FP
+		}
+		have.chains[name] = &kernelChain{base: ch.Base, rules: fps}
+	}
+	return have
+}
+
+// planSteps are the labelled steps of a whole sync from have to want.
+func planSteps(have *kernelTable, want *Table) []string {
+	p := &plan{r: &Renderer{table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyIPv4}, applied: have}}
+	p.diff(have, want, false, true)
+	var got []string
+	for _, s := range p.steps {
+		if s.what != "" && !strings.HasPrefix(s.what, "delete set affinity-") {
+			got = append(got, s.what)
+		}
+	}
+	return got
+}
+
+// TestSetsAreSizedAndReplacedWhenOutgrown: static sets are fixed-size
+// tables in the kernel; a partial sync that would outgrow one replaces it
+// under its other name (every reader switched, the old one gone), a full
+// sync shrinks one left far too big, a restart adopts either name, and a
+// set found under both names (a replacement cut short) is made one.
+func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
+	ns, conn := kernelNS(t)
+	m := NewModel()
+	rs := renderers(t, conn)
+	r := rs[nftables.TableFamilyIPv4]
+	list := func() string { return ns.MustExec(t, "nft", "list", "table", "ip", TableName) }
+	sync := func(n int, full bool) {
+		t.Helper()
+		d := m.Build(scaleInput(n))
+		touched := m.TakeTouched()
+		var err error
+		if full || touched == nil {
+			_, err = r.Sync(d.Tables[nftables.TableFamilyIPv4], full)
+		} else {
+			_, err = r.SyncTouched(d.Tables[nftables.TableFamilyIPv4], touched[nftables.TableFamilyIPv4])
+		}
+		if err != nil {
+			t.Fatalf("%d Services: %v", n, err)
+		}
+		st, err := renderers(t, conn)[nftables.TableFamilyIPv4].Sync(d.Tables[nftables.TableFamilyIPv4], true)
+		if err != nil || st.Messages != 0 {
+			t.Fatalf("%d Services: a restart sent %d messages (%v); want 0", n, st.Messages, err)
+		}
+	}
+	// has checks that the service-ips map is named name, of size, read by a rule.
+	has := func(name string, size int) {
+		t.Helper()
+		out := list()
+		for _, want := range []string{"map " + name + " {", fmt.Sprintf("size %d", size), "vmap @" + name + " comment"} {
+			if !strings.Contains(out, want) {
+				t.Fatalf("no %q in the table:\n%s", want, out)
+			}
+		}
+		other := otherName("service-ips", name)
+		if strings.Contains(out, "map "+other+" {") {
+			t.Fatalf("%s is still there:\n%s", other, out)
+		}
+	}
+	sync(100, false)
+	has("service-ips", 192)
+	sync(400, false) // 300 ClusterIPs more: past 192
+	has("service-ips-b", 768)
+	sync(300, false) // no shrinking in a partial sync
+	has("service-ips-b", 768)
+	sync(50, true) // 50*8 < 768
+	has("service-ips", 192)
+
+	// A replacement cut short: the other name made by hand, empty.
+	ns.MustExec(t, "nft", "add", "map", "ip", TableName, "service-ips-b", "{ type ipv4_addr . inet_proto . inet_service : verdict ; }")
+	r = renderers(t, conn)[nftables.TableFamilyIPv4]
+	want := m.Build(scaleInput(50)).Tables[nftables.TableFamilyIPv4]
+	if _, err := r.Sync(want, true); err != nil {
+		t.Fatal(err)
+	}
+	if out := list(); strings.Count(out, "map service-ips") != 1 {
+		t.Fatalf("a set under both names was not made one:\n%s", out)
+	}
+	// The bigger was kept: the one without a size. The next full sync
+	// gives it one.
+	sync(50, true)
+	has("service-ips", 192)
+}
+
+// A set about to outgrow its size is replaced in the make-before-break
+// order: created under its other name and filled, its readers rewritten
+// after every other chain, then the old set deleted.
+func TestOutgrownSetIsFilledBeforeItsReadersSwitch(t *testing.T) {
+	in := overall()
+	before := Build(in).Tables[nftables.TableFamilyIPv4]
+	in.Services = append(in.Services, serviceRecordOf(svc("ns9", "new", func(s *v1.Service) {
+		s.Spec.ClusterIP = "172.30.9.9"
+		s.Spec.Ports = []v1.ServicePort{tcp("p", 80)}
+	})))
+	after := Build(in).Tables[nftables.TableFamilyIPv4]
+	full := uint32(len(before.Sets[setClusterIPs].Elements))
+	steps := planSteps(recordOf(before, map[string]uint32{setClusterIPs: full}), after)
+	at := func(what string) int {
+		i := slices.Index(steps, what)
+		if i < 0 {
+			t.Fatalf("no step %q in %q", what, steps)
+		}
+		return i
+	}
+	order := []int{at("add set cluster-ips-b"), at("add cluster-ips"), at("rewrite " + chClusterIPsCheck), at("delete set cluster-ips")}
+	if !slices.IsSorted(order) {
+		t.Errorf("steps %q: want the new set, its elements, its reader, the old set's deletion in that order", steps)
+	}
+	for _, s := range steps[order[2]+1:] {
+		if strings.HasPrefix(s, "rewrite ") {
+			t.Errorf("%s comes after the switch; want every other rewrite before it", s)
+		}
 	}
 }

@@ -34,6 +34,11 @@ import (
 // quarter, for about a tenth more time (proxy/README.md).
 const gcPercent = 50
 
+// startupReserve lets the first sync of 1,000 Services run without a
+// collection (role.ReserveStartupHeap); at 10,000 it adds at most GOGC% of
+// it to the peak.
+const startupReserve = 16 << 20
+
 // Run is the proxy half of the node role. A graceful stop leaves the rules in
 // place, so Services keep working while the agent is restarted or upgraded.
 func Run(ctx context.Context, d role.Deps) error {
@@ -42,6 +47,7 @@ func Run(ctx context.Context, d role.Deps) error {
 	}
 	// The model is the role's big, long-lived state (proxy/README.md).
 	role.DefaultGCPercent(gcPercent)
+	role.ReserveStartupHeap(startupReserve)
 	// Services and EndpointSlices come from a factory of the proxy's own,
 	// whose objects are slimmed (sync_informers.go): in a process with the
 	// controller role too, the shared factory must keep them whole.

@@ -1,7 +1,11 @@
 package role
 
 import (
+	"os"
+	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"testing"
 )
 
@@ -30,5 +34,40 @@ garbage line
 	want := []addrRange{{0x400000, 0x1437000}, {0x1437000, 0x256b000}}
 	if !slices.Equal(got, want) {
 		t.Errorf("mappings to drop: %x, want %x (the executable's code and constants, never its data nor pages it changed)", got, want)
+	}
+}
+
+// The start-up reserve counts for the collector but is never resident,
+// and ReleaseStartup lets it go.
+func TestStartupReserveIsNotResident(t *testing.T) {
+	rss := func() int {
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			t.Skip(err)
+		}
+		for _, l := range strings.Split(string(b), "\n") {
+			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
+				kb, _ := strconv.Atoi(f[1])
+				return kb
+			}
+		}
+		t.Skip("no VmRSS")
+		return 0
+	}
+	var before runtime.MemStats
+	runtime.ReadMemStats(&before)
+	r0 := rss()
+	ReserveStartupHeap(256 << 20)
+	var after runtime.MemStats
+	runtime.ReadMemStats(&after)
+	if grown := rss() - r0; grown > 16<<10 {
+		t.Errorf("a 256 MiB reserve made %d KiB resident", grown)
+	}
+	if after.HeapAlloc-before.HeapAlloc < 256<<20 {
+		t.Errorf("the collector does not count the reserve: heap grew by %d bytes", after.HeapAlloc-before.HeapAlloc)
+	}
+	ReleaseStartup()
+	if startupReserve.Load() != nil {
+		t.Error("ReleaseStartup kept the reserve")
 	}
 }
