@@ -34,10 +34,9 @@ import (
 // quarter, for about a tenth more time (proxy/README.md).
 const gcPercent = 50
 
-// startupReserve lets the first sync of 1,000 Services run without a
-// collection (role.ReserveStartupHeap); at 10,000 it adds at most GOGC% of
-// it to the peak.
-const startupReserve = 16 << 20
+// startupHeadroom lets the first sync of 1,000 Services run without a
+// collection (role.StartupHeadroom); at 10,000 the heap has it anyway.
+const startupHeadroom = 16 << 20
 
 // Run is the proxy half of the node role. A graceful stop leaves the rules in
 // place, so Services keep working while the agent is restarted or upgraded.
@@ -47,7 +46,6 @@ func Run(ctx context.Context, d role.Deps) error {
 	}
 	// The model is the role's big, long-lived state (proxy/README.md).
 	role.DefaultGCPercent(gcPercent)
-	role.ReserveStartupHeap(startupReserve)
 	// Services and EndpointSlices come from a factory of the proxy's own,
 	// whose objects are slimmed (sync_informers.go): in a process with the
 	// controller role too, the shared factory must keep them whole.
@@ -77,6 +75,7 @@ func Run(ctx context.Context, d role.Deps) error {
 	// Before the first sync, whose model and garbage set the peak memory,
 	// drop the executable's pages that only start-up read.
 	role.DropExecutablePages()
+	role.StartupHeadroom(startupHeadroom)
 	p.run(ctx)
 	shutdown, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

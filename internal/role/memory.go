@@ -3,9 +3,9 @@ package role
 import (
 	"os"
 	"runtime/debug"
+	"runtime/metrics"
 	"strconv"
 	"strings"
-	"sync/atomic"
 
 	"golang.org/x/sys/unix"
 )
@@ -18,24 +18,48 @@ import (
 // ordinary page cache the kernel reclaims when it needs to, and the few
 // the role uses come back on first touch without I/O while cached.
 func ReleaseStartup() {
-	startupReserve.Store(nil)
+	gcMu.Lock()
+	if startupGOGC != 0 {
+		debug.SetGCPercent(startupGOGC)
+		startupGOGC = 0
+	}
+	gcMu.Unlock()
 	debug.FreeOSMemory()
 	DropExecutablePages()
 }
 
-// startupReserve is heap the collector counts as live but nothing touches,
-// so it is never resident (ReserveStartupHeap).
-var startupReserve atomic.Pointer[[]byte]
+// startupGOGC is the GOGC StartupHeadroom raised, to restore; 0: none.
+var startupGOGC int
 
-// ReserveStartupHeap lets the heap grow by GOGC% of n more before a
-// collection until ReleaseStartup. Start-up is a burst of allocation on a
-// heap of a few MiB, where Go's collector would otherwise run every few
-// MiB: three collections, and a third of the time, in the proxy's first
-// sync of 1,000 Services. The reserve costs address space only: fresh
-// memory from the kernel is known to be zero and is not written.
-func ReserveStartupHeap(n int) {
-	b := make([]byte, n)
-	startupReserve.Store(&b)
+// StartupHeadroom lets the heap grow by n bytes from now before the next
+// collection, until ReleaseStartup. Right after start-up the live heap is a
+// few MiB, and at GOGC 50 the collector would run every few MiB of the
+// first big piece of work: three times, and a third of the time, in the
+// proxy's first sync of 1,000 Services. It raises GOGC for the while (a
+// heap big enough to have the headroom keeps its GOGC) and leaves an
+// operator's $GOGC alone. Unlike a ballast allocation it touches nothing:
+// Go zeroes a large allocation that reuses freed pages, which made one
+// resident.
+func StartupHeadroom(n uint64) {
+	if _, set := os.LookupEnv("GOGC"); set {
+		return
+	}
+	s := []metrics.Sample{{Name: "/gc/heap/live:bytes"}, {Name: "/memory/classes/heap/objects:bytes"}, {Name: "/gc/gogc:percent"}}
+	metrics.Read(s)
+	live, now, pct := s[0].Value.Uint64(), s[1].Value.Uint64(), s[2].Value.Uint64()
+	if live == 0 || now+n <= live {
+		return
+	}
+	// The next collection comes when the heap reaches live × (1 + GOGC/100).
+	want := (now + n - live) * 100 / live
+	if want <= pct {
+		return
+	}
+	gcMu.Lock()
+	defer gcMu.Unlock()
+	if old := debug.SetGCPercent(int(want)); startupGOGC == 0 {
+		startupGOGC = old
+	}
 }
 
 // DropExecutablePages is ReleaseStartup without the garbage collection,

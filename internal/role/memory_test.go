@@ -3,9 +3,8 @@ package role
 import (
 	"os"
 	"runtime"
+	"runtime/debug"
 	"slices"
-	"strconv"
-	"strings"
 	"testing"
 )
 
@@ -37,37 +36,26 @@ garbage line
 	}
 }
 
-// The start-up reserve counts for the collector but is never resident,
-// and ReleaseStartup lets it go.
-func TestStartupReserveIsNotResident(t *testing.T) {
-	rss := func() int {
-		b, err := os.ReadFile("/proc/self/status")
-		if err != nil {
-			t.Skip(err)
-		}
-		for _, l := range strings.Split(string(b), "\n") {
-			if f := strings.Fields(l); len(f) >= 2 && f[0] == "VmRSS:" {
-				kb, _ := strconv.Atoi(f[1])
-				return kb
-			}
-		}
-		t.Skip("no VmRSS")
-		return 0
+// StartupHeadroom raises GOGC so that the heap may grow by the headroom
+// before a collection, never lowers it, and ReleaseStartup restores it.
+func TestStartupHeadroomRaisesGOGCUntilReleased(t *testing.T) {
+	if _, set := os.LookupEnv("GOGC"); set {
+		t.Skip("$GOGC is set")
 	}
-	var before runtime.MemStats
-	runtime.ReadMemStats(&before)
-	r0 := rss()
-	ReserveStartupHeap(256 << 20)
-	var after runtime.MemStats
-	runtime.ReadMemStats(&after)
-	if grown := rss() - r0; grown > 16<<10 {
-		t.Errorf("a 256 MiB reserve made %d KiB resident", grown)
-	}
-	if after.HeapAlloc-before.HeapAlloc < 256<<20 {
-		t.Errorf("the collector does not count the reserve: heap grew by %d bytes", after.HeapAlloc-before.HeapAlloc)
+	defer debug.SetGCPercent(debug.SetGCPercent(50))
+	runtime.GC()
+	StartupHeadroom(1 << 30)
+	raised := debug.SetGCPercent(-1)
+	debug.SetGCPercent(raised)
+	if raised <= 50 {
+		t.Errorf("GOGC %d after asking for 1 GiB of headroom; want it raised", raised)
 	}
 	ReleaseStartup()
-	if startupReserve.Load() != nil {
-		t.Error("ReleaseStartup kept the reserve")
+	if got := debug.SetGCPercent(50); got != 50 {
+		t.Errorf("GOGC %d after ReleaseStartup, want 50 back", got)
+	}
+	StartupHeadroom(1) // a heap with the headroom already
+	if got := debug.SetGCPercent(50); got != 50 {
+		t.Errorf("GOGC %d after asking for 1 byte of headroom, want 50", got)
 	}
 }
