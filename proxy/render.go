@@ -691,6 +691,13 @@ type elementDiff struct {
 }
 
 func diffElements(want, have map[string]uint32) elementDiff {
+	if len(have) == 0 { // a new set: every element is added
+		add := make([]string, 0, len(want))
+		for id := range want {
+			add = append(add, id)
+		}
+		return elementDiff{add: add}
+	}
 	gone := map[string]string{} // key → element id, of elements to remove
 	for id := range have {
 		if _, ok := want[id]; !ok {
@@ -700,6 +707,10 @@ func diffElements(want, have map[string]uint32) elementDiff {
 	var add, replaceOld, replaceNew []string
 	for id := range want {
 		if _, ok := have[id]; ok {
+			continue
+		}
+		if len(gone) == 0 {
+			add = append(add, id)
 			continue
 		}
 		if old, ok := gone[elementKey(id)]; ok {

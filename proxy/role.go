@@ -72,9 +72,10 @@ func Run(ctx context.Context, d role.Deps) error {
 	) {
 		return nil
 	}
-	// Before the first sync, whose model and garbage set the peak memory,
-	// drop the executable's pages that only start-up read.
-	role.DropExecutablePages()
+	// As the first sync, whose model and garbage set the peak memory,
+	// starts, drop the executable's pages that only start-up read (beside
+	// it: reading smaps takes about a millisecond).
+	go role.DropExecutablePages()
 	role.StartupHeadroom(startupHeadroom)
 	p.run(ctx)
 	shutdown, cancel := context.WithTimeout(context.Background(), time.Second)
