@@ -181,7 +181,9 @@ func (p *proxier) run(ctx context.Context) {
 		if err := limit.Wait(ctx); err != nil {
 			return
 		}
-		if err := p.sync(full); err != nil {
+		err := p.sync(full)
+		role.EndStartupHeadroom() // the first sync is over, well or not
+		if err != nil {
 			p.log.Error(err, "sync failed; retrying with a full sync")
 			p.metrics.syncFailures.Inc()
 			full = true

@@ -18,22 +18,29 @@ import (
 // ordinary page cache the kernel reclaims when it needs to, and the few
 // the role uses come back on first touch without I/O while cached.
 func ReleaseStartup() {
+	EndStartupHeadroom()
+	debug.FreeOSMemory()
+	DropExecutablePages()
+}
+
+// EndStartupHeadroom restores the GOGC StartupHeadroom raised: after the
+// first big piece of work even when it failed, or the raised percentage
+// would apply to a heap that grows while it is retried.
+func EndStartupHeadroom() {
 	gcMu.Lock()
+	defer gcMu.Unlock()
 	if startupGOGC != 0 {
 		debug.SetGCPercent(startupGOGC)
 		startupGOGC = 0
 	}
-	gcMu.Unlock()
-	debug.FreeOSMemory()
-	DropExecutablePages()
 }
 
 // startupGOGC is the GOGC StartupHeadroom raised, to restore; 0: none.
 var startupGOGC int
 
 // StartupHeadroom lets the heap grow by n bytes from now before the next
-// collection, until ReleaseStartup. Right after start-up the live heap is a
-// few MiB, and at GOGC 50 the collector would run every few MiB of the
+// collection, until EndStartupHeadroom. Right after start-up the live heap
+// is a few MiB, and at GOGC 50 the collector would run every few MiB of the
 // first big piece of work: three times, and a third of the time, in the
 // proxy's first sync of 1,000 Services. It raises GOGC for the while (a
 // heap big enough to have the headroom keeps its GOGC) and leaves an
