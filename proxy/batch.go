@@ -349,7 +349,12 @@ func (w *batchWriter) transact(out []byte, begin, end uint32, last int) error {
 			case errno != 0 && seq == begin:
 				errs = append(errs, fmt.Errorf("the kernel refused a transaction of %d messages: %w", last, unix.Errno(errno)))
 			case errno != 0:
-				errs = append(errs, fmt.Errorf("message %d of %d: %w", int(seq)-int(begin), last, unix.Errno(errno)))
+				// Numbered as they were queued, the lead (if any) not counted.
+				lead := 0
+				if w.lead != nil {
+					lead = 1
+				}
+				errs = append(errs, fmt.Errorf("message %d of %d: %w", int(seq)-int(begin)-lead, last-lead, unix.Errno(errno)))
 			}
 			if seq == end || seq == begin { // the acknowledgement, or the batch refused
 				return errors.Join(errs...)

@@ -508,8 +508,7 @@ func (p *plan) diff(have *kernelTable, want *Table, fresh, whole bool) bool {
 			if ks.switched {
 				p.renamed[name] = ks.name
 			}
-			if s.Spec.Dynamic || !outgrown(ks.size, len(p.r.applied.sets[name].elems), len(c.d.add), len(s.Elements), whole) ||
-				slices.Contains(have.extra, otherName(name, ks.name)) { // the next full sync replaces it
+			if s.Spec.Dynamic || !outgrown(ks.size, len(p.r.applied.sets[name].elems), len(c.d.add), len(s.Elements), whole) {
 				continue
 			}
 		}
@@ -518,7 +517,10 @@ func (p *plan) diff(have *kernelTable, want *Table, fresh, whole bool) bool {
 		}
 		kname, size := name, uint32(0)
 		if ks != nil {
-			kname = otherName(name, ks.name)
+			var ok bool
+			if kname, ok = otherName(name, append([]string{ks.name}, have.extra...)); !ok {
+				continue // three names read back: the extras go first
+			}
 			p.renamed[name] = kname
 			stale = append(stale, ks.name)
 		}
@@ -541,19 +543,22 @@ func (p *plan) diff(have *kernelTable, want *Table, fresh, whole bool) bool {
 		p.add(1, func(c *nftables.Conn) error { c.AddTable(t); return nil })
 	}
 	p.steps = append(p.steps, sets...)
-	var added []*Chain
+	early := map[string]bool{}
 	for name, ch := range want.Chains {
 		if have.chains[name] == nil {
 			p.add(1, func(c *nftables.Conn) error { c.AddChain(p.chain(ch)); return nil })
-			added = append(added, ch)
+			// A new chain gets its rules before the elements: nothing
+			// leads to it until the dispatch changes below, and a rule
+			// bound to a map that already holds its elements makes the
+			// kernel check every one. Not a base chain: packets reach it.
+			early[name] = ch.Base == nil
 		}
 	}
 	p.barrier()
-	// New chains get their rules before the elements: nothing leads to
-	// them until the dispatch changes below, and a rule bound to a map
-	// that already holds its elements makes the kernel check every one.
-	for _, ch := range added {
-		p.rewrite(nil, ch, false)
+	for _, name := range sortedKeys(early) {
+		if early[name] {
+			p.rewrite(nil, want.Chains[name], false)
+		}
 	}
 	p.barrier()
 	var data, verdicts []*setChange
@@ -572,7 +577,7 @@ func (p *plan) diff(have *kernelTable, want *Table, fresh, whole bool) bool {
 	var readers []*Chain
 	for name, ch := range want.Chains {
 		switch {
-		case have.chains[name] == nil: // filled above
+		case early[name]: // filled above
 		case len(p.renamed) > 0 && readsAny(ch, p.renamed):
 			readers = append(readers, ch)
 		default:
@@ -771,9 +776,10 @@ func (p *plan) kernelName(name string) string {
 	return name
 }
 
-// removeStale flushes chains no longer wanted, then deletes them and the
-// sets no longer wanted once nothing refers to them any more, and the
-// replaced sets (by their kernel names).
+// removeStale flushes chains no longer wanted; then, once nothing reads
+// them, deletes the sets no longer wanted and those replaced (by their
+// kernel names), and last the chains: a verdict map's elements hold its
+// chains until the map goes.
 func (p *plan) removeStale(have *kernelTable, want *Table, replaced []string) {
 	t := p.r.table
 	var stale []string
@@ -784,10 +790,6 @@ func (p *plan) removeStale(have *kernelTable, want *Table, replaced []string) {
 		}
 	}
 	p.barrier()
-	for _, name := range stale {
-		p.add(1, func(c *nftables.Conn) error { c.DelChain(&nftables.Chain{Table: t, Name: name}); return nil })
-		p.onSuccess(func(k *kernelTable) { delete(k.chains, name) })
-	}
 	for _, name := range sortedKeys(have.sets) {
 		if want.Sets[name] == nil {
 			kname := have.sets[name].name
@@ -807,6 +809,11 @@ func (p *plan) removeStale(have *kernelTable, want *Table, replaced []string) {
 				ks.switched = false
 			}
 		})
+	}
+	for _, name := range stale {
+		p.add(1, func(c *nftables.Conn) error { c.DelChain(&nftables.Chain{Table: t, Name: name}); return nil })
+		p.steps[len(p.steps)-1].what = "delete chain " + name
+		p.onSuccess(func(k *kernelTable) { delete(k.chains, name) })
 	}
 }
 

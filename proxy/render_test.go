@@ -335,13 +335,15 @@ func recordOf(t *Table, sizes map[string]uint32) *kernelTable {
 	return have
 }
 
-// planSteps are the labelled steps of a whole sync from have to want.
+// planSteps are the labelled steps of a whole sync from have to want, but
+// the deletions of chains (the last steps; TestSetsAreSizedAndReplacedWhenOutgrown
+// checks they come after the sets that lead to them).
 func planSteps(have *kernelTable, want *Table) []string {
 	p := &plan{r: &Renderer{table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyIPv4}, applied: have}}
 	p.diff(have, want, false, true)
 	var got []string
 	for _, s := range p.steps {
-		if s.what != "" && !strings.HasPrefix(s.what, "delete set affinity-") {
+		if s.what != "" && !strings.HasPrefix(s.what, "delete set affinity-") && !strings.HasPrefix(s.what, "delete chain ") {
 			got = append(got, s.what)
 		}
 	}
@@ -359,9 +361,25 @@ func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 	rs := renderers(t, conn)
 	r := rs[nftables.TableFamilyIPv4]
 	list := func() string { return ns.MustExec(t, "nft", "list", "table", "ip", TableName) }
-	sync := func(n int, full bool) {
+	// input is n pooled Services and NodePort Services np<i> for nodePorts
+	// (each with a chain of its own).
+	input := func(n int, nodePorts ...int) Input {
+		in := scaleInput(n)
+		for _, i := range nodePorts {
+			name := fmt.Sprintf("np%d", i)
+			in.Services = append(in.Services, serviceRecordOf(svc("bench", name, func(s *v1.Service) {
+				s.Spec.Type = v1.ServiceTypeNodePort
+				s.Spec.ClusterIP = fmt.Sprintf("172.31.0.%d", i+1)
+				s.Spec.Ports = []v1.ServicePort{{Name: "p80", Protocol: v1.ProtocolTCP, Port: 80, NodePort: int32(30000 + i)}}
+			})))
+			in.Slices[nsName("bench", name)] = []*sliceRecord{sliceRecordOf(slice("bench/"+name, name+"-a", map[string]int32{"p80": 8080}, v1.ProtocolTCP,
+				ep{ip: fmt.Sprintf("10.9.%d.1", i), node: "node-b"}, ep{ip: fmt.Sprintf("10.9.%d.2", i), node: "node-b"}))}
+		}
+		return in
+	}
+	sync := func(in Input, full bool) {
 		t.Helper()
-		d := m.Build(scaleInput(n))
+		d := m.Build(in)
 		touched := m.TakeTouched()
 		var err error
 		if full || touched == nil {
@@ -370,14 +388,15 @@ func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 			_, err = r.SyncTouched(d.Tables[nftables.TableFamilyIPv4], touched[nftables.TableFamilyIPv4])
 		}
 		if err != nil {
-			t.Fatalf("%d Services: %v", n, err)
+			t.Fatalf("%d Services: %v", len(in.Services), err)
 		}
 		st, err := renderers(t, conn)[nftables.TableFamilyIPv4].Sync(d.Tables[nftables.TableFamilyIPv4], true)
 		if err != nil || st.Messages != 0 {
-			t.Fatalf("%d Services: a restart sent %d messages (%v); want 0", n, st.Messages, err)
+			t.Fatalf("%d Services: a restart sent %d messages (%v); want 0", len(in.Services), st.Messages, err)
 		}
 	}
-	// has checks that the service-ips map is named name, of size, read by a rule.
+	// has checks that the service-ips map is named name, of size, read by
+	// a rule, and the only one.
 	has := func(name string, size int) {
 		t.Helper()
 		out := list()
@@ -386,34 +405,48 @@ func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 				t.Fatalf("no %q in the table:\n%s", want, out)
 			}
 		}
-		other := otherName("service-ips", name)
-		if strings.Contains(out, "map "+other+" {") {
-			t.Fatalf("%s is still there:\n%s", other, out)
+		for _, other := range kernelNames("service-ips") {
+			if other != name && strings.Contains(out, "map "+other+" {") {
+				t.Fatalf("%s is still there:\n%s", other, out)
+			}
 		}
 	}
-	sync(100, false)
+	// byHand makes the map under name, empty: a replacement cut short.
+	byHand := func(name, size string) {
+		ns.MustExec(t, "nft", "add", "map", "ip", TableName, name, "{ type ipv4_addr . inet_proto . inet_service : verdict ;"+size+" }")
+		r = renderers(t, conn)[nftables.TableFamilyIPv4]
+	}
+	sync(input(100, 0, 1, 2), false)
 	has("service-ips", 192)
-	sync(400, false) // 300 ClusterIPs more: past 192
+	// 300 ClusterIPs more, past 192, and a NodePort Service gone: the
+	// old map still leads to its chain until the map is deleted.
+	sync(input(400, 0, 1), false)
 	has("service-ips-b", 768)
-	sync(300, false) // no shrinking in a partial sync
+	sync(input(300, 0, 1), false) // no shrinking in a partial sync
 	has("service-ips-b", 768)
-	sync(50, true) // 50*8 < 768
+	sync(input(50, 0, 1), true) // 52*8 < 768
 	has("service-ips", 192)
 
-	// A replacement cut short: the other name made by hand, empty.
-	ns.MustExec(t, "nft", "add", "map", "ip", TableName, "service-ips-b", "{ type ipv4_addr . inet_proto . inet_service : verdict ; }")
-	r = renderers(t, conn)[nftables.TableFamilyIPv4]
-	want := m.Build(scaleInput(50)).Tables[nftables.TableFamilyIPv4]
+	// Both names read back: the bigger is kept, the other goes.
+	byHand("service-ips-b", " size 64 ;")
+	sync(input(50, 0, 1), true)
+	has("service-ips", 192)
+	// Both names, and the kept one outgrown: the third name.
+	byHand("service-ips-b", " size 64 ;")
+	sync(input(400, 0), true)
+	has("service-ips-c", 768)
+	// The bigger is one without a size: kept, and sized by the next full
+	// sync, under a name neither had.
+	byHand("service-ips-b", "")
+	want := m.Build(input(400, 0)).Tables[nftables.TableFamilyIPv4]
 	if _, err := r.Sync(want, true); err != nil {
 		t.Fatal(err)
 	}
 	if out := list(); strings.Count(out, "map service-ips") != 1 {
 		t.Fatalf("a set under both names was not made one:\n%s", out)
 	}
-	// The bigger was kept: the one without a size. The next full sync
-	// gives it one.
-	sync(50, true)
-	has("service-ips", 192)
+	sync(input(400, 0), true)
+	has("service-ips", 768)
 }
 
 // A set about to outgrow its size is replaced in the make-before-break
@@ -444,5 +477,30 @@ func TestOutgrownSetIsFilledBeforeItsReadersSwitch(t *testing.T) {
 		if strings.HasPrefix(s, "rewrite ") {
 			t.Errorf("%s comes after the switch; want every other rewrite before it", s)
 		}
+	}
+}
+
+// A changed affinity timeout is a new set spec: the set is replaced under
+// another name while its endpoint chains are rewritten to it (deleting it
+// first, as before, failed: its chains still read it).
+func TestAffinityTimeoutChangeReplacesItsSets(t *testing.T) {
+	ns, conn := kernelNS(t)
+	in := overall()
+	syncAll(t, renderers(t, conn), Build(in), true)
+	for i, s := range in.Services {
+		if s.name == "svc5" {
+			c := *s
+			c.ports = slices.Clone(s.ports)
+			c.ports[0].Affinity = 20 * time.Second
+			in.Services[i] = &c
+		}
+	}
+	d := Build(in)
+	syncAll(t, renderers(t, conn), d, true)
+	if n := syncAll(t, renderers(t, conn), d, true); n != 0 {
+		t.Errorf("a restart after the change sent %d messages, want 0", n)
+	}
+	if out := ns.MustExec(t, "nft", "list", "table", "ip", TableName); !strings.Contains(out, "timeout 20s") || strings.Contains(out, "timeout 10s") {
+		t.Errorf("the affinity sets do not all have the new timeout:\n%s", out)
 	}
 }

@@ -14,7 +14,7 @@ import (
 // which doubles in a worker as elements come, every insertion meanwhile
 // taking a slow path: a third of the kernel's time in a big sync. The size
 // is also a cap, so a set about to outgrow it, or left far below it, is
-// replaced by one of a fitting size under its other name (otherName),
+// replaced by one of a fitting size under another name (otherName),
 // made before the old one is broken: created and filled, then every chain
 // reading it rewritten to read the new one, then the old one deleted.
 // Dynamic sets (affinity) stay resizable: the fixed table has no timeouts.
@@ -50,20 +50,34 @@ func capacity(size uint32) uint32 {
 	return size
 }
 
-// otherSuffix marks a set's other name.
-const otherSuffix = "-b"
+// kernelNames are the names a desired set may have in the kernel: its own
+// and two others, so that a replacement always finds a free one even when
+// an earlier one was cut short (both names read back). No desired set's
+// name ends in one of the suffixes: the fixed names do not, and an
+// affinity set's ends in its endpoint's address and port, which hold no
+// '-', even where a long name is cut.
+func kernelNames(name string) [3]string { return [3]string{name, name + "-b", name + "-c"} }
 
-// otherName is the name to replace the kernel's set current, of the
-// desired set name, under.
-func otherName(name, current string) string {
-	if current == name {
-		return name + otherSuffix
+// otherName is a name for a set replacing the desired set name that none
+// of used has; false if all have.
+func otherName(name string, used []string) (string, bool) {
+	for _, n := range kernelNames(name) {
+		if !slices.Contains(used, n) {
+			return n, true
+		}
 	}
-	return name
+	return "", false
 }
 
 // logicalName is the desired set a kernel set stands for.
-func logicalName(kernel string) string { return strings.TrimSuffix(kernel, otherSuffix) }
+func logicalName(kernel string) string {
+	for _, suffix := range []string{"-b", "-c"} {
+		if n, ok := strings.CutSuffix(kernel, suffix); ok {
+			return n
+		}
+	}
+	return kernel
+}
 
 // setsRead are the named sets the rule's expressions read or update.
 func setsRead(rl Rule) []string {
