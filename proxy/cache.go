@@ -213,7 +213,9 @@ func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts, picks
 	d := newDesired()
 	for _, fam := range Families {
 		// Only a family the Service has ClusterIPs of gets rules (build).
-		if slices.ContainsFunc(svc.ports, func(sp servicePort) bool { return len(familyAddrs(sp.ClusterIPs, fam)) > 0 }) {
+		if slices.ContainsFunc(svc.ports, func(sp servicePort) bool {
+			return slices.ContainsFunc(sp.ClusterIPs, func(a netip.Addr) bool { return isFamily(a, fam) })
+		}) {
 			d.Tables[fam] = newTable(fam)
 			d.Tables[fam].shared = new([]fragElem)
 		}

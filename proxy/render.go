@@ -42,8 +42,10 @@ const (
 type kernelTable struct {
 	chains map[string]*kernelChain
 	sets   map[string]*kernelSet // by the desired set's name
-	// extra are sets read back under both names of one desired set (a
-	// replacement cut short): the one not in sets is deleted.
+	// extra are sets read back under a second name of one desired set (a
+	// replacement cut short): every chain reading the desired set is
+	// rewritten to read the one in sets, and the extra deleted. Only a
+	// read-back sets it, and the sync that read back compares everything.
 	extra []string
 }
 
@@ -61,11 +63,8 @@ type kernelSet struct {
 	// elems are the ids (see Set.Elements) in the kernel, by key only. After
 	// a sync it is the desired set's own map, shared read-only (adopt).
 	elems map[string]uint32
-	name  string // the kernel's name for it: the desired set's, or its other (sized.go)
+	name  string // the kernel's name for it: the desired set's, or another (sized.go)
 	size  uint32 // the kernel's cap; 0: none
-	// switched: rules may read the set under its other name (extra), so
-	// every chain reading it is rewritten.
-	switched bool
 }
 
 // Renderer programs one family.
@@ -278,7 +277,7 @@ func (k *kernelTable) only(tc *Touched) *kernelTable {
 	copyNamed(out.sets, k.sets, tc.Sets)
 	for name, ids := range tc.Elems {
 		if s := k.sets[name]; s != nil {
-			out.sets[name] = &kernelSet{spec: s.spec, elems: pick(s.elems, ids), name: s.name, size: s.size, switched: s.switched}
+			out.sets[name] = &kernelSet{spec: s.spec, elems: pick(s.elems, ids), name: s.name, size: s.size}
 		}
 	}
 	return out
@@ -388,7 +387,6 @@ func (r *Renderer) readBack() (*kernelTable, error) {
 				ks, other = other, ks
 			}
 			k.extra = append(k.extra, other.name)
-			ks.switched = true
 		}
 		k.sets[name] = ks
 	}
@@ -446,9 +444,9 @@ type plan struct {
 	// commit updates the renderer's record once every step succeeded; it
 	// changes only what changed, so a small change costs little.
 	commit []func(*kernelTable)
-	// names are the kernel's names of the desired sets that have their
-	// other name (sized.go); renamed are the sets replaced by this plan
-	// (or read back under both names), whose readers are rewritten.
+	// names are the kernel's names of the desired sets that have another
+	// (sized.go); renamed are the sets replaced by this plan (or read back
+	// under two names), whose readers are rewritten.
 	names, renamed map[string]string
 }
 
@@ -499,15 +497,17 @@ func (p *plan) diff(have *kernelTable, want *Table, fresh, whole bool) bool {
 			p.names[name] = ks.name
 		}
 	}
+	for _, x := range have.extra {
+		if ks := have.sets[logicalName(x)]; ks != nil {
+			p.renamed[logicalName(x)] = ks.name
+		}
+	}
 	changes := elementChanges(have, want)
 	var stale []string
 	var sets []step
 	for _, name := range sortedKeys(want.Sets) {
 		s, ks, c := want.Sets[name], have.sets[name], changes[name]
 		if ks != nil && sameSpec(ks.spec, s.Spec) {
-			if ks.switched {
-				p.renamed[name] = ks.name
-			}
 			if s.Spec.Dynamic || !outgrown(ks.size, len(p.r.applied.sets[name].elems), len(c.d.add), len(s.Elements), whole) {
 				continue
 			}
@@ -802,13 +802,8 @@ func (p *plan) removeStale(have *kernelTable, want *Table, replaced []string) {
 		p.add(1, func(c *nftables.Conn) error { c.DelSet(&nftables.Set{Table: t, Name: kname}); return nil })
 		p.steps[len(p.steps)-1].what = "delete set " + kname
 	}
-	if len(have.extra) > 0 || len(p.renamed) > 0 {
-		p.onSuccess(func(k *kernelTable) {
-			k.extra = nil
-			for _, ks := range k.sets {
-				ks.switched = false
-			}
-		})
+	if len(have.extra) > 0 {
+		p.onSuccess(func(k *kernelTable) { k.extra = nil })
 	}
 	for _, name := range stale {
 		p.add(1, func(c *nftables.Conn) error { c.DelChain(&nftables.Chain{Table: t, Name: name}); return nil })

@@ -352,7 +352,7 @@ func planSteps(have *kernelTable, want *Table) []string {
 
 // TestSetsAreSizedAndReplacedWhenOutgrown: static sets are fixed-size
 // tables in the kernel; a partial sync that would outgrow one replaces it
-// under its other name (every reader switched, the old one gone), a full
+// under another name (every reader switched, the old one gone), a full
 // sync shrinks one left far too big, a restart adopts either name, and a
 // set found under both names (a replacement cut short) is made one.
 func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
