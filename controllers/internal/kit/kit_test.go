@@ -1,10 +1,13 @@
 package kit
 
 import (
+	"sync"
 	"testing"
+	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	esutil "k8s.io/endpointslice/util"
 )
 
 // TestCacheWaitQueuesAParkedKeyOnceTheCacheCaughtUp walks a key through
@@ -59,5 +62,57 @@ func TestCacheWaitQueuesAParkedKeyOnceTheCacheCaughtUp(t *testing.T) {
 		if queued != st.wantQueued {
 			t.Fatalf("step %d (%s, fresh=%v): %d queued in all, want %d", i, st.do, st.fresh, queued, st.wantQueued)
 		}
+	}
+}
+
+// TestSliceEventsTellOurEchoFromForeignChanges: an update whose generation
+// the tracker learns within echoSettle (our write's response arriving
+// after its watch event) queues nothing; a foreign edit, a slice the
+// tracker does not hold and a change of manager are queued.
+func TestSliceEventsTellOurEchoFromForeignChanges(t *testing.T) {
+	slice := func(gen int64, manager string) *discoveryv1.EndpointSlice {
+		return &discoveryv1.EndpointSlice{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "a-x", UID: "u1", Generation: gen,
+			Labels: map[string]string{discoveryv1.LabelServiceName: "a", discoveryv1.LabelManagedBy: manager}}}
+	}
+	cases := []struct {
+		name    string
+		tracked int64 // generation the tracker holds before the event; 0: none
+		event   *discoveryv1.EndpointSlice
+		old     *discoveryv1.EndpointSlice // nil: an add
+		learn   int64                      // generation the tracker learns right after the event; 0: none
+		want    int
+	}{
+		{"our echo before its response", 1, slice(2, "us"), slice(1, "us"), 2, 0},
+		{"our echo after its response", 2, slice(2, "us"), slice(1, "us"), 0, 0},
+		{"a foreign edit", 2, slice(3, "us"), slice(2, "us"), 0, 1},
+		{"a foreign edit while our write is out", 2, slice(4, "us"), slice(3, "us"), 3, 1},
+		{"a slice the tracker does not hold", 0, slice(1, "us"), nil, 0, 1},
+		{"taken over from another manager", 0, slice(2, "us"), slice(1, "them"), 0, 1},
+		{"someone else's slice", 0, slice(2, "them"), slice(1, "them"), 0, 0},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			tracker := esutil.NewEndpointSliceTracker()
+			if c.tracked > 0 {
+				tracker.Update(slice(c.tracked, "us"))
+			}
+			var mu sync.Mutex
+			queued := 0
+			h := SliceEvents("us", tracker, func(*discoveryv1.EndpointSlice) { mu.Lock(); queued++; mu.Unlock() })
+			if c.old == nil {
+				h.OnAdd(c.event, false)
+			} else {
+				h.OnUpdate(c.old, c.event)
+			}
+			if c.learn > 0 {
+				tracker.Update(slice(c.learn, "us"))
+			}
+			time.Sleep(3 * echoSettle)
+			mu.Lock()
+			defer mu.Unlock()
+			if queued != c.want {
+				t.Errorf("queued %d times, want %d", queued, c.want)
+			}
+		})
 	}
 }
