@@ -5,11 +5,8 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -45,37 +42,13 @@ type lab struct {
 	sctp  *sctpLab
 }
 
-var (
-	buildOnce sync.Once
-	binPath   string
-	buildErr  error
-)
-
-// netplaneBinary is bin/netplane under `make test` (which builds it first,
-// and sets NETPLANE_BIN_DIR); run by hand, cmd/netplane is built from this
-// tree once per test binary so a stale bin/netplane is never tested.
+// netplaneBinary is bin/netplane under `make test`, or cmd/netplane built
+// from this tree for this test process (see framework.NetplaneBinaries).
 func netplaneBinary(t testing.TB) string {
-	if os.Getenv("NETPLANE_BIN_DIR") != "" {
-		return framework.RequireBinary(t, "netplane")
-	}
-	buildOnce.Do(func() {
-		dir, err := os.MkdirTemp("", "netplane-proxy-e2e-")
-		if err != nil {
-			buildErr = err
-			return
-		}
-		binPath = filepath.Join(dir, "netplane")
-		cmd := exec.Command("go", "build", "-o", binPath, "./cmd/netplane")
-		cmd.Dir = framework.RepoRoot()
-		if out, err := cmd.CombinedOutput(); err != nil {
-			buildErr = fmt.Errorf("go build ./cmd/netplane: %v\n%s", err, out)
-		}
-	})
-	if buildErr != nil {
-		t.Fatal(buildErr)
-	}
-	return binPath
+	return filepath.Join(framework.NetplaneBinaries(t), "netplane")
 }
+
+func TestMain(m *testing.M) { framework.Main(m) }
 
 func newLab(t *testing.T) *lab {
 	if testing.Short() {

@@ -20,6 +20,9 @@ import (
 	"github.com/netplane/netplane/e2e/netns"
 )
 
+// TestMain removes the binaries the tests built.
+func TestMain(m *testing.M) { framework.Main(m) }
+
 const pauseImage = "netplane.local/pause:test"
 
 // TestContainerdRunsASandboxThroughNetplaneCNI is the real runtime path:

@@ -30,8 +30,8 @@ import (
 )
 
 // benchScale is the benchmark; NETPLANE_BENCH_SCALE=services,pods,big,flips[,rate]
-// shrinks it (e.g. 400,25,1000,2000 for a quick run) or changes the churn
-// rate (flips per second).
+// shrinks it (e.g. 400,25,1000,2000,100 with NETPLANE_BENCH_OVERLOAD=0 for a
+// quick run) or changes the churn rate (flips per second).
 //
 // The churn's default rate, 10/s, is half the 20 writes/s both contenders
 // get, so a controller that writes one slice per flip keeps up and the
@@ -89,6 +89,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		cold            time.Duration
 		coldWrites      int
 		churn, overload churnResult
+		overloaded      bool // the overload phase ran (there were pods left for it)
 	}
 	// run measures one contender; start launches it and returns a function
 	// describing its own view (sync results), logged after each phase, and
@@ -127,7 +128,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		}
 		r.churn = phase("churn", churn, scale.rate)
 		if len(over) > 0 {
-			r.overload = phase("overload", over, scale.overRate)
+			r.overload, r.overloaded = phase("overload", over, scale.overRate), true
 		}
 		return r
 	}
@@ -158,7 +159,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 	b.ReportMetric(ratio(ours.cold.Seconds(), upstream.cold.Seconds()), "cold-time-ratio")
 	b.ReportMetric(ratio(float64(ours.coldWrites), float64(upstream.coldWrites)), "cold-writes-ratio")
 	churnRatios("churn", ours.churn, upstream.churn)
-	if scale.overFlips > 0 {
+	if ours.overloaded && upstream.overloaded {
 		churnRatios("overload", ours.overload, upstream.overload)
 	}
 	if os.Getenv("NETPLANE_BENCH_SAME_RATE_ONLY") == "1" {
@@ -173,7 +174,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 	b.ReportMetric(ratio(own.cold.Seconds(), upstream.cold.Seconds()), "defaults-cold-time-ratio")
 	b.ReportMetric(ratio(float64(own.coldWrites), float64(upstream.coldWrites)), "defaults-cold-writes-ratio")
 	churnRatios("defaults-churn", own.churn, upstream.churn)
-	if scale.overFlips > 0 {
+	if own.overloaded && upstream.overloaded {
 		churnRatios("defaults-overload", own.overload, upstream.overload)
 	}
 }

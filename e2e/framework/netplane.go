@@ -20,11 +20,18 @@ var (
 	buildErr  error
 )
 
-// NetplaneBinaries builds bin/netplane and bin/netplane-cni from the working
-// tree once per test process (go's build cache makes this quick) so a test
-// never runs a stale binary, and returns the folder holding both.
+// NetplaneBinaries is the folder holding netplane and netplane-cni. Under
+// `make test`, which builds them first and sets $NETPLANE_BIN_DIR, that is
+// bin/. Run by hand, they are built from the working tree once per test
+// process (go's build cache makes this quick) so a test never runs a stale
+// binary; the package's TestMain (Main, RunShared) removes them at the end.
 func NetplaneBinaries(t testing.TB) string {
 	t.Helper()
+	if d := os.Getenv("NETPLANE_BIN_DIR"); d != "" {
+		RequireBinary(t, "netplane")
+		RequireBinary(t, "netplane-cni")
+		return d
+	}
 	buildOnce.Do(func() {
 		buildDir, buildErr = os.MkdirTemp("", "netplane-bin-")
 		if buildErr != nil {
@@ -47,6 +54,20 @@ func NetplaneBinaries(t testing.TB) string {
 		t.Fatal(buildErr)
 	}
 	return buildDir
+}
+
+// RemoveBinaries deletes what NetplaneBinaries built in this process.
+func RemoveBinaries() {
+	if buildDir != "" {
+		os.RemoveAll(buildDir)
+	}
+}
+
+// Main runs a package's tests and then removes the binaries they built.
+func Main(m *testing.M) {
+	code := m.Run()
+	RemoveBinaries()
+	os.Exit(code)
 }
 
 var servingLine = regexp.MustCompile(`"serving".*server="(health|metrics)" address="([^"]+)"`)

@@ -39,6 +39,7 @@ func RunShared(m *testing.M) {
 	if shared != nil {
 		shared.Close()
 	}
+	RemoveBinaries()
 	os.Exit(code)
 }
 

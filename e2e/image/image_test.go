@@ -17,6 +17,9 @@ import (
 	"github.com/netplane/netplane/e2e/netns"
 )
 
+// TestMain removes the binaries the tests built.
+func TestMain(m *testing.M) { framework.Main(m) }
+
 const ref = "docker.io/netplane/netplane:test"
 
 func TestImageImportsIntoContainerdAndRuns(t *testing.T) {

@@ -41,6 +41,7 @@ func TestMain(m *testing.M) {
 	}
 	code := m.Run()
 	api.Close()
+	framework.RemoveBinaries()
 	os.Exit(code)
 }
 

@@ -206,7 +206,9 @@ const echoSettle = 100 * time.Millisecond
 // SliceEvents returns the EndpointSlice event handlers of a controller
 // whose slices carry managed-by value manager. Only changes that are not
 // the controller's own writes echoing back reach enqueue: the tracker knows
-// the generation of every slice it wrote and every deletion it made.
+// the generation of every slice it wrote and every deletion it made. (A
+// deletion's event can still beat the library's note of it, which costs a
+// sync with nothing to write; updates are the frequent case handled here.)
 func SliceEvents(manager string, tracker *esutil.EndpointSliceTracker, enqueue func(*discoveryv1.EndpointSlice)) cache.ResourceEventHandlerFuncs {
 	managed := func(s *discoveryv1.EndpointSlice) bool { return s.Labels[discoveryv1.LabelManagedBy] == manager }
 	// changed queues s unless it is our own write. A slice the tracker
