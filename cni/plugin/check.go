@@ -26,13 +26,14 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := conf.parsePrevResult(); err != nil {
+	raw, err := conf.prevResult()
+	if err != nil {
 		return err
 	}
-	if conf.PrevResult == nil {
+	if raw == nil {
 		return invalidConf("CHECK needs prevResult: the runtime must pass the result of ADD")
 	}
-	prev, err := current.NewResultFromResult(conf.PrevResult)
+	prev, err := current.NewResultFromResult(raw)
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, "cannot convert prevResult", err.Error())
 	}
