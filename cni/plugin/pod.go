@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
@@ -21,8 +22,8 @@ func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, podNS netns.N
 	if errors.Is(err, unix.EEXIST) {
 		// Leftovers of an earlier attachment: a host end of this very
 		// attachment (its name is derived from the container ID) left by a
-		// killed plugin or released by DEL, or a released pair in a netns
-		// that was reused. Replace them.
+		// killed plugin, or a pair an earlier version's DEL released in a
+		// netns that was reused. Replace them.
 		if derr := deleteLink(hostName); derr != nil {
 			return nil, derr
 		}
@@ -76,7 +77,7 @@ func configurePod(pod *netlink.Handle, podIndex int, ifname string, ips []netip.
 }
 
 // deleteCutOff deletes the pod's ifname if it is the peer of a host veth
-// that DEL labelled Released.
+// that an earlier version's DEL labelled Released.
 func deleteCutOff(pod *netlink.Handle, ifname string) error {
 	l, err := pod.LinkByName(ifname)
 	if err != nil {
@@ -92,17 +93,14 @@ func deleteCutOff(pod *netlink.Handle, ifname string) error {
 	return deleteLink(peer.Attrs().Name)
 }
 
-// deleteLink removes a host link; a missing one is fine.
+// deleteLink removes a link of the node by name; a missing one is fine.
+// Deleting either end of a veth removes both. It is one request, naming
+// the link (IFLA_IFNAME), instead of a lookup and a delete by index.
 func deleteLink(name string) error {
-	l, err := host.LinkByName(name)
-	var notFound netlink.LinkNotFoundError
-	if errors.As(err, &notFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("look up %s: %w", name, err)
-	}
-	if err := host.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+	req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
+	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
+	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
+	if _, err := execute(req); err != nil && !errors.Is(err, unix.ENODEV) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	return nil
