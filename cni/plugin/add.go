@@ -12,7 +12,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
@@ -59,14 +58,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	podNS, err := netns.GetFromPath(args.Netns)
+	pod, err := openPodNetns(args.Netns)
 	if err != nil {
-		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS=%s cannot be opened", args.Netns), err.Error())
-	}
-	defer podNS.Close()
-	pod, err := netlink.NewHandleAt(podNS, unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("open netlink in %s: %w", args.Netns, err)
+		return err
 	}
 	defer pod.Close()
 
@@ -97,7 +91,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 			rollback(store, conf, args, att)
 		}
 	}()
-	res, err := setUp(conf, args, br, mtu, pod, podNS, att)
+	res, err := setUp(conf, args, br, mtu, pod, att)
 	if err != nil {
 		return err
 	}
@@ -146,12 +140,12 @@ func rollback(store *ipam.Store, conf *NetConf, args *skel.CmdArgs, att ipam.Att
 	})
 }
 
-func setUp(conf *NetConf, args *skel.CmdArgs, br *netlink.Bridge, mtu int, pod *netlink.Handle, podNS netns.NsHandle, att ipam.Attachment) (*current.Result, error) {
-	v, err := addVeth(br, att.HostVeth, args.IfName, mtu, podNS, pod)
+func setUp(conf *NetConf, args *skel.CmdArgs, br *netlink.Bridge, mtu int, pod *podNetns, att ipam.Attachment) (*current.Result, error) {
+	v, err := addVeth(br, att.HostVeth, args.IfName, mtu, pod)
 	if err != nil {
 		return nil, err
 	}
-	if err := configurePod(pod, v.podIndex, args.IfName, att.IPs); err != nil {
+	if err := configurePod(pod.nl, v.podIndex, args.IfName, att.IPs); err != nil {
 		return nil, err
 	}
 	res := &current.Result{

@@ -10,8 +10,6 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/cni/link"
@@ -111,27 +109,22 @@ func checkHost(conf *NetConf, att ipam.Attachment) error {
 }
 
 func checkPod(args *skel.CmdArgs, ips []netip.Prefix) error {
-	podNS, err := netns.GetFromPath(args.Netns)
-	if err != nil {
-		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS=%s cannot be opened", args.Netns), err.Error())
-	}
-	defer podNS.Close()
-	pod, err := netlink.NewHandleAt(podNS, unix.NETLINK_ROUTE)
+	pod, err := openPodNetns(args.Netns)
 	if err != nil {
 		return err
 	}
 	defer pod.Close()
-	l, err := pod.LinkByName(args.IfName)
+	l, err := pod.nl.LinkByName(args.IfName)
 	if err != nil {
 		return fmt.Errorf("interface %s is missing in the pod: %w", args.IfName, err)
 	}
-	if missing, err := firstMissing(pod, l, ips); err != nil {
+	if missing, err := firstMissing(pod.nl, l, ips); err != nil {
 		return err
 	} else if missing.IsValid() {
 		return fmt.Errorf("pod interface %s lacks address %s", args.IfName, missing)
 	}
 	for _, ip := range ips {
-		if err := checkDefaultRoute(pod, l, ip); err != nil {
+		if err := checkDefaultRoute(pod.nl, l, ip); err != nil {
 			return err
 		}
 	}

@@ -464,3 +464,28 @@ func TestBadInputGetsCodedErrors(t *testing.T) {
 	}
 	n.requireClean(t)
 }
+
+// A CNI_NETNS that cannot be opened is the runtime's error (code 4, naming
+// the variable), in ADD and in CHECK, and ADD allocates nothing for it.
+func TestAnUnopenableNetnsIsTheRuntimesError(t *testing.T) {
+	n := newNode(t, nodeOpts{})
+	missing := "/run/netns/netplane-test-missing"
+	r := rt(nil, "no-netns")
+	r.NetNS = missing
+	_, err := n.add(r)
+	if cniCode(err) != types.ErrInvalidEnvironmentVariables || !strings.Contains(err.Error(), "CNI_NETNS="+missing) {
+		t.Fatalf("ADD: %v (code %d), want code 4 naming CNI_NETNS", err, cniCode(err))
+	}
+	if st := n.state(t); len(st.Attachments) != 0 {
+		t.Fatalf("records after a failed ADD: %+v", st.Attachments)
+	}
+	ok := rt(netns.New(t, "pod"), "netns-gone-for-check")
+	n.mustAdd(t, ok)
+	moved := *ok
+	moved.NetNS = missing
+	if err := n.check(&moved); cniCode(err) != types.ErrInvalidEnvironmentVariables || !strings.Contains(err.Error(), "CNI_NETNS="+missing) {
+		t.Fatalf("CHECK: %v (code %d), want code 4 naming CNI_NETNS", err, cniCode(err))
+	}
+	n.mustDel(t, ok)
+	n.requireClean(t)
+}

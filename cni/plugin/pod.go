@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
@@ -17,8 +18,8 @@ import (
 
 // addVeth creates the pair (createVeth) and turns hairpin on for the host
 // end. A leftover of the same name is replaced.
-func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, podNS netns.NsHandle, pod *netlink.Handle) (*veth, error) {
-	v, err := createVeth(hostName, ifname, mtu, br.Attrs().Index, podNS)
+func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, pod *podNetns) (*veth, error) {
+	v, err := createVeth(hostName, ifname, mtu, br.Attrs().Index, pod.ns)
 	if errors.Is(err, unix.EEXIST) {
 		// Leftovers of an earlier attachment: a host end of this very
 		// attachment (its name is derived from the container ID) left by a
@@ -27,10 +28,10 @@ func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, podNS netns.N
 		if derr := deleteLink(hostName); derr != nil {
 			return nil, derr
 		}
-		if derr := deleteCutOff(pod, ifname); derr != nil {
+		if derr := deleteCutOff(pod.nl, ifname); derr != nil {
 			return nil, derr
 		}
-		v, err = createVeth(hostName, ifname, mtu, br.Attrs().Index, podNS)
+		v, err = createVeth(hostName, ifname, mtu, br.Attrs().Index, pod.ns)
 	}
 	if errors.Is(err, unix.EEXIST) {
 		return nil, fmt.Errorf("interface %s already exists in the pod's network namespace: DEL the old attachment or choose another CNI_IFNAME", ifname)
@@ -104,4 +105,31 @@ func deleteLink(name string) error {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	return nil
+}
+
+// podNetns is the pod's network namespace (CNI_NETNS) and a netlink handle
+// in it.
+type podNetns struct {
+	ns netns.NsHandle
+	nl *netlink.Handle
+}
+
+// openPodNetns opens CNI_NETNS for ADD and CHECK. A path that cannot be
+// opened is the runtime's error, reported as such (code 4).
+func openPodNetns(path string) (*podNetns, error) {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS=%s cannot be opened", path), err.Error())
+	}
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("open netlink in %s: %w", path, err)
+	}
+	return &podNetns{ns: ns, nl: h}, nil
+}
+
+func (p *podNetns) Close() {
+	p.nl.Close()
+	p.ns.Close()
 }
