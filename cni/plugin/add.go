@@ -12,6 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
+	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
@@ -159,15 +160,17 @@ func setUp(conf *NetConf, args *skel.CmdArgs, br *netlink.Bridge, mtu int, pod *
 	}
 	for _, ip := range att.IPs {
 		gw := ipam.Gateway(ip.Masked()).AsSlice()
-		res.IPs = append(res.IPs, &current.IPConfig{Interface: current.Int(2), Address: *link.IPNet(ip), Gateway: gw})
+		res.IPs = append(res.IPs, &current.IPConfig{Interface: current.Int(2), Address: *netipx.PrefixIPNet(ip), Gateway: gw})
 		res.Routes = append(res.Routes, &types.Route{Dst: defaultDst(ip.Addr()), GW: gw})
 	}
 	return res, nil
 }
 
+// defaultDst is the default route's destination in a's family.
 func defaultDst(a netip.Addr) net.IPNet {
+	any := netip.IPv6Unspecified()
 	if a.Is4() {
-		return net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
+		any = netip.IPv4Unspecified()
 	}
-	return net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
+	return *netipx.PrefixIPNet(netip.PrefixFrom(any, 0))
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
+	"go4.org/netipx"
 
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/cni/link"
@@ -37,7 +38,7 @@ func cmdCheck(args *skel.CmdArgs) error {
 	}
 	var want []netip.Prefix
 	for _, ip := range prev.IPs {
-		p, _ := link.Prefix(&ip.Address)
+		p, _ := netipx.FromStdIPNet(&ip.Address)
 		want = append(want, p)
 	}
 	store, err := ipam.NewStore(conf.StateDir)
@@ -77,7 +78,7 @@ func firstMissing(h *netlink.Handle, l netlink.Link, want []netip.Prefix) (netip
 		return netip.Prefix{}, err
 	}
 	for _, w := range want {
-		if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { p, _ := link.Prefix(a.IPNet); return p == w }) {
+		if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { p, _ := netipx.FromStdIPNet(a.IPNet); return p == w }) {
 			return w, nil
 		}
 	}
@@ -142,19 +143,11 @@ func checkDefaultRoute(pod *netlink.Handle, l netlink.Link, ip netip.Prefix) err
 	}
 	gw := net.IP(ipam.Gateway(ip.Masked()).AsSlice())
 	for _, r := range routes {
-		if ones := prefixLen(r.Dst); ones == 0 && r.Gw.Equal(gw) {
+		if link.IsDefault(r.Dst) && r.Gw.Equal(gw) {
 			return nil
 		}
 	}
 	return fmt.Errorf("pod has no default route via %s", gw)
-}
-
-func prefixLen(n *net.IPNet) int {
-	if n == nil {
-		return 0
-	}
-	ones, _ := n.Mask.Size()
-	return ones
 }
 
 // cmdStatus answers whether ADD can work now: the node has a pod CIDR and

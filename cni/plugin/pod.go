@@ -10,10 +10,10 @@ import (
 	"github.com/vishvananda/netlink"
 	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
+	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
-	"github.com/netplane/netplane/cni/link"
 )
 
 // addVeth creates the pair (createVeth) and turns hairpin on for the host
@@ -56,7 +56,7 @@ func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, pod *podNetns
 func configurePod(pod *netlink.Handle, podIndex int, ifname string, ips []netip.Prefix) error {
 	l := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: podIndex, Name: ifname}}
 	for _, ip := range ips {
-		a := &netlink.Addr{IPNet: link.IPNet(ip)}
+		a := &netlink.Addr{IPNet: netipx.PrefixIPNet(ip)}
 		if ip.Addr().Is6() {
 			a.Flags = unix.IFA_F_NODAD
 		}
