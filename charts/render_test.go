@@ -4,7 +4,6 @@
 package charts
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io"
@@ -62,21 +61,31 @@ func tryRender(values map[string]any) ([]*unstructured.Unstructured, error) {
 		if !strings.HasSuffix(name, ".yaml") {
 			continue
 		}
-		dec := utilyaml.NewYAMLOrJSONDecoder(bytes.NewReader([]byte(files[name])), 4096)
-		for {
-			var m map[string]any
-			if err := dec.Decode(&m); err != nil {
-				if errors.Is(err, io.EOF) {
-					break
-				}
-				return nil, err
-			}
-			if len(m) > 0 {
-				objs = append(objs, &unstructured.Unstructured{Object: m})
-			}
+		o, err := decodeObjects(files[name])
+		if err != nil {
+			return nil, err
 		}
+		objs = append(objs, o...)
 	}
 	return objs, nil
+}
+
+// decodeObjects decodes a stream of YAML documents, skipping empty ones.
+func decodeObjects(docs string) ([]*unstructured.Unstructured, error) {
+	var objs []*unstructured.Unstructured
+	dec := utilyaml.NewYAMLOrJSONDecoder(strings.NewReader(docs), 4096)
+	for {
+		var m map[string]any
+		if err := dec.Decode(&m); err != nil {
+			if errors.Is(err, io.EOF) {
+				return objs, nil
+			}
+			return nil, err
+		}
+		if len(m) > 0 {
+			objs = append(objs, &unstructured.Unstructured{Object: m})
+		}
+	}
 }
 
 // find returns the rendered object of that kind and name, or fails.

@@ -10,6 +10,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"go4.org/netipx"
 )
 
 // PortMapping is one hostPort of an attachment, remembered so that DEL and GC
@@ -180,7 +182,7 @@ func (s *State) Release(containerID, ifname string) (Attachment, bool) {
 func Usable(r netip.Prefix) (first, last netip.Addr) {
 	r = r.Masked()
 	first = r.Addr().Next().Next()
-	last = lastAddr(r)
+	last = netipx.PrefixLastIP(r)
 	if r.Addr().Is4() {
 		last = last.Prev()
 	}
@@ -207,13 +209,4 @@ func ValidateRange(r netip.Prefix) error {
 		return fmt.Errorf("pod CIDR %s is too small: it needs at least a /%d to hold a gateway and one pod", r, max)
 	}
 	return nil
-}
-
-func lastAddr(r netip.Prefix) netip.Addr {
-	b := r.Addr().AsSlice()
-	for i := r.Bits(); i < len(b)*8; i++ {
-		b[i/8] |= 0x80 >> (i % 8)
-	}
-	a, _ := netip.AddrFromSlice(b)
-	return a
 }

@@ -15,6 +15,7 @@ import (
 	"syscall"
 
 	"github.com/vishvananda/netlink"
+	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 )
 
@@ -75,11 +76,11 @@ func ensureAddr(h *netlink.Handle, l netlink.Link, addr netip.Prefix) error {
 		return err
 	}
 	for _, a := range have {
-		if p, ok := Prefix(a.IPNet); ok && p == addr {
+		if p, ok := netipx.FromStdIPNet(a.IPNet); ok && p == addr {
 			return nil
 		}
 	}
-	a := &netlink.Addr{IPNet: IPNet(addr)}
+	a := &netlink.Addr{IPNet: netipx.PrefixIPNet(addr)}
 	if addr.Addr().Is6() {
 		a.Flags = unix.IFA_F_NODAD // usable at once: ADD must never wait
 	}
@@ -125,28 +126,6 @@ func bridge(h *netlink.Handle, name string, mtu int) (*netlink.Bridge, error) {
 	return br, nil
 }
 
-// IPNet converts a prefix that keeps its host bits (10.244.1.1/24).
-func IPNet(p netip.Prefix) *net.IPNet {
-	bits := 32
-	if p.Addr().Is6() {
-		bits = 128
-	}
-	return &net.IPNet{IP: p.Addr().AsSlice(), Mask: net.CIDRMask(p.Bits(), bits)}
-}
-
-// Prefix converts back, keeping host bits.
-func Prefix(n *net.IPNet) (netip.Prefix, bool) {
-	if n == nil {
-		return netip.Prefix{}, false
-	}
-	a, ok := netip.AddrFromSlice(n.IP)
-	if !ok {
-		return netip.Prefix{}, false
-	}
-	ones, _ := n.Mask.Size()
-	return netip.PrefixFrom(a.Unmap(), ones), true
-}
-
 // DefaultRouteMTU is the MTU of the interface of the node's IPv4 (else IPv6)
 // default route; 1500 when there is none.
 func DefaultRouteMTU(h *netlink.Handle) int {
@@ -156,7 +135,7 @@ func DefaultRouteMTU(h *netlink.Handle) int {
 			continue
 		}
 		for _, r := range routes {
-			if r.LinkIndex == 0 || !isDefault(r.Dst) {
+			if r.LinkIndex == 0 || !IsDefault(r.Dst) {
 				continue
 			}
 			if l, err := h.LinkByIndex(r.LinkIndex); err == nil && l.Attrs().MTU > 0 {
@@ -189,7 +168,9 @@ func SysctlIn(dir, key, value string) error {
 	return nil
 }
 
-func isDefault(dst *net.IPNet) bool {
+// IsDefault reports whether a route destination is a default route's: none
+// (as the kernel reports it) or a /0.
+func IsDefault(dst *net.IPNet) bool {
 	if dst == nil {
 		return true
 	}

@@ -9,6 +9,7 @@ package nft
 import (
 	"errors"
 	"fmt"
+	"net"
 	"net/netip"
 	"slices"
 
@@ -114,20 +115,12 @@ func InPrefix(p netip.Prefix, dst, neq bool) []expr.Any {
 	if neq {
 		op = expr.CmpOpNeq
 	}
-	mask := netipMask(p)
+	mask := net.CIDRMask(p.Bits(), p.Addr().BitLen())
 	return append(family(p.Addr()),
 		&expr.Payload{DestRegister: 1, Base: expr.PayloadBaseNetworkHeader, Offset: off, Len: n},
 		&expr.Bitwise{SourceRegister: 1, DestRegister: 1, Len: n, Mask: mask, Xor: make([]byte, n)},
 		&expr.Cmp{Op: op, Register: 1, Data: p.Addr().AsSlice()},
 	)
-}
-
-func netipMask(p netip.Prefix) []byte {
-	m := make([]byte, p.Addr().BitLen()/8)
-	for i := range p.Bits() {
-		m[i/8] |= 0x80 >> (i % 8)
-	}
-	return m
 }
 
 // Addr matches one source or destination address.

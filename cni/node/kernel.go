@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
+	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/link"
@@ -76,7 +77,10 @@ func syncRoutes(h *netlink.Handle, want []route) error {
 			return fmt.Errorf("list routes: %w", err)
 		}
 		for _, r := range rs {
-			if p, ok := link.Prefix(r.Dst); ok {
+			if r.Dst == nil {
+				continue // a default route, which the agent never makes
+			}
+			if p, ok := netipx.FromStdIPNet(r.Dst); ok {
 				have[p] = r
 			}
 		}
@@ -87,7 +91,7 @@ func syncRoutes(h *netlink.Handle, want []route) error {
 		if ok && cur.Gw.Equal(net.IP(w.Via.AsSlice())) {
 			continue
 		}
-		r := &netlink.Route{Dst: link.IPNet(w.Dst), Gw: w.Via.AsSlice(), Protocol: routeProtocol}
+		r := &netlink.Route{Dst: netipx.PrefixIPNet(w.Dst), Gw: w.Via.AsSlice(), Protocol: routeProtocol}
 		if err := h.RouteReplace(r); err != nil {
 			errs = append(errs, fmt.Errorf("route %s via %s (node %s): %w", w.Dst, w.Via, w.Node, err))
 		}

@@ -8,7 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 
-	"github.com/netplane/netplane/cni/plugin"
+	"github.com/netplane/netplane/cni/conflist"
 )
 
 // ConflistName sorts first in the CNI configuration directory, so runtimes
@@ -108,19 +108,19 @@ func renderConflist(o conflistOpts) []byte {
 	for _, p := range o.PodCIDRs {
 		cidrs = append(cidrs, p.String())
 	}
-	doc := map[string]any{
-		"cniVersion":  "1.0.0",
-		"cniVersions": []string{"1.0.0", "1.1.0"},
-		"name":        "netplane",
-		"plugins": []any{map[string]any{
-			"type":         plugin.Type,
-			"bridge":       o.Bridge,
-			"mtu":          o.MTU,
-			"podCIDRs":     cidrs,
-			"stateDir":     o.StateDir,
-			"capabilities": map[string]bool{"portMappings": true},
+	l := conflist.List{
+		CNIVersion:  "1.0.0",
+		CNIVersions: []string{"1.0.0", "1.1.0"},
+		Name:        "netplane",
+		Plugins: []conflist.Plugin{{
+			Type:         conflist.Type,
+			Bridge:       o.Bridge,
+			MTU:          o.MTU,
+			PodCIDRs:     cidrs,
+			StateDir:     o.StateDir,
+			Capabilities: map[string]bool{"portMappings": true},
 		}},
 	}
-	b, _ := json.MarshalIndent(doc, "", "  ")
+	b, _ := json.MarshalIndent(l, "", "  ")
 	return append(b, '\n')
 }

@@ -10,6 +10,8 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/netplane/netplane/cni/conflist"
 )
 
 func mkNode(name string, cidrs []string, addrs ...v1.NodeAddress) *v1.Node {
@@ -62,22 +64,46 @@ func TestMasqueradeExemptsClusterCIDROrElseEveryNodesPodCIDRs(t *testing.T) {
 	}
 }
 
+// The conflist names 1.0.0 for old runtimes and lists 1.1.0 for STATUS and
+// GC. Its bytes are pinned: a node agent that writes other bytes rewrites
+// the file on every node when it is upgraded.
 func TestConflistNamesBothVersionsAndTheNodeSettings(t *testing.T) {
-	b := renderConflist(conflistOpts{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}, Bridge: "cni0", MTU: 1450, StateDir: "/var/lib/netplane/ipam"})
-	var doc struct {
-		CNIVersion  string   `json:"cniVersion"`
-		CNIVersions []string `json:"cniVersions"`
-		Name        string   `json:"name"`
-		Plugins     []map[string]any
+	got := renderConflist(conflistOpts{PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24"), netip.MustParsePrefix("fd00:10:244:1::/64")},
+		Bridge: "cni0", MTU: 1450, StateDir: "/var/lib/netplane/ipam"})
+	const want = `{
+  "cniVersion": "1.0.0",
+  "cniVersions": [
+    "1.0.0",
+    "1.1.0"
+  ],
+  "name": "netplane",
+  "plugins": [
+    {
+      "bridge": "cni0",
+      "capabilities": {
+        "portMappings": true
+      },
+      "mtu": 1450,
+      "podCIDRs": [
+        "10.244.1.0/24",
+        "fd00:10:244:1::/64"
+      ],
+      "stateDir": "/var/lib/netplane/ipam",
+      "type": "netplane-cni"
+    }
+  ]
+}
+`
+	if string(got) != want {
+		t.Fatalf("conflist:\n%s\nwant:\n%s", got, want)
 	}
-	if err := json.Unmarshal(b, &doc); err != nil {
+	// The entry is what the plugin reads.
+	var l conflist.List
+	if err := json.Unmarshal(got, &l); err != nil {
 		t.Fatal(err)
 	}
-	p := doc.Plugins[0]
-	if doc.CNIVersion != "1.0.0" || fmt.Sprint(doc.CNIVersions) != "[1.0.0 1.1.0]" || doc.Name != "netplane" ||
-		p["type"] != "netplane-cni" || p["bridge"] != "cni0" || p["mtu"] != 1450.0 || fmt.Sprint(p["podCIDRs"]) != "[10.244.1.0/24]" ||
-		p["stateDir"] != "/var/lib/netplane/ipam" || fmt.Sprint(p["capabilities"]) != "map[portMappings:true]" {
-		t.Fatalf("conflist:\n%s", b)
+	if p := l.Plugins[0]; p.Type != conflist.Type || p.Bridge != "cni0" || p.MTU != 1450 || p.StateDir != "/var/lib/netplane/ipam" || len(p.PodCIDRs) != 2 {
+		t.Fatalf("decoded entry: %+v", p)
 	}
 }
 

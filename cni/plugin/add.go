@@ -12,7 +12,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
+	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
@@ -59,14 +59,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	podNS, err := netns.GetFromPath(args.Netns)
+	pod, err := openPodNetns(args.Netns)
 	if err != nil {
-		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS=%s cannot be opened", args.Netns), err.Error())
-	}
-	defer podNS.Close()
-	pod, err := netlink.NewHandleAt(podNS, unix.NETLINK_ROUTE)
-	if err != nil {
-		return fmt.Errorf("open netlink in %s: %w", args.Netns, err)
+		return err
 	}
 	defer pod.Close()
 
@@ -97,7 +92,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 			rollback(store, conf, args, att)
 		}
 	}()
-	res, err := setUp(conf, args, br, mtu, pod, podNS, att)
+	res, err := setUp(conf, args, br, mtu, pod, att)
 	if err != nil {
 		return err
 	}
@@ -146,12 +141,12 @@ func rollback(store *ipam.Store, conf *NetConf, args *skel.CmdArgs, att ipam.Att
 	})
 }
 
-func setUp(conf *NetConf, args *skel.CmdArgs, br *netlink.Bridge, mtu int, pod *netlink.Handle, podNS netns.NsHandle, att ipam.Attachment) (*current.Result, error) {
-	v, err := addVeth(br, att.HostVeth, args.IfName, mtu, podNS, pod)
+func setUp(conf *NetConf, args *skel.CmdArgs, br *netlink.Bridge, mtu int, pod *podNetns, att ipam.Attachment) (*current.Result, error) {
+	v, err := addVeth(br, att.HostVeth, args.IfName, mtu, pod)
 	if err != nil {
 		return nil, err
 	}
-	if err := configurePod(pod, v.podIndex, args.IfName, att.IPs); err != nil {
+	if err := configurePod(pod.nl, v.podIndex, args.IfName, att.IPs); err != nil {
 		return nil, err
 	}
 	res := &current.Result{
@@ -165,15 +160,17 @@ func setUp(conf *NetConf, args *skel.CmdArgs, br *netlink.Bridge, mtu int, pod *
 	}
 	for _, ip := range att.IPs {
 		gw := ipam.Gateway(ip.Masked()).AsSlice()
-		res.IPs = append(res.IPs, &current.IPConfig{Interface: current.Int(2), Address: *link.IPNet(ip), Gateway: gw})
+		res.IPs = append(res.IPs, &current.IPConfig{Interface: current.Int(2), Address: *netipx.PrefixIPNet(ip), Gateway: gw})
 		res.Routes = append(res.Routes, &types.Route{Dst: defaultDst(ip.Addr()), GW: gw})
 	}
 	return res, nil
 }
 
+// defaultDst is the default route's destination in a's family.
 func defaultDst(a netip.Addr) net.IPNet {
+	any := netip.IPv6Unspecified()
 	if a.Is4() {
-		return net.IPNet{IP: net.IPv4zero.To4(), Mask: net.CIDRMask(0, 32)}
+		any = netip.IPv4Unspecified()
 	}
-	return net.IPNet{IP: net.IPv6zero, Mask: net.CIDRMask(0, 128)}
+	return *netipx.PrefixIPNet(netip.PrefixFrom(any, 0))
 }

@@ -10,8 +10,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	"github.com/vishvananda/netlink"
-	"github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
+	"go4.org/netipx"
 
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/cni/link"
@@ -26,19 +25,20 @@ func cmdCheck(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := conf.parsePrevResult(); err != nil {
+	raw, err := conf.prevResult()
+	if err != nil {
 		return err
 	}
-	if conf.PrevResult == nil {
+	if raw == nil {
 		return invalidConf("CHECK needs prevResult: the runtime must pass the result of ADD")
 	}
-	prev, err := current.NewResultFromResult(conf.PrevResult)
+	prev, err := current.NewResultFromResult(raw)
 	if err != nil {
 		return types.NewError(types.ErrDecodingFailure, "cannot convert prevResult", err.Error())
 	}
 	var want []netip.Prefix
 	for _, ip := range prev.IPs {
-		p, _ := link.Prefix(&ip.Address)
+		p, _ := netipx.FromStdIPNet(&ip.Address)
 		want = append(want, p)
 	}
 	store, err := ipam.NewStore(conf.StateDir)
@@ -78,7 +78,7 @@ func firstMissing(h *netlink.Handle, l netlink.Link, want []netip.Prefix) (netip
 		return netip.Prefix{}, err
 	}
 	for _, w := range want {
-		if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { p, _ := link.Prefix(a.IPNet); return p == w }) {
+		if !slices.ContainsFunc(addrs, func(a netlink.Addr) bool { p, _ := netipx.FromStdIPNet(a.IPNet); return p == w }) {
 			return w, nil
 		}
 	}
@@ -110,27 +110,22 @@ func checkHost(conf *NetConf, att ipam.Attachment) error {
 }
 
 func checkPod(args *skel.CmdArgs, ips []netip.Prefix) error {
-	podNS, err := netns.GetFromPath(args.Netns)
-	if err != nil {
-		return types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS=%s cannot be opened", args.Netns), err.Error())
-	}
-	defer podNS.Close()
-	pod, err := netlink.NewHandleAt(podNS, unix.NETLINK_ROUTE)
+	pod, err := openPodNetns(args.Netns)
 	if err != nil {
 		return err
 	}
 	defer pod.Close()
-	l, err := pod.LinkByName(args.IfName)
+	l, err := pod.nl.LinkByName(args.IfName)
 	if err != nil {
 		return fmt.Errorf("interface %s is missing in the pod: %w", args.IfName, err)
 	}
-	if missing, err := firstMissing(pod, l, ips); err != nil {
+	if missing, err := firstMissing(pod.nl, l, ips); err != nil {
 		return err
 	} else if missing.IsValid() {
 		return fmt.Errorf("pod interface %s lacks address %s", args.IfName, missing)
 	}
 	for _, ip := range ips {
-		if err := checkDefaultRoute(pod, l, ip); err != nil {
+		if err := checkDefaultRoute(pod.nl, l, ip); err != nil {
 			return err
 		}
 	}
@@ -148,19 +143,11 @@ func checkDefaultRoute(pod *netlink.Handle, l netlink.Link, ip netip.Prefix) err
 	}
 	gw := net.IP(ipam.Gateway(ip.Masked()).AsSlice())
 	for _, r := range routes {
-		if ones := prefixLen(r.Dst); ones == 0 && r.Gw.Equal(gw) {
+		if link.IsDefault(r.Dst) && r.Gw.Equal(gw) {
 			return nil
 		}
 	}
 	return fmt.Errorf("pod has no default route via %s", gw)
-}
-
-func prefixLen(n *net.IPNet) int {
-	if n == nil {
-		return 0
-	}
-	ones, _ := n.Mask.Size()
-	return ones
 }
 
 // cmdStatus answers whether ADD can work now: the node has a pod CIDR and

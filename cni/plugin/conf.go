@@ -13,53 +13,22 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/containernetworking/cni/pkg/version"
 
+	"github.com/netplane/netplane/cni/conflist"
 	"github.com/netplane/netplane/cni/ipam"
 )
 
-// Type is the plugin's name in a conflist.
-const Type = "netplane-cni"
-
-// NetConf is the plugin's configuration as the node agent writes it.
+// NetConf is the plugin's configuration: the conflist entry the node agent
+// writes, with what the runtime adds, and the pod CIDRs parsed.
 type NetConf struct {
-	types.NetConf
-	// Bridge is the node bridge pods attach to.
-	Bridge string `json:"bridge"`
-	// MTU of both veth ends; 0 means the node's default-route interface MTU.
-	MTU int `json:"mtu,omitempty"`
-	// PodCIDRs of this node, at most one per family.
-	PodCIDRs []string `json:"podCIDRs"`
-	// StateDir holds the IPAM store.
-	StateDir string `json:"stateDir"`
-
-	RuntimeConfig struct {
-		PortMappings []PortMapEntry `json:"portMappings,omitempty"`
-		IPs          []string       `json:"ips,omitempty"`
-	} `json:"runtimeConfig"`
-	Args struct {
-		CNI struct {
-			IPs []string `json:"ips,omitempty"`
-		} `json:"cni"`
-	} `json:"args"`
-
-	// FailAfterAllocationForTests makes ADD fail once everything is set up,
-	// so tests can prove that a late failure rolls back all of it.
-	FailAfterAllocationForTests bool `json:"failAfterAllocationForTests,omitempty"`
+	conflist.Plugin
 
 	ranges    []netip.Prefix
 	rangesErr error // kept for ADD and STATUS; DEL and GC work without ranges
 }
 
-// PortMapEntry is one element of the portMappings capability.
-type PortMapEntry struct {
-	HostPort      int    `json:"hostPort"`
-	ContainerPort int    `json:"containerPort"`
-	Protocol      string `json:"protocol"`
-	HostIP        string `json:"hostIP,omitempty"`
-}
-
 // parseConf decodes and validates stdin; the error is a coded CNI error.
 func parseConf(data []byte) (*NetConf, error) {
-	c := &NetConf{Bridge: "cni0"}
+	c := &NetConf{Plugin: conflist.Plugin{Bridge: "cni0"}}
 	if err := json.Unmarshal(data, c); err != nil {
 		return nil, types.NewError(types.ErrDecodingFailure, "cannot decode the network configuration", err.Error())
 	}
@@ -159,16 +128,18 @@ func (c *NetConf) portMappings() ([]ipam.PortMapping, error) {
 	return out, nil
 }
 
-// parsePrevResult decodes prevResult, which only CHECK reads: DEL gets it
-// too, and decoding it there would be work on every pod stop.
-func (c *NetConf) parsePrevResult() error {
+// prevResult decodes prevResult, which only CHECK reads: DEL gets it too,
+// and decoding it there would be work on every pod stop. It is nil when the
+// runtime sent none.
+func (c *NetConf) prevResult() (types.Result, error) {
 	if c.RawPrevResult == nil {
-		return nil
+		return nil, nil
 	}
-	if err := version.ParsePrevResult(&c.NetConf); err != nil {
-		return types.NewError(types.ErrDecodingFailure, "cannot decode prevResult", err.Error())
+	std := &types.PluginConf{CNIVersion: c.CNIVersion, RawPrevResult: c.RawPrevResult}
+	if err := version.ParsePrevResult(std); err != nil {
+		return nil, types.NewError(types.ErrDecodingFailure, "cannot decode prevResult", err.Error())
 	}
-	return nil
+	return std.PrevResult, nil
 }
 
 func invalidConf(msg string) error {

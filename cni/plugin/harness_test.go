@@ -196,9 +196,8 @@ func handle(t testing.TB, ns *netns.NS) *netlink.Handle {
 	return nl
 }
 
-// veths lists our host veths (npv…) in the node; with live, only those
-// not released by DEL (released pairs die with their netns).
-func (n *node) veths(t *testing.T, live bool) []string {
+// veths lists our host veths (npv…) in the node.
+func (n *node) veths(t *testing.T) []string {
 	t.Helper()
 	links, err := handle(t, n.ns).LinkList()
 	if err != nil {
@@ -206,22 +205,43 @@ func (n *node) veths(t *testing.T, live bool) []string {
 	}
 	var out []string
 	for _, l := range links {
-		if strings.HasPrefix(l.Attrs().Name, "npv") && (!live || l.Attrs().Alias != plugin.Released) {
+		if strings.HasPrefix(l.Attrs().Name, "npv") {
 			out = append(out, l.Attrs().Name)
 		}
 	}
 	return out
 }
 
-// requireClean fails unless the node has no attachment, connected veth or
-// hostPort table left. (DEL leaves a cut-off pair to die with its netns.)
+// bridgePorts lists the interfaces enslaved to cni0 in the node.
+func (n *node) bridgePorts(t *testing.T) []string {
+	t.Helper()
+	h := handle(t, n.ns)
+	br, err := h.LinkByName("cni0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	links, err := h.LinkList()
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []string
+	for _, l := range links {
+		if l.Attrs().MasterIndex == br.Attrs().Index {
+			out = append(out, l.Attrs().Name)
+		}
+	}
+	return out
+}
+
+// requireClean fails unless the node has no attachment, host veth or
+// hostPort table left.
 func (n *node) requireClean(t *testing.T) {
 	t.Helper()
 	if st := n.state(t); len(st.Attachments) != 0 {
 		t.Errorf("IPAM records left: %+v", st.Attachments)
 	}
-	if v := n.veths(t, true); len(v) != 0 {
-		t.Errorf("connected host veths left: %v", v)
+	if v := n.veths(t); len(v) != 0 {
+		t.Errorf("host veths left: %v", v)
 	}
 	if n.hostPortTable(t) {
 		t.Errorf("hostPort table inet %s left", plugin.HostPortTable)

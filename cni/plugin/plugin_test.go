@@ -9,7 +9,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/containernetworking/cni/pkg/types"
@@ -116,25 +115,11 @@ func TestAddTwiceFailsAndReservesNothingMore(t *testing.T) {
 func TestDelIsBestEffortAndIdempotent(t *testing.T) {
 	n := newNode(t, nodeOpts{})
 	t.Run("without ADD", func(t *testing.T) { n.mustDel(t, rt(netns.New(t, "pod"), "never-added")) })
-	t.Run("twice, cutting the pod off", func(t *testing.T) {
-		pod := netns.New(t, "pod")
-		r := rt(pod, "twice")
+	t.Run("twice", func(t *testing.T) {
+		r := rt(netns.New(t, "pod"), "twice")
 		n.mustAdd(t, r)
 		n.mustDel(t, r)
-		if out := pod.MustExec(t, "ip", "-o", "addr", "show", "dev", "eth0"); strings.Contains(out, "inet ") || strings.Contains(out, "scope global") {
-			t.Fatalf("pod eth0 keeps addresses after DEL:\n%s", out)
-		}
-		if out := n.ns.MustExec(t, "ip", "link", "show", plugin.VethName("twice", "eth0")); !strings.Contains(out, "alias "+plugin.Released) {
-			t.Fatalf("host veth not labelled released:\n%s", out)
-		}
 		n.mustDel(t, r)
-		// A new pod in the same netns replaces the released pair.
-		again := rt(pod, "twice-again")
-		n.mustAdd(t, again)
-		if v := n.veths(t, false); slices.Contains(v, plugin.VethName("twice", "eth0")) {
-			t.Fatalf("released pair left after a new ADD into its netns: %v", v)
-		}
-		n.mustDel(t, again)
 	})
 	t.Run("empty netns releases the address and the veth", func(t *testing.T) {
 		r := rt(netns.New(t, "pod"), "empty-netns")
@@ -163,6 +148,66 @@ func TestDelIsBestEffortAndIdempotent(t *testing.T) {
 	n.requireClean(t)
 }
 
+// TestDelInALivingNetnsRemovesThePairAndAddWorksAgain: a runtime may keep
+// the netns after DEL, or ADD into it again. Nothing of the old attachment
+// may stay there: its address is free for IPAM to give to another pod.
+func TestDelInALivingNetnsRemovesThePairAndAddWorksAgain(t *testing.T) {
+	n := newNode(t, nodeOpts{podCIDRs: []string{"10.244.1.0/24", "fd00:10:244:1::/64"}})
+	pod := netns.New(t, "pod")
+	r := rt(pod, "living")
+	n.mustAdd(t, r)
+	n.mustDel(t, r)
+	if _, err := handle(t, pod).LinkByName("eth0"); err == nil {
+		t.Fatalf("pod eth0 still there after DEL:\n%s", pod.MustExec(t, "ip", "addr", "show"))
+	}
+	if v := n.veths(t); len(v) != 0 {
+		t.Fatalf("host veths after DEL: %v", v)
+	}
+	if ports := n.bridgePorts(t); len(ports) != 0 {
+		t.Fatalf("bridge ports after DEL: %v", ports)
+	}
+	// ADD again in the same netns: the same attachment, as a runtime
+	// re-running ADD does, and another container's.
+	for _, cid := range []string{"living", "living-next"} {
+		again := rt(pod, cid)
+		res := n.mustAdd(t, again)
+		if err := n.check(again); err != nil {
+			t.Fatalf("CHECK after ADD into the netns of a deleted attachment: %v", err)
+		}
+		if out := pod.MustExec(t, "ip", "-o", "addr", "show", "dev", "eth0"); !strings.Contains(out, addrOf(t, res, false).String()+"/24") {
+			t.Fatalf("pod eth0 lacks %s after the new ADD:\n%s", addrOf(t, res, false), out)
+		}
+		n.mustDel(t, again)
+	}
+	n.requireClean(t)
+}
+
+// An earlier version of the plugin left the pair in the netns on DEL, with
+// the pod end's addresses removed and the host end labelled Released. ADD
+// into that netns (a runtime reusing it) replaces the pair.
+func TestAddReplacesAPairAnEarlierVersionReleased(t *testing.T) {
+	n := newNode(t, nodeOpts{})
+	pod := netns.New(t, "pod")
+	old := rt(pod, "earlier")
+	n.mustAdd(t, old)
+	host := plugin.VethName(old.ContainerID, "eth0")
+	pod.MustExec(t, "ip", "addr", "flush", "dev", "eth0", "scope", "global")
+	n.ns.MustExec(t, "ip", "link", "set", host, "alias", plugin.Released)
+	if err := (&ipam.Store{Dir: n.stateDir, BootID: bootID(t)}).Update(func(st *ipam.State) error {
+		st.Release(old.ContainerID, "eth0")
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	r := rt(pod, "later")
+	n.mustAdd(t, r)
+	if v := n.veths(t); !slices.Equal(v, []string{plugin.VethName(r.ContainerID, "eth0")}) {
+		t.Fatalf("host veths %v, want only the new attachment's", v)
+	}
+	n.mustDel(t, r)
+	n.requireClean(t)
+}
+
 func TestFailureAfterAllocationLeavesNothingBehind(t *testing.T) {
 	n := newNode(t, nodeOpts{extra: map[string]any{"failAfterAllocationForTests": true}})
 	pod := netns.New(t, "pod")
@@ -175,6 +220,9 @@ func TestFailureAfterAllocationLeavesNothingBehind(t *testing.T) {
 	if _, err := handle(t, pod).LinkByName("eth0"); err == nil {
 		t.Fatal("pod eth0 left behind")
 	}
+	// The runtime follows every ADD, failed or not, with a DEL.
+	n.mustDel(t, r)
+	n.requireClean(t)
 }
 
 func TestCheckFailsWhenAnyPieceIsRemoved(t *testing.T) {
@@ -291,7 +339,7 @@ func TestParallelAddsGetUniqueAddresses(t *testing.T) {
 			t.Fatalf("pod %d has %v, result says %v", i, addrs, res.IPs[0].Address)
 		}
 	}
-	if v := n.veths(t, true); len(v) != pods {
+	if v := n.veths(t); len(v) != pods {
 		t.Fatalf("%d host veths for %d pods", len(v), pods)
 	}
 }
@@ -328,18 +376,10 @@ func TestChurnLeavesNoRecordVethOrRule(t *testing.T) {
 		t.Error(err)
 	}
 	n.requireClean(t)
-	// Once the runtime removes the netns, the kernel removes the cut-off pairs.
 	for _, pod := range nss {
-		if err := pod.Delete(); err != nil {
-			t.Fatal(err)
+		if _, err := handle(t, pod).LinkByName("eth0"); err == nil {
+			t.Fatalf("%s keeps an eth0 after every attachment in it was deleted", pod.Name)
 		}
-	}
-	deadline := time.Now().Add(10 * time.Second)
-	for v := n.veths(t, false); len(v) != 0; v = n.veths(t, false) {
-		if time.Now().After(deadline) {
-			t.Fatalf("host veths still there after their netns were removed: %v", v)
-		}
-		time.Sleep(50 * time.Millisecond)
 	}
 }
 
@@ -369,7 +409,7 @@ func TestGCReleasesEveryAttachmentNotListedAsValid(t *testing.T) {
 	if err := n.check(a); err != nil {
 		t.Fatalf("a broken by GC: %v", err)
 	}
-	if v := n.veths(t, false); len(v) != 1 || v[0] != plugin.VethName("gc-a", "eth0") {
+	if v := n.veths(t); len(v) != 1 || v[0] != plugin.VethName("gc-a", "eth0") {
 		t.Fatalf("veths after GC: %v", v)
 	}
 	gc()
@@ -422,5 +462,30 @@ func TestBadInputGetsCodedErrors(t *testing.T) {
 			}
 		})
 	}
+	n.requireClean(t)
+}
+
+// A CNI_NETNS that cannot be opened is the runtime's error (code 4, naming
+// the variable), in ADD and in CHECK, and ADD allocates nothing for it.
+func TestAnUnopenableNetnsIsTheRuntimesError(t *testing.T) {
+	n := newNode(t, nodeOpts{})
+	missing := "/run/netns/netplane-test-missing"
+	r := rt(nil, "no-netns")
+	r.NetNS = missing
+	_, err := n.add(r)
+	if cniCode(err) != types.ErrInvalidEnvironmentVariables || !strings.Contains(err.Error(), "CNI_NETNS="+missing) {
+		t.Fatalf("ADD: %v (code %d), want code 4 naming CNI_NETNS", err, cniCode(err))
+	}
+	if st := n.state(t); len(st.Attachments) != 0 {
+		t.Fatalf("records after a failed ADD: %+v", st.Attachments)
+	}
+	ok := rt(netns.New(t, "pod"), "netns-gone-for-check")
+	n.mustAdd(t, ok)
+	moved := *ok
+	moved.NetNS = missing
+	if err := n.check(&moved); cniCode(err) != types.ErrInvalidEnvironmentVariables || !strings.Contains(err.Error(), "CNI_NETNS="+missing) {
+		t.Fatalf("CHECK: %v (code %d), want code 4 naming CNI_NETNS", err, cniCode(err))
+	}
+	n.mustDel(t, ok)
 	n.requireClean(t)
 }

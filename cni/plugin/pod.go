@@ -6,30 +6,32 @@ import (
 	"net/netip"
 	"strings"
 
+	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
+	"github.com/vishvananda/netlink/nl"
 	"github.com/vishvananda/netns"
+	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
-	"github.com/netplane/netplane/cni/link"
 )
 
 // addVeth creates the pair (createVeth) and turns hairpin on for the host
 // end. A leftover of the same name is replaced.
-func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, podNS netns.NsHandle, pod *netlink.Handle) (*veth, error) {
-	v, err := createVeth(hostName, ifname, mtu, br.Attrs().Index, podNS)
+func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, pod *podNetns) (*veth, error) {
+	v, err := createVeth(hostName, ifname, mtu, br.Attrs().Index, pod.ns)
 	if errors.Is(err, unix.EEXIST) {
 		// Leftovers of an earlier attachment: a host end of this very
 		// attachment (its name is derived from the container ID) left by a
-		// killed plugin or released by DEL, or a released pair in a netns
-		// that was reused. Replace them.
+		// killed plugin, or a pair an earlier version's DEL released in a
+		// netns that was reused. Replace them.
 		if derr := deleteLink(hostName); derr != nil {
 			return nil, derr
 		}
-		if derr := deleteCutOff(pod, ifname); derr != nil {
+		if derr := deleteCutOff(pod.nl, ifname); derr != nil {
 			return nil, derr
 		}
-		v, err = createVeth(hostName, ifname, mtu, br.Attrs().Index, podNS)
+		v, err = createVeth(hostName, ifname, mtu, br.Attrs().Index, pod.ns)
 	}
 	if errors.Is(err, unix.EEXIST) {
 		return nil, fmt.Errorf("interface %s already exists in the pod's network namespace: DEL the old attachment or choose another CNI_IFNAME", ifname)
@@ -54,7 +56,7 @@ func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, podNS netns.N
 func configurePod(pod *netlink.Handle, podIndex int, ifname string, ips []netip.Prefix) error {
 	l := &netlink.Device{LinkAttrs: netlink.LinkAttrs{Index: podIndex, Name: ifname}}
 	for _, ip := range ips {
-		a := &netlink.Addr{IPNet: link.IPNet(ip)}
+		a := &netlink.Addr{IPNet: netipx.PrefixIPNet(ip)}
 		if ip.Addr().Is6() {
 			a.Flags = unix.IFA_F_NODAD
 		}
@@ -76,7 +78,7 @@ func configurePod(pod *netlink.Handle, podIndex int, ifname string, ips []netip.
 }
 
 // deleteCutOff deletes the pod's ifname if it is the peer of a host veth
-// that DEL labelled Released.
+// that an earlier version's DEL labelled Released.
 func deleteCutOff(pod *netlink.Handle, ifname string) error {
 	l, err := pod.LinkByName(ifname)
 	if err != nil {
@@ -92,18 +94,42 @@ func deleteCutOff(pod *netlink.Handle, ifname string) error {
 	return deleteLink(peer.Attrs().Name)
 }
 
-// deleteLink removes a host link; a missing one is fine.
+// deleteLink removes a link of the node by name; a missing one is fine.
+// Deleting either end of a veth removes both. It is one request, naming
+// the link (IFLA_IFNAME), instead of a lookup and a delete by index.
 func deleteLink(name string) error {
-	l, err := host.LinkByName(name)
-	var notFound netlink.LinkNotFoundError
-	if errors.As(err, &notFound) {
-		return nil
-	}
-	if err != nil {
-		return fmt.Errorf("look up %s: %w", name, err)
-	}
-	if err := host.LinkDel(l); err != nil && !errors.Is(err, unix.ENODEV) {
+	req := nl.NewNetlinkRequest(unix.RTM_DELLINK, unix.NLM_F_ACK)
+	req.AddData(nl.NewIfInfomsg(unix.AF_UNSPEC))
+	req.AddData(nl.NewRtAttr(unix.IFLA_IFNAME, nl.ZeroTerminated(name)))
+	if _, err := execute(req); err != nil && !errors.Is(err, unix.ENODEV) {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	return nil
+}
+
+// podNetns is the pod's network namespace (CNI_NETNS) and a netlink handle
+// in it.
+type podNetns struct {
+	ns netns.NsHandle
+	nl *netlink.Handle
+}
+
+// openPodNetns opens CNI_NETNS for ADD and CHECK. A path that cannot be
+// opened is the runtime's error, reported as such (code 4).
+func openPodNetns(path string) (*podNetns, error) {
+	ns, err := netns.GetFromPath(path)
+	if err != nil {
+		return nil, types.NewError(types.ErrInvalidEnvironmentVariables, fmt.Sprintf("CNI_NETNS=%s cannot be opened", path), err.Error())
+	}
+	h, err := netlink.NewHandleAt(ns, unix.NETLINK_ROUTE)
+	if err != nil {
+		ns.Close()
+		return nil, fmt.Errorf("open netlink in %s: %w", path, err)
+	}
+	return &podNetns{ns: ns, nl: h}, nil
+}
+
+func (p *podNetns) Close() {
+	p.nl.Close()
+	p.ns.Close()
 }

@@ -54,7 +54,7 @@ func createVeth(hostName, ifname string, mtu, bridgeIndex int, podNS netns.NsHan
 		peer.AddChild(a)
 	}
 	req.AddData(info)
-	echo, err := executeWithEcho(req)
+	echo, err := execute(req)
 	if err != nil {
 		return nil, err
 	}
@@ -83,12 +83,13 @@ func oneQueue() []*nl.RtAttr {
 	}
 }
 
-// executeWithEcho sends req and returns the RTM_NEWLINK the kernel echoes
-// back, or nil from a kernel that does not echo. It reads up to the
-// acknowledgement, because the echo goes out before the request has fully
-// succeeded (enslaving comes after it) and only the acknowledgement says
-// whether it did.
-func executeWithEcho(req *nl.NetlinkRequest) ([]byte, error) {
+// execute sends req in the node's namespace and waits for the kernel's
+// acknowledgement. It returns the RTM_NEWLINK the kernel echoes back for a
+// request with NLM_F_ECHO, nil without one (or from a kernel that does not
+// echo). It reads up to the acknowledgement, because the echo goes out
+// before the request has fully succeeded (enslaving comes after it) and only
+// the acknowledgement says whether it did.
+func execute(req *nl.NetlinkRequest) ([]byte, error) {
 	s, err := nl.GetNetlinkSocketAt(netns.None(), netns.None(), unix.NETLINK_ROUTE)
 	if err != nil {
 		return nil, err
