@@ -313,7 +313,9 @@ func (b *builder) decide(node string, f Family, path Path, reason string) {
 
 func (p *Plan) sort() {
 	slices.SortFunc(p.Devices, func(a, b Device) int { return cmp.Compare(a.Family, b.Family) })
-	slices.SortFunc(p.Routes, func(a, b Route) int { return cmp.Or(a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits())) })
+	slices.SortFunc(p.Routes, func(a, b Route) int {
+		return cmp.Or(a.Dst.Addr().Compare(b.Dst.Addr()), cmp.Compare(a.Dst.Bits(), b.Dst.Bits()))
+	})
 	slices.SortFunc(p.Neighbours, func(a, b Neighbour) int { return cmp.Or(strings.Compare(a.Device, b.Device), a.IP.Compare(b.IP)) })
 	slices.SortFunc(p.FDB, func(a, b FDBEntry) int { return cmp.Or(strings.Compare(a.Device, b.Device), a.Dst.Compare(b.Dst)) })
 	slices.SortFunc(p.Decisions, func(a, b Decision) int {
