@@ -28,3 +28,20 @@ func MAC(ip netip.Addr) net.HardwareAddr {
 	mac[0] = mac[0]&^0x01 | 0x02
 	return mac
 }
+
+// Gateway is the address routes through a tunnel device use as the
+// gateway to the node whose InternalIP is ip; it is only the key of a
+// permanent neighbour entry, never sent to. IPv4: the InternalIP itself.
+// IPv6: the link-local address of the node's tunnel MAC (modified EUI-64),
+// the address its tunnel device gets by default. IPv6 refuses an on-link
+// gateway that another interface's route covers (`Nexthop has invalid
+// gateway or device mismatch`), which a global address on the underlay's
+// subnet is; a link-local gateway is taken on the device named.
+func Gateway(ip netip.Addr) netip.Addr {
+	ip = ip.Unmap()
+	if ip.Is4() {
+		return ip
+	}
+	m := MAC(ip)
+	return netip.AddrFrom16([16]byte{0: 0xfe, 1: 0x80, 8: m[0] ^ 0x02, 9: m[1], 10: m[2], 11: 0xff, 12: 0xfe, 13: m[3], 14: m[4], 15: m[5]})
+}

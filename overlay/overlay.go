@@ -14,18 +14,21 @@
 // object alone (its InternalIP and spec.podCIDRs): the tunnel MAC of a node
 // is derived from its address, so nothing is written to the API server.
 //
-// Scheme, per remote node R reached by VXLAN on family F:
+// Scheme, per remote node R reached by VXLAN (IPv4 shown):
 //
 //	route     <R pod CIDR> via <R InternalIP> dev netplane.vxlan onlink  proto 207
 //	neighbour <R InternalIP> lladdr MAC(R InternalIP) dev netplane.vxlan permanent
 //	fdb       MAC(R InternalIP) dst <R InternalIP> dev netplane.vxlan self permanent
 //
-// The gateway is the remote node's own InternalIP rather than an address of
-// its pod CIDR (Flannel's choice): it is a fact already on the Node, so one
-// neighbour per node and family serves every pod CIDR of that node, a pod
-// CIDR change touches only routes, and `ip route` names the node a route
-// goes to. The gateway is only a key into the device's neighbour table; the
-// outer packet is routed by the main table as any packet to that address.
+// The gateway is derived from the remote node's InternalIP rather than from
+// its pod CIDR (Flannel routes via the pod CIDR's network address): one
+// neighbour per node and family then serves every pod CIDR of that node, a
+// pod CIDR change touches only routes, and for IPv4 `ip route` names the
+// node a route goes to. The gateway is only a key into the device's
+// neighbour table; the outer packet is routed by the main table. For IPv6
+// the gateway is the link-local address of the remote tunnel MAC, which
+// the kernel accepts on the tunnel device whatever other routes exist (see
+// Gateway).
 //
 // The device carries one address: the network address of this node's pod
 // CIDR of its family, as a host address (/32, /128). Traffic the node

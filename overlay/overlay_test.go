@@ -36,6 +36,17 @@ func TestMACIsStableLocallyAdministeredUnicastAndDistinct(t *testing.T) {
 	}
 }
 
+func TestGatewayIsTheInternalIPOrTheLinkLocalAddressOfTheTunnelMAC(t *testing.T) {
+	for _, tc := range []struct{ ip, want string }{
+		{"192.168.20.13", "192.168.20.13"},
+		{"fd00:a::11", "fe80::102d:92ff:fe6a:cf94"}, // MAC 12:2d:92:6a:cf:94
+	} {
+		if got := Gateway(netip.MustParseAddr(tc.ip)).String(); got != tc.want {
+			t.Errorf("Gateway(%s) = %s, want %s", tc.ip, got, tc.want)
+		}
+	}
+}
+
 func TestPodMTU(t *testing.T) {
 	for _, tc := range []struct {
 		name     string

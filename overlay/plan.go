@@ -61,7 +61,8 @@ type Device struct {
 }
 
 // Route sends a remote pod CIDR to a node: via its InternalIP on the
-// underlay (Device empty) or through a tunnel device.
+// underlay (Device empty) or through a tunnel device, via the node's
+// tunnel gateway (see Gateway).
 type Route struct {
 	Dst    netip.Prefix
 	Via    netip.Addr
@@ -69,8 +70,7 @@ type Route struct {
 	Node   string
 }
 
-// Neighbour maps a remote node's InternalIP, as a gateway on a tunnel
-// device, to that node's tunnel MAC.
+// Neighbour maps a remote node's tunnel gateway to its tunnel MAC.
 type Neighbour struct {
 	Device string
 	IP     netip.Addr
@@ -241,14 +241,16 @@ func (b *builder) addFamily(n Node, f Family, cidrs []netip.Prefix) {
 		}
 	}
 	path, reason := b.choose(f, ip)
+	via := ip
 	if path == VXLAN {
 		mac := MAC(ip)
+		via = Gateway(ip)
 		if other, taken := b.macs[mac.String()]; taken {
 			path, reason = None, fmt.Sprintf("tunnel MAC %s of %s is also node %s's", mac, ip, other)
 		} else {
 			b.macs[mac.String()] = n.Name
 			dev := b.devices[f].Name
-			b.plan.Neighbours = append(b.plan.Neighbours, Neighbour{Device: dev, IP: ip, MAC: mac})
+			b.plan.Neighbours = append(b.plan.Neighbours, Neighbour{Device: dev, IP: via, MAC: mac})
 			b.plan.FDB = append(b.plan.FDB, FDBEntry{Device: dev, MAC: mac, Dst: ip})
 		}
 	}
@@ -258,7 +260,7 @@ func (b *builder) addFamily(n Node, f Family, cidrs []netip.Prefix) {
 	}
 	for _, c := range cidrs {
 		b.claim(c, n.Name)
-		r := Route{Dst: c, Via: ip, Node: n.Name}
+		r := Route{Dst: c, Via: via, Node: n.Name}
 		if path == VXLAN {
 			r.Device = b.devices[f].Name
 		}

@@ -87,11 +87,11 @@ node node3 IPv4 none: InternalIP 192.168.20.13 is on no connected subnet of this
 			Connected: prefixes("192.168.10.0/24", "fd00:a::/64"), Underlays: []Underlay{eth0v4, eth0v6}},
 		want: `
 link netplane.vxlan vxlan id 1 dstport 4789 dev #2 local 192.168.10.11 nolearning address 0e:6e:c0:a8:0a:0b mtu 1450 addr 10.244.1.0/32
-link netplane.vxlan6 vxlan id 1 dstport 4789 dev #2 local fd00:a::11 nolearning address ` + MAC(netip.MustParseAddr("fd00:a::11")).String() + ` mtu 1430 addr fd00:10:244:1::/128
+link netplane.vxlan6 vxlan id 1 dstport 4789 dev #2 local fd00:a::11 nolearning address 12:2d:92:6a:cf:94 mtu 1430 addr fd00:10:244:1::/128
 route 10.244.2.0/24 via 192.168.10.12 (node2)
-route fd00:10:244:2::/64 via fd00:b::12 dev netplane.vxlan6 onlink (node2)
-neigh fd00:b::12 lladdr ` + MAC(netip.MustParseAddr("fd00:b::12")).String() + ` dev netplane.vxlan6
-fdb ` + MAC(netip.MustParseAddr("fd00:b::12")).String() + ` dst fd00:b::12 dev netplane.vxlan6
+route fd00:10:244:2::/64 via fe80::f427:25ff:fe82:d444 dev netplane.vxlan6 onlink (node2)
+neigh fe80::f427:25ff:fe82:d444 lladdr f6:27:25:82:d4:44 dev netplane.vxlan6
+fdb f6:27:25:82:d4:44 dst fd00:b::12 dev netplane.vxlan6
 node node2 IPv4 direct
 node node2 IPv6 vxlan
 `,
