@@ -43,7 +43,7 @@ type labNode struct {
 	podIP6  string
 }
 
-func newLab(t *testing.T) *lab {
+func newLab(t testing.TB) *lab {
 	t.Helper()
 	sw := newNS(t, "switch")
 	sw.Bridge(t, "br0")
@@ -71,7 +71,7 @@ func newLab(t *testing.T) *lab {
 }
 
 // addNode makes node i with its underlay veth towards peer (u-node<i>).
-func (l *lab) addNode(t *testing.T, i int, peer *netns.NS, net4, net6 string) *labNode {
+func (l *lab) addNode(t testing.TB, i int, peer *netns.NS, net4, net6 string) *labNode {
 	name := fmt.Sprintf("node%d", i)
 	n := &labNode{ns: host(t, name, peer, "u-"+name, "eth0")}
 	ip, ip6 := fmt.Sprintf("%s.1%d", net4, i), fmt.Sprintf("%s:1%d", net6, i)
@@ -155,12 +155,12 @@ func (l *lab) facts() []overlay.Node {
 
 // sync runs the shell on every node with cfg and the facts of every node,
 // and returns node1's plan.
-func (l *lab) sync(t *testing.T, cfg overlay.Config) overlay.Plan {
+func (l *lab) sync(t testing.TB, cfg overlay.Config) overlay.Plan {
 	t.Helper()
 	return l.syncFacts(t, cfg, l.facts())
 }
 
-func (l *lab) syncFacts(t *testing.T, cfg overlay.Config, facts []overlay.Node) overlay.Plan {
+func (l *lab) syncFacts(t testing.TB, cfg overlay.Config, facts []overlay.Node) overlay.Plan {
 	t.Helper()
 	var first overlay.Plan
 	for i, n := range l.nodes {

@@ -2,8 +2,12 @@ package overlay
 
 import (
 	"fmt"
+	"net"
 	"net/netip"
 	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,5 +99,26 @@ func TestNodeOfTakesInternalIPsPerFamilyAndPodCIDRs(t *testing.T) {
 	n.Spec.PodCIDRs = nil
 	if got := NodeOf(n).PodCIDRs; len(got) != 1 || got[0].String() != "10.244.1.0/24" {
 		t.Errorf("without spec.podCIDRs: %v, want spec.podCIDR", got)
+	}
+}
+
+func TestConnectedPrefixesAreGatewaylessUnicastRoutesOfOtherOwners(t *testing.T) {
+	dst := func(s string) *net.IPNet { _, n, _ := net.ParseCIDR(s); return n }
+	routes := []netlink.Route{
+		{Dst: dst("192.168.10.0/24"), LinkIndex: 2, Type: unix.RTN_UNICAST, Protocol: unix.RTPROT_KERNEL},      // an address's prefix
+		{Dst: dst("10.1.0.0/16"), LinkIndex: 2, Type: unix.RTN_UNICAST, Protocol: unix.RTPROT_STATIC},          // on-link, by hand
+		{Dst: dst("fd00:a::/64"), LinkIndex: 2, Type: unix.RTN_UNICAST, Protocol: unix.RTPROT_RA},              // on-link, from RAs
+		{Dst: dst("0.0.0.0/0"), LinkIndex: 3, Type: unix.RTN_UNICAST},                                          // point-to-point default
+		{Dst: nil, LinkIndex: 3, Type: unix.RTN_UNICAST},                                                       // default, as netlink may give it
+		{Dst: dst("192.168.30.0/24"), LinkIndex: 2, Gw: net.ParseIP("192.168.10.254"), Type: unix.RTN_UNICAST}, // behind a router
+		{Dst: dst("10.244.2.0/24"), LinkIndex: 2, Gw: net.ParseIP("192.168.10.12"), Protocol: RouteProtocol},   // ours
+		{Dst: dst("10.244.1.0/24"), LinkIndex: 4, Type: unix.RTN_UNICAST, Protocol: RouteProtocol},             // ours, gatewayless
+		{Dst: dst("10.244.3.0/24"), LinkIndex: 9, Type: unix.RTN_UNICAST},                                      // through a tunnel device
+		{Dst: dst("10.9.0.0/16"), LinkIndex: 0, Type: unix.RTN_BLACKHOLE},                                      // blackhole
+		{Dst: dst("10.8.0.0/16"), LinkIndex: 2, Type: unix.RTN_UNICAST, MultiPath: []*netlink.NexthopInfo{{}}}, // multipath
+	}
+	got := fmt.Sprint(ConnectedPrefixes(routes, map[int]bool{9: true}))
+	if want := "[10.1.0.0/16 192.168.10.0/24 fd00:a::/64]"; got != want {
+		t.Errorf("connected: %s, want %s", got, want)
 	}
 }
