@@ -174,8 +174,3 @@ func (c *changes) apply(h *netlink.Handle) error {
 	}
 	return errors.Join(errs...)
 }
-
-// writes counts the changes.
-func (c *changes) writes() int {
-	return len(c.setFDB) + len(c.delFDB) + len(c.setNeigh) + len(c.delNeigh) + len(c.setRoute) + len(c.delRoute)
-}
