@@ -3,6 +3,7 @@ package overlay_test
 import (
 	"fmt"
 	"net/netip"
+	"strings"
 	"testing"
 	"time"
 
@@ -79,6 +80,12 @@ func TestAThousandNodesSyncWithinBudget(t *testing.T) {
 	}
 	if out := ns.MustExec(t, "ip", "route", "show", "proto", "207", "via", "10.1.5.2"); out == "" {
 		t.Errorf("the added node's route is not in the kernel")
+	}
+	if _, err := s.Sync("self", nodes[1:]); err == nil || !strings.Contains(err.Error(), `node "self" is not among`) {
+		t.Errorf("sync without this node's facts: %v, want an error saying so", err)
+	}
+	if out := ns.MustExec(t, "ip", "route", "show", "proto", "207"); strings.Count(out, "\n") != 1001 {
+		t.Errorf("after a sync without this node's facts, %d routes are left, want all 1001", strings.Count(out, "\n"))
 	}
 }
 

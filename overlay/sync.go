@@ -3,6 +3,7 @@ package overlay
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"github.com/vishvananda/netlink"
@@ -49,12 +50,15 @@ func (s *Syncer) Sync(self string, nodes []Node) (Plan, error) {
 		return Plan{}, err
 	}
 	in := Input{Config: s.cfg, Self: self, Nodes: nodes}
-	for _, n := range nodes {
-		if n.Name == self {
-			if in.Underlays, err = underlays(s.h, n); err != nil {
-				return Plan{}, err
-			}
-		}
+	i := slices.IndexFunc(nodes, func(n Node) bool { return n.Name == self })
+	if i < 0 {
+		// Without this node's facts there is no underlay, and the plan
+		// would remove the tunnels: more likely a cache not yet filled or a
+		// wrong node name than a node that left its own cluster.
+		return Plan{}, fmt.Errorf("node %q is not among the %d nodes: nothing changed (check the node name)", self, len(nodes))
+	}
+	if in.Underlays, err = underlays(s.h, nodes[i]); err != nil {
+		return Plan{}, err
 	}
 	skip := map[int]bool{}
 	for _, idx := range tunnels {
