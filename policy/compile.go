@@ -6,13 +6,13 @@ import (
 	"slices"
 	"strings"
 
+	"go4.org/netipx"
 	v1 "k8s.io/api/core/v1"
 	netv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"go4.org/netipx"
 )
 
 // Policy is a NetworkPolicy compiled: selectors parsed, defaults applied,

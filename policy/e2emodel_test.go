@@ -68,7 +68,9 @@ func newModelCluster() *cluster {
 	return c
 }
 
-func podKey(ns, name string) types.NamespacedName { return types.NamespacedName{Namespace: ns, Name: name} }
+func podKey(ns, name string) types.NamespacedName {
+	return types.NamespacedName{Namespace: ns, Name: name}
+}
 
 // Policy builders: short enough that a case reads like its YAML.
 
@@ -89,7 +91,9 @@ func exprSel(key string, op metav1.LabelSelectorOperator, values ...string) *met
 	return &metav1.LabelSelector{MatchExpressions: []metav1.LabelSelectorRequirement{{Key: key, Operator: op, Values: values}}}
 }
 
-func podPeer(s *metav1.LabelSelector) netv1.NetworkPolicyPeer { return netv1.NetworkPolicyPeer{PodSelector: s} }
+func podPeer(s *metav1.LabelSelector) netv1.NetworkPolicyPeer {
+	return netv1.NetworkPolicyPeer{PodSelector: s}
+}
 
 func nsPeer(s *metav1.LabelSelector) netv1.NetworkPolicyPeer {
 	return netv1.NetworkPolicyPeer{NamespaceSelector: s}

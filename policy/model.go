@@ -65,10 +65,10 @@ type Model struct {
 type nsState struct {
 	name     string
 	labels   map[string]string
-	known    bool                    // a Namespace record was given
-	pods     map[string]*podState    // by name
-	local    map[*podState]struct{}  // the pods enforced here
-	sels     map[*selector]struct{}  // the selectors that can select its pods
+	known    bool                   // a Namespace record was given
+	pods     map[string]*podState   // by name
+	local    map[*podState]struct{} // the pods enforced here
+	sels     map[*selector]struct{} // the selectors that can select its pods
 	policies map[*policyState]struct{}
 }
 

@@ -12,9 +12,9 @@ import (
 	"net/netip"
 	"strings"
 
+	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"golang.org/x/sys/unix"
 )
 
 // Pod is what policy needs of a pod. Records are never changed once made:
