@@ -234,7 +234,8 @@ func portsMatch(ports []netv1.NetworkPolicyPort, dst endpoint, port int32, proto
 		case p.Port == nil:
 			return true
 		case p.Port.Type == intstr.String:
-			if dst.pod != nil && podServes(dst.pod, p.Port.StrVal, port, proto) {
+			// A finished pod's address may be another's: it matches nothing.
+			if dst.pod != nil && !terminal(dst.pod) && !dst.pod.Spec.HostNetwork && podServes(dst.pod, p.Port.StrVal, port, proto) {
 				return true
 			}
 		case p.EndPort == nil:
