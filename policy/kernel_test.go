@@ -288,4 +288,3 @@ func TestMain(m *testing.M) {
 	}
 	os.Exit(m.Run())
 }
-
