@@ -1,0 +1,208 @@
+package policy
+
+import (
+	"fmt"
+	"net/netip"
+	"testing"
+
+	netv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"golang.org/x/sys/unix"
+)
+
+// The scale of the requirements: 1,000 policies × 10,000 pods. 100
+// namespaces of 100 pods and 10 policies each; pods spread over 100 nodes,
+// so the node under test ("n0") enforces 100 of them. The policies are of
+// the kinds clusters have: a default deny, same-namespace ingress, ingress
+// from other teams' namespaces to an app on a port or a named port, egress
+// to a database tier, to DNS by named port, to an address block with
+// exceptions. Selectors repeat across namespaces as real ones do (team
+// labels, app names), so some sets are shared.
+
+type scale struct {
+	namespaces []*Namespace
+	pods       []*Pod
+	policies   []*Policy
+}
+
+// newScale makes the cluster; with unshared, the team selector of every
+// policy is its own (same pods, another key), so no two policies share it.
+func newScale(tb testing.TB, nss, podsPerNS, policiesPerNS, nodes int, unshared bool) *scale {
+	s := &scale{}
+	n := 0
+	for i := range nss {
+		ns := fmt.Sprintf("ns-%d", i)
+		s.namespaces = append(s.namespaces, &Namespace{Name: ns, Labels: map[string]string{
+			"kubernetes.io/metadata.name": ns, "team": fmt.Sprintf("team-%d", i%10), "env": []string{"prod", "dev"}[i%2]}})
+		for j := range podsPerNS {
+			s.pods = append(s.pods, scalePod(ns, j, n, nodes))
+			n++
+		}
+		for k := range policiesPerNS {
+			np := scalePolicy(ns, i, k)
+			if unshared && k >= 5 {
+				from := np.Spec.Ingress[0].From[0].NamespaceSelector
+				from.MatchExpressions = append(from.MatchExpressions, metav1.LabelSelectorRequirement{
+					Key: "team", Operator: metav1.LabelSelectorOpNotIn, Values: []string{ns + "-" + np.Name}})
+			}
+			pol, err := Compile(np)
+			if err != nil {
+				tb.Fatal(err)
+			}
+			s.policies = append(s.policies, pol)
+		}
+	}
+	return s
+}
+
+func scalePod(ns string, j, n, nodes int) *Pod {
+	return &Pod{Namespace: ns, Name: fmt.Sprintf("pod-%d", j), Node: fmt.Sprintf("n%d", n%nodes),
+		Labels: map[string]string{"app": fmt.Sprintf("app-%d", j%10), "tier": []string{"fe", "be", "db"}[j%3], "pod-template-hash": fmt.Sprintf("h%d", j%20)},
+		IPs:    []netip.Addr{netip.AddrFrom4([4]byte{10, byte(64 + n>>16), byte(n >> 8), byte(n)})},
+		Ports: []NamedPort{{Name: "http", Protocol: unix.IPPROTO_TCP, Port: 8080}, {Name: "metrics", Protocol: unix.IPPROTO_TCP, Port: 9090},
+			{Name: "dns", Protocol: unix.IPPROTO_UDP, Port: 53}}}
+}
+
+// scalePolicy is policy k of namespace number i.
+func scalePolicy(ns string, i, k int) *netv1.NetworkPolicy {
+	app := sel("app", fmt.Sprintf("app-%d", k))
+	team := sel("team", fmt.Sprintf("team-%d", (i+k)%10))
+	switch k {
+	case 0:
+		return policy(ns, "default-deny", netv1.NetworkPolicySpec{PodSelector: *all, PolicyTypes: bothTypes})
+	case 1:
+		return policy(ns, "same-namespace", netv1.NetworkPolicySpec{PodSelector: *all,
+			Ingress: []netv1.NetworkPolicyIngressRule{ingress(peers(podPeer(all)))}})
+	case 2:
+		return policy(ns, "dns", netv1.NetworkPolicySpec{PodSelector: *all, PolicyTypes: egressOnly,
+			Egress: []netv1.NetworkPolicyEgressRule{egress(peers(bothPeer(sel("kubernetes.io/metadata.name", "ns-0"), sel("app", "app-0"))), namedPort(udp, "dns"))}})
+	case 3:
+		return policy(ns, "to-db", netv1.NetworkPolicySpec{PodSelector: *exprSel("tier", metav1.LabelSelectorOpIn, "fe", "be"), PolicyTypes: egressOnly,
+			Egress: []netv1.NetworkPolicyEgressRule{egress(peers(podPeer(sel("tier", "db"))), port(tcp, 5432))}})
+	case 4:
+		return policy(ns, "outside", netv1.NetworkPolicySpec{PodSelector: *sel("tier", "fe"), PolicyTypes: egressOnly,
+			Egress: []netv1.NetworkPolicyEgressRule{egress(peers(blockPeer("0.0.0.0/0", "10.0.0.0/8", "172.16.0.0/12", fmt.Sprintf("192.168.%d.0/24", i))), port(tcp, 443))}})
+	}
+	return policy(ns, fmt.Sprintf("app-%d", k), netv1.NetworkPolicySpec{PodSelector: *app,
+		Ingress: []netv1.NetworkPolicyIngressRule{
+			ingress(peers(bothPeer(team, sel("tier", "fe")), nsPeer(sel("env", "prod"))), namedPort(tcp, "http")),
+			ingress(peers(bothPeer(sel("kubernetes.io/metadata.name", "ns-1"), nil)), portRange(tcp, 9000, 9100))}})
+}
+
+func (s *scale) build(node string) *Model {
+	m := NewModel(Config{Node: node, Families: []Family{IPv4}})
+	for _, ns := range s.namespaces {
+		m.UpsertNamespace(ns)
+	}
+	for _, p := range s.policies {
+		m.UpsertPolicy(p)
+	}
+	for _, p := range s.pods {
+		m.UpsertPod(p)
+	}
+	return m
+}
+
+var benchScale struct {
+	s *scale
+	m *Model
+}
+
+// atScale is the requirement's cluster and a model built from it, shared
+// by the benchmarks of single changes.
+func atScale(b *testing.B) (*scale, *Model) {
+	if benchScale.s == nil {
+		benchScale.s = newScale(b, 100, 100, 10, 100, false)
+		benchScale.m = benchScale.s.build("n0")
+		benchScale.m.TakeTouched()
+	}
+	return benchScale.s, benchScale.m
+}
+
+func BenchmarkFullBuild(b *testing.B) {
+	for _, unshared := range []bool{false, true} {
+		b.Run(map[bool]string{false: "shared", true: "unshared"}[unshared], func(b *testing.B) {
+			s := newScale(b, 100, 100, 10, 100, unshared)
+			b.ReportAllocs()
+			var m *Model
+			for b.Loop() {
+				m = s.build("n0")
+			}
+			elems := 0
+			for _, set := range m.Table().Sets {
+				elems += len(set.Elements)
+			}
+			b.ReportMetric(float64(len(m.Table().Chains)), "chains")
+			b.ReportMetric(float64(len(m.Table().Sets)), "sets")
+			b.ReportMetric(float64(elems), "elements")
+		})
+	}
+}
+
+// BenchmarkPodLabelChange flips one pod's app label back and forth: the
+// pod moves between selectors and, when it is enforced here, between
+// group chains.
+func BenchmarkPodLabelChange(b *testing.B) {
+	s, m := atScale(b)
+	for _, tc := range []struct {
+		name string
+		pod  *Pod
+	}{{"local", s.pods[0]}, {"remote", s.pods[1]}} {
+		b.Run(tc.name, func(b *testing.B) {
+			other := *tc.pod
+			other.Labels = map[string]string{"app": "app-3", "tier": "db", "pod-template-hash": "h0"}
+			recs := []*Pod{&other, tc.pod}
+			b.ReportAllocs()
+			i := 0
+			for b.Loop() {
+				m.UpsertPod(recs[i%2])
+				i++
+			}
+			m.UpsertPod(tc.pod)
+			m.TakeTouched()
+		})
+	}
+}
+
+// BenchmarkPodCreated creates a pod (enforced here, or elsewhere) and,
+// outside the timing, deletes it again.
+func BenchmarkPodCreated(b *testing.B) {
+	_, m := atScale(b)
+	for _, node := range []string{"n0", "n1"} {
+		b.Run(map[string]string{"n0": "local", "n1": "remote"}[node], func(b *testing.B) {
+			p := scalePod("ns-5", 1000, 20000, 100)
+			p.Node = node
+			b.ReportAllocs()
+			for b.Loop() {
+				m.UpsertPod(p)
+				b.StopTimer()
+				m.DeletePod(p.Key())
+				m.TakeTouched()
+				b.StartTimer()
+			}
+		})
+	}
+}
+
+// BenchmarkPolicyCreated creates a policy with new selectors (filled from
+// the pods of the namespaces they select) and, outside the timing,
+// deletes it again.
+func BenchmarkPolicyCreated(b *testing.B) {
+	_, m := atScale(b)
+	np := scalePolicy("ns-7", 7, 6)
+	np.Name = "new"
+	np.Spec.Ingress = append(np.Spec.Ingress, ingress(peers(nsPeer(sel("env", "dev"))), port(tcp, 7000)))
+	pol, err := Compile(np)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.ReportAllocs()
+	for b.Loop() {
+		m.UpsertPolicy(pol)
+		b.StopTimer()
+		m.DeletePolicy(pol.Key())
+		m.TakeTouched()
+		b.StartTimer()
+	}
+}
+
