@@ -5,9 +5,9 @@ import (
 	"net/netip"
 	"testing"
 
+	"golang.org/x/sys/unix"
 	netv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"golang.org/x/sys/unix"
 )
 
 // The scale of the requirements: 1,000 policies × 10,000 pods. 100
@@ -205,4 +205,3 @@ func BenchmarkPolicyCreated(b *testing.B) {
 		b.StartTimer()
 	}
 }
-
