@@ -365,9 +365,13 @@ func CounterName(d Direction) string { return "denied-" + d.String() }
 // baseChains declares what exists whatever the objects: the base chains
 // on forward and input, the deny chains, the verdict maps, the counters.
 func (m *Model) baseChains() {
-	established := Rule{Established: true, Verdict: Verdict{Kind: Accept}}
-	fwd := &Chain{Name: "forward", Base: &Hook{Hook: "forward", Priority: m.cfg.Priority}, Rules: []Rule{established}}
-	in := &Chain{Name: "input", Base: &Hook{Hook: "input", Priority: m.cfg.Priority}, Rules: []Rule{established}}
+	first := []Rule{{Established: true, Verdict: Verdict{Kind: Accept}}}
+	if slices.Contains(m.fams, IPv6) {
+		// Without neighbour discovery no IPv6 packet reaches a pod, allowed or not.
+		first = append(first, Rule{NeighborDiscovery: true, Verdict: Verdict{Kind: Accept}})
+	}
+	fwd := &Chain{Name: "forward", Base: &Hook{Hook: "forward", Priority: m.cfg.Priority}, Rules: slices.Clone(first)}
+	in := &Chain{Name: "input", Base: &Hook{Hook: "input", Priority: m.cfg.Priority}, Rules: slices.Clone(first)}
 	for _, f := range m.fams {
 		egress := Rule{Family: f, Field: Saddr, Vmap: mapName(Egress, f)}
 		fwd.Rules = append(fwd.Rules, egress)

@@ -33,7 +33,8 @@ type lab struct {
 	c    *cluster
 }
 
-var labPods = []struct{ key, ip string }{{"x/a", "10.244.0.2"}, {"x/b", "10.244.0.3"}, {"y/a", "10.244.0.4"}, {"y/b", "10.244.0.5"}}
+var labPods = []struct{ key, ip, ip6 string }{{"x/a", "10.244.0.2", "fd00:244::2"}, {"x/b", "10.244.0.3", "fd00:244::3"},
+	{"y/a", "10.244.0.4", "fd00:244::4"}, {"y/b", "10.244.0.5", "fd00:244::5"}}
 
 func newLab(t *testing.T) *lab {
 	framework.RequireRoot(t)
@@ -41,11 +42,14 @@ func newLab(t *testing.T) *lab {
 	_, err := os.Stat("/proc/sys/net/bridge")
 	framework.Require(t, err == nil, "br_netfilter is not loaded (modprobe br_netfilter)")
 	l := &lab{t: t, node: netns.New(t, "polnode"), pods: map[string]*netns.NS{}, ips: map[string]string{},
-		c: newCluster([]string{"n1"}, []Family{IPv4})}
+		c: newCluster([]string{"n1"}, nil)}
 	l.node.Bridge(t, "br0")
 	l.node.Addr(t, "br0", "10.244.0.1/24")
+	l.node.Addr(t, "br0", "fd00:244::1/64")
 	l.node.Sysctl(t, "net.ipv4.ip_forward", "1")
+	l.node.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
 	l.node.Sysctl(t, "net.bridge.bridge-nf-call-iptables", "1")
+	l.node.Sysctl(t, "net.bridge.bridge-nf-call-ip6tables", "1")
 	for _, ns := range []string{"x", "y"} {
 		l.c.setNamespace(modelNamespace(ns))
 	}
@@ -55,14 +59,16 @@ func newLab(t *testing.T) *lab {
 		pod := netns.Host(t, "pol"+ns+name, l.node, peer, "eth0")
 		l.node.Attach(t, peer, "br0")
 		pod.Addr(t, "eth0", lp.ip+"/24")
+		pod.Addr(t, "eth0", lp.ip6+"/64")
 		pod.Route(t, "default", "via", "10.244.0.1")
+		pod.Route(t, "default", "via", "fd00:244::1")
 		l.pods[lp.key], l.ips[lp.key] = pod, lp.ip
 		for _, port := range []int{80, 81} {
 			serve(t, pod, fmt.Sprintf(":%d", port))
 		}
 		p := modelPod(ns, name)
 		p.Spec.NodeName = "n1"
-		p.Status.PodIPs = []v1.PodIP{{IP: lp.ip}}
+		p.Status.PodIPs = []v1.PodIP{{IP: lp.ip}, {IP: lp.ip6}}
 		l.c.setPod(p)
 	}
 	serve(t, l.node, "10.244.0.1:80")
@@ -70,16 +76,21 @@ func newLab(t *testing.T) *lab {
 	return l
 }
 
-// serve echoes TCP and UDP on addr inside ns until the test ends.
+// serve echoes TCP and UDP on addr inside ns until the test ends; ":port"
+// serves both families.
 func serve(t *testing.T, ns *netns.NS, addr string) {
 	var tl net.Listener
 	var ul net.PacketConn
+	fam := "4"
+	if strings.HasPrefix(addr, ":") {
+		fam = ""
+	}
 	err := ns.Do(func() error {
 		var err error
-		if tl, err = net.Listen("tcp4", addr); err != nil {
+		if tl, err = net.Listen("tcp"+fam, addr); err != nil {
 			return err
 		}
-		ul, err = net.ListenPacket("udp4", addr)
+		ul, err = net.ListenPacket("udp"+fam, addr)
 		return err
 	})
 	if err != nil {
@@ -208,6 +219,10 @@ func TestKernelEnforcesTheLayout(t *testing.T) {
 			kprobe{"y/a", "x/a", 80, tcp, false, ""}, kprobe{"x/b", "x/a", 80, tcp, false, ""},
 			kprobe{"y/b", "x/a", 80, udp, false, ""}, kprobe{"x/a", "y/a", 80, tcp, true, ""},
 			kprobe{"node", "x/a", 81, tcp, true, ""})
+		// Over IPv6 the same, which needs neighbour discovery to pass the isolation.
+		if !l.connect("y/b", "tcp6", "[fd00:244::2]:80") || l.connect("y/a", "tcp6", "[fd00:244::2]:80") {
+			t.Errorf("over IPv6, y/b -> x/a tcp/80 must get through and y/a -> x/a must not")
+		}
 		if out := l.counter(CounterName(Ingress)); strings.Contains(out, "packets 0 ") {
 			t.Errorf("denied-ingress counted nothing:\n%s", out)
 		}
@@ -251,6 +266,9 @@ func TestKernelEnforcesTheLayout(t *testing.T) {
 			Egress: []netv1.NetworkPolicyEgressRule{egress(peers(blockPeer("10.244.0.1/32")), port(tcp, 80))}}))
 		l.load()
 		l.check(kprobe{"y/a", "10.244.0.1", 80, tcp, true, ""})
+		if !l.connect("y/a", "udp6", "[fd00:244::3]:81") || l.connect("y/a", "tcp6", "[fd00:244::3]:81") {
+			t.Errorf("over IPv6, y/a -> x/b udp/81 must get through and tcp/81 must not")
+		}
 		l.c.deletePolicy(podKey("y", "egress"))
 		l.c.deletePolicy(podKey("y", "node"))
 	})

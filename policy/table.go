@@ -139,6 +139,9 @@ type Log struct {
 // handful of forms policy needs, each one nft expression sequence.
 type Rule struct {
 	Established bool   // ct state established,related
+	// NeighborDiscovery: ICMPv6 router and neighbour solicitations and
+	// advertisements, which conntrack does not track.
+	NeighborDiscovery bool
 	Family      Family // of the address read by Set, PortSet or Vmap
 	Field       Field  // the address Set and Vmap read
 	Set         string // the address is in this named set (AddrSet, RangeSet)
@@ -157,6 +160,9 @@ func (r Rule) Text() string {
 	var parts []string
 	if r.Established {
 		parts = append(parts, "ct state established,related")
+	}
+	if r.NeighborDiscovery {
+		parts = append(parts, "icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert }")
 	}
 	if r.Set != "" {
 		parts = append(parts, fmt.Sprintf("%s %s @%s", r.Family.word(), r.Field, r.Set))

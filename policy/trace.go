@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"net/netip"
 	"slices"
+
+	"golang.org/x/sys/unix"
 )
 
 // Packet is the first packet of a connection, or a later one
@@ -14,6 +16,7 @@ type Packet struct {
 	Src, Dst    netip.Addr
 	Proto       uint8
 	Port        uint16 // destination port
+	ICMPType    uint8  // ICMPv6 type, when Proto is 58
 	Established bool
 }
 
@@ -93,6 +96,9 @@ func (t *Table) run(base *Chain, p Packet, tr *Trace) bool {
 // verdict map's element's, for a vmap rule).
 func (t *Table) match(r Rule, p Packet) (Verdict, bool) {
 	if r.Established && !p.Established {
+		return Verdict{}, false
+	}
+	if r.NeighborDiscovery && (p.Proto != unix.IPPROTO_ICMPV6 || p.ICMPType < 133 || p.ICMPType > 136) {
 		return Verdict{}, false
 	}
 	if r.Family != AnyFamily && familyOf(p.Src) != r.Family {
