@@ -138,14 +138,14 @@ type Log struct {
 // order of the fields, then the statements and the verdict. It is the
 // handful of forms policy needs, each one nft expression sequence.
 type Rule struct {
-	Established bool   // ct state established,related
+	Established bool // ct state established,related
 	// NeighborDiscovery: ICMPv6 router and neighbour solicitations and
 	// advertisements, which conntrack does not track.
 	NeighborDiscovery bool
-	Family      Family // of the address read by Set, PortSet or Vmap
-	Field       Field  // the address Set and Vmap read
-	Set         string // the address is in this named set (AddrSet, RangeSet)
-	Proto       uint8  // meta l4proto; 0 for any
+	Family            Family // of the address read by Set, PortSet or Vmap
+	Field             Field  // the address Set and Vmap read
+	Set               string // the address is in this named set (AddrSet, RangeSet)
+	Proto             uint8  // meta l4proto; 0 for any
 	// PortFrom..PortTo: th dport in this range (Proto is set); 0 for any.
 	PortFrom, PortTo uint16
 	PortSet          string // daddr . l4proto . th dport is in this named set
