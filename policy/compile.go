@@ -120,14 +120,14 @@ func Compile(np *netv1.NetworkPolicy) (*Policy, error) {
 		}
 	}
 	for i, r := range np.Spec.Ingress {
-		rule, err := compileRule(np.Namespace, r.From, r.Ports)
+		rule, err := compileRule(np.Namespace, "from", r.From, r.Ports)
 		if err != nil {
 			return nil, fmt.Errorf("NetworkPolicy %s/%s: spec.ingress[%d].%w", np.Namespace, np.Name, i, err)
 		}
 		p.IngressRules = append(p.IngressRules, rule)
 	}
 	for i, r := range np.Spec.Egress {
-		rule, err := compileRule(np.Namespace, r.To, r.Ports)
+		rule, err := compileRule(np.Namespace, "to", r.To, r.Ports)
 		if err != nil {
 			return nil, fmt.Errorf("NetworkPolicy %s/%s: spec.egress[%d].%w", np.Namespace, np.Name, i, err)
 		}
@@ -136,12 +136,12 @@ func Compile(np *netv1.NetworkPolicy) (*Policy, error) {
 	return p, nil
 }
 
-func compileRule(ns string, peers []netv1.NetworkPolicyPeer, ports []netv1.NetworkPolicyPort) (PolicyRule, error) {
+func compileRule(ns, peerField string, peers []netv1.NetworkPolicyPeer, ports []netv1.NetworkPolicyPort) (PolicyRule, error) {
 	var r PolicyRule
 	for i, peer := range peers {
 		p, err := compilePeer(ns, peer)
 		if err != nil {
-			return r, fmt.Errorf("peers[%d].%w", i, err)
+			return r, fmt.Errorf("%s[%d].%w", peerField, i, err)
 		}
 		r.Peers = append(r.Peers, p)
 	}
