@@ -38,7 +38,9 @@ func TestEqualSelectorsShareOneSetUntilTheLastUserGoes(t *testing.T) {
 	}
 	c.setPolicy(t, blue("x"))
 	y := blue("y")
-	y.Spec.Ingress[0].From[0].NamespaceSelector.MatchExpressions[0].Values = []string{"red", "blue"} // same selector, other order
+	exprs := y.Spec.Ingress[0].From[0].NamespaceSelector.MatchExpressions
+	exprs[0].Values = []string{"red", "blue"}
+	exprs[0], exprs[1] = exprs[1], exprs[0] // the same selector written in another order
 	c.setPolicy(t, y)
 	if got := setsNamed(m.Table(), "sel-"); len(got) != 1 {
 		t.Fatalf("two policies with one selector: sets %v, want one", got)
