@@ -16,7 +16,6 @@ import (
 // selector is a peer selector in use, with its members.
 type selector struct {
 	ps      *PeerSelector
-	name    string // "sel-<hash>"; the IPv6 twin is "sel6-<hash>"
 	hash    string
 	members map[*podState]struct{}
 	named   map[string]*namedSet // by port name
