@@ -255,23 +255,7 @@ func TestKernelEnforcesTheLayout(t *testing.T) {
 		}
 		l.check(kprobe{"y/a", "x/b", 81, tcp, false, ""})
 	})
-	t.Run("egress is judged in forward and, to the node itself, in input", func(t *testing.T) {
-		l.c.setPolicy(t, policy("y", "egress", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressOnly,
-			Egress: []netv1.NetworkPolicyEgressRule{egress(peers(bothPeer(sel("ns", "x"), sel("pod", "b"))), port(udp, 81))}}))
-		l.c.deletePolicy(podKey("x", "deny"))
-		l.load()
-		l.check(kprobe{"y/a", "x/b", 81, udp, true, ""}, kprobe{"y/a", "x/b", 81, tcp, false, ""},
-			kprobe{"y/a", "x/a", 81, udp, false, ""}, kprobe{"y/a", "10.244.0.1", 80, tcp, false, ""}, kprobe{"y/b", "10.244.0.1", 80, tcp, true, ""})
-		l.c.setPolicy(t, policy("y", "node", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressOnly,
-			Egress: []netv1.NetworkPolicyEgressRule{egress(peers(blockPeer("10.244.0.1/32")), port(tcp, 80))}}))
-		l.load()
-		l.check(kprobe{"y/a", "10.244.0.1", 80, tcp, true, ""})
-		if !l.connect("y/a", "udp6", "[fd00:244::3]:81") || l.connect("y/a", "tcp6", "[fd00:244::3]:81") {
-			t.Errorf("over IPv6, y/a -> x/b udp/81 must get through and tcp/81 must not")
-		}
-		l.c.deletePolicy(podKey("y", "egress"))
-		l.c.deletePolicy(podKey("y", "node"))
-	})
+	t.Run("egress is judged in forward and, to the node itself, in input", l.egress)
 	t.Run("a Service VIP is judged on its backend after DNAT", func(t *testing.T) {
 		svc := "table ip svc-test {\n chain prerouting {\n  type nat hook prerouting priority -100; policy accept;\n" +
 			"  ip daddr 10.96.0.10 tcp dport 80 dnat to 10.244.0.2:80\n }\n}\n"
@@ -286,6 +270,26 @@ func TestKernelEnforcesTheLayout(t *testing.T) {
 		l.check(kprobe{"x/b", "10.96.0.10", 80, tcp, true, "x/a"}, kprobe{"y/a", "10.96.0.10", 80, tcp, false, "x/a"},
 			kprobe{"y/b", "10.96.0.10", 80, tcp, false, "x/a"})
 	})
+}
+
+// egress: y/a may send UDP 81 to x/b only; its node is reached through
+// input, where an ipBlock of the node's address allows it.
+func (l *lab) egress(t *testing.T) {
+	l.c.setPolicy(t, policy("y", "egress", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressOnly,
+		Egress: []netv1.NetworkPolicyEgressRule{egress(peers(bothPeer(sel("ns", "x"), sel("pod", "b"))), port(udp, 81))}}))
+	l.c.deletePolicy(podKey("x", "deny"))
+	l.load()
+	l.check(kprobe{"y/a", "x/b", 81, udp, true, ""}, kprobe{"y/a", "x/b", 81, tcp, false, ""},
+		kprobe{"y/a", "x/a", 81, udp, false, ""}, kprobe{"y/a", "10.244.0.1", 80, tcp, false, ""}, kprobe{"y/b", "10.244.0.1", 80, tcp, true, ""})
+	l.c.setPolicy(t, policy("y", "node", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressOnly,
+		Egress: []netv1.NetworkPolicyEgressRule{egress(peers(blockPeer("10.244.0.1/32")), port(tcp, 80))}}))
+	l.load()
+	l.check(kprobe{"y/a", "10.244.0.1", 80, tcp, true, ""})
+	if !l.connect("y/a", "udp6", "[fd00:244::3]:81") || l.connect("y/a", "tcp6", "[fd00:244::3]:81") {
+		t.Errorf("over IPv6, y/a -> x/b udp/81 must get through and tcp/81 must not")
+	}
+	l.c.deletePolicy(podKey("y", "egress"))
+	l.c.deletePolicy(podKey("y", "node"))
 }
 
 func TestKernelAcceptsTheLoggingHook(t *testing.T) {
