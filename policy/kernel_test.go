@@ -26,7 +26,7 @@ import (
 
 // lab is the node and its pods.
 type lab struct {
-	t    *testing.T
+	t    testing.TB
 	node *netns.NS
 	pods map[string]*netns.NS // "x/a" → namespace
 	ips  map[string]string
@@ -36,7 +36,7 @@ type lab struct {
 var labPods = []struct{ key, ip, ip6 string }{{"x/a", "10.244.0.2", "fd00:244::2"}, {"x/b", "10.244.0.3", "fd00:244::3"},
 	{"y/a", "10.244.0.4", "fd00:244::4"}, {"y/b", "10.244.0.5", "fd00:244::5"}}
 
-func newLab(t *testing.T) *lab {
+func newLab(t testing.TB) *lab {
 	framework.RequireRoot(t)
 	framework.RequireBinary(t, "nft")
 	_, err := os.Stat("/proc/sys/net/bridge")
@@ -78,7 +78,7 @@ func newLab(t *testing.T) *lab {
 
 // serve echoes TCP and UDP on addr inside ns until the test ends; ":port"
 // serves both families.
-func serve(t *testing.T, ns *netns.NS, addr string) {
+func serve(t testing.TB, ns *netns.NS, addr string) {
 	var tl net.Listener
 	var ul net.PacketConn
 	fam := "4"
@@ -121,11 +121,16 @@ func serve(t *testing.T, ns *netns.NS, addr string) {
 // load replaces the node's table with the model's, atomically.
 func (l *lab) load() {
 	l.t.Helper()
-	dump := "add table inet " + TableName + "\ndelete table inet " + TableName + "\n" + l.c.models["n1"].Table().Dump()
+	l.nft(l.t, "add table inet "+TableName+"\ndelete table inet "+TableName+"\n"+l.c.models["n1"].Table().Dump())
+}
+
+// nft runs `nft -f -` with input in the node.
+func (l *lab) nft(t testing.TB, input string) {
+	t.Helper()
 	cmd := l.node.Command("nft", "-f", "-")
-	cmd.Stdin = strings.NewReader(dump)
+	cmd.Stdin = strings.NewReader(input)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		l.t.Fatalf("nft -f: %v: %s\ninput:\n%s", err, out, dump)
+		t.Fatalf("nft -f: %v: %s\ninput:\n%.2000s", err, out, input)
 	}
 }
 
@@ -257,13 +262,8 @@ func TestKernelEnforcesTheLayout(t *testing.T) {
 	})
 	t.Run("egress is judged in forward and, to the node itself, in input", l.egress)
 	t.Run("a Service VIP is judged on its backend after DNAT", func(t *testing.T) {
-		svc := "table ip svc-test {\n chain prerouting {\n  type nat hook prerouting priority -100; policy accept;\n" +
-			"  ip daddr 10.96.0.10 tcp dport 80 dnat to 10.244.0.2:80\n }\n}\n"
-		cmd := l.node.Command("nft", "-f", "-")
-		cmd.Stdin = strings.NewReader(svc)
-		if out, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("nft: %v: %s", err, out)
-		}
+		l.nft(t, "table ip svc-test {\n chain prerouting {\n  type nat hook prerouting priority -100; policy accept;\n"+
+			"  ip daddr 10.96.0.10 tcp dport 80 dnat to 10.244.0.2:80\n }\n}\n")
 		l.c.setPolicy(t, policy("x", "allow", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"),
 			Ingress: []netv1.NetworkPolicyIngressRule{ingress(peers(podPeer(sel("pod", "b"))), port(tcp, 80))}}))
 		l.load()
