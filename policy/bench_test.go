@@ -95,6 +95,11 @@ func scalePolicy(ns string, i, k int) *netv1.NetworkPolicy {
 
 func (s *scale) build(node string) *Model {
 	m := NewModel(Config{Node: node, Families: []Family{IPv4}})
+	s.addTo(m)
+	return m
+}
+
+func (s *scale) addTo(m *Model) {
 	for _, ns := range s.namespaces {
 		m.UpsertNamespace(ns)
 	}
@@ -104,7 +109,6 @@ func (s *scale) build(node string) *Model {
 	for _, p := range s.pods {
 		m.UpsertPod(p)
 	}
-	return m
 }
 
 var benchScale struct {
@@ -176,14 +180,7 @@ func BenchmarkPodCreated(b *testing.B) {
 		b.Run(map[string]string{"n0": "local", "n1": "remote"}[node], func(b *testing.B) {
 			p := scalePod("ns-5", 1000, 20000, 100)
 			p.Node = node
-			b.ReportAllocs()
-			for b.Loop() {
-				m.UpsertPod(p)
-				b.StopTimer()
-				m.DeletePod(p.Key())
-				m.TakeTouched()
-				b.StartTimer()
-			}
+			timeCreated(b, m, func() { m.UpsertPod(p) }, func() { m.DeletePod(p.Key()) })
 		})
 	}
 }
@@ -200,11 +197,16 @@ func BenchmarkPolicyCreated(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
+	timeCreated(b, m, func() { m.UpsertPolicy(pol) }, func() { m.DeletePolicy(pol.Key()) })
+}
+
+// timeCreated times create; remove undoes it outside the timing.
+func timeCreated(b *testing.B, m *Model, create, remove func()) {
 	b.ReportAllocs()
 	for b.Loop() {
-		m.UpsertPolicy(pol)
+		create()
 		b.StopTimer()
-		m.DeletePolicy(pol.Key())
+		remove()
 		m.TakeTouched()
 		b.StartTimer()
 	}
@@ -227,16 +229,7 @@ func connectBench(b *testing.B, large bool) {
 	l := newLab(b)
 	m := l.c.models["n1"]
 	if large {
-		s := newScale(b, 100, 100, 10, 100, false)
-		for _, ns := range s.namespaces {
-			m.UpsertNamespace(ns)
-		}
-		for _, p := range s.policies {
-			m.UpsertPolicy(p)
-		}
-		for _, p := range s.pods {
-			m.UpsertPod(p)
-		}
+		newScale(b, 100, 100, 10, 100, false).addTo(m)
 	}
 	for k := range 10 {
 		l.c.setPolicy(b, scalePolicy("x", 0, k))
