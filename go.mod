@@ -17,6 +17,8 @@ require (
 	sigs.k8s.io/yaml v1.6.0
 )
 
+require go4.org/netipx v0.0.0-20260823151212-3075585bcbeb // indirect
+
 require (
 	github.com/beorn7/perks v1.0.1 // indirect
 	github.com/blang/semver/v4 v4.0.0 // indirect

@@ -1,0 +1,131 @@
+// Package policy enforces networking.k8s.io/v1 NetworkPolicy for the pods
+// of one node, in the nftables table `inet netplane-policy`. This package is
+// the pure part: slim records of pods, namespaces and policies, and an
+// incremental Model that turns them into the table's desired content
+// (chains, named sets and verdict maps, element by element) and reports
+// what changed since it was last asked, so a sync programs only that. It
+// knows no kernel and no API server: the node role feeds it from informers
+// and renders its Table. SEMANTICS.md says what is enforced where.
+package policy
+
+import (
+	"net/netip"
+	"strings"
+
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+)
+
+// Pod is what policy needs of a pod. Records are never changed once made:
+// an update is a new record.
+type Pod struct {
+	Namespace, Name string
+	Node            string
+	Labels          map[string]string
+	IPs             []netip.Addr // status.podIPs
+	HostNetwork     bool
+	// Terminal: phase Succeeded or Failed. Such a pod's address may already
+	// be another pod's, so it is neither a peer nor enforced.
+	Terminal bool
+	Ports    []NamedPort // named container ports only
+}
+
+// NamedPort is a named container port: what a policy's named port
+// resolves to on this pod.
+type NamedPort struct {
+	Name     string
+	Protocol uint8 // unix.IPPROTO_TCP, _UDP or _SCTP
+	Port     uint16
+}
+
+// Namespace is what policy needs of a namespace.
+type Namespace struct {
+	Name   string
+	Labels map[string]string
+}
+
+// Key is the pod's namespace and name.
+func (p *Pod) Key() types.NamespacedName {
+	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
+}
+
+// active: the pod has an address that is its own, so it can be a peer
+// and, on its node, be enforced. hostNetwork pods use their node's address
+// and are neither (SEMANTICS.md).
+func (p *Pod) active() bool {
+	return !p.HostNetwork && !p.Terminal && len(p.IPs) > 0
+}
+
+// PodFromAPI reduces an API pod to its record.
+func PodFromAPI(p *v1.Pod) *Pod {
+	r := &Pod{
+		Namespace:   p.Namespace,
+		Name:        p.Name,
+		Node:        p.Spec.NodeName,
+		Labels:      p.Labels,
+		HostNetwork: p.Spec.HostNetwork,
+		Terminal:    p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed,
+	}
+	for _, ip := range p.Status.PodIPs {
+		if a, err := netip.ParseAddr(strings.TrimSpace(ip.IP)); err == nil {
+			r.IPs = append(r.IPs, a.Unmap())
+		}
+	}
+	if len(r.IPs) == 0 && p.Status.PodIP != "" {
+		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
+			r.IPs = append(r.IPs, a.Unmap())
+		}
+	}
+	r.Ports = appendNamedPorts(r.Ports, p.Spec.Containers)
+	for _, c := range p.Spec.InitContainers {
+		// Sidecars (restartable init containers) serve like containers.
+		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
+			r.Ports = appendNamedPorts(r.Ports, []v1.Container{c})
+		}
+	}
+	return r
+}
+
+func appendNamedPorts(out []NamedPort, cs []v1.Container) []NamedPort {
+	for _, c := range cs {
+		for _, p := range c.Ports {
+			proto, ok := protocolNumber(p.Protocol)
+			if p.Name == "" || !ok || p.ContainerPort <= 0 || p.ContainerPort > 65535 {
+				continue
+			}
+			out = append(out, NamedPort{Name: p.Name, Protocol: proto, Port: uint16(p.ContainerPort)})
+		}
+	}
+	return out
+}
+
+// NamespaceFromAPI reduces an API namespace to its record.
+func NamespaceFromAPI(ns *v1.Namespace) *Namespace {
+	return &Namespace{Name: ns.Name, Labels: ns.Labels}
+}
+
+// protocolNumber is the IP protocol of an API protocol, TCP when empty.
+func protocolNumber(p v1.Protocol) (uint8, bool) {
+	switch p {
+	case v1.ProtocolTCP, "":
+		return unix.IPPROTO_TCP, true
+	case v1.ProtocolUDP:
+		return unix.IPPROTO_UDP, true
+	case v1.ProtocolSCTP:
+		return unix.IPPROTO_SCTP, true
+	}
+	return 0, false
+}
+
+func protoName(p uint8) string {
+	switch p {
+	case unix.IPPROTO_TCP:
+		return "tcp"
+	case unix.IPPROTO_UDP:
+		return "udp"
+	case unix.IPPROTO_SCTP:
+		return "sctp"
+	}
+	return "unknown"
+}
