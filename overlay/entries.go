@@ -7,9 +7,8 @@ import (
 	"net/netip"
 
 	"github.com/vishvananda/netlink"
+	"go4.org/netipx"
 	"golang.org/x/sys/unix"
-
-	"github.com/netplane/netplane/cni/link"
 )
 
 // changes are the writes that take the kernel's entries to the plan's:
@@ -29,7 +28,7 @@ type changes struct {
 func (c *changes) diffRoutes(ours []netlink.Route, want []Route, tunnels map[string]int) {
 	have := map[netip.Prefix][]netlink.Route{}
 	for _, r := range ours {
-		if p, ok := link.Prefix(r.Dst); ok {
+		if p, ok := routeDst(r); ok {
 			have[p] = append(have[p], r)
 		}
 	}
@@ -51,7 +50,7 @@ func (c *changes) diffRoutes(ours []netlink.Route, want []Route, tunnels map[str
 		if kept {
 			continue
 		}
-		r := netlink.Route{Dst: link.IPNet(w.Dst), Gw: w.Via.AsSlice(), Protocol: RouteProtocol}
+		r := netlink.Route{Dst: netipx.PrefixIPNet(w.Dst), Gw: w.Via.AsSlice(), Protocol: RouteProtocol}
 		if w.Device != "" {
 			r.LinkIndex = tunnels[w.Device]
 			r.Flags = int(netlink.FLAG_ONLINK)
@@ -153,7 +152,7 @@ func (c *changes) apply(h *netlink.Handle) error {
 	}
 	for _, r := range c.setRoute {
 		if err := h.RouteReplace(&r); err != nil {
-			p, _ := link.Prefix(r.Dst)
+			p, _ := routeDst(r)
 			errs = append(errs, fmt.Errorf("route %s via %s (node %s): %w", r.Dst, r.Gw, c.routeNodes[p.Masked()], err))
 		}
 	}
@@ -173,4 +172,12 @@ func (c *changes) apply(h *netlink.Handle) error {
 		}
 	}
 	return errors.Join(errs...)
+}
+
+// routeDst is a route's destination; false for a default route (no Dst).
+func routeDst(r netlink.Route) (netip.Prefix, bool) {
+	if r.Dst == nil {
+		return netip.Prefix{}, false
+	}
+	return netipx.FromStdIPNet(r.Dst)
 }

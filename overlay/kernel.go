@@ -8,6 +8,7 @@ import (
 	"slices"
 
 	"github.com/vishvananda/netlink"
+	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/link"
@@ -46,7 +47,7 @@ func ConnectedPrefixes(routes []netlink.Route, skip map[int]bool) []netip.Prefix
 			r.LinkIndex <= 0 || skip[r.LinkIndex] || r.Protocol == RouteProtocol {
 			continue
 		}
-		p, ok := link.Prefix(r.Dst)
+		p, ok := routeDst(r)
 		if !ok || p.Bits() == 0 {
 			continue
 		}
@@ -67,7 +68,7 @@ func underlays(h *netlink.Handle, self Node) ([]Underlay, error) {
 			return nil, fmt.Errorf("list addresses: %w", err)
 		}
 		for _, a := range addrs {
-			if p, ok := link.Prefix(a.IPNet); !ok || p.Addr() != ip {
+			if p, ok := netipx.FromStdIPNet(a.IPNet); !ok || p.Addr() != ip {
 				continue
 			}
 			l, err := h.LinkByIndex(a.LinkIndex)
@@ -174,7 +175,7 @@ func ensureDeviceAddr(h *netlink.Handle, l netlink.Link, d Device) error {
 	found := false
 	var errs []error
 	for _, a := range have {
-		p, ok := link.Prefix(a.IPNet)
+		p, ok := netipx.FromStdIPNet(a.IPNet)
 		switch {
 		case !ok || p.Addr().IsLinkLocalUnicast():
 		case p == d.Addr:
@@ -186,7 +187,7 @@ func ensureDeviceAddr(h *netlink.Handle, l netlink.Link, d Device) error {
 		}
 	}
 	if !found && d.Addr.IsValid() {
-		a := &netlink.Addr{IPNet: link.IPNet(d.Addr)}
+		a := &netlink.Addr{IPNet: netipx.PrefixIPNet(d.Addr)}
 		if fam == netlink.FAMILY_V6 {
 			a.Flags = unix.IFA_F_NODAD
 		}
