@@ -1,4 +1,4 @@
-package proxy
+package nft
 
 import (
 	"bytes"
@@ -36,11 +36,11 @@ func TestElementsEncodeAsTheLibraryDoes(t *testing.T) {
 	for _, c := range cases {
 		var ids []string
 		for _, e := range c.elems {
-			ids = append(ids, e.id())
+			ids = append(ids, e.ID())
 		}
 		// The read-back's decoder gives the ids back.
 		var back []string
-		elementIDs(appendElements(nil, TableName, "m", c.spec, ids), func(id []byte) { back = append(back, string(id)) })
+		elementIDs(appendElements(nil, testName, "m", c.spec, ids), func(id []byte) { back = append(back, string(id)) })
 		if !slices.Equal(back, ids) {
 			t.Errorf("%s: decoded ids %q, want %q", c.name, back, ids)
 		}
@@ -53,10 +53,10 @@ func TestElementsEncodeAsTheLibraryDoes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			set := &nftables.Set{Table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyIPv4}, Name: "m"}
+			set := &nftables.Set{Table: &nftables.Table{Name: testName, Family: nftables.TableFamilyIPv4}, Name: "m"}
 			var batch []nftables.SetElement
 			for _, id := range ids {
-				batch = append(batch, decodeElement(id, c.spec))
+				batch = append(batch, DecodeElement(id, c.spec))
 			}
 			if del {
 				err = enc.SetDeleteElements(set, batch)
@@ -68,7 +68,7 @@ func TestElementsEncodeAsTheLibraryDoes(t *testing.T) {
 			}
 			want := attrs(t, lib[0].Data[4:])
 			delete(want, unix.NFTA_SET_ELEM_LIST_SET_ID)
-			got := attrs(t, appendElements(nil, TableName, "m", c.spec, ids))
+			got := attrs(t, appendElements(nil, testName, "m", c.spec, ids))
 			if len(got) != len(want) {
 				t.Errorf("%s (delete %v): attributes %v, want %v", c.name, del, keys(got), keys(want))
 			}

@@ -1,0 +1,28 @@
+package nft
+
+import (
+	"os"
+	"testing"
+
+	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/e2e/netns"
+)
+
+// testName is the name of the tables the tests program.
+const testName = "netplane"
+
+// kernelNS is a throwaway namespace and a way to connect to its nftables.
+func kernelNS(t *testing.T) (*netns.NS, Dialer) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("needs the kernel")
+	}
+	framework.RequireRoot(t)
+	ns := netns.New(t, "nft")
+	f, err := os.Open(ns.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	return ns, Dialer{NetNS: int(f.Fd())}
+}
