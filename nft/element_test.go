@@ -2,7 +2,9 @@ package nft
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -103,4 +105,32 @@ func keys(m map[uint16][]byte) []uint16 {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestIDBuilderBuildsElementIDsWithoutAllocating: ids built field by field
+// are those of the Elements they stand for, in both families, and cost one
+// allocation, the string.
+func TestIDBuilderBuildsElementIDsWithoutAllocating(t *testing.T) {
+	for _, c := range []struct{ vip, ep string }{{"172.30.0.1", "10.1.2.3"}, {"fd00:30::1", "fd00:10::2:3"}} {
+		vip, ep := netip.MustParseAddr(c.vip), netip.MustParseAddr(c.ep)
+		build := func() string {
+			var buf [MaxIDLen]byte
+			return NewID(buf[:0]).Addr(vip).Proto(unix.IPPROTO_TCP).Port(8080).Uint32(7).EndKey().Addr(ep).Port(9090).String()
+		}
+		key := slices.Concat(vip.AsSlice(), []byte{unix.IPPROTO_TCP, 0, 0, 0}, []byte{0x1f, 0x90, 0, 0}, binary.NativeEndian.AppendUint32(nil, 7))
+		want := Element{Key: key, Val: slices.Concat(ep.AsSlice(), []byte{0x23, 0x82, 0, 0})}.ID()
+		if got := build(); got != want {
+			t.Errorf("%s → %s: id %x, want %x", vip, ep, got, want)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = build() }); n > 1 {
+			t.Errorf("%s → %s: %v allocations per id, want 1", vip, ep, n)
+		}
+		verdict := NewID(nil).Addr(vip).EndKey().Verdict(expr.VerdictGoto, "chain").String()
+		if want := (Element{Key: vip.AsSlice(), Verdict: &expr.Verdict{Kind: expr.VerdictGoto, Chain: "chain"}}).ID(); verdict != want {
+			t.Errorf("%s : goto chain: id %x, want %x", vip, verdict, want)
+		}
+		if got, want := NewID(nil).Addr(vip).Addr(ep).String(), (Element{Key: slices.Concat(vip.AsSlice(), ep.AsSlice())}).ID(); got != want {
+			t.Errorf("%s . %s: id %x, want %x", vip, ep, got, want)
+		}
+	}
 }

@@ -19,7 +19,8 @@ import (
 // or chain deleted while something refers to it, an element added twice
 // with different values or deleted while absent, a set filled past its
 // size. A feature's sync logic is so tested without root, and a failing
-// test prints the table as `nft` text (Dump).
+// test prints the table as `nft` text (Dump). As a Programmer, a Fake is
+// not for concurrent use.
 type Fake struct {
 	*Programmer
 	k *fakeKernel
@@ -363,8 +364,11 @@ func (t *fakeTable) checkRule(rl Rule) error {
 				return fmt.Errorf("map lookup of %s, not a data map: %w", e.SetName, unix.EINVAL)
 			}
 		case *expr.Dynset:
-			if s := t.sets[e.SetName]; s == nil || !s.spec.Dynamic {
-				return fmt.Errorf("update of %s, not a dynamic set: %w", e.SetName, unix.EINVAL)
+			switch s := t.sets[e.SetName]; {
+			case s == nil:
+				return fmt.Errorf("set %s: %w", e.SetName, unix.ENOENT)
+			case !s.spec.Dynamic:
+				return fmt.Errorf("update of %s, not a dynamic set: %w", e.SetName, unix.EOPNOTSUPP)
 			}
 		case *expr.Verdict:
 			if err := t.checkTarget(e); err != nil {

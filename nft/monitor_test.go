@@ -74,3 +74,31 @@ func TestWatchAwayCountsCommitsByGeneration(t *testing.T) {
 		}
 	}
 }
+
+// TestMonitorWatchesOnlyItsTables: a monitor counts changes to the tables
+// it was given, of any family, and ignores other tables, even of the same
+// name in another family.
+func TestMonitorWatchesOnlyItsTables(t *testing.T) {
+	ns, dial := kernelNS(t)
+	pods := TableID{nftables.TableFamilyINet, "pods"}
+	w := newMonitor(dial, []TableID{pods})
+	t.Cleanup(w.Close)
+	w.open()
+	w.changed(pods)
+	for _, c := range []struct {
+		nft     string
+		changed bool
+	}{
+		{"add table ip pods", false},
+		{"add table inet other", false},
+		{"add table inet pods", true},
+		{"add chain ip pods c", false},
+		{"add chain inet pods c", true},
+		{"flush ruleset", true},
+	} {
+		ns.MustExec(t, "nft", c.nft)
+		if got := w.changed(pods); got != c.changed {
+			t.Errorf("after nft %s: changed %v, want %v", c.nft, got, c.changed)
+		}
+	}
+}

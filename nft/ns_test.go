@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"net/netip"
 	"os"
 	"testing"
 
@@ -26,3 +27,5 @@ func kernelNS(t *testing.T) (*netns.NS, Dialer) {
 	t.Cleanup(func() { f.Close() })
 	return ns, Dialer{NetNS: int(f.Fd())}
 }
+
+func netipAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
