@@ -296,22 +296,23 @@ func (k *fakeKernel) apply(p *plan, s *step) error {
 		}
 		c.rules = nil
 	case opDelSet:
-		if t.sets[s.name] == nil {
-			return fmt.Errorf("set %s: %w", s.name, unix.ENOENT)
-		}
-		if c := t.readerOf(s.name); c != "" {
-			return fmt.Errorf("set %s is read by chain %s: %w", s.name, c, unix.EBUSY)
-		}
-		delete(t.sets, s.name)
+		return remove(t.sets, "set", s.name, t.readerOf)
 	case opDelChain:
-		if t.chains[s.name] == nil {
-			return fmt.Errorf("chain %s: %w", s.name, unix.ENOENT)
-		}
-		if by := t.referrerOf(s.name); by != "" {
-			return fmt.Errorf("chain %s is the target of %s: %w", s.name, by, unix.EBUSY)
-		}
-		delete(t.chains, s.name)
+		return remove(t.chains, "chain", s.name, t.referrerOf)
 	}
+	return nil
+}
+
+// remove deletes a set or chain, unless it is missing or user finds
+// something that uses it.
+func remove[V any](m map[string]V, kind, name string, user func(string) string) error {
+	if _, ok := m[name]; !ok {
+		return fmt.Errorf("%s %s: %w", kind, name, unix.ENOENT)
+	}
+	if by := user(name); by != "" {
+		return fmt.Errorf("%s %s is used by %s: %w", kind, name, by, unix.EBUSY)
+	}
+	delete(m, name)
 	return nil
 }
 
@@ -424,12 +425,12 @@ func (t *fakeTable) elements(s *step) error {
 	return nil
 }
 
-// readerOf is a chain with a rule reading the set, or "".
+// readerOf names a chain with a rule reading the set, or is "".
 func (t *fakeTable) readerOf(set string) string {
 	for _, name := range sortedKeys(t.chains) {
 		for _, rl := range t.chains[name].rules {
 			if slices.Contains(setsRead(rl), set) {
-				return name
+				return "a rule of chain " + name
 			}
 		}
 	}

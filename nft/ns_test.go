@@ -2,7 +2,6 @@ package nft
 
 import (
 	"net/netip"
-	"os"
 	"testing"
 
 	"github.com/netplane/netplane/e2e/framework"
@@ -20,12 +19,12 @@ func kernelNS(t *testing.T) (*netns.NS, Dialer) {
 	}
 	framework.RequireRoot(t)
 	ns := netns.New(t, "nft")
-	f, err := os.Open(ns.Path)
+	d, closeNS, err := NamespaceDialer(ns.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close() })
-	return ns, Dialer{NetNS: int(f.Fd())}
+	t.Cleanup(func() { _ = closeNS() })
+	return ns, d
 }
 
 func netipAddr(s string) netip.Addr { return netip.MustParseAddr(s) }

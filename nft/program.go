@@ -1,6 +1,9 @@
 package nft
 
-import "fmt"
+import (
+	"fmt"
+	"os"
+)
 
 // A Programmer converges one kernel table to a desired Table, sending only
 // the difference, and remembers what it wrote. Its first sync reads the
@@ -35,6 +38,17 @@ type Stats struct {
 type Dialer struct {
 	// NetNS is a file descriptor of the namespace; 0 means the caller's.
 	NetNS int
+}
+
+// NamespaceDialer is a Dialer for the network namespace at path (such as
+// /proc/PID/ns/net or a bind mount of it), and the closing of the file it
+// holds, for when nothing dials with it any more.
+func NamespaceDialer(path string) (Dialer, func() error, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return Dialer{}, nil, fmt.Errorf("opening network namespace %s: %w", path, err)
+	}
+	return Dialer{NetNS: int(f.Fd())}, f.Close, nil
 }
 
 // kernelTable is what a programmer knows to be in the kernel.

@@ -3,7 +3,6 @@ package proxy
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"testing"
 
@@ -81,10 +80,10 @@ func mustSync(b *testing.B, r nft.Syncer, want *nft.Table, full bool) nft.Stats 
 func benchNS(b testing.TB) nft.Dialer {
 	b.Helper()
 	ns := netns.New(b, "rbench")
-	f, err := os.Open(ns.Path)
+	d, closeNS, err := nft.NamespaceDialer(ns.Path)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { f.Close() })
-	return nft.Dialer{NetNS: int(f.Fd())}
+	b.Cleanup(func() { _ = closeNS() })
+	return d
 }

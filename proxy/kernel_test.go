@@ -2,7 +2,6 @@ package proxy
 
 import (
 	"fmt"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -24,12 +23,12 @@ func kernelNS(t *testing.T) (*netns.NS, nft.Dialer) {
 	}
 	framework.RequireRoot(t)
 	ns := netns.New(t, "kernel")
-	f, err := os.Open(ns.Path)
+	d, closeNS, err := nft.NamespaceDialer(ns.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close() })
-	return ns, nft.Dialer{NetNS: int(f.Fd())}
+	t.Cleanup(func() { _ = closeNS() })
+	return ns, d
 }
 
 func syncAll(t *testing.T, rs map[nftables.TableFamily]nft.Syncer, d *Desired, full bool) int {
