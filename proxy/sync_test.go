@@ -261,6 +261,7 @@ func TestProxierSyncsItsTablesThroughTheProgrammer(t *testing.T) {
 func TestProxierRetriesAFailedSyncAsAFullSync(t *testing.T) {
 	n := newFakeNode(t)
 	n.load(overall())
+	<-n.p.kick // the list's events: the loop's first sync, full, covers them
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { n.p.run(ctx); close(done) }()
