@@ -235,23 +235,6 @@ func (k *fakeKernel) add(p *plan, s *step) error {
 	return nil
 }
 
-// label names a step for Steps.
-func (s *step) label() string {
-	switch {
-	case s.what != "":
-		return s.what
-	case s.op == opAddTable:
-		return "add table"
-	case s.op == opDelTable:
-		return "delete table"
-	case s.op == opAddChain:
-		return "add chain " + s.chain.Name
-	case s.op == opFlushChain:
-		return "flush chain " + s.name
-	}
-	return fmt.Sprintf("op %d %s", s.op, s.name)
-}
-
 func (k *fakeKernel) apply(p *plan, s *step) error {
 	switch s.op {
 	case opAddTable:

@@ -48,7 +48,7 @@ func TestFakeRefusesStepsOutOfOrder(t *testing.T) {
 			}
 			f.k.t.sets["small"] = &fakeSet{spec: ipSpec, size: 1, elems: map[string]string{}}
 			before := f.Dump()
-			p := newPlan(f.id, f.applied)
+			p := newPlan(f.applied)
 			for _, s := range c.steps {
 				s.messages, s.weight = 1, 1
 				p.steps = append(p.steps, s)

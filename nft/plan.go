@@ -2,6 +2,7 @@ package nft
 
 import (
 	"errors"
+	"fmt"
 	"slices"
 )
 
@@ -20,7 +21,6 @@ const (
 // plan is the ordered list of changes from what is applied to what is
 // wanted: a pure function of the two, which a kernel then sends.
 type plan struct {
-	id      TableID
 	applied *kernelTable // the whole record, for the sets' kernel names and sizes
 	// steps run in order; a step's messages stay in one transaction.
 	steps []step
@@ -31,11 +31,14 @@ type plan struct {
 	// (sized.go); renamed are the sets replaced by this plan (or read back
 	// under two names), whose readers are rewritten.
 	names, renamed map[string]string
-	err            error // a desired table the kernel cannot hold
-	whole          bool  // one transaction however big (Replace)
+	whole          bool // one transaction however big (Replace)
 }
 
-func newPlan(id TableID, applied *kernelTable) *plan { return &plan{id: id, applied: applied} }
+func newPlan(applied *kernelTable) *plan { return &plan{applied: applied} }
+
+// errCompareAll: a comparison of part of the table found a set to replace,
+// which needs every element.
+var errCompareAll = errors.New("a set to replace: compare the whole table")
 
 // op is what a step does.
 type op uint8
@@ -53,22 +56,48 @@ const (
 )
 
 // step is one change, as data: the programmer sends it over netlink, the
-// fake applies it to its tables.
+// fake applies it to its tables. A big sync has thousands, so it is kept
+// small: no label of its own (label makes one), no closure.
 type step struct {
-	op      op
-	name    string
-	spec    *SetSpec
-	size    uint32
-	chain   *Chain
-	flush   bool
-	rebase  bool
-	del     bool
-	ids     []string
-	barrier bool   // start a new transaction after this step
-	what    string // "add set SET", "add SET" (elements), "delete SET" (elements), "delete set SET", "rewrite CHAIN", "delete chain CHAIN"
+	op                          op
+	flush, rebase, del, barrier bool // barrier: start a new transaction after this step
+	size                        uint32
+	messages, weight            int32 // netlink messages sent; share of maxMessages
+	name                        string
+	set                         string // opElements: the desired set's name
+	spec                        *SetSpec
+	chain                       *Chain
+	ids                         []string
+}
 
-	messages int // netlink messages sent
-	weight   int // share of maxMessages
+// label names a step, as "add set S", "add S" (elements), "delete S"
+// (elements), "rewrite C", "add chain C", "flush chain C", "delete set S",
+// "delete chain C", "add table": what Fake.Steps lists.
+func (s *step) label() string {
+	switch s.op {
+	case opAddTable:
+		return "add table"
+	case opDelTable:
+		return "delete table"
+	case opAddSet:
+		return "add set " + s.name
+	case opAddChain:
+		return "add chain " + s.chain.Name
+	case opRewrite:
+		return "rewrite " + s.chain.Name
+	case opElements:
+		if s.del {
+			return "delete " + s.set
+		}
+		return "add " + s.set
+	case opFlushChain:
+		return "flush chain " + s.name
+	case opDelSet:
+		return "delete set " + s.name
+	case opDelChain:
+		return "delete chain " + s.name
+	}
+	return fmt.Sprintf("op %d %s", s.op, s.name)
 }
 
 func (p *plan) onSuccess(f func(*kernelTable)) { p.commit = append(p.commit, f) }
@@ -100,20 +129,21 @@ func (p *plan) barrier() {
 // chains reading it are rewritten after all others, and the old set goes
 // with the stale ones.
 //
-// diff reports false, having planned nothing, when a comparison of part of
-// the table (whole false) finds a set to replace: that needs every element.
-func (p *plan) diff(have *kernelTable, want *Table, created, whole bool) bool {
+// diff fails with errCompareAll, having planned nothing, when a
+// comparison of part of the table (whole false) finds a set to replace.
+func (p *plan) diff(have *kernelTable, want *Table, created, whole bool) error {
 	p.kernelNames(have)
 	changes := elementChanges(have, want)
-	sets, stale, ok := p.setSteps(have, want, changes, whole)
-	if !ok {
-		return false
+	sets, stale, err := p.setSteps(have, want, changes, whole)
+	if err != nil {
+		return err
 	}
 	if created {
 		p.add(step{op: opAddTable})
 	}
 	p.steps = append(p.steps, sets...)
-	early := p.newChains(have, want)
+	early := map[string]bool{} // made here, it stays on the stack
+	p.newChains(have, want, early)
 	p.barrier()
 	var data, verdicts []*setChange
 	for _, name := range sortedKeys(changes) {
@@ -141,7 +171,7 @@ func (p *plan) diff(have *kernelTable, want *Table, created, whole bool) bool {
 	}
 	p.barrier()
 	p.removeStale(have, want, append(stale, have.extra...))
-	return true
+	return nil
 }
 
 // kernelNames notes the kernel's names of sets that have another name
@@ -162,9 +192,8 @@ func (p *plan) kernelNames(have *kernelTable) {
 
 // setSteps are the steps that create the new sets and the replacements of
 // sets of another spec, or outgrown (sized.go), with the kernel names of
-// the sets replaced, which go with the stale ones. ok is false when a
-// replacement is needed and the comparison is not whole.
-func (p *plan) setSteps(have *kernelTable, want *Table, changes map[string]*setChange, whole bool) (sets []step, stale []string, ok bool) {
+// the sets replaced, which go with the stale ones.
+func (p *plan) setSteps(have *kernelTable, want *Table, changes map[string]*setChange, whole bool) (sets []step, stale []string, err error) {
 	for _, name := range sortedKeys(want.Sets) {
 		s, ks, c := want.Sets[name], have.sets[name], changes[name]
 		if ks != nil && sameSpec(ks.spec, s.Spec) {
@@ -173,10 +202,10 @@ func (p *plan) setSteps(have *kernelTable, want *Table, changes map[string]*setC
 			}
 		}
 		if ks != nil && !whole {
-			return nil, nil, false
+			return nil, nil, errCompareAll
 		}
-		if err := checkSetName(name); err != nil && p.err == nil {
-			p.err = err
+		if err := checkSetName(name); err != nil {
+			return nil, nil, err
 		}
 		kname, size := name, uint32(0)
 		if ks != nil {
@@ -196,21 +225,20 @@ func (p *plan) setSteps(have *kernelTable, want *Table, changes map[string]*setC
 		} else {
 			delete(p.names, name)
 		}
-		sets = append(sets, step{op: opAddSet, name: kname, spec: &s.Spec, size: size, messages: 1, weight: 1, what: "add set " + kname})
+		sets = append(sets, step{op: opAddSet, name: kname, spec: &s.Spec, size: size, messages: 1, weight: 1})
 		p.onSuccess(func(k *kernelTable) {
 			k.sets[name] = &kernelSet{spec: s.Spec, elems: map[string]uint32{}, name: kname, size: size}
 		})
 	}
-	return sets, stale, true
+	return sets, stale, nil
 }
 
 // newChains adds the chains the kernel lacks, empty, and fills those that
-// are not base chains at once (early): nothing leads to them until the
-// dispatch changes, and a rule bound to a map that already holds its
+// are not base chains at once (early, by name): nothing leads to them until
+// the dispatch changes, and a rule bound to a map that already holds its
 // elements makes the kernel check every one. A base chain is filled with
 // the others: packets reach it as soon as it exists.
-func (p *plan) newChains(have *kernelTable, want *Table) (early map[string]bool) {
-	early = map[string]bool{}
+func (p *plan) newChains(have *kernelTable, want *Table, early map[string]bool) {
 	for name, ch := range want.Chains {
 		if have.chains[name] == nil {
 			p.add(step{op: opAddChain, chain: ch})
@@ -223,7 +251,6 @@ func (p *plan) newChains(have *kernelTable, want *Table) (early map[string]bool)
 			p.rewrite(nil, want.Chains[name], false)
 		}
 	}
-	return early
 }
 
 // rewriteChains rewrites the chains that differ, and then, after every
@@ -289,7 +316,7 @@ func (p *plan) rewrite(have *kernelChain, want *Chain, force bool) {
 		}
 	}
 	p.steps = append(p.steps, step{op: opRewrite, chain: want, flush: have != nil, rebase: have != nil && !sameBase(have.base, want.Base),
-		messages: n, weight: n, what: "rewrite " + want.Name})
+		messages: int32(n), weight: int32(n)})
 }
 
 func sameBase(a, b *Hook) bool {
@@ -381,12 +408,8 @@ func (p *plan) remove(c *setChange) {
 // They are encoded when the step is sent, so a plan holds no copy of them.
 // The record takes the set's elements once the sync succeeded (adopt).
 func (p *plan) elementStep(c *setChange, ids []string, del bool) {
-	what := "add " + c.name
-	if del {
-		what = "delete " + c.name
-	}
-	p.steps = append(p.steps, step{op: opElements, name: p.kernelName(c.name), spec: &c.spec, ids: ids, del: del,
-		messages: 1, weight: elementsWeight, what: what})
+	p.steps = append(p.steps, step{op: opElements, name: p.kernelName(c.name), set: c.name, spec: &c.spec, ids: ids, del: del,
+		messages: 1, weight: elementsWeight})
 }
 
 // kernelName is the kernel's name of the desired set name.
@@ -412,18 +435,18 @@ func (p *plan) removeStale(have *kernelTable, want *Table, replaced []string) {
 	p.barrier()
 	for _, name := range sortedKeys(have.sets) {
 		if want.Sets[name] == nil {
-			p.add(step{op: opDelSet, name: have.sets[name].name, what: "delete set " + name})
+			p.add(step{op: opDelSet, name: have.sets[name].name})
 			p.onSuccess(func(k *kernelTable) { delete(k.sets, name) })
 		}
 	}
 	for _, kname := range replaced {
-		p.add(step{op: opDelSet, name: kname, what: "delete set " + kname})
+		p.add(step{op: opDelSet, name: kname})
 	}
 	if len(have.extra) > 0 {
 		p.onSuccess(func(k *kernelTable) { k.extra = nil })
 	}
 	for _, name := range stale {
-		p.add(step{op: opDelChain, name: name, what: "delete chain " + name})
+		p.add(step{op: opDelChain, name: name})
 		p.onSuccess(func(k *kernelTable) { delete(k.chains, name) })
 	}
 }
@@ -450,7 +473,7 @@ func (p *plan) send(w txWriter) (Stats, error) {
 	var st Stats
 	total := 0
 	for _, s := range p.steps {
-		total += s.weight
+		total += int(s.weight)
 	}
 	split := total > maxMessages && !p.whole
 	pending := 0
@@ -471,7 +494,7 @@ func (p *plan) send(w txWriter) (Stats, error) {
 	}
 	for i := range p.steps {
 		s := &p.steps[i]
-		if split && pending > 0 && pending+s.weight > maxMessages {
+		if split && pending > 0 && pending+int(s.weight) > maxMessages {
 			if err := queue(); err != nil {
 				return fail(err)
 			}
@@ -481,8 +504,8 @@ func (p *plan) send(w txWriter) (Stats, error) {
 			w.discard()
 			return fail(err)
 		}
-		pending += s.weight
-		st.Messages += s.messages
+		pending += int(s.weight)
+		st.Messages += int(s.messages)
 		if s.barrier && split {
 			if err := queue(); err != nil {
 				return fail(err)

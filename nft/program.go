@@ -1,6 +1,7 @@
 package nft
 
 import (
+	"errors"
 	"fmt"
 	"os"
 )
@@ -192,13 +193,14 @@ func (p *Programmer) sync(want *Table, full bool, touched *Touched) (Stats, erro
 	if touched != nil && !readBack {
 		have, part = have.only(touched), want.only(touched)
 	}
-	pl := newPlan(p.id, p.applied)
-	if !pl.diff(have, part, created, part == want) {
-		pl = newPlan(p.id, p.applied) // a set to replace: compare everything
-		pl.diff(p.applied, want, created, true)
+	pl := newPlan(p.applied)
+	err = pl.diff(have, part, created, part == want)
+	if errors.Is(err, errCompareAll) {
+		pl = newPlan(p.applied)
+		err = pl.diff(p.applied, want, created, true)
 	}
-	if pl.err != nil {
-		return Stats{}, pl.err
+	if err != nil {
+		return Stats{}, err
 	}
 	st, err := p.k.send(pl)
 	st.ReadBack = readBack

@@ -9,15 +9,14 @@ import "fmt"
 // rewrite costs less than remembering what the kernel has, and heals what
 // others changed on the way; a big table wants a Programmer.
 func Replace(d Dialer, want *Table) error {
-	p := newPlan(want.ID(), newKernelTable())
+	p := newPlan(newKernelTable())
 	p.whole = true
 	p.add(step{op: opAddTable})
 	p.add(step{op: opDelTable})
-	p.diff(newKernelTable(), want, true, true)
-	if p.err != nil {
-		return p.err
+	if err := p.diff(newKernelTable(), want, true, true); err != nil {
+		return fmt.Errorf("replacing table %s: %w", want.ID(), err)
 	}
-	if err := sendOnce(d, p); err != nil {
+	if err := sendOnce(d, want.ID(), p); err != nil {
 		return fmt.Errorf("replacing table %s: %w", want.ID(), err)
 	}
 	return nil
@@ -25,18 +24,18 @@ func Replace(d Dialer, want *Table) error {
 
 // Delete deletes table, if it is there, in one transaction.
 func Delete(d Dialer, table TableID) error {
-	p := newPlan(table, newKernelTable())
+	p := newPlan(newKernelTable())
 	p.add(step{op: opAddTable})
 	p.add(step{op: opDelTable})
-	if err := sendOnce(d, p); err != nil {
+	if err := sendOnce(d, table, p); err != nil {
 		return fmt.Errorf("deleting table %s: %w", table, err)
 	}
 	return nil
 }
 
-// sendOnce sends a plan over a connection of its own.
-func sendOnce(d Dialer, p *plan) error {
-	k := &netlinkKernel{dialer: d, id: p.id}
+// sendOnce sends a plan for table over a connection of its own.
+func sendOnce(d Dialer, table TableID, p *plan) error {
+	k := &netlinkKernel{dialer: d, id: table}
 	c, w, err := k.dial()
 	if err != nil {
 		return fmt.Errorf("opening an nftables netlink socket (needs CAP_NET_ADMIN): %w", err)
