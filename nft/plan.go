@@ -46,10 +46,10 @@ type op uint8
 const (
 	opAddTable op = iota + 1
 	opDelTable
-	opAddSet     // set (spec), name (the kernel's), size
+	opAddSet     // name (the kernel's), spec, size
 	opAddChain   // chain
 	opRewrite    // chain, its rules replaced: flushed first if flush, deleted and added again if rebase
-	opElements   // name, spec, ids; deleted if del
+	opElements   // name (the kernel's), set, spec, ids; deleted if del
 	opFlushChain // name
 	opDelSet     // name
 	opDelChain   // name
