@@ -16,8 +16,9 @@ import (
 // kernel for one acknowledgement per transaction. google/nftables v0.3.0
 // asks for an acknowledgement of every message and an echo of every rule,
 // and allocates a buffer per reply: for the proxy's table of 10,000
-// Services that was 1.4 GB of the 1.6 GB a full sync allocated, and most of its time. (Upstream stopped
-// requesting acknowledgements after v0.3.0, in google/nftables#336.)
+// Services that was 1.4 GB of the 1.6 GB a full sync allocated, and most
+// of its time. (Upstream stopped requesting acknowledgements after v0.3.0,
+// in google/nftables#336.)
 //
 // The library still encodes every message: its connection is dialled with
 // a test hook, send, which receives the finished batch, sends it on a
