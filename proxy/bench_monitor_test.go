@@ -59,13 +59,27 @@ func newNFTMonitor(b testing.TB, ns *netns.NS) *nftMonitor {
 	if err != nil {
 		b.Fatalf("nftables monitor in %s: %v", ns.Name, err)
 	}
-	if err := bigBuffers(c); err != nil {
+	if err := forceRcvBuf(c, 16<<20); err != nil {
 		b.Fatal(err)
 	}
 	m := &nftMonitor{conn: c, watches: map[string]*watch{}}
 	go m.loop()
 	b.Cleanup(m.close)
 	return m
+}
+
+// forceRcvBuf sizes the socket's receive buffer past net.core.rmem_max, so
+// that a big sync's notifications fit.
+func forceRcvBuf(c *netlink.Conn, n int) error {
+	raw, err := c.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := raw.Control(func(fd uintptr) { serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_RCVBUFFORCE, n) }); err != nil {
+		return err
+	}
+	return serr
 }
 
 // close stops listening. A listener anywhere on the machine counts: the

@@ -3,7 +3,6 @@ package proxy
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"slices"
 	"testing"
 
@@ -11,9 +10,10 @@ import (
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/nft"
 )
 
-// BenchmarkRender measures the renderer alone in a throwaway namespace, at
+// BenchmarkRender measures the programmer alone in a throwaway namespace, at
 // 1,000 and 10,000 Services × 10 endpoints (IPv4 family): a full sync into
 // an empty namespace, a full sync over a correct table (the periodic
 // resync), a restart's first sync adopting that table, and a partial sync
@@ -28,13 +28,13 @@ func BenchmarkRender(b *testing.B) {
 			b.Run("from-empty", func(b *testing.B) {
 				for b.Loop() {
 					dial := benchNS(b)
-					r := NewRenderer(dial, nftables.TableFamilyIPv4)
+					r := nft.NewProgrammer(dial, ip4Table)
 					mustSync(b, r, want, true)
 					r.Close()
 				}
 			})
 			dial := benchNS(b)
-			r := NewRenderer(dial, nftables.TableFamilyIPv4)
+			r := nft.NewProgrammer(dial, ip4Table)
 			b.Cleanup(r.Close)
 			mustSync(b, r, want, true)
 			b.Run("full-unchanged", func(b *testing.B) {
@@ -44,7 +44,7 @@ func BenchmarkRender(b *testing.B) {
 			})
 			b.Run("restart-adopt", func(b *testing.B) {
 				for b.Loop() {
-					r2 := NewRenderer(dial, nftables.TableFamilyIPv4)
+					r2 := nft.NewProgrammer(dial, ip4Table)
 					mustSync(b, r2, want, true)
 					r2.Close()
 				}
@@ -65,7 +65,9 @@ func BenchmarkRender(b *testing.B) {
 	}
 }
 
-func mustSync(b *testing.B, r *Renderer, want *Table, full bool) Stats {
+var ip4Table = nft.TableID{Family: nftables.TableFamilyIPv4, Name: TableName}
+
+func mustSync(b *testing.B, r nft.Syncer, want *nft.Table, full bool) nft.Stats {
 	b.Helper()
 	st, err := r.Sync(want, full)
 	if err != nil {
@@ -75,13 +77,13 @@ func mustSync(b *testing.B, r *Renderer, want *Table, full bool) Stats {
 }
 
 // benchNS is a throwaway namespace deleted when the benchmark ends.
-func benchNS(b testing.TB) Dialer {
+func benchNS(b testing.TB) nft.Dialer {
 	b.Helper()
 	ns := netns.New(b, "rbench")
-	f, err := os.Open(ns.Path)
+	d, closeNS, err := nft.NamespaceDialer(ns.Path)
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { f.Close() })
-	return Dialer{NetNS: int(f.Fd())}
+	b.Cleanup(func() { _ = closeNS() })
+	return d
 }

@@ -8,8 +8,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// scaleInput is n ClusterIP Services with 10 endpoints each, the shape of
-// kube-proxy's proxier_benchmark_test.go.
+// scaleInput is n ClusterIP Services with 10 endpoints each, the shape
+// kube-proxy's own proxier benchmark uses.
 func scaleInput(n int) Input {
 	var objs []any
 	for i := 0; i < n; i++ {

@@ -3,19 +3,17 @@ package proxy
 import (
 	"crypto/sha256"
 	"encoding/base32"
-	"fmt"
-	"hash/fnv"
-	"maps"
 	"net/netip"
 	"slices"
 	"strings"
-	"sync"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netplane/netplane/nft"
 )
 
 // NodeFacts are the facts about this node the rules depend on.
@@ -48,7 +46,7 @@ type Input struct {
 // Desired is the ruleset for both families plus what the health-check
 // server, the conntrack cleaner and the metrics need from the same pass.
 type Desired struct {
-	Tables map[nftables.TableFamily]*Table
+	Tables map[nftables.TableFamily]*nft.Table
 	// Health has one entry per Service with a healthCheckNodePort.
 	Health map[types.NamespacedName]HealthInfo
 	// UDP maps a UDP service address (VIP:port or node port) to the endpoint
@@ -66,36 +64,12 @@ type HealthInfo struct {
 	Addrs          []netip.Addr // see NodeFacts.HealthCheckIPs
 }
 
-// Families are the two tables netplane programs.
-var Families = []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6}
-
-// Names of the fixed chains and sets; per-Service chains are named after
-// their Service (see chainBase).
-const (
-	chServices        = "services"
-	chFirewallCheck   = "firewall-check"
-	chEndpointsCheck  = "service-endpoints-check"
-	chNodePortsCheck  = "nodeport-endpoints-check"
-	chClusterIPsCheck = "cluster-ips-check"
-	chReject          = "reject-chain"
-	chMasquerading    = "masquerading"
-
-	setServiceIPs    = "service-ips"
-	setNodePorts     = "service-nodeports"
-	setNodePortIPs   = "nodeport-ips"
-	setNoEndpoints   = "no-endpoint-services"
-	setNoEPNodePorts = "no-endpoint-nodeports"
-	setFirewallIPs   = "firewall-ips"
-	setClusterIPs    = "cluster-ips"
-	setHairpin       = "hairpin"
-)
-
 // Build computes the desired ruleset. It is a pure function of in.
 func Build(in Input) *Desired { return NewModel().Build(in) }
 
 func newDesired() *Desired {
 	return &Desired{
-		Tables: map[nftables.TableFamily]*Table{},
+		Tables: map[nftables.TableFamily]*nft.Table{},
 		Health: map[types.NamespacedName]HealthInfo{},
 		UDP:    map[netip.AddrPort]map[netip.Addr]bool{},
 	}
@@ -129,124 +103,9 @@ func familyEndpoints(eps []endpoint, fam nftables.TableFamily) []endpoint {
 	return filter(eps, func(e endpoint) bool { return isFamily(e.Addr, fam) })
 }
 
-// Hook priorities: the contract with other software on the node, which can
-// order itself around netplane by them (see doc.go).
-const (
-	PriorityFirewall   = -110 // source ranges, before DNAT
-	PriorityDNAT       = -100 // Service DNAT (dstnat)
-	PriorityFilter     = 0    // reject/drop of Services without endpoints
-	PriorityMasquerade = 100  // SNAT (srcnat)
-)
-
-func baseRules(t *Table, n NodeFacts) {
-	f := t.Family
-	base := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio int32, jumps ...string) {
-		t.chain(name, &Hook{Type: typ, Hook: *hook, Priority: prio})
-		for _, j := range jumps {
-			if typ == nftables.ChainTypeNAT {
-				t.addRule(name, newRule(f).jump(j).done())
-			} else {
-				t.addRule(name, newRule(f).ctStateNew().jump(j).done())
-			}
-		}
-	}
-	for _, c := range []string{chServices, chFirewallCheck, chEndpointsCheck, chNodePortsCheck, chClusterIPsCheck, chReject, chMasquerading} {
-		t.chain(c, nil)
-	}
-	base("filter-prerouting-pre-dnat", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, PriorityFirewall, chFirewallCheck)
-	base("filter-output-pre-dnat", nftables.ChainTypeFilter, nftables.ChainHookOutput, PriorityFirewall, chFirewallCheck)
-	base("nat-prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, PriorityDNAT, chServices)
-	base("nat-output", nftables.ChainTypeNAT, nftables.ChainHookOutput, PriorityDNAT, chServices)
-	base("filter-forward", nftables.ChainTypeFilter, nftables.ChainHookForward, PriorityFilter, chEndpointsCheck, chClusterIPsCheck)
-	base("filter-input", nftables.ChainTypeFilter, nftables.ChainHookInput, PriorityFilter, chNodePortsCheck, chEndpointsCheck)
-	base("filter-output", nftables.ChainTypeFilter, nftables.ChainHookOutput, PriorityFilter, chEndpointsCheck, chClusterIPsCheck)
-	base("nat-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, PriorityMasquerade, chMasquerading)
-
-	baseSets(t)
-	t.addRule(chServices, newRule(f).vmapAddrProtoPort(setServiceIPs).done())
-	t.addRule(chServices, newRule(f).lookupAddr("daddr", setNodePortIPs).vmapProtoPort(setNodePorts).done())
-	t.addRule(chFirewallCheck, newRule(f).vmapAddrProtoPort(setFirewallIPs).done())
-	t.addRule(chEndpointsCheck, newRule(f).vmapAddrProtoPort(setNoEndpoints).done())
-	t.addRule(chNodePortsCheck, newRule(f).lookupAddr("daddr", setNodePortIPs).vmapProtoPort(setNoEPNodePorts).done())
-	t.addRule(chClusterIPsCheck, newRule(f).lookupAddr("daddr", setClusterIPs).reject().done())
-	if cidrs := familyPrefixes(n.ServiceCIDRs, f); len(cidrs) > 0 {
-		// An unallocated ClusterIP would otherwise follow the default
-		// route off the node, and the client wait for a timeout there.
-		t.addRule(chClusterIPsCheck, newRule(f).matchPrefixes("daddr", cidrs, false).drop().done())
-	}
-	t.addRule(chReject, newRule(f).reject().done())
-	t.addRule(chMasquerading, newRule(f).masqMarked().masquerade().done())
-	t.addRule(chMasquerading, newRule(f).lookupSaddrDaddr(setHairpin).masquerade().done())
-
-	for _, a := range familyAddrs(n.NodePortIPs, f) {
-		t.addElement(setNodePortIPs, Element{Key: a.AsSlice()})
-	}
-}
-
-// baseSets declares the shared sets and maps the base rules read. The
-// endpoint and pool maps are declared by their first element and dropped
-// with their last (Model.reserve, Model.add, Model.remove): a cluster uses few of them,
-// and creating all 288 in both families was a quarter of a full sync at
-// 1,000 Services.
-func baseSets(t *Table) {
-	for name, spec := range sharedSets[t.Family] {
-		if !onDemand[name] {
-			t.set(name, spec)
-		}
-	}
-}
-
-// onDemand names the shared maps that exist only while they hold elements.
-// No rule reads an empty one: a chain reading a map is some Service's, or
-// a pick chain of Services with endpoints there.
-var onDemand = func() map[string]bool {
-	out := map[string]bool{}
-	for _, name := range endpointMapNames {
-		out[name] = true
-	}
-	return out
-}()
-
-// endpointMapNames are the maps holding endpoints: the Services' own
-// shards and the pool maps.
-var endpointMapNames = append(slices.Clone(endpointShardNames), poolShardNames...)
-
-// sharedSets are the specs of the shared sets and maps, per family.
-var sharedSets = map[nftables.TableFamily]map[string]SetSpec{
-	nftables.TableFamilyIPv4: sharedSetSpecs(nftables.TypeIPAddr),
-	nftables.TableFamilyIPv6: sharedSetSpecs(nftables.TypeIP6Addr),
-}
-
-func sharedSetSpecs(addr nftables.SetDatatype) map[string]SetSpec {
-	vip := nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService)
-	pp := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
-	vmap := func(key nftables.SetDatatype) SetSpec { return SetSpec{Key: key, Data: nftables.TypeVerdict} }
-	// The slot is typed "mark", 32 bits in host order: with "integer" `nft
-	// list` cannot size the concatenation and aborts.
-	endpoints := SetSpec{
-		Key:  nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark),
-		Data: nftables.MustConcatSetType(addr, nftables.TypeInetService),
-	}
-	specs := map[string]SetSpec{}
-	for _, name := range endpointMapNames {
-		specs[name] = endpoints
-	}
-	maps.Copy(specs, map[string]SetSpec{
-		setServiceIPs:    vmap(vip),
-		setNoEndpoints:   vmap(vip),
-		setFirewallIPs:   vmap(vip),
-		setNodePorts:     vmap(pp),
-		setNoEPNodePorts: vmap(pp),
-		setNodePortIPs:   {Key: addr},
-		setClusterIPs:    {Key: addr},
-		setHairpin:       {Key: nftables.MustConcatSetType(addr, addr)},
-	})
-	return specs
-}
-
 // builder writes the chains and elements of one servicePort in one family.
 type builder struct {
-	t     *Table
+	t     *fragTable
 	d     *Desired
 	node  NodeFacts
 	sp    *servicePort
@@ -338,7 +197,7 @@ func (b *builder) build(eps []endpoint) {
 		return nil
 	}
 	for _, ip := range cips {
-		b.t.addElement(setClusterIPs, Element{Key: ip.AsSlice()})
+		b.t.addElement(setClusterIPs, addrID(ip))
 		b.vip(ip, proto, internalChain, verdict(len(internal) > 0))
 		b.udp(netip.AddrPortFrom(ip, sp.Port), internal)
 	}
@@ -357,28 +216,21 @@ func (b *builder) build(eps []endpoint) {
 
 // vip dispatches ip.proto.port to chain, or records its no-endpoint verdict.
 func (b *builder) vip(ip netip.Addr, proto uint8, chain string, noEndpoints *expr.Verdict) {
-	key := concat(ip.AsSlice(), protoKey(proto), port(b.sp.Port))
+	set, v := setServiceIPs, expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
 	if noEndpoints != nil {
-		b.t.addElement(setNoEndpoints, Element{Key: key, Verdict: noEndpoints})
-		return
+		set, v = setNoEndpoints, *noEndpoints
 	}
-	b.t.addElement(setServiceIPs, Element{Key: key, Verdict: &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}})
+	var buf [nft.MaxVerdictIDLen]byte
+	b.t.addElement(set, nft.NewID(buf[:0]).Addr(ip).Proto(proto).Port(b.sp.Port).EndKey().Verdict(v.Kind, v.Chain).String())
 }
 
 func (b *builder) nodePort(proto uint8, chain string, noEndpoints *expr.Verdict) {
-	key := concat(protoKey(proto), port(b.sp.NodePort))
+	set, v := setNodePorts, expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
 	if noEndpoints != nil {
-		b.t.addElement(setNoEPNodePorts, Element{Key: key, Verdict: noEndpoints})
-		return
+		set, v = setNoEPNodePorts, *noEndpoints
 	}
-	b.t.addElement(setNodePorts, Element{Key: key, Verdict: &expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}})
-}
-
-func verdictText(v *expr.Verdict) string {
-	if v.Kind == expr.VerdictDrop {
-		return "drop"
-	}
-	return "goto " + v.Chain
+	var buf [nft.MaxVerdictIDLen]byte
+	b.t.addElement(set, nft.NewID(buf[:0]).Proto(proto).Port(b.sp.NodePort).EndKey().Verdict(v.Kind, v.Chain).String())
 }
 
 // firewall drops sources outside loadBalancerSourceRanges before DNAT. As
@@ -405,15 +257,15 @@ func (b *builder) firewall(proto uint8) {
 		}
 	}
 	name := b.chainName("firewall")
-	b.t.chain(name, nil)
-	r := newRule(f)
+	b.t.Chain(name, nil)
+	r := nft.NewRule(f)
 	if len(ranges) > 0 {
-		r.notInAnon("saddr", ranges)
+		r.InPrefixes(nft.Saddr, ranges, true)
 	}
-	b.t.addRule(name, r.drop().done())
-	v := &expr.Verdict{Kind: expr.VerdictGoto, Chain: name}
+	b.t.AddRule(name, r.Drop().Rule())
 	for _, lb := range lbs {
-		b.t.addElement(setFirewallIPs, Element{Key: concat(lb.AsSlice(), protoKey(proto), port(sp.Port)), Verdict: v})
+		var buf [nft.MaxVerdictIDLen]byte
+		b.t.addElement(setFirewallIPs, nft.NewID(buf[:0]).Addr(lb).Proto(proto).Port(sp.Port).EndKey().Verdict(expr.VerdictGoto, name).String())
 	}
 }
 
@@ -471,178 +323,32 @@ func (b *builder) counts(sp *servicePort, cat categorized, f nftables.TableFamil
 // start at offset (see endpointShards).
 func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint, offset uint32) {
 	f, sp, t := b.t.Family, b.sp, b.t
-	t.chain(name, nil)
+	t.Chain(name, nil)
 	for _, cip := range cips {
 		if b.node.MasqueradeAll {
-			t.addRule(name, newRule(f).matchPrefix("daddr", netip.PrefixFrom(cip, cip.BitLen()), false).setMasqMark().done())
+			t.AddRule(name, nft.NewRule(f).MatchPrefix(nft.Daddr, netip.PrefixFrom(cip, cip.BitLen()), false).MarkSet(masqBit).Rule())
 		} else if cidrs := familyPrefixes(b.node.ClusterCIDRs, f); len(cidrs) > 0 {
-			t.addRule(name, newRule(f).matchPrefix("daddr", netip.PrefixFrom(cip, cip.BitLen()), false).
-				matchPrefixes("saddr", cidrs, true).setMasqMark().done())
+			t.AddRule(name, nft.NewRule(f).MatchPrefix(nft.Daddr, netip.PrefixFrom(cip, cip.BitLen()), false).
+				MatchPrefixes(nft.Saddr, cidrs, true).MarkSet(masqBit).Rule())
 		}
 	}
 	proto := protoNumber(sp.Protocol)
 	for _, e := range eps {
-		t.addElementID(setHairpin, hairpinID(e.Addr))
+		t.addElement(setHairpin, hairpinID(e.Addr))
 	}
 	if sp.Affinity > 0 {
 		b.affinity(name, proto, eps)
 		return
 	}
 	if len(eps) == 1 {
-		t.addRule(name, newRule(f).l4proto(proto).dnatTo(eps[0].addrPort()).done())
+		t.AddRule(name, nft.NewRule(f).L4Proto(proto).DNATTo(eps[0].addrPort()).Rule())
 		return
 	}
 	set := endpointShard(sp)
 	for i, e := range eps {
-		t.addElementID(set, b.slot.elemID(offset+uint32(i), e.addrPort()))
+		t.addElement(set, b.slot.elemID(offset+uint32(i), e.addrPort()))
 	}
-	t.addRule(name, newRule(f).l4proto(proto).dnatSlot(b.slot, len(eps), offset, set).done())
-}
-
-// pooled: a Service reached only through its ClusterIPs and without
-// affinity, the most common kind, needs no chain of its own (pickChain).
-// At 1,000 such Services that spares the kernel 1,000 chains and 2,000
-// rules, half the work of a full sync.
-func (b *builder) pooled() bool { return !b.sp.externallyAccessible() && b.sp.Affinity == 0 }
-
-// pickChain adds the endpoints of a pooled Service to its pool map (by
-// their count, see poolShard), under its ClusterIP, protocol and port, and
-// returns the chain that picks one by the packet's own address, protocol
-// and port, shared by every pooled Service with the same protocol, count
-// and pool map. Only the endpoints
-// the ClusterIP leads to are there (all, or the local ones with
-// internalTrafficPolicy Local), so their slots start at 0.
-func (b *builder) pickChain(eps []endpoint) string {
-	sp, t := b.sp, b.t
-	set := poolShard(sp, len(eps))
-	for i, e := range eps {
-		// Traffic to a ClusterIP is translated on its sender's node, so a
-		// pod can only reach itself through this node's rules if it runs
-		// here. Leaving the others out halves a big sync's elements when
-		// most endpoints are elsewhere. (Externally reachable Services keep
-		// all: a pod may come back to itself through another node's
-		// NodePort.)
-		if !e.Remote {
-			t.addElementID(setHairpin, hairpinID(e.Addr))
-		}
-		t.addElementID(set, b.slot.elemID(uint32(i), e.addrPort()))
-	}
-	c := b.picks.chain(t.Family, protoNumber(sp.Protocol), len(eps), set)
-	t.useShared(c)
-	return c.Name
-}
-
-// Pool maps hold the endpoints of pooled Services, chosen by their count
-// and spread by a hash of the Service over poolSpread maps per count:
-//   - the kernel checks every element added to a map against every rule
-//     reading it, so a map should be read by few counts' chains;
-//   - it dumps a set by walking past every element already sent, for each
-//     32 KiB of answer, so a map should not hold all of 10,000 Services
-//     with the same count (reading it back at a restart then took 0.4 s);
-//   - each map a count spreads over is one more chain for that count.
-//
-// A Service whose endpoint count changes usually moves its elements to
-// another map and its dispatch element to another chain; the renderer
-// adds the new elements before it switches the dispatch, and removes the
-// old ones after (plan.diff).
-const (
-	poolShards = 32
-	poolSpread = 8
-)
-
-var poolShardNames = func() []string {
-	out := make([]string, poolShards)
-	for i := range out {
-		out[i] = fmt.Sprintf("pool-%02d", i)
-	}
-	return out
-}()
-
-func poolShard(sp *servicePort, n int) string {
-	return poolShardNames[(n*poolSpread+int(portHash(sp)%poolSpread))%poolShards]
-}
-
-// portHash spreads Services over maps, the same for the same Service port.
-func portHash(sp *servicePort) uint32 {
-	h := fnv.New32a()
-	_, _ = h.Write([]byte(sp.String()))
-	return h.Sum32()
-}
-
-// pickCache builds each shared chain once for the model's node facts
-// (which decide its masquerade rule); one Chain value serves every
-// fragment using it. Fragments are built in parallel, hence the sync.Map.
-type pickCache struct {
-	masq   map[nftables.TableFamily]*Rule // nil: no masquerade rule
-	chains sync.Map                       // pickKey → *Chain
-}
-
-type pickKey struct {
-	fam   nftables.TableFamily
-	proto uint8
-	n     int
-	set   string
-}
-
-func newPickCache(node NodeFacts) *pickCache {
-	c := &pickCache{masq: map[nftables.TableFamily]*Rule{}}
-	for _, f := range Families {
-		var r Rule
-		if node.MasqueradeAll {
-			r = newRule(f).setMasqMark().done()
-		} else if cidrs := familyPrefixes(node.ClusterCIDRs, f); len(cidrs) > 0 {
-			r = newRule(f).matchPrefixes("saddr", cidrs, true).setMasqMark().done()
-		} else {
-			continue
-		}
-		c.masq[f] = &r
-	}
-	return c
-}
-
-// chain is "pick-tcp-3-pool-24": the ClusterIP masquerade mark, then the
-// DNAT to one of n endpoints in set.
-func (c *pickCache) chain(f nftables.TableFamily, proto uint8, n int, set string) *Chain {
-	key := pickKey{f, proto, n, set}
-	if ch, ok := c.chains.Load(key); ok {
-		return ch.(*Chain)
-	}
-	ch := &Chain{Name: fmt.Sprintf("pick-%s-%d-%s", protoName(proto), n, set), Shared: true}
-	if r := c.masq[f]; r != nil {
-		ch.Rules = append(ch.Rules, *r)
-	}
-	ch.Rules = append(ch.Rules, newRule(f).l4proto(proto).dnatPick(n, set).done())
-	got, _ := c.chains.LoadOrStore(key, ch)
-	return got.(*Chain)
-}
-
-// Endpoints are elements of shared maps, keyed by the Service's ClusterIP,
-// protocol and port and a slot that numgen picks (the local chain's slots
-// start at localSlots). A map per Service, as kube-proxy has, costs the
-// kernel a walk of the table's list of sets by name whenever a set is made
-// or used, O(N²) for N Services. One shared map costs a check of each
-// element added against every rule that reads the map, and a walk of the
-// map's elements for every rule bound to it: O(N²) again. Spread over
-// endpointShards maps by a hash of the Service, both stay small. An
-// endpoint change is then a change of map elements only, which spares the
-// kernel the validation of the whole table that any new rule costs
-// (30 ms per base chain at 10,000 Services).
-const (
-	endpointShards = 256
-	localSlots     = 1 << 31
-)
-
-var endpointShardNames = func() []string {
-	out := make([]string, endpointShards)
-	for i := range out {
-		out[i] = fmt.Sprintf("endpoints-%03d", i)
-	}
-	return out
-}()
-
-// endpointShard is the map holding sp's endpoints.
-func endpointShard(sp *servicePort) string {
-	return endpointShardNames[portHash(sp)%endpointShards]
+	t.AddRule(name, dnatSlot(nft.NewRule(f).L4Proto(proto), b.slot, len(eps), offset, set).Rule())
 }
 
 // maxPickRules is the most endpoint chains an affinity Service chooses
@@ -664,22 +370,22 @@ func (b *builder) affinity(name string, proto uint8, eps []endpoint) {
 		suffix := b.endpointSuffix(e)
 		set, chain := "affinity-"+suffix, "endpoint-"+suffix
 		chains[i] = chain
-		t.set(set, SetSpec{Key: addr, Dynamic: true, Timeout: sp.Affinity})
-		t.chain(chain, nil)
-		t.addRule(chain, newRule(f).updateSaddr(set, sp.Affinity).done())
-		t.addRule(chain, newRule(f).l4proto(proto).dnatTo(e.addrPort()).done())
-		t.addRule(name, newRule(f).lookupAddr("saddr", set).goTo(chain).done())
+		t.Set(set, nft.SetSpec{Key: addr, Dynamic: true, Timeout: sp.Affinity})
+		t.Chain(chain, nil)
+		t.AddRule(chain, nft.NewRule(f).Update(set, nft.Saddr, sp.Affinity).Rule())
+		t.AddRule(chain, nft.NewRule(f).L4Proto(proto).DNATTo(e.addrPort()).Rule())
+		t.AddRule(name, nft.NewRule(f).Lookup(set, nft.Saddr).Goto(chain).Rule())
 	}
 	if len(chains) > maxPickRules {
-		t.addRule(name, newRule(f).numgenVmap(chains).done())
+		t.AddRule(name, nft.NewRule(f).NumgenVmap(chains).Rule())
 		return
 	}
 	for i, c := range chains {
-		r := newRule(f)
+		r := nft.NewRule(f)
 		if left := len(chains) - i; left > 1 {
-			r.pickOneOf(left)
+			r.PickOneOf(left)
 		}
-		t.addRule(name, r.goTo(c).done())
+		t.AddRule(name, r.Goto(c).Rule())
 	}
 }
 
@@ -688,11 +394,11 @@ func (b *builder) affinity(name string, proto uint8, eps []endpoint) {
 func (b *builder) externalChain(clusterChain, localChain string, cat categorized) string {
 	f, t := b.t.Family, b.t
 	name := b.chainName("external")
-	t.chain(name, nil)
+	t.Chain(name, nil)
 	if !b.sp.ExternalLocal {
 		// The reply must come back through this node to be un-DNATed.
-		t.addRule(name, newRule(f).setMasqMark().done())
-		t.addRule(name, newRule(f).goTo(clusterChain).done())
+		t.AddRule(name, nft.NewRule(f).MarkSet(masqBit).Rule())
+		t.AddRule(name, nft.NewRule(f).Goto(clusterChain).Rule())
 		return name
 	}
 	// Local policy keeps the client's address and uses only local endpoints,
@@ -703,10 +409,38 @@ func (b *builder) externalChain(clusterChain, localChain string, cat categorized
 		short = localChain
 	}
 	if cidrs := familyPrefixes(b.node.ClusterCIDRs, f); len(cidrs) > 0 {
-		t.addRule(name, newRule(f).matchPrefixes("saddr", cidrs, false).goTo(short).done())
+		t.AddRule(name, nft.NewRule(f).MatchPrefixes(nft.Saddr, cidrs, false).Goto(short).Rule())
 	}
-	t.addRule(name, newRule(f).fibSaddrLocal().setMasqMark().done())
-	t.addRule(name, newRule(f).fibSaddrLocal().goTo(short).done())
-	t.addRule(name, newRule(f).goTo(localChain).done())
+	t.AddRule(name, nft.NewRule(f).FibLocal(nft.Saddr).MarkSet(masqBit).Rule())
+	t.AddRule(name, nft.NewRule(f).FibLocal(nft.Saddr).Goto(short).Rule())
+	t.AddRule(name, nft.NewRule(f).Goto(localChain).Rule())
 	return name
+}
+
+// fragTable is one family's share of one Service as it is built: the
+// Service's own chains and sets in a Table, and in slices the shared chains
+// it uses (pickChain) and the elements it adds to shared sets, which the
+// model merges into its own sets: at start-up a map per set and Service
+// was a fifth of a build's allocations.
+type fragTable struct {
+	*nft.Table
+	shared []*nft.Chain
+	elems  []fragElem
+}
+
+// fragElem is an element the Service adds to a shared set.
+type fragElem struct{ set, id string }
+
+func newFragTable(fam nftables.TableFamily) *fragTable {
+	return &fragTable{Table: nft.NewTable(fam, TableName)}
+}
+
+// addElement adds an element to a shared set.
+func (t *fragTable) addElement(set, id string) { t.elems = append(t.elems, fragElem{set, id}) }
+
+// useShared notes a shared chain the Service uses, built once for all.
+func (t *fragTable) useShared(c *nft.Chain) {
+	if !slices.Contains(t.shared, c) {
+		t.shared = append(t.shared, c)
+	}
 }

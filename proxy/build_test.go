@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"encoding/binary"
 	"flag"
 	"net/netip"
 	"os"
@@ -16,6 +17,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/utils/ptr"
+
+	"github.com/netplane/netplane/nft"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -250,16 +253,28 @@ func TestElementIDsBuiltInPlaceMatchElements(t *testing.T) {
 	for _, c := range []struct{ cip, ep string }{{"172.30.0.1", "10.1.2.3"}, {"fd00:30::1", "fd00:10::2:3"}} {
 		k := newSlotKey(netip.MustParseAddr(c.cip), 6, 8080)
 		ep := netip.AddrPortFrom(netip.MustParseAddr(c.ep), 9090)
-		want := Element{Key: k.at(7), Val: concat(ep.Addr().AsSlice(), port(ep.Port()))}.id()
+		want := nft.Element{Key: k.at(7), Val: concat(ep.Addr().AsSlice(), port(ep.Port()))}.ID()
 		if got := k.elemID(7, ep); got != want {
 			t.Errorf("%s slot 7 → %s: id %x, want %x", c.cip, ep, got, want)
 		}
 		a := ep.Addr()
-		if got, want := hairpinID(a), (Element{Key: concat(a.AsSlice(), a.AsSlice())}).id(); got != want {
+		if got, want := hairpinID(a), (nft.Element{Key: concat(a.AsSlice(), a.AsSlice())}).ID(); got != want {
 			t.Errorf("hairpin %s: id %x, want %x", a, got, want)
 		}
 	}
 }
+
+// at is the key of slot i of k's endpoints as the endpoint maps' type lays
+// it out: address, protocol, port (big endian) and slot (host order), each
+// padded to 4 bytes.
+func (k slotKey) at(i uint32) []byte {
+	return concat(k.cip.AsSlice(), []byte{k.proto, 0, 0, 0}, port(k.port), binary.NativeEndian.AppendUint32(nil, i))
+}
+
+// port is a port in a concatenation: big endian, padded to a register.
+func port(p uint16) []byte { return []byte{byte(p >> 8), byte(p), 0, 0} }
+
+func concat(parts ...[]byte) []byte { return slices.Concat(parts...) }
 
 // A pod can only reach itself through a ClusterIP on its own node, but
 // through a NodePort from any node: the hairpin set leaves out another

@@ -270,8 +270,8 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 	// while anyone listens, in any namespace, the kernel builds a
 	// notification of every change each commit makes, which would slow
 	// both proxies' full syncs, and a monitor left from an earlier run
-	// slowed whoever ran later (netplane's own watch stays away from the
-	// group while it commits; see sync_watch.go).
+	// slowed whoever ran later (netplane's own monitor stays away from the
+	// group while it commits; see nft/monitor.go).
 	mon := newNFTMonitor(b, ns)
 	defer mon.close()
 	mark := mon.mark()

@@ -1,226 +1,393 @@
 package proxy
 
 import (
+	"cmp"
+	"fmt"
+	"maps"
 	"net/netip"
+	"runtime"
 	"slices"
 	"strings"
-	"time"
+	"sync"
+	"sync/atomic"
 
-	v1 "k8s.io/api/core/v1"
+	"github.com/google/nftables"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netplane/netplane/nft"
 )
 
-// This file reduces Services and EndpointSlices to the few facts the rules
-// depend on: one servicePort per (Service, port) and its endpoints.
-
-// defaultAffinityTimeout is the ClientIP affinity timeout when the Service
-// does not give one (the API's default, 3 hours).
-const defaultAffinityTimeout = 10800 * time.Second
-
-// servicePort is one port of one Service, with only what the proxy needs.
-type servicePort struct {
-	Service             types.NamespacedName
-	Name                string // the port's name, "" for a single unnamed port
-	Protocol            v1.Protocol
-	Port                uint16
-	NodePort            uint16
-	ClusterIPs          []netip.Addr
-	ExternalIPs         []netip.Addr // spec.externalIPs
-	LoadBalancer        []netip.Addr // status ingress IPs in VIP mode
-	SourceRanges        []netip.Prefix
-	ExternalLocal       bool          // externalTrafficPolicy Local (only when externally reachable)
-	InternalLocal       bool          // internalTrafficPolicy Local
-	Affinity            time.Duration // ClientIP affinity timeout; 0 means none
-	HealthCheckNodePort uint16
+// Model builds desired rulesets incrementally. It remembers each Service's
+// share of the ruleset (its fragment) and keeps the merged tables up to
+// date by swapping only the fragments of Services whose objects changed, so
+// the work per sync grows with the change, not with the cluster. Informer
+// caches replace an object's pointer on every change and never modify it in
+// place, so pointer equality means "unchanged".
+type Model struct {
+	nodeKey string
+	node    NodeFacts
+	frags   map[types.NamespacedName]*fragment
+	// shared counts the Services using each shared chain, per family.
+	shared map[nftables.TableFamily]map[string]int
+	picks  *pickCache
+	d      *Desired
+	// touched is what changed in the merged tables since TakeTouched:
+	// chains, sets of one Service (affinity) and elements of shared sets.
+	// nil means everything (a reset).
+	touched map[nftables.TableFamily]*nft.Touched
 }
 
-// externallyAccessible: NodePort, externalIPs or load-balancer IPs.
-func (sp *servicePort) externallyAccessible() bool {
-	return sp.NodePort != 0 || len(sp.ExternalIPs) > 0 || len(sp.LoadBalancer) > 0
-}
-
-func (sp *servicePort) usesClusterEndpoints() bool {
-	return !sp.InternalLocal || (sp.externallyAccessible() && !sp.ExternalLocal)
-}
-
-func (sp *servicePort) usesLocalEndpoints() bool {
-	return sp.InternalLocal || (sp.externallyAccessible() && sp.ExternalLocal)
-}
-
-// String is "namespace/name/proto/portname", the readable part of chain names.
-func (sp *servicePort) String() string {
-	return sp.Service.Namespace + "/" + sp.Service.Name + "/" + strings.ToLower(string(sp.Protocol)) + "/" + sp.Name
-}
-
-// endpoint is one address serving a servicePort.
-type endpoint struct {
-	Addr        netip.Addr
-	Port        uint16
-	Ready       bool
-	Serving     bool
-	Terminating bool
-	Local       bool
-	Remote      bool // on another, named node: it cannot hairpin through this one's ClusterIPs
-	ZoneHints   []string
-	NodeHints   []string
-}
-
-func (e endpoint) addrPort() netip.AddrPort { return netip.AddrPortFrom(e.Addr, e.Port) }
-
-// servicePorts returns the proxied ports of svc. Headless and ExternalName
-// Services, and ports of unknown protocols, get none.
-func servicePorts(svc *v1.Service) []servicePort {
-	if svc.Spec.Type == v1.ServiceTypeExternalName || svc.Spec.ClusterIP == v1.ClusterIPNone || svc.Spec.ClusterIP == "" {
+// TakeTouched returns, per family, what changed since the last call, and
+// forgets it; nil after a reset (the node's facts changed: all is new).
+func (m *Model) TakeTouched() map[nftables.TableFamily]*nft.Touched {
+	t := m.touched
+	m.touched = map[nftables.TableFamily]*nft.Touched{}
+	for _, fam := range Families {
+		m.touched[fam] = nft.NewTouched()
+	}
+	if t == nil || m.frags == nil {
 		return nil
 	}
-	base := servicePort{
-		Service:       types.NamespacedName{Namespace: intern(svc.Namespace), Name: svc.Name},
-		ClusterIPs:    parseAddrs(svc.Spec.ClusterIPs),
-		ExternalIPs:   parseAddrs(svc.Spec.ExternalIPs),
-		InternalLocal: svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal,
+	return t
+}
+
+// fragment is everything one Service contributes to the desired ruleset.
+// Once merged it forgets the elements it added to shared sets (a sixth of
+// the model at 10,000 Services); removing it builds them again from the
+// same records (sharedElems).
+type fragment struct {
+	svc    *serviceRecord
+	slices []*sliceRecord
+	d      *Desired // the Service's health-check, UDP and metric summaries; no tables
+	parts  []fragPart
+}
+
+// fragPart is a fragment's share of one family's table, in slices rather
+// than a Table's maps: at 10,000 Services the maps of the fragments' own
+// tables were a fifth of the model's memory.
+type fragPart struct {
+	fam    nftables.TableFamily
+	chains []*nft.Chain
+	shared []*nft.Chain // shared chains it uses (pickChain)
+	sets   []*nft.Set   // the Service's own sets (affinity)
+	elems  []fragElem   // until merged (add), then nil
+}
+
+// NewModel returns a model with an empty cache.
+func NewModel() *Model { return &Model{} }
+
+// Build returns the desired ruleset for in. The result is owned by the
+// model and changed in place by the next Build: use it before calling again.
+func (m *Model) Build(in Input) *Desired {
+	if key := fmt.Sprintf("%+v", in.Node); key != m.nodeKey || m.d == nil {
+		m.reset(key, in.Node)
 	}
-	if len(base.ClusterIPs) == 0 {
-		base.ClusterIPs = parseAddrs([]string{svc.Spec.ClusterIP})
+	changes := make(map[types.NamespacedName]Change, len(in.Services))
+	for _, svc := range in.Services {
+		changes[svc.key()] = Change{Svc: svc, Slices: in.Slices[svc.key()]}
 	}
-	if svc.Spec.Type == v1.ServiceTypeLoadBalancer {
-		for _, ing := range svc.Status.LoadBalancer.Ingress {
-			if ing.IPMode != nil && *ing.IPMode == v1.LoadBalancerIPModeProxy {
-				continue // the load balancer proxies: traffic arrives for the node, not the VIP
+	for name := range m.frags {
+		if _, ok := changes[name]; !ok {
+			changes[name] = Change{} // gone
+		}
+	}
+	return m.Apply(changes)
+}
+
+// Built reports whether the model holds a build for node: Apply needs one.
+func (m *Model) Built(node NodeFacts) bool {
+	return m.d != nil && fmt.Sprintf("%+v", node) == m.nodeKey
+}
+
+// Change is a Service's current record and slices; a nil svc means it is
+// gone (or not proxied).
+type Change struct {
+	Svc    *serviceRecord
+	Slices []*sliceRecord
+}
+
+// Apply is Build for the Services in changes only (Build is Apply of
+// every Service), the others being as in the last build, which must be for
+// the same node facts (Built). A partial
+// sync then lists no caches and compares no unchanged fragments; only the
+// small summaries (summarize) still visit every fragment.
+func (m *Model) Apply(changes map[types.NamespacedName]Change) *Desired {
+	var todo []Change
+	var gone []*fragment
+	for name, c := range changes {
+		f := m.frags[name]
+		if c.Svc == nil {
+			if f != nil {
+				gone = append(gone, f)
+				delete(m.frags, name)
 			}
-			base.LoadBalancer = append(base.LoadBalancer, parseAddrs([]string{ing.IP})...)
-		}
-		base.SourceRanges = parsePrefixes(svc.Spec.LoadBalancerSourceRanges)
-	}
-	if svc.Spec.SessionAffinity == v1.ServiceAffinityClientIP {
-		base.Affinity = defaultAffinityTimeout
-		if c := svc.Spec.SessionAffinityConfig; c != nil && c.ClientIP != nil && c.ClientIP.TimeoutSeconds != nil {
-			base.Affinity = time.Duration(*c.ClientIP.TimeoutSeconds) * time.Second
-		}
-	}
-	var out []servicePort
-	for _, p := range svc.Spec.Ports {
-		if p.Protocol != v1.ProtocolTCP && p.Protocol != v1.ProtocolUDP && p.Protocol != v1.ProtocolSCTP {
 			continue
 		}
-		sp := base
-		sp.Name, sp.Protocol, sp.Port = p.Name, protocol(p.Protocol), uint16(p.Port)
-		if svc.Spec.Type == v1.ServiceTypeNodePort || svc.Spec.Type == v1.ServiceTypeLoadBalancer {
-			sp.NodePort = uint16(p.NodePort)
+		if f != nil && f.svc == c.Svc && slices.Equal(f.slices, c.Slices) {
+			continue
 		}
-		sp.ExternalLocal = sp.externallyAccessible() && svc.Spec.ExternalTrafficPolicy == v1.ServiceExternalTrafficPolicyLocal
-		if sp.ExternalLocal {
-			sp.HealthCheckNodePort = uint16(svc.Spec.HealthCheckNodePort)
+		if f != nil {
+			gone = append(gone, f)
 		}
-		out = append(out, sp)
+		todo = append(todo, c)
 	}
+	m.removeAll(gone)
+	fresh := buildFragments(todo, m.node, m.picks)
+	for _, f := range fresh {
+		m.frags[f.svc.key()] = f
+	}
+	if len(fresh) > len(m.frags)/2 {
+		m.reserve(fresh)
+	}
+	for _, f := range fresh {
+		m.add(f)
+		for i := range f.parts {
+			f.parts[i].elems = nil
+		}
+	}
+	m.summarize()
+	return m.d
+}
+
+func (m *Model) reset(key string, node NodeFacts) {
+	m.nodeKey, m.node = key, node
+	m.touched = nil
+	m.frags = map[types.NamespacedName]*fragment{}
+	m.shared = map[nftables.TableFamily]map[string]int{}
+	m.picks = newPickCache(node)
+	m.d = newDesired()
+	for _, fam := range Families {
+		m.shared[fam] = map[string]int{}
+		t := nft.NewTable(fam, TableName)
+		baseRules(t, node) // declares the shared sets
+		m.d.Tables[fam] = t
+	}
+}
+
+// buildFragments builds the fragments of svcs. Fragments are independent,
+// so at start-up, with every Service new, they are built on all CPUs.
+func buildFragments(svcs []Change, node NodeFacts, picks *pickCache) []*fragment {
+	out := make([]*fragment, len(svcs))
+	parallel(len(svcs), func(i int) { out[i] = buildFragment(svcs[i].Svc, svcs[i].Slices, node, picks) })
 	return out
 }
 
-// endpointsFor collects the endpoints of sp from the Service's slices: the
-// port is found by name in each slice (slices may disagree on the number),
-// and an address listed twice is kept once, preferring a ready copy.
-func endpointsFor(sp *servicePort, ss []*sliceRecord, nodeName string) []endpoint {
-	n := 0
-	for _, s := range ss {
-		n += len(s.endpoints)
-	}
-	all := make([]endpoint, 0, n)
-	for _, s := range ss {
-		num, ok := slicePort(s, sp)
-		if !ok {
-			continue
+// parallel calls fn for 0 to n-1, on all CPUs when n is big enough.
+func parallel(n int, fn func(i int)) {
+	workers := min(runtime.GOMAXPROCS(0), n/parallelFrom)
+	if workers < 2 {
+		for i := range n {
+			fn(i)
 		}
-		for _, e := range s.endpoints {
-			ep := endpoint{Addr: e.addr, Port: num, Ready: e.ready, Serving: e.serving, Terminating: e.terminating}
-			ep.Local = e.node != "" && e.node == nodeName
-			ep.Remote = e.node != "" && nodeName != "" && e.node != nodeName
-			if e.hints != nil {
-				ep.ZoneHints, ep.NodeHints = e.hints.zones, e.hints.nodes
+		return
+	}
+	var next atomic.Int64
+	var wg sync.WaitGroup
+	for range workers {
+		wg.Go(func() {
+			for i := int(next.Add(1) - 1); i < n; i = int(next.Add(1) - 1) {
+				fn(i)
 			}
-			all = append(all, ep)
-		}
+		})
 	}
-	// Sorted by address, ready copies of an address first; then the first
-	// copy of each address is kept.
-	slices.SortStableFunc(all, func(a, b endpoint) int {
-		if c := a.addrPort().Compare(b.addrPort()); c != 0 {
-			return c
-		}
-		return cmpBool(b.Ready, a.Ready)
-	})
-	out := all[:0]
-	for _, ep := range all {
-		if len(out) == 0 || ep.addrPort() != out[len(out)-1].addrPort() {
-			out = append(out, ep)
-		}
-	}
-	return out
+	wg.Wait()
 }
 
-// cmpBool orders false before true.
-func cmpBool(a, b bool) int {
-	switch {
-	case a == b:
-		return 0
-	case a:
-		return 1
-	}
-	return -1
-}
+// parallelFrom is how many fragments make a build worth another goroutine.
+var parallelFrom = 256
 
-func slicePort(s *sliceRecord, sp *servicePort) (uint16, bool) {
-	for _, p := range s.ports {
-		if p.name == sp.Name && p.protocol == sp.Protocol && p.port != 0 {
-			return p.port, true
+func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts, picks *pickCache) *fragment {
+	d := newDesired()
+	var tables [2]*fragTable // by the index of the family in Families
+	for i, fam := range Families {
+		// Only a family the Service has ClusterIPs of gets rules (build).
+		if slices.ContainsFunc(svc.ports, func(sp servicePort) bool {
+			return slices.ContainsFunc(sp.ClusterIPs, func(a netip.Addr) bool { return isFamily(a, fam) })
+		}) {
+			tables[i] = newFragTable(fam)
 		}
 	}
-	return 0, false
-}
-
-func parseAddrs(ss []string) []netip.Addr {
-	var out []netip.Addr
-	for _, s := range ss {
-		if a, err := netip.ParseAddr(strings.TrimSpace(s)); err == nil {
-			out = append(out, a.Unmap())
-		} else if a, ok := parseLeadingZeros(s); ok {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-func parsePrefixes(ss []string) []netip.Prefix {
-	var out []netip.Prefix
-	for _, s := range ss {
-		s = strings.TrimSpace(s)
-		if p, err := netip.ParsePrefix(s); err == nil {
-			out = append(out, p.Masked())
-			continue
-		}
-		addr, bits, ok := strings.Cut(s, "/")
-		if a, okA := parseLeadingZeros(addr); ok && okA {
-			if p, err := netip.ParsePrefix(a.String() + "/" + bits); err == nil {
-				out = append(out, p.Masked())
+	for i := range svc.ports {
+		sp := &svc.ports[i]
+		spEps := endpointsFor(sp, eps, node.Name)
+		for _, t := range tables {
+			if t != nil {
+				b := &builder{t: t, d: d, node: node, sp: sp, picks: picks}
+				b.build(familyEndpoints(spEps, t.Family))
 			}
 		}
 	}
+	f := &fragment{svc: svc, slices: eps, d: d}
+	for _, t := range tables {
+		if t == nil || len(t.Chains) == 0 && len(t.Sets) == 0 && len(t.shared) == 0 && len(t.elems) == 0 {
+			continue
+		}
+		// An element added twice (a ClusterIP per port) is kept once.
+		elems := t.elems
+		slices.SortFunc(elems, func(a, b fragElem) int { return cmp.Or(strings.Compare(a.set, b.set), strings.Compare(a.id, b.id)) })
+		f.parts = append(f.parts, fragPart{fam: t.Family, chains: slices.Collect(maps.Values(t.Chains)), shared: t.shared,
+			sets: slices.Collect(maps.Values(t.Sets)), elems: slices.Compact(elems)})
+	}
+	d.Tables = nil
+	if len(d.Health) == 0 && len(d.UDP) == 0 {
+		d.Health, d.UDP = nil, nil // most Services: no empty maps kept
+	}
+	return f
+}
+
+// reserve grows the merged tables' maps once for what frags will add: at
+// start-up every Service is new, and growing maps of 100,000 elements one
+// insertion at a time is most of a full build's allocations.
+func (m *Model) reserve(frags []*fragment) {
+	for fam, t := range m.d.Tables {
+		chains, elems := len(t.Chains), map[string]int{}
+		for _, f := range frags {
+			for _, part := range f.parts {
+				if part.fam == fam {
+					chains += len(part.chains)
+					for _, e := range part.elems {
+						elems[e.set]++
+					}
+				}
+			}
+		}
+		t.Chains = grown(t.Chains, chains)
+		for name, n := range elems { // shared sets only
+			s := t.Set(name, sharedSets[fam][name])
+			s.Elements = grown(s.Mutable(), len(s.Elements)+n)
+		}
+	}
+}
+
+// grown is m in a map with room for n entries, or m when it has enough.
+func grown[V any](m map[string]V, n int) map[string]V {
+	if n <= 2*len(m) {
+		return m
+	}
+	out := make(map[string]V, n)
+	maps.Copy(out, m)
 	return out
 }
 
-// parseLeadingZeros accepts IPv4 addresses with leading zeros ("010.0.0.1"),
-// which older API servers stored and which mean decimal, as kube-proxy does.
-func parseLeadingZeros(s string) (netip.Addr, bool) {
-	parts := strings.Split(strings.TrimSpace(s), ".")
-	if len(parts) != 4 {
-		return netip.Addr{}, false
-	}
-	for i, p := range parts {
-		p = strings.TrimLeft(p, "0")
-		if p == "" {
-			p = "0"
+// add merges a fragment's chains and elements into the model's tables.
+// Fragment chains and sets are shared read-only, never modified.
+func (m *Model) add(f *fragment) {
+	for _, part := range f.parts {
+		t := m.d.Tables[part.fam]
+		m.touch(part)
+		for _, c := range part.chains {
+			t.Chains[c.Name] = c
 		}
-		parts[i] = p
+		for _, c := range part.shared {
+			if m.shared[part.fam][c.Name]++; m.shared[part.fam][c.Name] == 1 {
+				t.Chains[c.Name] = c
+			}
+		}
+		for _, s := range part.sets {
+			t.Sets[s.Name] = s
+		}
+		for _, e := range part.elems {
+			t.Set(e.set, sharedSets[part.fam][e.set]).Mutable()[e.id]++
+		}
 	}
-	a, err := netip.ParseAddr(strings.Join(parts, "."))
-	return a, err == nil
+}
+
+// touch records a fragment's chains, own sets and shared elements as
+// changed (when changes are being recorded: not before the first take).
+func (m *Model) touch(part fragPart) {
+	t := m.touched[part.fam]
+	if t == nil {
+		return
+	}
+	for _, c := range part.chains {
+		t.Chains[c.Name] = true
+	}
+	for _, c := range part.shared {
+		t.Chains[c.Name] = true // unchanged while in use: the programmer finds nothing to do
+	}
+	for _, s := range part.sets {
+		t.Sets[s.Name] = true
+	}
+	for _, e := range part.elems {
+		t.Elem(e.set, e.id)
+	}
+}
+
+// removeAll takes fragments out of the model's tables. Their shared
+// elements are built again first, on all CPUs when many go at once (a
+// relist gives every record a new pointer).
+func (m *Model) removeAll(frags []*fragment) {
+	elems := make([]map[nftables.TableFamily][]fragElem, len(frags))
+	parallel(len(frags), func(i int) { elems[i] = m.sharedElems(frags[i]) })
+	for i, f := range frags {
+		m.remove(f, elems[i])
+	}
+}
+
+// remove takes a fragment's chains and its shared elements out of the
+// model's tables.
+func (m *Model) remove(f *fragment, elems map[nftables.TableFamily][]fragElem) {
+	for _, part := range f.parts {
+		part.elems = elems[part.fam]
+		t := m.d.Tables[part.fam]
+		m.touch(part)
+		for _, c := range part.chains {
+			delete(t.Chains, c.Name)
+		}
+		for _, c := range part.shared {
+			if m.shared[part.fam][c.Name]--; m.shared[part.fam][c.Name] == 0 {
+				delete(m.shared[part.fam], c.Name)
+				delete(t.Chains, c.Name)
+			}
+		}
+		for _, s := range part.sets {
+			delete(t.Sets, s.Name)
+		}
+		for _, e := range part.elems {
+			s := t.Sets[e.set]
+			if s == nil {
+				continue // nothing of it left to remove (cannot happen: records rebuild the same elements)
+			}
+			merged := s.Mutable()
+			if merged[e.id]--; merged[e.id] == 0 {
+				delete(merged, e.id)
+			}
+			if len(merged) == 0 && onDemand[e.set] {
+				delete(t.Sets, e.set)
+			}
+		}
+	}
+}
+
+// sharedElems are the elements a merged fragment added to shared sets,
+// built again from its records: the same records and node facts give the
+// same elements, and a change of the node's facts resets the model.
+func (m *Model) sharedElems(f *fragment) map[nftables.TableFamily][]fragElem {
+	out := map[nftables.TableFamily][]fragElem{}
+	for _, part := range buildFragment(f.svc, f.slices, m.node, m.picks).parts {
+		out[part.fam] = part.elems
+	}
+	return out
+}
+
+// summarize recomputes the health-check, UDP and metric summaries from the
+// fragments: small per Service, and rebuilt so no stale entry survives.
+func (m *Model) summarize() {
+	d := m.d
+	d.Health = map[types.NamespacedName]HealthInfo{}
+	d.UDP = map[netip.AddrPort]map[netip.Addr]bool{}
+	d.NoLocalInternal, d.NoLocalExternal = 0, 0
+	for _, f := range m.frags {
+		maps.Copy(d.Health, f.d.Health)
+		for vip, eps := range f.d.UDP {
+			if old, ok := d.UDP[vip]; ok {
+				merged := maps.Clone(old)
+				maps.Copy(merged, eps)
+				eps = merged
+			}
+			d.UDP[vip] = eps
+		}
+		d.NoLocalInternal += f.d.NoLocalInternal
+		d.NoLocalExternal += f.d.NoLocalExternal
+	}
 }

@@ -22,21 +22,24 @@ import (
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/nft"
 )
 
 // proxier is the level-triggered sync loop: any event marks the state dirty,
 // and a sync recomputes the desired tables from the informer caches.
 type proxier struct {
-	log       logr.Logger
-	cfg       v1alpha1.Node
-	services  cache.Store   // of *serviceRecord
-	slices    cache.Indexer // of *sliceRecord, indexed byService
-	nodes     corelisters.NodeLister
-	renderers map[nftables.TableFamily]*Renderer
-	model     *Model
-	health    *healthServers
-	metrics   *metrics
-	kick      chan struct{}
+	log      logr.Logger
+	cfg      v1alpha1.Node
+	services cache.Store   // of *serviceRecord
+	slices   cache.Indexer // of *sliceRecord, indexed byService
+	nodes    corelisters.NodeLister
+	syncers  map[nftables.TableFamily]nft.Syncer // the tables, by family
+	model    *Model
+	health   *healthServers
+	metrics  *metrics
+	kick     chan struct{}
+	// cleanUDP deletes stale UDP conntrack entries (cleanConntrack).
+	cleanUDP func(before, now map[netip.AddrPort]map[netip.Addr]bool) (uint, error)
 
 	mu           sync.Mutex
 	pendingSince time.Time   // first change not yet programmed; zero when none
@@ -52,27 +55,28 @@ type proxier struct {
 }
 
 // newProxier reads Services and EndpointSlices from f, Nodes from the
-// process's shared factory.
-func newProxier(d role.Deps, f informers.SharedInformerFactory, dialer Dialer) *proxier {
+// process's shared factory, and programs its tables through syncers.
+func newProxier(d role.Deps, f informers.SharedInformerFactory, syncers map[nftables.TableFamily]nft.Syncer) *proxier {
 	p := &proxier{
-		log:       d.Log,
-		cfg:       d.Config.Node,
-		services:  f.Core().V1().Services().Informer().GetStore(),
-		slices:    f.Discovery().V1().EndpointSlices().Informer().GetIndexer(),
-		nodes:     d.Informers.Core().V1().Nodes().Lister(),
-		renderers: NewRenderers(dialer),
-		model:     NewModel(),
-		metrics:   newMetrics(d.Metrics),
-		kick:      make(chan struct{}, 1),
-		started:   time.Now(),
+		log:      d.Log,
+		cfg:      d.Config.Node,
+		services: f.Core().V1().Services().Informer().GetStore(),
+		slices:   f.Discovery().V1().EndpointSlices().Informer().GetIndexer(),
+		nodes:    d.Informers.Core().V1().Nodes().Lister(),
+		syncers:  syncers,
+		model:    NewModel(),
+		metrics:  newMetrics(d.Metrics),
+		kick:     make(chan struct{}, 1),
+		started:  time.Now(),
+		cleanUDP: cleanConntrack,
 	}
 	p.health = newHealthServers(d.Log, func() bool { return p.healthz() == nil })
 	return p
 }
 
 func (p *proxier) close() {
-	for _, r := range p.renderers {
-		r.Close()
+	for _, s := range p.syncers {
+		s.Close()
 	}
 }
 
@@ -235,9 +239,9 @@ func (p *proxier) sync(full bool) error {
 	for _, fam := range Families {
 		var err error
 		if full || touched == nil {
-			_, err = p.renderers[fam].Sync(d.Tables[fam], full)
+			_, err = p.syncers[fam].Sync(d.Tables[fam], full)
 		} else {
-			_, err = p.renderers[fam].SyncTouched(d.Tables[fam], touched[fam])
+			_, err = p.syncers[fam].SyncTouched(d.Tables[fam], touched[fam])
 		}
 		if err != nil {
 			errs = append(errs, err)
@@ -281,7 +285,7 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 	p.mu.Unlock()
 	p.health.Sync(d.Health)
 	if before == nil || udpChanged(before, d.UDP) {
-		n, err := cleanConntrack(before, d.UDP)
+		n, err := p.cleanUDP(before, d.UDP)
 		if err != nil {
 			p.log.Error(err, "deleting stale UDP conntrack entries")
 		}

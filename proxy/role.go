@@ -2,10 +2,12 @@
 // nftables mode: it programs Services and their EndpointSlices into one
 // nftables table per family, named "netplane", on every node.
 //
-// The layers: model.go and topology.go reduce API objects to service ports
-// and endpoints; build.go turns them into the desired tables (a pure
-// function, golden-tested); render.go sends the kernel only the difference
-// over netlink; this file is the sync loop that ties them to the informers.
+// The layers: service.go and topology.go reduce API objects to service
+// ports and endpoints; build.go turns them into the desired tables (a pure
+// function, golden-tested), and model.go keeps them up to date Service by
+// Service; the nft package sends the kernel only the difference;
+// proxier.go is the sync loop that ties them to the informers, and this
+// file starts it.
 //
 // Hook priorities are the contract with other software on the node, which
 // must never edit our table but can order itself around it:
@@ -27,6 +29,7 @@ import (
 	"time"
 
 	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/nft"
 )
 
 // gcPercent is the node role's GOGC unless $GOGC is set: at 10,000
@@ -51,7 +54,7 @@ func Run(ctx context.Context, d role.Deps) error {
 	// controller role too, the shared factory must keep them whole.
 	own := proxyInformers(d.ProtobufClient())
 	defer own.Shutdown()
-	p := newProxier(d, own, Dialer{})
+	p := newProxier(d, own, programmers(nft.Dialer{}))
 	defer p.close()
 	handler := p.eventHandler()
 	if _, err := own.Core().V1().Services().Informer().AddEventHandler(handler); err != nil {

@@ -2,8 +2,6 @@ package proxy
 
 import (
 	"fmt"
-	"maps"
-	"os"
 	"slices"
 	"strings"
 	"testing"
@@ -14,39 +12,42 @@ import (
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/nft"
 )
 
 // kernelNS is a throwaway namespace and a way to connect to its nftables.
-func kernelNS(t *testing.T) (*netns.NS, Dialer) {
+func kernelNS(t *testing.T) (*netns.NS, nft.Dialer) {
 	t.Helper()
 	if testing.Short() {
 		t.Skip("needs the kernel")
 	}
 	framework.RequireRoot(t)
-	ns := netns.New(t, "render")
-	f, err := os.Open(ns.Path)
+	ns := netns.New(t, "kernel")
+	d, closeNS, err := nft.NamespaceDialer(ns.Path)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { f.Close() })
-	return ns, Dialer{NetNS: int(f.Fd())}
+	t.Cleanup(func() { _ = closeNS() })
+	return ns, d
 }
 
-func syncAll(t *testing.T, rs map[nftables.TableFamily]*Renderer, d *Desired, full bool) int {
+func syncAll(t *testing.T, rs map[nftables.TableFamily]nft.Syncer, d *Desired, full bool) int {
 	t.Helper()
 	n := 0
 	for fam, r := range rs {
 		st, err := r.Sync(d.Tables[fam], full)
 		if err != nil {
-			t.Fatalf("sync %s: %v", familyName(fam), err)
+			t.Fatalf("sync %v: %v", fam, err)
 		}
 		n += st.Messages
 	}
 	return n
 }
 
-func renderers(t *testing.T, dial Dialer) map[nftables.TableFamily]*Renderer {
-	rs := NewRenderers(dial)
+// kernelSyncers are the programmers of the proxy's tables in the namespace of
+// dial, closed when the test ends.
+func kernelSyncers(t *testing.T, dial nft.Dialer) map[nftables.TableFamily]nft.Syncer {
+	rs := programmers(dial)
 	t.Cleanup(func() {
 		for _, r := range rs {
 			r.Close()
@@ -55,12 +56,12 @@ func renderers(t *testing.T, dial Dialer) map[nftables.TableFamily]*Renderer {
 	return rs
 }
 
-func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
+func TestProxyTablesAreProgrammedAdoptedPatchedAndHealed(t *testing.T) {
 	ns, conn := kernelNS(t)
 	in := overall()
 	d := Build(in)
 
-	rs := renderers(t, conn)
+	rs := kernelSyncers(t, conn)
 	if n := syncAll(t, rs, d, true); n == 0 {
 		t.Fatal("first sync sent nothing")
 	}
@@ -74,7 +75,7 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 		t.Errorf("a sync without changes sent %d messages, want 0", n)
 	}
 	// A restarted proxier reads the table back and finds nothing to change.
-	if n := syncAll(t, renderers(t, conn), d, true); n != 0 {
+	if n := syncAll(t, kernelSyncers(t, conn), d, true); n != 0 {
 		t.Errorf("adopting a correct table sent %d messages, want 0", n)
 	}
 
@@ -105,7 +106,7 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 	if out := ns.MustExec(t, "nft", "list", "table", "ip", TableName); strings.Contains(out, "ns1/svc1") {
 		t.Errorf("deleted Service still has rules:\n%s", out)
 	}
-	if n := syncAll(t, renderers(t, conn), d3, true); n != 0 {
+	if n := syncAll(t, kernelSyncers(t, conn), d3, true); n != 0 {
 		t.Errorf("after deletion the kernel differs from the model by %d messages", n)
 	}
 
@@ -121,7 +122,7 @@ func TestRendererProgramsAdoptsPatchesAndHeals(t *testing.T) {
 		if n := syncAll(t, rs, d3, true); n == 0 {
 			t.Errorf("a full sync after nft %v repaired nothing", vandal)
 		}
-		if n := syncAll(t, renderers(t, conn), d3, true); n != 0 {
+		if n := syncAll(t, kernelSyncers(t, conn), d3, true); n != 0 {
 			t.Errorf("after healing nft %v the kernel still differs by %d messages", vandal, n)
 		}
 	}
@@ -149,13 +150,13 @@ func nsName(ns, name string) (k struct{ Namespace, Name string }) {
 	return k
 }
 
-// TestRendererSplitsABigSyncIntoTransactions programs 1,000 Services with
+// TestABigSyncIsSplitIntoTransactions programs 1,000 Services with
 // 10 endpoints: many transactions, none so big that the kernel's echo of
 // its rules overflows the socket, and a restart adopts the result as is.
-func TestRendererSplitsABigSyncIntoTransactions(t *testing.T) {
+func TestABigSyncIsSplitIntoTransactions(t *testing.T) {
 	_, conn := kernelNS(t)
 	d := Build(scaleInput(1000))
-	r := renderers(t, conn)[nftables.TableFamilyIPv4]
+	r := kernelSyncers(t, conn)[nftables.TableFamilyIPv4]
 	start := time.Now()
 	st, err := r.Sync(d.Tables[nftables.TableFamilyIPv4], true)
 	if err != nil {
@@ -166,7 +167,7 @@ func TestRendererSplitsABigSyncIntoTransactions(t *testing.T) {
 		t.Errorf("%d messages went in %d transaction(s); want them split", st.Messages, st.Transactions)
 	}
 	start = time.Now()
-	st, err = renderers(t, conn)[nftables.TableFamilyIPv4].Sync(d.Tables[nftables.TableFamilyIPv4], true)
+	st, err = kernelSyncers(t, conn)[nftables.TableFamilyIPv4].Sync(d.Tables[nftables.TableFamilyIPv4], true)
 	if err != nil || st.Messages != 0 {
 		t.Errorf("adopting: %d messages, %v; want 0 and no error", st.Messages, err)
 	}
@@ -175,17 +176,17 @@ func TestRendererSplitsABigSyncIntoTransactions(t *testing.T) {
 
 // TestFullSyncReadsBackOnlyWhenOthersChangedTheTable: the periodic full
 // sync trusts its record while the kernel's notifications show no change
-// to the table by anyone else, including the renderer of the other family
+// to the table by anyone else, including the programmer of the other family
 // and other tables' owners; any outside change to it brings the read-back.
 func TestFullSyncReadsBackOnlyWhenOthersChangedTheTable(t *testing.T) {
 	ns, conn := kernelNS(t)
 	d := Build(overall())
-	rs := renderers(t, conn)
+	rs := kernelSyncers(t, conn)
 	ip4 := rs[nftables.TableFamilyIPv4]
 	syncAll(t, rs, d, true)
 	steps := []struct {
 		name     string
-		cmd      []string // run before the full sync; none: the other family's renderer re-syncs
+		cmd      []string // run before the full sync; none: the other family's programmer re-syncs
 		readBack bool
 	}{
 		{"untouched", nil, false},
@@ -217,19 +218,19 @@ func TestFullSyncReadsBackOnlyWhenOthersChangedTheTable(t *testing.T) {
 
 // TestPartialSyncOfTouchedPartsLeavesTheKernelAsAWholeDiffWould: the
 // steady-state path diffs only what the model says changed; after each
-// kind of change, a restarted renderer (which compares everything) finds
+// kind of change, a restarted programmer (which compares everything) finds
 // nothing left to do.
 func TestPartialSyncOfTouchedPartsLeavesTheKernelAsAWholeDiffWould(t *testing.T) {
 	_, conn := kernelNS(t)
 	in := overall()
 	m := NewModel()
-	rs := renderers(t, conn)
+	rs := kernelSyncers(t, conn)
 	sync := func(name string) int {
 		d := m.Build(in)
 		touched := m.TakeTouched()
 		n := 0
 		for fam, r := range rs {
-			var st Stats
+			var st nft.Stats
 			var err error
 			if touched == nil {
 				st, err = r.Sync(d.Tables[fam], false)
@@ -241,7 +242,7 @@ func TestPartialSyncOfTouchedPartsLeavesTheKernelAsAWholeDiffWould(t *testing.T)
 			}
 			n += st.Messages
 		}
-		if left := syncAll(t, renderers(t, conn), d, true); left != 0 {
+		if left := syncAll(t, kernelSyncers(t, conn), d, true); left != 0 {
 			t.Errorf("%s: a whole-table diff after the partial sync still sends %d messages", name, left)
 		}
 		return n
@@ -307,44 +308,37 @@ func TestChangesMakeBeforeBreak(t *testing.T) {
 			before := Build(in).Tables[nftables.TableFamilyIPv4]
 			c.change(&in)
 			after := Build(in).Tables[nftables.TableFamilyIPv4]
-			if got, want := planSteps(recordOf(before, nil), after), c.want(in); !slices.Equal(got, want) {
+			if got, want := planSteps(t, before, after, nil), c.want(in); !slices.Equal(got, want) {
 				t.Errorf("steps %q, want %q", got, want)
 			}
 		})
 	}
 }
 
-// recordOf is the renderer's record of a kernel holding t, its sets sized
-// for their elements unless sizes says otherwise.
-func recordOf(t *Table, sizes map[string]uint32) *kernelTable {
-	have := newKernelTable()
-	for name, s := range t.Sets {
-		size := sizes[name]
-		if size == 0 && !s.Spec.Dynamic {
-			size = sizeFor(len(s.Elements))
-		}
-		have.sets[name] = &kernelSet{spec: s.Spec, elems: maps.Clone(s.Elements), name: name, size: size}
+// planSteps are the labelled steps of a whole sync, on the fake kernel,
+// from before (its sets sized for their elements unless sizes says
+// otherwise) to after, but the table's and chains' additions, flushes and
+// deletions (the deletions are the last steps;
+// TestSetsAreSizedAndReplacedWhenOutgrown checks they come after the sets
+// that lead to them). The fake refuses steps in an order the kernel
+// would refuse.
+func planSteps(t *testing.T, before, after *nft.Table, sizes map[string]uint32) []string {
+	t.Helper()
+	f := nft.NewFake(before.ID())
+	if _, err := f.Sync(before, true); err != nil {
+		t.Fatal(err)
 	}
-	for name, ch := range t.Chains {
-		fps := make([]string, len(ch.Rules))
-		for i, r := range ch.Rules {
-			fps[i] = r.FP
-		}
-		have.chains[name] = &kernelChain{base: ch.Base, rules: fps}
+	for name, size := range sizes {
+		f.Resize(name, size)
 	}
-	return have
-}
-
-// planSteps are the labelled steps of a whole sync from have to want, but
-// the deletions of chains (the last steps; TestSetsAreSizedAndReplacedWhenOutgrown
-// checks they come after the sets that lead to them).
-func planSteps(have *kernelTable, want *Table) []string {
-	p := &plan{r: &Renderer{table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyIPv4}, applied: have}}
-	p.diff(have, want, false, true)
+	if _, err := f.Sync(after, true); err != nil {
+		t.Fatalf("%v\n%s", err, f.Dump())
+	}
 	var got []string
-	for _, s := range p.steps {
-		if s.what != "" && !strings.HasPrefix(s.what, "delete set affinity-") && !strings.HasPrefix(s.what, "delete chain ") {
-			got = append(got, s.what)
+	for _, s := range f.Steps() {
+		if !strings.HasPrefix(s, "delete set affinity-") && !strings.HasPrefix(s, "delete chain ") &&
+			!strings.HasPrefix(s, "add chain ") && !strings.HasPrefix(s, "flush chain ") && s != "add table" {
+			got = append(got, s)
 		}
 	}
 	return got
@@ -358,7 +352,7 @@ func planSteps(have *kernelTable, want *Table) []string {
 func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 	ns, conn := kernelNS(t)
 	m := NewModel()
-	rs := renderers(t, conn)
+	rs := kernelSyncers(t, conn)
 	r := rs[nftables.TableFamilyIPv4]
 	list := func() string { return ns.MustExec(t, "nft", "list", "table", "ip", TableName) }
 	// input is n pooled Services and NodePort Services np<i> for nodePorts
@@ -390,7 +384,7 @@ func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 		if err != nil {
 			t.Fatalf("%d Services: %v", len(in.Services), err)
 		}
-		st, err := renderers(t, conn)[nftables.TableFamilyIPv4].Sync(d.Tables[nftables.TableFamilyIPv4], true)
+		st, err := kernelSyncers(t, conn)[nftables.TableFamilyIPv4].Sync(d.Tables[nftables.TableFamilyIPv4], true)
 		if err != nil || st.Messages != 0 {
 			t.Fatalf("%d Services: a restart sent %d messages (%v); want 0", len(in.Services), st.Messages, err)
 		}
@@ -405,7 +399,7 @@ func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 				t.Fatalf("no %q in the table:\n%s", want, out)
 			}
 		}
-		for _, other := range kernelNames("service-ips") {
+		for _, other := range []string{"service-ips", "service-ips-b", "service-ips-c"} {
 			if other != name && strings.Contains(out, "map "+other+" {") {
 				t.Fatalf("%s is still there:\n%s", other, out)
 			}
@@ -414,7 +408,7 @@ func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 	// byHand makes the map under name, empty: a replacement cut short.
 	byHand := func(name, size string) {
 		ns.MustExec(t, "nft", "add", "map", "ip", TableName, name, "{ type ipv4_addr . inet_proto . inet_service : verdict ;"+size+" }")
-		r = renderers(t, conn)[nftables.TableFamilyIPv4]
+		r = kernelSyncers(t, conn)[nftables.TableFamilyIPv4]
 	}
 	sync(input(100, 0, 1, 2), false)
 	has("service-ips", 192)
@@ -461,7 +455,7 @@ func TestOutgrownSetIsFilledBeforeItsReadersSwitch(t *testing.T) {
 	})))
 	after := Build(in).Tables[nftables.TableFamilyIPv4]
 	full := uint32(len(before.Sets[setClusterIPs].Elements))
-	steps := planSteps(recordOf(before, map[string]uint32{setClusterIPs: full}), after)
+	steps := planSteps(t, before, after, map[string]uint32{setClusterIPs: full})
 	at := func(what string) int {
 		i := slices.Index(steps, what)
 		if i < 0 {
@@ -482,11 +476,11 @@ func TestOutgrownSetIsFilledBeforeItsReadersSwitch(t *testing.T) {
 
 // A changed affinity timeout is a new set spec: the set is replaced under
 // another name while its endpoint chains are rewritten to it (deleting it
-// first, as before, failed: its chains still read it).
+// first failed: its chains still read it).
 func TestAffinityTimeoutChangeReplacesItsSets(t *testing.T) {
 	ns, conn := kernelNS(t)
 	in := overall()
-	syncAll(t, renderers(t, conn), Build(in), true)
+	syncAll(t, kernelSyncers(t, conn), Build(in), true)
 	for i, s := range in.Services {
 		if s.name == "svc5" {
 			c := *s
@@ -496,8 +490,8 @@ func TestAffinityTimeoutChangeReplacesItsSets(t *testing.T) {
 		}
 	}
 	d := Build(in)
-	syncAll(t, renderers(t, conn), d, true)
-	if n := syncAll(t, renderers(t, conn), d, true); n != 0 {
+	syncAll(t, kernelSyncers(t, conn), d, true)
+	if n := syncAll(t, kernelSyncers(t, conn), d, true); n != 0 {
 		t.Errorf("a restart after the change sent %d messages, want 0", n)
 	}
 	if out := ns.MustExec(t, "nft", "list", "table", "ip", TableName); !strings.Contains(out, "timeout 20s") || strings.Contains(out, "timeout 10s") {

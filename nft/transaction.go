@@ -1,4 +1,4 @@
-package proxy
+package nft
 
 import (
 	"cmp"
@@ -15,18 +15,19 @@ import (
 // batchWriter sends the transactions google/nftables encodes, asking the
 // kernel for one acknowledgement per transaction. google/nftables v0.3.0
 // asks for an acknowledgement of every message and an echo of every rule,
-// and allocates a buffer per reply: at 10,000 Services that was 1.4 GB of
-// the 1.6 GB a full sync allocated, and most of its time. (Upstream stopped
-// requesting acknowledgements after v0.3.0, in google/nftables#336.)
+// and allocates a buffer per reply: for the proxy's table of 10,000
+// Services that was 1.4 GB of the 1.6 GB a full sync allocated, and most
+// of its time. (Upstream stopped requesting acknowledgements after v0.3.0,
+// in google/nftables#336.)
 //
 // The library still encodes every message: its connection is dialled with
 // a test hook, send, which receives the finished batch, sends it on a
 // socket of our own and tells the library that all went well; the real
 // outcome is kept for Wait.
 //
-// Set elements, the bulk of a big sync (110,000 at 10,000 Services), are
-// encoded here instead (elements.go): the library builds several buffers
-// per element. Such a message of ours records how many of the library's
+// Set elements, the bulk of a big sync (110,000 in the proxy's table of
+// 10,000 Services), are encoded here instead (element.go): the library
+// builds several buffers per element. Such a message of ours records how many of the library's
 // came before it; to know, beginOwn first takes the library's pending
 // messages (libPending says there are some).
 //
@@ -226,19 +227,6 @@ func (w *batchWriter) endOwn() {
 	m := &w.own[len(w.own)-1]
 	m.end = len(w.ownB)
 	binary.NativeEndian.PutUint32(w.ownB[m.off:], uint32(m.end-m.off))
-}
-
-// setFlag sets a flag in the header of the message msg starts with.
-func setFlag(msg []byte, flag uint16) {
-	binary.NativeEndian.PutUint16(msg[6:], binary.NativeEndian.Uint16(msg[6:])|flag)
-}
-
-func appendHeader(b []byte, size int, typ, flags uint16, seq uint32) []byte {
-	b = binary.NativeEndian.AppendUint32(b, uint32(size))
-	b = binary.NativeEndian.AppendUint16(b, typ)
-	b = binary.NativeEndian.AppendUint16(b, flags)
-	b = binary.NativeEndian.AppendUint32(b, seq)
-	return binary.NativeEndian.AppendUint32(b, 0) // port: the kernel's
 }
 
 // encode writes the transaction (BATCH_BEGIN, the library's messages and

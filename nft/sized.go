@@ -1,6 +1,7 @@
-package proxy
+package nft
 
 import (
+	"fmt"
 	"math"
 	"math/bits"
 	"slices"
@@ -17,7 +18,7 @@ import (
 // replaced by one of a fitting size under another name (otherName),
 // made before the old one is broken: created and filled, then every chain
 // reading it rewritten to read the new one, then the old one deleted.
-// Dynamic sets (affinity) stay resizable: the fixed table has no timeouts.
+// Dynamic sets stay resizable: the fixed table has no timeouts.
 
 // sizeFor is the size for n elements. The kernel gives a set of size s
 // the power of two at or above 4s/3 buckets; the size is three quarters of
@@ -52,10 +53,8 @@ func capacity(size uint32) uint32 {
 
 // kernelNames are the names a desired set may have in the kernel: its own
 // and two others, so that a replacement always finds a free one even when
-// an earlier one was cut short (both names read back). No desired set's
-// name ends in one of the suffixes: the fixed names do not, and an
-// affinity set's ends in its endpoint's address and port, which hold no
-// '-', even where a long name is cut.
+// an earlier one was cut short (both names read back). So no desired set's
+// name may end in one of the suffixes (checkSetName).
 func kernelNames(name string) [3]string { return [3]string{name, name + "-b", name + "-c"} }
 
 // otherName is a name for a set replacing the desired set name that none
@@ -67,6 +66,15 @@ func otherName(name string, used []string) (string, bool) {
 		}
 	}
 	return "", false
+}
+
+// checkSetName refuses a desired set's name that reads as another's
+// kernel name.
+func checkSetName(name string) error {
+	if logicalName(name) != name {
+		return fmt.Errorf("set %s: a set's name must not end in -b or -c (the names its replacements take)", name)
+	}
+	return nil
 }
 
 // logicalName is the desired set a kernel set stands for.

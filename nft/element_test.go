@@ -1,8 +1,10 @@
-package proxy
+package nft
 
 import (
 	"bytes"
+	"encoding/binary"
 	"io"
+	"net/netip"
 	"slices"
 	"testing"
 
@@ -36,11 +38,11 @@ func TestElementsEncodeAsTheLibraryDoes(t *testing.T) {
 	for _, c := range cases {
 		var ids []string
 		for _, e := range c.elems {
-			ids = append(ids, e.id())
+			ids = append(ids, e.ID())
 		}
 		// The read-back's decoder gives the ids back.
 		var back []string
-		elementIDs(appendElements(nil, TableName, "m", c.spec, ids), func(id []byte) { back = append(back, string(id)) })
+		elementIDs(appendElements(nil, testName, "m", c.spec, ids), func(id []byte) { back = append(back, string(id)) })
 		if !slices.Equal(back, ids) {
 			t.Errorf("%s: decoded ids %q, want %q", c.name, back, ids)
 		}
@@ -53,10 +55,10 @@ func TestElementsEncodeAsTheLibraryDoes(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			set := &nftables.Set{Table: &nftables.Table{Name: TableName, Family: nftables.TableFamilyIPv4}, Name: "m"}
+			set := &nftables.Set{Table: &nftables.Table{Name: testName, Family: nftables.TableFamilyIPv4}, Name: "m"}
 			var batch []nftables.SetElement
 			for _, id := range ids {
-				batch = append(batch, decodeElement(id, c.spec))
+				batch = append(batch, DecodeElement(id, c.spec))
 			}
 			if del {
 				err = enc.SetDeleteElements(set, batch)
@@ -68,7 +70,7 @@ func TestElementsEncodeAsTheLibraryDoes(t *testing.T) {
 			}
 			want := attrs(t, lib[0].Data[4:])
 			delete(want, unix.NFTA_SET_ELEM_LIST_SET_ID)
-			got := attrs(t, appendElements(nil, TableName, "m", c.spec, ids))
+			got := attrs(t, appendElements(nil, testName, "m", c.spec, ids))
 			if len(got) != len(want) {
 				t.Errorf("%s (delete %v): attributes %v, want %v", c.name, del, keys(got), keys(want))
 			}
@@ -103,4 +105,32 @@ func keys(m map[uint16][]byte) []uint16 {
 		out = append(out, k)
 	}
 	return out
+}
+
+// TestIDBuilderBuildsElementIDsWithoutAllocating: ids built field by field
+// are those of the Elements they stand for, in both families, and cost one
+// allocation, the string.
+func TestIDBuilderBuildsElementIDsWithoutAllocating(t *testing.T) {
+	for _, c := range []struct{ vip, ep string }{{"172.30.0.1", "10.1.2.3"}, {"fd00:30::1", "fd00:10::2:3"}} {
+		vip, ep := netip.MustParseAddr(c.vip), netip.MustParseAddr(c.ep)
+		build := func() string {
+			var buf [MaxIDLen]byte
+			return NewID(buf[:0]).Addr(vip).Proto(unix.IPPROTO_TCP).Port(8080).Uint32(7).EndKey().Addr(ep).Port(9090).String()
+		}
+		key := slices.Concat(vip.AsSlice(), []byte{unix.IPPROTO_TCP, 0, 0, 0}, []byte{0x1f, 0x90, 0, 0}, binary.NativeEndian.AppendUint32(nil, 7))
+		want := Element{Key: key, Val: slices.Concat(ep.AsSlice(), []byte{0x23, 0x82, 0, 0})}.ID()
+		if got := build(); got != want {
+			t.Errorf("%s → %s: id %x, want %x", vip, ep, got, want)
+		}
+		if n := testing.AllocsPerRun(100, func() { _ = build() }); n > 1 {
+			t.Errorf("%s → %s: %v allocations per id, want 1", vip, ep, n)
+		}
+		verdict := NewID(nil).Addr(vip).EndKey().Verdict(expr.VerdictGoto, "chain").String()
+		if want := (Element{Key: vip.AsSlice(), Verdict: &expr.Verdict{Kind: expr.VerdictGoto, Chain: "chain"}}).ID(); verdict != want {
+			t.Errorf("%s : goto chain: id %x, want %x", vip, verdict, want)
+		}
+		if got, want := NewID(nil).Addr(vip).Addr(ep).String(), (Element{Key: slices.Concat(vip.AsSlice(), ep.AsSlice())}).ID(); got != want {
+			t.Errorf("%s . %s: id %x, want %x", vip, ep, got, want)
+		}
+	}
 }

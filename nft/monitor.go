@@ -1,7 +1,8 @@
-package proxy
+package nft
 
 import (
 	"errors"
+	"slices"
 	"syscall"
 
 	"github.com/google/nftables"
@@ -9,40 +10,43 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// A full sync must heal whatever someone else did to our table, but reading
-// a 10,000-Service table back costs most of a second of kernel dumps. The
-// kernel announces every committed change on the nftables multicast group;
-// a watch listens there, so a full sync that finds nothing about our table
-// queued (and nothing lost) trusts its record and skips the read-back.
+// A full sync must heal whatever someone else did to a table, but reading
+// the proxy's table of 10,000 Services back costs most of a second of
+// kernel dumps. The kernel announces every committed change on the
+// nftables multicast group; a monitor listens there, so a full sync that
+// finds nothing about its table queued (and nothing lost) trusts its record
+// and skips the read-back.
 //
 // While anyone listens, the kernel builds a notification for every object
 // every commit touches: a quarter of the time of programming 10,000
-// Services from empty. So the watch leaves the group while the renderers
-// commit, and the nftables generation, which every commit in the namespace
-// advances by one, tells whether anyone else committed meanwhile.
+// Services from empty. So the monitor leaves the group while its
+// programmers commit, and the nftables generation, which every commit in
+// the namespace advances by one, tells whether anyone else committed
+// meanwhile.
 
-// watchBuf bounds what others may change between two full syncs before the
-// watch overflows, which only costs a read-back.
-const watchBuf = 4 << 20
+// monitorBuf bounds what others may change between two full syncs before
+// the monitor overflows, which only costs a read-back.
+const monitorBuf = 4 << 20
 
-// foreignWatch records, per family, whether others may have changed our
-// table. One watch serves the renderers of one namespace (both families
-// share it, so neither listens while the other commits). Not for
-// concurrent use: the proxier syncs its families one after the other.
-type foreignWatch struct {
-	d     Dialer
-	conn  *netlink.Conn // nil: not listening, every family counts as changed
-	buf   []byte
-	dirty map[nftables.TableFamily]bool
+// monitor records, per table, whether others may have changed it. One
+// monitor serves the programmers of one namespace (NewProgrammers), so none
+// listens while another commits. Not for concurrent use: the programmers
+// sync one after the other.
+type monitor struct {
+	d      Dialer
+	tables []TableID
+	conn   *netlink.Conn // nil: not listening, every table counts as changed
+	buf    []byte
+	dirty  map[TableID]bool
 }
 
-func newForeignWatch(d Dialer) *foreignWatch {
-	return &foreignWatch{d: d, dirty: map[nftables.TableFamily]bool{}}
+func newMonitor(d Dialer, tables []TableID) *monitor {
+	return &monitor{d: d, tables: tables, dirty: map[TableID]bool{}}
 }
 
 // open starts listening unless it already does. Whatever happened before
-// is unknown, so every family counts as changed once.
-func (w *foreignWatch) open() {
+// is unknown, so every table counts as changed once.
+func (w *monitor) open() {
 	if w.conn != nil {
 		return
 	}
@@ -50,7 +54,7 @@ func (w *foreignWatch) open() {
 	if err != nil {
 		return // every full sync reads back instead
 	}
-	if err := forceBuffers(c, watchBuf, 0); err != nil {
+	if err := forceBuffers(c, monitorBuf, 0); err != nil {
 		c.Close()
 		return
 	}
@@ -58,14 +62,14 @@ func (w *foreignWatch) open() {
 	w.changedAll()
 }
 
-func (w *foreignWatch) changedAll() {
-	for _, fam := range Families {
-		w.dirty[fam] = true
+func (w *monitor) changedAll() {
+	for _, t := range w.tables {
+		w.dirty[t] = true
 	}
 }
 
 // Close stops listening; it is open again on the next sync.
-func (w *foreignWatch) Close() {
+func (w *monitor) Close() {
 	if w.conn != nil {
 		w.conn.Close()
 		w.conn = nil
@@ -73,18 +77,18 @@ func (w *foreignWatch) Close() {
 }
 
 // changed drains the queued notifications and reports, once, whether
-// others changed family's netplane table since the last call, or may have.
-func (w *foreignWatch) changed(family nftables.TableFamily) bool {
+// others changed table since the last call, or may have.
+func (w *monitor) changed(table TableID) bool {
 	w.drain()
 	if w.conn == nil {
 		return true
 	}
-	c := w.dirty[family]
-	w.dirty[family] = false
+	c := w.dirty[table]
+	w.dirty[table] = false
 	return c
 }
 
-func (w *foreignWatch) drain() {
+func (w *monitor) drain() {
 	if w.conn == nil {
 		return
 	}
@@ -115,8 +119,8 @@ func (w *foreignWatch) drain() {
 				return
 			}
 			for _, m := range msgs {
-				if fam, ok := touchedFamily(m); ok {
-					w.dirty[fam] = true
+				if t, ok := w.touchedTable(m); ok {
+					w.dirty[t] = true
 				}
 			}
 		}
@@ -128,8 +132,8 @@ func (w *foreignWatch) drain() {
 
 // away leaves the group while fn commits through bw. If the generation
 // moved by anything but the transactions bw committed (or could not be
-// read), others committed unseen, and every family counts as changed.
-func (w *foreignWatch) away(bw *batchWriter, fn func() error) error {
+// read), others committed unseen, and every table counts as changed.
+func (w *monitor) away(bw *batchWriter, fn func() error) error {
 	if w.conn == nil {
 		return fn()
 	}
@@ -152,24 +156,39 @@ func (w *foreignWatch) away(bw *batchWriter, fn func() error) error {
 	return err
 }
 
-// touchedFamily reports the family of the netplane table an nftables
-// notification is about, if it is about one. Every object's first
+// touchedTable reports the table an nftables notification is about, if
+// it is about one of those watched; a notification it cannot read is
+// counted against each watched table of its family. Every object's first
 // attribute type (1) is its table's name: NFTA_TABLE_NAME,
 // NFTA_CHAIN_TABLE, NFTA_RULE_TABLE, NFTA_SET_TABLE,
 // NFTA_SET_ELEM_LIST_TABLE, NFTA_OBJ_TABLE, ...
-func touchedFamily(m syscall.NetlinkMessage) (nftables.TableFamily, bool) {
+func (w *monitor) touchedTable(m syscall.NetlinkMessage) (TableID, bool) {
 	if int(m.Header.Type)>>8 != unix.NFNL_SUBSYS_NFTABLES || int(m.Header.Type)&0xff == unix.NFT_MSG_NEWGEN || len(m.Data) < 4 {
-		return 0, false
+		return TableID{}, false
 	}
 	fam := nftables.TableFamily(m.Data[0])
 	ad, err := netlink.NewAttributeDecoder(m.Data[4:])
 	if err != nil {
-		return fam, true
+		w.changedFamily(fam)
+		return TableID{}, false
 	}
 	for ad.Next() {
 		if ad.Type() == 1 {
-			return fam, ad.String() == TableName
+			t := TableID{fam, ad.String()}
+			return t, slices.Contains(w.tables, t)
 		}
 	}
-	return fam, ad.Err() != nil
+	if ad.Err() != nil {
+		w.changedFamily(fam)
+	}
+	return TableID{}, false
+}
+
+// changedFamily counts every watched table of fam as changed.
+func (w *monitor) changedFamily(fam nftables.TableFamily) {
+	for _, t := range w.tables {
+		if t.Family == fam {
+			w.dirty[t] = true
+		}
+	}
 }

@@ -1,4 +1,4 @@
-package proxy
+package nft
 
 import (
 	"testing"
@@ -6,12 +6,13 @@ import (
 	"github.com/google/nftables"
 )
 
-// TestWatchAwayCountsCommitsByGeneration: while the renderers commit, the
-// watch is away from the multicast group; the generation must then account
+// TestWatchAwayCountsCommitsByGeneration: while the programmers commit, the
+// monitor is away from the multicast group; the generation must then account
 // for every commit, or every family counts as changed.
 func TestWatchAwayCountsCommitsByGeneration(t *testing.T) {
 	ns, dial := kernelNS(t)
-	w := newForeignWatch(dial)
+	ip4, ip6 := TableID{nftables.TableFamilyIPv4, testName}, TableID{nftables.TableFamilyIPv6, testName}
+	w := newMonitor(dial, []TableID{ip4, ip6})
 	t.Cleanup(w.Close)
 	bw, err := newBatchWriter(dial)
 	if err != nil {
@@ -37,10 +38,10 @@ func TestWatchAwayCountsCommitsByGeneration(t *testing.T) {
 		ip, ip6 bool         // changed afterwards
 	}{
 		{name: "nothing", fn: func() error { return nil }},
-		{name: "our own commit, counted", fn: ours(TableName)},
-		{name: "our own commit of the other family's table, counted", fn: add(bw, nftables.TableFamilyIPv6, TableName)},
+		{name: "our own commit, counted", fn: ours(testName)},
+		{name: "our own commit of the other family's table, counted", fn: add(bw, nftables.TableFamilyIPv6, testName)},
 		{name: "another table changed while listening", nft: []string{"add", "table", "ip", "other"}, fn: ours("x")},
-		{name: "our ip6 table changed while listening", nft: []string{"add", "chain", "ip6", TableName, "stray"}, fn: ours("y"), ip6: true},
+		{name: "our ip6 table changed while listening", nft: []string{"add", "chain", "ip6", testName, "stray"}, fn: ours("y"), ip6: true},
 		{name: "someone commits while away, even elsewhere", fn: func() error {
 			ns.MustExec(t, "nft", "add", "table", "ip", "elsewhere")
 			return nil
@@ -56,8 +57,8 @@ func TestWatchAwayCountsCommitsByGeneration(t *testing.T) {
 		{name: "quiet again", fn: ours("zz")},
 	}
 	w.open()
-	w.changed(nftables.TableFamilyIPv4)
-	w.changed(nftables.TableFamilyIPv6)
+	w.changed(ip4)
+	w.changed(ip6)
 	for _, s := range steps {
 		if s.nft != nil {
 			ns.MustExec(t, "nft", s.nft...)
@@ -65,11 +66,39 @@ func TestWatchAwayCountsCommitsByGeneration(t *testing.T) {
 		if err := w.away(bw, s.fn); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if got := w.changed(nftables.TableFamilyIPv4); got != s.ip {
+		if got := w.changed(ip4); got != s.ip {
 			t.Errorf("%s: ip changed %v, want %v", s.name, got, s.ip)
 		}
-		if got := w.changed(nftables.TableFamilyIPv6); got != s.ip6 {
+		if got := w.changed(ip6); got != s.ip6 {
 			t.Errorf("%s: ip6 changed %v, want %v", s.name, got, s.ip6)
+		}
+	}
+}
+
+// TestMonitorWatchesOnlyItsTables: a monitor counts changes to the tables
+// it was given, of any family, and ignores other tables, even of the same
+// name in another family.
+func TestMonitorWatchesOnlyItsTables(t *testing.T) {
+	ns, dial := kernelNS(t)
+	pods := TableID{nftables.TableFamilyINet, "pods"}
+	w := newMonitor(dial, []TableID{pods})
+	t.Cleanup(w.Close)
+	w.open()
+	w.changed(pods)
+	for _, c := range []struct {
+		nft     string
+		changed bool
+	}{
+		{"add table ip pods", false},
+		{"add table inet other", false},
+		{"add table inet pods", true},
+		{"add chain ip pods c", false},
+		{"add chain inet pods c", true},
+		{"flush ruleset", true},
+	} {
+		ns.MustExec(t, "nft", c.nft)
+		if got := w.changed(pods); got != c.changed {
+			t.Errorf("after nft %s: changed %v, want %v", c.nft, got, c.changed)
 		}
 	}
 }

@@ -1,9 +1,11 @@
-package proxy
+package nft
 
 import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"slices"
+	"strings"
 	"syscall"
 	"time"
 
@@ -13,21 +15,15 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// Dialer opens netlink sockets in one network namespace.
-type Dialer struct {
-	// NetNS is a file descriptor of the namespace; 0 means the caller's.
-	NetNS int
-}
-
-// dumper lists objects of the family's table over a socket of its own,
-// for one read-back; close it after.
+// dumper lists objects of one table over a socket of its own, for one
+// read-back; close it after.
 type dumper struct {
-	c   *netlink.Conn
-	fam nftables.TableFamily
-	buf []byte
+	c     *netlink.Conn
+	table TableID
+	buf   []byte
 }
 
-func (d Dialer) dumper(fam nftables.TableFamily) (*dumper, error) {
+func (d Dialer) dumper(table TableID) (*dumper, error) {
 	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: d.NetNS})
 	if err != nil {
 		return nil, err
@@ -36,13 +32,13 @@ func (d Dialer) dumper(fam nftables.TableFamily) (*dumper, error) {
 		c.Close()
 		return nil, err
 	}
-	return &dumper{c: c, fam: fam, buf: make([]byte, 64<<10)}, nil
+	return &dumper{c: c, table: table, buf: make([]byte, 64<<10)}, nil
 }
 
 func (d *dumper) close() { d.c.Close() }
 
-// ruleFingerprints lists the fingerprints of the rules of the family's
-// table, by chain and in order: one netlink dump per chain. Expressions are
+// ruleFingerprints lists the fingerprints of the rules of the table, by
+// chain and in order: one netlink dump per chain. Expressions are
 // not decoded: the fingerprint in each rule's comment says what it is. A
 // dump of the whole table would cost O(rules²): the kernel fills one
 // buffer of at most 32 KiB per round and starts each round from the
@@ -66,11 +62,11 @@ func (d *dumper) ruleFingerprints(chains []string) (map[string][]string, error) 
 	return out, nil
 }
 
-// setElementIDs lists the elements of the family's named sets (none
-// dynamic), as ids (Element.id) by set. They are decoded from the kernel's
-// messages as they arrive: google/nftables builds every element of a set,
-// with several buffers each, before returning them (300 MB of garbage to
-// adopt the 220,000 elements of 10,000 Services, and most of a restart's
+// setElementIDs lists the elements of the table's named sets (none
+// dynamic), as ids by set. They are decoded from the kernel's messages as
+// they arrive: google/nftables builds every element of a set, with several
+// buffers each, before returning them (300 MB of garbage to adopt the
+// 220,000 elements of the proxy's 10,000 Services, and most of a restart's
 // peak memory).
 //
 // A dump that sent an element twice is repeated: the kernel resumes each
@@ -117,7 +113,7 @@ const dumpTries = 10
 // walking past the elements already sent, so page-sized messages made
 // reading a 100,000-element set back eight times slower.
 func (d *dumper) dump(msgType, tableAttr, nameAttr uint16, name string, start func(), each func(attrs []byte), whole func() bool) error {
-	data := appendString(append([]byte(nil), byte(d.fam), unix.NFNETLINK_V0, 0, 0), tableAttr, TableName)
+	data := appendString(append([]byte(nil), byte(d.table.Family), unix.NFNETLINK_V0, 0, 0), tableAttr, d.table.Name)
 	req := netlink.Message{
 		Header: netlink.Header{Type: netlink.HeaderType(unix.NFNL_SUBSYS_NFTABLES<<8 | msgType), Flags: netlink.Request | netlink.Dump},
 		Data:   appendString(data, nameAttr, name),
@@ -199,65 +195,88 @@ func (d *dumper) once(req netlink.Message, each func(attrs []byte)) error {
 	}
 }
 
-// elementIDs calls add with the id of each element in the attributes of a
-// NEWSETELEM message: the key's length and bytes, then the data's bytes or
-// the verdict's code and chain, as Element.id has them. id is reused.
-func elementIDs(msg []byte, add func(id []byte)) {
-	var id []byte
-	eachAttr(msg, func(typ uint16, list []byte) {
-		if typ != unix.NFTA_SET_ELEM_LIST_ELEMENTS {
-			return
-		}
-		eachAttr(list, func(_ uint16, elem []byte) {
-			var key, data, code, chain []byte
-			eachAttr(elem, func(typ uint16, b []byte) {
-				switch typ {
-				case unix.NFTA_SET_ELEM_KEY:
-					key = value(b, unix.NFTA_DATA_VALUE)
-				case unix.NFTA_SET_ELEM_DATA:
-					data = value(b, unix.NFTA_DATA_VALUE)
-					v := value(b, unix.NFTA_DATA_VERDICT)
-					code, chain = value(v, unix.NFTA_VERDICT_CODE), value(v, unix.NFTA_VERDICT_CHAIN)
-				}
-			})
-			if key == nil || len(key) > 255 {
-				return
-			}
-			id = append(append(id[:0], byte(len(key))), key...)
-			if len(code) == 4 {
-				for len(chain) > 0 && chain[len(chain)-1] == 0 {
-					chain = chain[:len(chain)-1] // the NUL ending a string attribute
-				}
-				id = append(append(id, code...), chain...)
-			} else {
-				id = append(id, data...)
-			}
-			add(id)
-		})
-	})
-}
-
-// value is the payload of the first attribute of type typ in b, or nil.
-func value(b []byte, typ uint16) []byte {
-	var out []byte
-	eachAttr(b, func(t uint16, data []byte) {
-		if t == typ && out == nil {
-			out = data
-		}
-	})
-	return out
-}
-
-// eachAttr calls fn with the type (without the nested and byte-order flags)
-// and the payload of each netlink attribute in b, stopping at a malformed
-// one. Decoding in place costs no allocation per element.
-func eachAttr(b []byte, fn func(typ uint16, data []byte)) {
-	for len(b) >= unix.NLA_HDRLEN {
-		n := int(binary.NativeEndian.Uint16(b))
-		if n < unix.NLA_HDRLEN || n > len(b) {
-			return
-		}
-		fn(binary.NativeEndian.Uint16(b[2:])&^(unix.NLA_F_NESTED|unix.NLA_F_NET_BYTEORDER), b[unix.NLA_HDRLEN:n])
-		b = b[min(len(b), n+pad4(n)):]
+// readBack lists the table, its chains with rule fingerprints, its sets
+// with their elements. Dynamic sets' elements are the kernel's own.
+func (k *netlinkKernel) readBack(id TableID) (*kernelTable, error) {
+	tables, err := k.conn.ListTablesOfFamily(id.Family)
+	if err != nil {
+		return nil, err
 	}
+	if !slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == id.Name }) {
+		return nil, nil // no table: it is created
+	}
+	chains, err := k.conn.ListChainsOfTableFamily(id.Family)
+	if err != nil {
+		return nil, err
+	}
+	chains = slices.DeleteFunc(chains, func(c *nftables.Chain) bool { return c.Table.Name != id.Name })
+	names := make([]string, len(chains))
+	for i, c := range chains {
+		names[i] = c.Name
+	}
+	dump, err := k.dialer.dumper(id)
+	if err != nil {
+		return nil, err
+	}
+	defer dump.close()
+	fps, err := dump.ruleFingerprints(names)
+	if err != nil {
+		return nil, err
+	}
+	kt := newKernelTable()
+	for _, c := range chains {
+		kc := &kernelChain{rules: fps[c.Name]}
+		if c.Hooknum != nil && c.Priority != nil && c.Type != "" {
+			kc.base = &Hook{Type: c.Type, Hook: *c.Hooknum, Priority: int32(*c.Priority)}
+		}
+		kt.chains[c.Name] = kc
+	}
+	sets, err := k.conn.GetSets(k.table)
+	if err != nil {
+		return nil, err
+	}
+	for _, s := range sets {
+		if s.Anonymous || strings.HasPrefix(s.Name, "__") {
+			continue
+		}
+		ks := &kernelSet{spec: SetSpec{Dynamic: s.Dynamic, Timeout: s.Timeout}, elems: map[string]uint32{}, name: s.Name, size: s.Size}
+		if s.IsMap {
+			// The library reports a verdict map's data type as its key
+			// type and leaves DataType empty; a data map's is decoded.
+			ks.spec.Data = s.DataType
+			if ks.spec.Data.Name == "" {
+				ks.spec.Data = nftables.TypeVerdict
+			}
+		}
+		kt.addReadSet(ks)
+	}
+	var static []string
+	for _, ks := range kt.sets {
+		if !ks.spec.Dynamic {
+			static = append(static, ks.name)
+		}
+	}
+	elems, err := dump.setElementIDs(static)
+	if err != nil {
+		return nil, err
+	}
+	for kname, ids := range elems {
+		kt.sets[logicalName(kname)].elems = ids
+	}
+	return kt, nil
+}
+
+// addReadSet records a set read back. When a desired set is found under
+// two names (a replacement cut short), the bigger is kept (it can take what
+// either held), every chain reading either is rewritten to read it, and the
+// other goes.
+func (k *kernelTable) addReadSet(ks *kernelSet) {
+	name := logicalName(ks.name)
+	if other := k.sets[name]; other != nil {
+		if capacity(other.size) >= capacity(ks.size) {
+			ks, other = other, ks
+		}
+		k.extra = append(k.extra, other.name)
+	}
+	k.sets[name] = ks
 }

@@ -1,4 +1,4 @@
-package proxy
+package nft
 
 import (
 	"errors"
@@ -20,15 +20,15 @@ func TestDumpsReadSetsAndChainsBackAndReportKernelErrors(t *testing.T) {
 	for i := range 3000 {
 		elems = append(elems, fmt.Sprintf("10.%d.%d.%d . 10.0.0.1", i/65536, i/256%256, i%256))
 	}
-	ns.MustExec(t, "nft", "add table ip "+TableName+
-		"; add set ip "+TableName+" big { type ipv4_addr . ipv4_addr ; }"+
-		"; add element ip "+TableName+" big { "+strings.Join(elems, ", ")+" }"+
-		"; add map ip "+TableName+" verdicts { type ipv4_addr : verdict ; }"+
-		"; add chain ip "+TableName+" target"+
-		"; add element ip "+TableName+" verdicts { 10.0.0.1 : goto target, 10.0.0.2 : drop }"+
-		"; add rule ip "+TableName+" target counter comment \"netplane:first\""+
-		"; add rule ip "+TableName+" target accept")
-	dump, err := dial.dumper(nftables.TableFamilyIPv4)
+	ns.MustExec(t, "nft", "add table ip "+testName+
+		"; add set ip "+testName+" big { type ipv4_addr . ipv4_addr ; }"+
+		"; add element ip "+testName+" big { "+strings.Join(elems, ", ")+" }"+
+		"; add map ip "+testName+" verdicts { type ipv4_addr : verdict ; }"+
+		"; add chain ip "+testName+" target"+
+		"; add element ip "+testName+" verdicts { 10.0.0.1 : goto target, 10.0.0.2 : drop }"+
+		"; add rule ip "+testName+" target counter comment \"netplane:first\""+
+		"; add rule ip "+testName+" target accept")
+	dump, err := dial.dumper(TableID{nftables.TableFamilyIPv4, testName})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -41,8 +41,8 @@ func TestDumpsReadSetsAndChainsBackAndReportKernelErrors(t *testing.T) {
 		t.Errorf("read %d elements of set big, want %d", n, len(elems))
 	}
 	want := map[string]bool{
-		(Element{Key: []byte{10, 0, 0, 1}, Verdict: &expr.Verdict{Kind: expr.VerdictGoto, Chain: "target"}}).id(): true,
-		(Element{Key: []byte{10, 0, 0, 2}, Verdict: &expr.Verdict{Kind: expr.VerdictDrop}}).id():                  true,
+		(Element{Key: []byte{10, 0, 0, 1}, Verdict: &expr.Verdict{Kind: expr.VerdictGoto, Chain: "target"}}).ID(): true,
+		(Element{Key: []byte{10, 0, 0, 2}, Verdict: &expr.Verdict{Kind: expr.VerdictDrop}}).ID():                  true,
 	}
 	if len(got["verdicts"]) != len(want) {
 		t.Errorf("verdicts read back as %q", keysOf(got["verdicts"]))

@@ -1,0 +1,47 @@
+package nft
+
+import "fmt"
+
+// Replace makes the kernel's table exactly want in one transaction: it
+// creates the table if it is missing, deletes it with everything in it,
+// and adds want whole, so packets meet the old rules or the new, never a
+// mix nor none. It is for small tables rewritten on every change, where a
+// rewrite costs less than remembering what the kernel has, and heals what
+// others changed on the way; a big table wants a Programmer.
+func Replace(d Dialer, want *Table) error {
+	p := newPlan(newKernelTable())
+	p.whole = true
+	p.add(step{op: opAddTable})
+	p.add(step{op: opDelTable})
+	if err := p.diff(newKernelTable(), want, true, true); err != nil {
+		return fmt.Errorf("replacing table %s: %w", want.ID(), err)
+	}
+	if err := sendOnce(d, want.ID(), p); err != nil {
+		return fmt.Errorf("replacing table %s: %w", want.ID(), err)
+	}
+	return nil
+}
+
+// Delete deletes table, if it is there, in one transaction.
+func Delete(d Dialer, table TableID) error {
+	p := newPlan(newKernelTable())
+	p.add(step{op: opAddTable})
+	p.add(step{op: opDelTable})
+	if err := sendOnce(d, table, p); err != nil {
+		return fmt.Errorf("deleting table %s: %w", table, err)
+	}
+	return nil
+}
+
+// sendOnce sends a plan for table over a connection of its own.
+func sendOnce(d Dialer, table TableID, p *plan) error {
+	k := &netlinkKernel{dialer: d, id: table}
+	c, w, err := k.dial()
+	if err != nil {
+		return fmt.Errorf("opening an nftables netlink socket (needs CAP_NET_ADMIN): %w", err)
+	}
+	k.conn, k.writer = c, w
+	defer k.reset()
+	_, err = p.send(k)
+	return err
+}

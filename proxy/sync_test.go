@@ -1,0 +1,295 @@
+package proxy
+
+import (
+	"context"
+	"errors"
+	"net/netip"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/google/go-cmp/cmp"
+	"github.com/google/nftables"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	corelisters "k8s.io/client-go/listers/core/v1"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/nft"
+)
+
+// fakeNode is a proxier whose tables are nft fakes and whose informer
+// caches are stores the test fills, as the informers would, handlers
+// included. Nothing touches the kernel.
+type fakeNode struct {
+	t     *testing.T
+	p     *proxier
+	fakes map[nftables.TableFamily]*nft.Fake
+	calls *syncCalls
+	nodes cache.Indexer // the Node lister's
+}
+
+// syncCalls records how the proxier synced its tables.
+type syncCalls struct {
+	mu    sync.Mutex
+	calls []string // "full", "whole" (Sync, not full), "touched"
+	// touched are the chains and sets each partial sync named.
+	touched []*nft.Touched
+}
+
+func (c *syncCalls) list() []string {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return slices.Clone(c.calls)
+}
+
+// recorder is a Syncer that notes each call in calls.
+type recorder struct {
+	nft.Syncer
+	fam   nftables.TableFamily
+	calls *syncCalls
+}
+
+// Calls are noted once done, so a test that saw one may use the fake.
+func (r recorder) Sync(want *nft.Table, full bool) (nft.Stats, error) {
+	defer r.note(map[bool]string{true: "full", false: "whole"}[full], nil)
+	return r.Syncer.Sync(want, full)
+}
+
+func (r recorder) SyncTouched(want *nft.Table, touched *nft.Touched) (nft.Stats, error) {
+	defer r.note("touched", touched)
+	return r.Syncer.SyncTouched(want, touched)
+}
+
+func (r recorder) note(call string, touched *nft.Touched) {
+	if r.fam != nftables.TableFamilyIPv4 {
+		return // both families are synced alike: the IPv4 table's calls say it
+	}
+	r.calls.mu.Lock()
+	defer r.calls.mu.Unlock()
+	r.calls.calls = append(r.calls.calls, call)
+	r.calls.touched = append(r.calls.touched, touched)
+}
+
+func newFakeNode(t *testing.T) *fakeNode {
+	n := &fakeNode{t: t, fakes: map[nftables.TableFamily]*nft.Fake{}, calls: &syncCalls{},
+		nodes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
+	syncers := map[nftables.TableFamily]nft.Syncer{}
+	for _, id := range tableIDs() {
+		f := nft.NewFake(id)
+		n.fakes[id.Family], syncers[id.Family] = f, recorder{Syncer: f, fam: id.Family, calls: n.calls}
+	}
+	n.p = &proxier{
+		log:      logr.Discard(),
+		cfg:      v1alpha1.Node{NodeName: testNode.Name, SyncPeriod: metav1.Duration{Duration: time.Hour}, MinSyncPeriod: metav1.Duration{Duration: time.Millisecond}},
+		services: cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc),
+		slices:   cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{byService: sliceServiceIndex}),
+		nodes:    corelisters.NewNodeLister(n.nodes),
+		syncers:  syncers,
+		model:    NewModel(),
+		metrics:  newMetrics(prometheus.NewRegistry()),
+		kick:     make(chan struct{}, 1),
+		started:  time.Now(),
+		cleanUDP: func(_, _ map[netip.AddrPort]map[netip.Addr]bool) (uint, error) { return 0, nil },
+	}
+	n.p.health = newHealthServers(logr.Discard(), func() bool { return true })
+	t.Cleanup(func() { n.p.health.Close(context.Background()) })
+	return n
+}
+
+// load adds the Services and slices of in, as an informer's first list.
+func (n *fakeNode) load(in Input) {
+	h := n.p.eventHandler()
+	for _, s := range in.Services {
+		n.must(n.p.services.Add(s))
+		h.OnAdd(s, true)
+	}
+	for _, ss := range in.Slices {
+		for _, s := range ss {
+			n.must(n.p.slices.Add(s))
+			h.OnAdd(s, true)
+		}
+	}
+}
+
+func (n *fakeNode) must(err error) {
+	n.t.Helper()
+	if err != nil {
+		n.t.Fatal(err)
+	}
+}
+
+// input is what the stores hold, with the node facts the proxier sees.
+func (n *fakeNode) input() Input {
+	in, err := n.p.input(n.p.nodeFacts())
+	n.must(err)
+	return in
+}
+
+// converged checks that each fake's table is what a fresh build of the
+// stores gives.
+func (n *fakeNode) converged(step string) {
+	n.t.Helper()
+	want := Build(n.input())
+	for fam, f := range n.fakes {
+		if diff := cmp.Diff(want.Tables[fam].Dump(), f.Dump()); diff != "" {
+			n.t.Errorf("%s: the %v table differs from a fresh build (-want +fake):\n%s", step, fam, diff)
+		}
+	}
+}
+
+// sliceOf is the first slice of the Service.
+func (n *fakeNode) sliceOf(ns, name string) *sliceRecord {
+	objs, err := n.p.slices.ByIndex(byService, ns+"/"+name)
+	n.must(err)
+	return objs[0].(*sliceRecord)
+}
+
+// TestProxierSyncsItsTablesThroughTheProgrammer runs the proxier's sync on
+// fake tables: a full sync programs every Service, a partial sync compares
+// only what changed, and whatever the change the tables end as a fresh
+// build of the caches.
+func TestProxierSyncsItsTablesThroughTheProgrammer(t *testing.T) {
+	for _, c := range []struct {
+		name   string
+		change func(n *fakeNode)
+		// calls are the syncs of the IPv4 table the change brings;
+		// touched lists chains or sets the partial sync names, and
+		// untouched some it must not name.
+		calls              []string
+		touched, untouched []string
+		absent             string // no rule or element names it afterwards
+	}{{
+		name:   "nothing changed",
+		change: func(*fakeNode) {},
+		calls:  []string{"touched"},
+	}, {
+		name: "a Service's endpoint added",
+		change: func(n *fakeNode) {
+			old := n.sliceOf("ns1", "svc1")
+			s := withEndpoint(old, "10.180.2.1")
+			n.must(n.p.slices.Update(s))
+			n.p.eventHandler().OnUpdate(old, s)
+		},
+		calls:     []string{"touched"},
+		touched:   []string{setHairpin, setServiceIPs},
+		untouched: []string{"service-42NFTM6N-ns2/svc2/tcp/p80"},
+	}, {
+		name: "a Service with chains of its own deleted",
+		change: func(n *fakeNode) {
+			for _, o := range n.p.services.List() {
+				if s := o.(*serviceRecord); s.name == "svc2" {
+					n.must(n.p.services.Delete(s))
+					n.p.eventHandler().OnDelete(s)
+				}
+			}
+		},
+		calls:   []string{"touched"},
+		touched: []string{"service-42NFTM6N-ns2/svc2/tcp/p80", "external-42NFTM6N-ns2/svc2/tcp/p80"},
+		absent:  "ns2/svc2",
+	}, {
+		// Its zone and address change every Service's rules: the model
+		// starts again, and the whole table is compared.
+		name: "the node's facts changed",
+		change: func(n *fakeNode) {
+			node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode.Name, Labels: map[string]string{v1.LabelTopologyZone: "z1"}},
+				Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.2"}}}}
+			n.must(n.nodes.Add(node))
+			n.p.nodeHandler().OnAdd(node, false)
+		},
+		calls: []string{"whole"},
+	}} {
+		t.Run(c.name, func(t *testing.T) {
+			n := newFakeNode(t)
+			n.load(overall())
+			n.must(n.p.sync(true))
+			n.converged("the first, full sync")
+			if got := n.calls.list(); !slices.Equal(got, []string{"full"}) {
+				t.Errorf("the first sync's calls %q, want one full sync", got)
+			}
+			c.change(n)
+			n.calls.calls, n.calls.touched = nil, nil
+			n.must(n.p.sync(false))
+			n.converged(c.name)
+			if got := n.calls.list(); !slices.Equal(got, c.calls) {
+				t.Errorf("calls %q, want %q", got, c.calls)
+			}
+			var named []string
+			for _, tc := range n.calls.touched {
+				if tc != nil {
+					for name := range tc.Chains {
+						named = append(named, name)
+					}
+					for name := range tc.Sets {
+						named = append(named, name)
+					}
+					for name := range tc.Elems {
+						named = append(named, name)
+					}
+				}
+			}
+			for _, name := range c.touched {
+				if !slices.Contains(named, name) {
+					t.Errorf("the partial sync did not compare %s; it compared %q", name, named)
+				}
+			}
+			for _, name := range c.untouched {
+				if slices.Contains(named, name) {
+					t.Errorf("the partial sync compared %s, which did not change", name)
+				}
+			}
+			if c.absent != "" {
+				for fam, f := range n.fakes {
+					if strings.Contains(f.Dump(), c.absent) {
+						t.Errorf("the %v table still names %s:\n%s", fam, c.absent, f.Dump())
+					}
+				}
+			}
+		})
+	}
+}
+
+// TestProxierRetriesAFailedSyncAsAFullSync runs the proxier's loop: after a
+// sync the programmer failed, the next one, a second later, is a full sync,
+// and the tables end as a fresh build.
+func TestProxierRetriesAFailedSyncAsAFullSync(t *testing.T) {
+	n := newFakeNode(t)
+	n.load(overall())
+	<-n.p.kick // the list's events: the loop's first sync, full, covers them
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	go func() { n.p.run(ctx); close(done) }()
+	defer func() { cancel(); <-done }()
+	waitCalls := func(want ...string) {
+		t.Helper()
+		deadline := time.Now().Add(5 * time.Second)
+		for !slices.Equal(n.calls.list(), want) {
+			if time.Now().After(deadline) {
+				t.Fatalf("calls %q, want %q", n.calls.list(), want)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	}
+	waitCalls("full")
+	// The loop is idle now; the fakes are the test's until the next kick.
+	n.fakes[nftables.TableFamilyIPv4].Fail(errors.New("the kernel refused it"))
+	old := n.sliceOf("ns1", "svc1")
+	s := withEndpoint(old, "10.180.2.1")
+	n.must(n.p.slices.Update(s))
+	n.p.eventHandler().OnUpdate(old, s)
+	waitCalls("full", "touched", "full")
+	cancel()
+	<-done // the deferred wait finds it closed
+	n.converged("after the retry")
+	var m dto.Metric
+	n.must(n.p.metrics.syncFailures.Write(&m))
+	if got := m.GetCounter().GetValue(); got != 1 {
+		t.Errorf("%v sync failures counted, want 1", got)
+	}
+}

@@ -1,0 +1,191 @@
+package proxy
+
+import (
+	"maps"
+	"net/netip"
+	"slices"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+
+	"github.com/netplane/netplane/nft"
+)
+
+// This file is the fixed layout of the proxy's tables: their names, the
+// base chains and their hooks, and the shared sets and maps every Service
+// adds its elements to.
+
+// TableName is the name of netplane's table in both the ip and ip6 families.
+// Nothing outside these two tables is ever touched.
+const TableName = "netplane"
+
+// Families are the two tables netplane programs.
+var Families = []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6}
+
+// tableIDs are the proxy's tables, in the order of Families.
+func tableIDs() []nft.TableID {
+	out := make([]nft.TableID, len(Families))
+	for i, f := range Families {
+		out[i] = nft.TableID{Family: f, Name: TableName}
+	}
+	return out
+}
+
+// programmers program the proxy's tables in the namespace of d, with one
+// monitor of the kernel's notifications for both.
+func programmers(d nft.Dialer) map[nftables.TableFamily]nft.Syncer {
+	out := map[nftables.TableFamily]nft.Syncer{}
+	for _, p := range nft.NewProgrammers(d, tableIDs()...) {
+		out[p.Table().Family] = p
+	}
+	return out
+}
+
+// Names of the fixed chains and sets; per-Service chains are named after
+// their Service (see chainBase).
+//
+// The programmer adds to verdict maps in the order of their names and
+// removes from them in the reverse order, so firewall-ips, the
+// source-range filter, sorts before service-ips: a Service's filter is in
+// place before its dispatch, and outlives it.
+const (
+	chServices        = "services"
+	chFirewallCheck   = "firewall-check"
+	chEndpointsCheck  = "service-endpoints-check"
+	chNodePortsCheck  = "nodeport-endpoints-check"
+	chClusterIPsCheck = "cluster-ips-check"
+	chReject          = "reject-chain"
+	chMasquerading    = "masquerading"
+
+	setServiceIPs    = "service-ips"
+	setNodePorts     = "service-nodeports"
+	setNodePortIPs   = "nodeport-ips"
+	setNoEndpoints   = "no-endpoint-services"
+	setNoEPNodePorts = "no-endpoint-nodeports"
+	setFirewallIPs   = "firewall-ips"
+	setClusterIPs    = "cluster-ips"
+	setHairpin       = "hairpin"
+)
+
+// Hook priorities: the contract with other software on the node, which can
+// order itself around netplane by them (see the package comment in role.go).
+const (
+	PriorityFirewall   = -110 // source ranges, before DNAT
+	PriorityDNAT       = -100 // Service DNAT (dstnat)
+	PriorityFilter     = 0    // reject/drop of Services without endpoints
+	PriorityMasquerade = 100  // SNAT (srcnat)
+)
+
+func baseRules(t *nft.Table, n NodeFacts) {
+	f := t.Family
+	base := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio int32, jumps ...string) {
+		t.Chain(name, &nft.Hook{Type: typ, Hook: *hook, Priority: prio})
+		for _, j := range jumps {
+			if typ == nftables.ChainTypeNAT {
+				t.AddRule(name, nft.NewRule(f).Jump(j).Rule())
+			} else {
+				t.AddRule(name, nft.NewRule(f).CtState(expr.CtStateBitNEW).Jump(j).Rule())
+			}
+		}
+	}
+	for _, c := range []string{chServices, chFirewallCheck, chEndpointsCheck, chNodePortsCheck, chClusterIPsCheck, chReject, chMasquerading} {
+		t.Chain(c, nil)
+	}
+	base("filter-prerouting-pre-dnat", nftables.ChainTypeFilter, nftables.ChainHookPrerouting, PriorityFirewall, chFirewallCheck)
+	base("filter-output-pre-dnat", nftables.ChainTypeFilter, nftables.ChainHookOutput, PriorityFirewall, chFirewallCheck)
+	base("nat-prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, PriorityDNAT, chServices)
+	base("nat-output", nftables.ChainTypeNAT, nftables.ChainHookOutput, PriorityDNAT, chServices)
+	base("filter-forward", nftables.ChainTypeFilter, nftables.ChainHookForward, PriorityFilter, chEndpointsCheck, chClusterIPsCheck)
+	base("filter-input", nftables.ChainTypeFilter, nftables.ChainHookInput, PriorityFilter, chNodePortsCheck, chEndpointsCheck)
+	base("filter-output", nftables.ChainTypeFilter, nftables.ChainHookOutput, PriorityFilter, chEndpointsCheck, chClusterIPsCheck)
+	base("nat-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, PriorityMasquerade, chMasquerading)
+
+	baseSets(t)
+	t.AddRule(chServices, nft.NewRule(f).Vmap(setServiceIPs, serviceFields...).Rule())
+	t.AddRule(chServices, nft.NewRule(f).Lookup(setNodePortIPs, nft.Daddr).Vmap(setNodePorts, nft.L4Proto, nft.THDport).Rule())
+	t.AddRule(chFirewallCheck, nft.NewRule(f).Vmap(setFirewallIPs, serviceFields...).Rule())
+	t.AddRule(chEndpointsCheck, nft.NewRule(f).Vmap(setNoEndpoints, serviceFields...).Rule())
+	t.AddRule(chNodePortsCheck, nft.NewRule(f).Lookup(setNodePortIPs, nft.Daddr).Vmap(setNoEPNodePorts, nft.L4Proto, nft.THDport).Rule())
+	t.AddRule(chClusterIPsCheck, nft.NewRule(f).Lookup(setClusterIPs, nft.Daddr).Reject().Rule())
+	if cidrs := familyPrefixes(n.ServiceCIDRs, f); len(cidrs) > 0 {
+		// An unallocated ClusterIP would otherwise follow the default
+		// route off the node, and the client wait for a timeout there.
+		t.AddRule(chClusterIPsCheck, nft.NewRule(f).MatchPrefixes(nft.Daddr, cidrs, false).Drop().Rule())
+	}
+	t.AddRule(chReject, nft.NewRule(f).Reject().Rule())
+	// Clearing the mark keeps a re-used skb (VXLAN) from being masqueraded twice.
+	t.AddRule(chMasquerading, nft.NewRule(f).MarkHas(masqBit).MarkClear(masqBit).Masquerade(true).Rule())
+	t.AddRule(chMasquerading, nft.NewRule(f).Lookup(setHairpin, nft.Saddr, nft.Daddr).Masquerade(true).Rule())
+
+	nodePortIPs := t.Sets[setNodePortIPs].Mutable()
+	for _, a := range familyAddrs(n.NodePortIPs, f) {
+		nodePortIPs[addrID(a)] = 1
+	}
+}
+
+// addrID is the id of a set's element a.
+func addrID(a netip.Addr) string {
+	var buf [nft.MaxIDLen]byte
+	return nft.NewID(buf[:0]).Addr(a).String()
+}
+
+// baseSets declares the shared sets and maps the base rules read. The
+// endpoint and pool maps are declared by their first element and dropped
+// with their last (Model.reserve, Model.add, Model.remove): a cluster uses few of them,
+// and creating all 288 in both families was a quarter of a full sync at
+// 1,000 Services.
+func baseSets(t *nft.Table) {
+	for name, spec := range sharedSets[t.Family] {
+		if !onDemand[name] {
+			t.Set(name, spec)
+		}
+	}
+}
+
+// onDemand names the shared maps that exist only while they hold elements.
+// No rule reads an empty one: a chain reading a map is some Service's, or
+// a pick chain of Services with endpoints there.
+var onDemand = func() map[string]bool {
+	out := map[string]bool{}
+	for _, name := range endpointMapNames {
+		out[name] = true
+	}
+	return out
+}()
+
+// endpointMapNames are the maps holding endpoints: the Services' own
+// shards and the pool maps.
+var endpointMapNames = append(slices.Clone(endpointShardNames), poolShardNames...)
+
+// sharedSets are the specs of the shared sets and maps, per family.
+var sharedSets = map[nftables.TableFamily]map[string]nft.SetSpec{
+	nftables.TableFamilyIPv4: sharedSetSpecs(nftables.TypeIPAddr),
+	nftables.TableFamilyIPv6: sharedSetSpecs(nftables.TypeIP6Addr),
+}
+
+func sharedSetSpecs(addr nftables.SetDatatype) map[string]nft.SetSpec {
+	vip := nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService)
+	pp := nftables.MustConcatSetType(nftables.TypeInetProto, nftables.TypeInetService)
+	vmap := func(key nftables.SetDatatype) nft.SetSpec { return nft.SetSpec{Key: key, Data: nftables.TypeVerdict} }
+	// The slot is typed "mark", 32 bits in host order: with "integer" `nft
+	// list` cannot size the concatenation and aborts.
+	endpoints := nft.SetSpec{
+		Key:  nftables.MustConcatSetType(addr, nftables.TypeInetProto, nftables.TypeInetService, nftables.TypeMark),
+		Data: nftables.MustConcatSetType(addr, nftables.TypeInetService),
+	}
+	specs := map[string]nft.SetSpec{}
+	for _, name := range endpointMapNames {
+		specs[name] = endpoints
+	}
+	maps.Copy(specs, map[string]nft.SetSpec{
+		setServiceIPs:    vmap(vip),
+		setNoEndpoints:   vmap(vip),
+		setFirewallIPs:   vmap(vip),
+		setNodePorts:     vmap(pp),
+		setNoEPNodePorts: vmap(pp),
+		setNodePortIPs:   {Key: addr},
+		setClusterIPs:    {Key: addr},
+		setHairpin:       {Key: nftables.MustConcatSetType(addr, addr)},
+	})
+	return specs
+}
