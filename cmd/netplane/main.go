@@ -70,6 +70,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 		if errors.Is(err, pflag.ErrHelp) {
 			return exitOK
 		}
+		// With ContinueOnError pflag prints nothing itself.
+		fmt.Fprintf(stderr, "netplane: %v (netplane --help lists the flags)\n", err)
 		return exitUsage
 	}
 	if fs.NArg() > 0 {

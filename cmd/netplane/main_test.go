@@ -34,6 +34,9 @@ func TestRoleDispatchErrors(t *testing.T) {
 		{"unknown in a list", []string{"--role=dns,cni"}, `unknown role "cni": valid roles are controller,dns,node`},
 		{"repeated role", []string{"--role=dns,dns"}, `role "dns" given twice`},
 		{"positional role", []string{"dns"}, `unexpected argument "dns"`},
+		{"mistyped flag", []string{"--rol=node"}, "unknown flag: --rol"},
+		{"unknown flag after a valid one", []string{"--role=node", "--bogus"}, "unknown flag: --bogus"},
+		{"bad flag value", []string{"--role=dns", "--ttl=five"}, `invalid argument "five" for "--ttl" flag`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
