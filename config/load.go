@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"os"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -58,9 +59,7 @@ func Load(fs *pflag.FlagSet, table []flag) (*v1alpha1.Configuration, error) {
 		}
 	}
 	cfg := v1alpha1.Default()
-	if errs := decode(v, cfg); len(errs) > 0 {
-		return nil, fmt.Errorf("configuration: %w", v1alpha1.ErrorOf(errs))
-	}
+	errs := decode(v, cfg)
 	// An empty list from the environment or the file means "unset", as flags do.
 	cfg.Roles = compact(cfg.Roles)
 	cfg.DNS.Upstream = compact(cfg.DNS.Upstream)
@@ -72,10 +71,22 @@ func Load(fs *pflag.FlagSet, table []flag) (*v1alpha1.Configuration, error) {
 			list[i] = list[i].Masked()
 		}
 	}
-	if err := v1alpha1.ErrorOf(cfg.Validate()); err != nil {
+	// Every field is validated, also when another did not decode; a field
+	// that did not decode is reported once.
+	if err := v1alpha1.ErrorOf(merge(errs, cfg.Validate())); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// merge appends to errs those of more whose field errs does not name yet.
+func merge(errs, more field.ErrorList) field.ErrorList {
+	for _, e := range more {
+		if !slices.ContainsFunc(errs, func(o *field.Error) bool { return o.Field == e.Field }) {
+			errs = append(errs, e)
+		}
+	}
+	return errs
 }
 
 // checkFile refuses what viper would take silently: unknown or repeated
@@ -83,17 +94,17 @@ func Load(fs *pflag.FlagSet, table []flag) (*v1alpha1.Configuration, error) {
 // which gives each its full path), and values their own type does not
 // parse (a duration, a CIDR), decoded as the layers are.
 //
-// The strict decoder stops at a value its type's parser refuses, without
-// saying where; the second decode reports it with its path, so such an
-// error is kept only when that decode has nothing to say. Unknown fields
-// after such a value show once it is fixed.
+// The strict decoder reports unknown fields only when every value decoded,
+// and it stops at a value its type's parser refuses without saying where;
+// the second decode reports such a value with its path. So a file with a
+// bad value shows its unknown fields once the value is fixed.
 func checkFile(data []byte) error {
 	js, err := yaml.YAMLToJSONStrict(data)
 	if err != nil {
 		return fmt.Errorf("not valid YAML: %w", err)
 	}
 	var errs field.ErrorList
-	strict, err := json.UnmarshalStrict(js, &v1alpha1.Configuration{})
+	strict, unplaced := json.UnmarshalStrict(js, &v1alpha1.Configuration{})
 	for _, e := range strict {
 		var fe json.FieldError
 		if errors.As(e, &fe) {
@@ -102,22 +113,20 @@ func checkFile(data []byte) error {
 		}
 	}
 	var te *gojson.UnmarshalTypeError
-	if errors.As(err, &te) {
+	if errors.As(unplaced, &te) {
 		errs = append(errs, field.TypeInvalid(field.NewPath(te.Field), field.OmitValueType{}, fmt.Sprintf("expected %s, got %s", te.Type, te.Value)))
-		err = nil
-	}
-	if len(errs) > 0 {
-		return v1alpha1.ErrorOf(errs)
+		unplaced = nil
 	}
 	v := viper.New()
 	v.SetConfigType("yaml")
-	if rerr := v.ReadConfig(bytes.NewReader(data)); rerr != nil {
-		return rerr
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+		return err
 	}
-	if errs := decode(v, v1alpha1.Default()); len(errs) > 0 {
+	errs = merge(errs, decode(v, v1alpha1.Default()))
+	if len(errs) > 0 {
 		return v1alpha1.ErrorOf(errs)
 	}
-	return err
+	return unplaced
 }
 
 // decode fills cfg from v's settings with mapstructure, which names the

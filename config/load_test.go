@@ -171,6 +171,38 @@ func TestValidationErrorsNameTheField(t *testing.T) {
 	}
 }
 
+// A value that does not decode does not hide the other errors, and is
+// reported once (not again by validation, which sees it unset).
+func TestEveryErrorIsReportedOnce(t *testing.T) {
+	cases := []struct {
+		name, file string
+		args       []string
+		want       []string
+	}{
+		{"flags", "", []string{"--cluster-cidr=10.244.0.0/16,bad", "--ttl=4000", "--mtu=100"},
+			[]string{`node.clusterCIDRs[1]: netip.ParsePrefix("bad"): no '/'`, "dns.ttl: must be between 0 and 3600, got 4000", "node.mtu: must be 0 (auto) or at least 576, got 100"}},
+		{"file", "dns:\n  ttl: five\n  upstreamTimeout: soon\nnode:\n  clusterCIDRs: [bad]\n", nil,
+			[]string{"dns.ttl: cannot parse value as 'int32'", `dns.upstreamTimeout: "soon" is not a duration like 30s`, `node.clusterCIDRs[0]: netip.ParsePrefix("bad"): no '/'`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := load(t, c.file, nil, append([]string{"--role=node"}, c.args...)...)
+			if err == nil {
+				t.Fatalf("no error, want %q", c.want)
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != len(c.want) {
+				t.Errorf("%d errors, want %d:\n%s", len(lines), len(c.want), err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
 // CIDRs are parsed once, at load, and handed on as prefixes: blanks in a
 // list are dropped and a prefix is its network, as kube-proxy reads it.
 func TestCIDRsAreParsedAtLoad(t *testing.T) {
