@@ -77,7 +77,8 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 	}
 	for _, name := range cfg.Roles {
 		d := deps
-		d.Log = klog.Background().WithName(name)
+		d.Role, d.Log = name, klog.Background().WithName(name)
+		checks.Starting(name)
 		for _, part := range roles[name](d) {
 			if err := mgr.Add(part); err != nil {
 				return err

@@ -157,7 +157,10 @@ func get(t *testing.T, url string) (int, string) {
 func TestReadyzNamesTheRoleNotReadyAndHealthzIsSeparate(t *testing.T) {
 	var synced atomic.Bool
 	checks := role.NewChecks()
+	checks.Starting("dns") // as Run does for every role
+	begin := make(chan struct{})
 	part := role.Runnable{Role: "dns", Run: func(ctx context.Context) error {
+		<-begin
 		checks.AddReady("dns", func() error {
 			if !synced.Load() {
 				return errors.New("informer caches have not synced yet")
@@ -174,6 +177,10 @@ func TestReadyzNamesTheRoleNotReadyAndHealthzIsSeparate(t *testing.T) {
 	if health == "" || metrics == "" || strings.HasSuffix(health, ":0") || strings.HasSuffix(metrics, ":0") {
 		t.Fatalf("logged addresses %v, want the ports port 0 picked", addrs)
 	}
+	if code, body := get(t, "http://"+health+"/readyz/dns"); code != http.StatusServiceUnavailable || !strings.Contains(body, "starting") {
+		t.Errorf("/readyz/dns = %d %q before the role added its checks, want 503 starting", code, body)
+	}
+	close(begin)
 	for deadline := time.Now().Add(5 * time.Second); len(checks.Readiness()) < 2 && time.Now().Before(deadline); {
 		time.Sleep(10 * time.Millisecond)
 	}

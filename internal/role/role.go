@@ -29,6 +29,9 @@ import (
 // and the metrics registry (controller-runtime's, which the process serves;
 // a test passes its own).
 type Deps struct {
+	// Role is the role's name. Until it adds a readiness check of that
+	// name or calls WaitForSync, /readyz names it as starting.
+	Role       string
 	Config     *v1alpha1.Configuration
 	RestConfig *rest.Config
 	Client     kubernetes.Interface
@@ -93,6 +96,7 @@ func WaitForSync(ctx context.Context, d Deps, name string, synced ...cache.DoneC
 		}
 		return nil
 	})
+	d.Checks.started(d.Role)
 	d.Informers.Start(ctx.Done())
 	if !cache.WaitFor(ctx, "", synced...) {
 		return false
