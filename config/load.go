@@ -2,12 +2,15 @@ package config
 
 import (
 	"bytes"
-	"encoding/json"
+	"encoding"
+	gojson "encoding/json"
 	"errors"
 	"fmt"
+	"net/netip"
 	"os"
 	"reflect"
-	"sort"
+	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -15,6 +18,8 @@ import (
 	"github.com/spf13/pflag"
 	"github.com/spf13/viper"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/validation/field"
+	"sigs.k8s.io/json"
 	"sigs.k8s.io/yaml"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
@@ -22,7 +27,8 @@ import (
 
 // Load builds the configuration from the parsed flag set fs (registered with
 // AddFlags, whose table is passed in), the environment and the file named by
-// --config or NETPLANE_CONFIG, then validates it.
+// --config or NETPLANE_CONFIG, then validates it. Every error names the
+// field by its path in the file (dns.ttl, node.clusterCIDRs[1]).
 func Load(fs *pflag.FlagSet, table []flag) (*v1alpha1.Configuration, error) {
 	v := viper.New()
 	for _, f := range table {
@@ -53,24 +59,110 @@ func Load(fs *pflag.FlagSet, table []flag) (*v1alpha1.Configuration, error) {
 		}
 	}
 	cfg := v1alpha1.Default()
-	err := v.Unmarshal(cfg, func(dc *mapstructure.DecoderConfig) {
-		dc.TagName = "json"
-		dc.Squash = true
-		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationHook, mapstructure.StringToSliceHookFunc(","))
-	})
-	if err != nil {
-		return nil, fmt.Errorf("configuration: %w", err)
-	}
+	errs := decode(v, cfg)
 	// An empty list from the environment or the file means "unset", as flags do.
 	cfg.Roles = compact(cfg.Roles)
 	cfg.DNS.Upstream = compact(cfg.DNS.Upstream)
-	cfg.Node.ClusterCIDRs = compact(cfg.Node.ClusterCIDRs)
-	cfg.Node.ServiceCIDRs = compact(cfg.Node.ServiceCIDRs)
 	cfg.Node.NodePortAddresses = compact(cfg.Node.NodePortAddresses)
-	if err := cfg.Validate(); err != nil {
+	// A CIDR is its network, as net.ParseCIDR (and so kube-proxy) reads
+	// 10.244.1.0/16: the rules are built from prefixes compared as such.
+	for _, list := range [][]netip.Prefix{cfg.Node.ClusterCIDRs, cfg.Node.ServiceCIDRs} {
+		for i := range list {
+			list[i] = list[i].Masked()
+		}
+	}
+	// Every field is validated, also when another did not decode; a field
+	// that did not decode is reported once.
+	if err := v1alpha1.ErrorOf(merge(errs, cfg.Validate())); err != nil {
 		return nil, err
 	}
 	return cfg, nil
+}
+
+// merge appends to errs those of more whose field errs does not name yet.
+func merge(errs, more field.ErrorList) field.ErrorList {
+	for _, e := range more {
+		if !slices.ContainsFunc(errs, func(o *field.Error) bool { return o.Field == e.Field }) {
+			errs = append(errs, e)
+		}
+	}
+	return errs
+}
+
+// checkFile refuses what viper would take silently: unknown or repeated
+// fields and values of the wrong type (sigs.k8s.io/json's strict decoding,
+// which gives each its full path), and values their own type does not
+// parse (a duration, a CIDR), decoded as the layers are.
+//
+// The strict decoder reports unknown fields only when every value decoded,
+// and it stops at a value its type's parser refuses without saying where;
+// the second decode reports such a value with its path. So a file with a
+// bad value shows its unknown fields once the value is fixed.
+func checkFile(data []byte) error {
+	js, err := yaml.YAMLToJSONStrict(data)
+	if err != nil {
+		return fmt.Errorf("not valid YAML: %w", err)
+	}
+	var errs field.ErrorList
+	strict, unplaced := json.UnmarshalStrict(js, &v1alpha1.Configuration{})
+	for _, e := range strict {
+		var fe json.FieldError
+		if errors.As(e, &fe) {
+			what := strings.TrimSuffix(fe.Error(), " "+strconv.Quote(fe.FieldPath())) // "unknown field"
+			errs = append(errs, &field.Error{Type: field.ErrorTypeForbidden, Field: fe.FieldPath(), Detail: what})
+		}
+	}
+	var te *gojson.UnmarshalTypeError
+	if errors.As(unplaced, &te) {
+		errs = append(errs, field.TypeInvalid(field.NewPath(te.Field), field.OmitValueType{}, fmt.Sprintf("expected %s, got %s", te.Type, te.Value)))
+		unplaced = nil
+	}
+	v := viper.New()
+	v.SetConfigType("yaml")
+	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
+		return err
+	}
+	errs = merge(errs, decode(v, v1alpha1.Default()))
+	if len(errs) > 0 {
+		return v1alpha1.ErrorOf(errs)
+	}
+	return unplaced
+}
+
+// decode fills cfg from v's settings with mapstructure, which names the
+// path of every value it cannot take.
+func decode(v *viper.Viper, cfg *v1alpha1.Configuration) field.ErrorList {
+	err := v.Unmarshal(cfg, func(dc *mapstructure.DecoderConfig) {
+		dc.TagName = "json"
+		dc.Squash = true
+		dc.DecodeHook = mapstructure.ComposeDecodeHookFunc(durationHook, mapstructure.StringToWeakSliceHookFunc(","),
+			trimText, mapstructure.TextUnmarshallerHookFunc())
+	})
+	var errs field.ErrorList
+	var walk func(error)
+	walk = func(err error) {
+		if joined, ok := err.(interface{ Unwrap() []error }); ok {
+			for _, e := range joined.Unwrap() {
+				walk(e)
+			}
+			return
+		}
+		if de, ok := err.(*mapstructure.DecodeError); ok {
+			if _, nested := de.Unwrap().(interface{ Unwrap() []error }); !nested {
+				errs = append(errs, field.Invalid(field.NewPath(de.Name()), field.OmitValueType{}, de.Unwrap().Error()))
+				return
+			}
+		}
+		if inner := errors.Unwrap(err); inner != nil {
+			walk(inner) // a DecodeError around several, or "decoding failed due to the following error(s)"
+			return
+		}
+		errs = append(errs, &field.Error{Type: field.ErrorTypeInternal, Detail: err.Error()})
+	}
+	if err != nil {
+		walk(err)
+	}
+	return errs
 }
 
 func compact(list []string) []string {
@@ -81,6 +173,17 @@ func compact(list []string) []string {
 		}
 	}
 	return out
+}
+
+var textUnmarshaler = reflect.TypeFor[encoding.TextUnmarshaler]()
+
+// trimText drops the blanks around a value that parses itself (a CIDR in
+// "10.244.0.0/16, fd00:10:244::/56").
+func trimText(from, to reflect.Type, data any) (any, error) {
+	if s, ok := data.(string); ok && reflect.PointerTo(to).Implements(textUnmarshaler) {
+		return strings.TrimSpace(s), nil
+	}
+	return data, nil
 }
 
 var durationType = reflect.TypeOf(metav1.Duration{})
@@ -102,120 +205,4 @@ func durationHook(from, to reflect.Type, data any) (any, error) {
 		return metav1.Duration{Duration: parsed}, nil
 	}
 	return data, nil
-}
-
-// checkFile rejects what viper would silently ignore: unknown fields (named
-// by their full path) and values of the wrong type.
-func checkFile(data []byte) error {
-	js, err := yaml.YAMLToJSON(data)
-	if err != nil {
-		return fmt.Errorf("not valid YAML: %w", err)
-	}
-	var tree any
-	if err := json.Unmarshal(js, &tree); err != nil {
-		return err
-	}
-	if tree == nil {
-		return nil // an empty file sets nothing
-	}
-	if errs := unknownFields(tree, reflect.TypeOf(v1alpha1.Configuration{}), ""); len(errs) > 0 {
-		return errors.Join(errs...)
-	}
-	var typed v1alpha1.Configuration
-	if err := json.Unmarshal(js, &typed); err != nil {
-		var te *json.UnmarshalTypeError
-		if errors.As(err, &te) {
-			return fmt.Errorf("%s: expected %s, got %s", te.Field, typeName(te.Type), te.Value)
-		}
-		return err
-	}
-	return nil
-}
-
-func typeName(t reflect.Type) string {
-	switch t.Kind() {
-	case reflect.Int, reflect.Int32, reflect.Int64, reflect.Uint32:
-		return "an integer"
-	case reflect.Float32, reflect.Float64:
-		return "a number"
-	case reflect.Bool:
-		return "true or false"
-	case reflect.String:
-		return "a string"
-	case reflect.Slice:
-		return "a list"
-	case reflect.Struct, reflect.Map:
-		return "a mapping"
-	}
-	return t.String()
-}
-
-// unknownFields walks a decoded JSON tree beside the Go type it must fit and
-// names every key the type does not have (and every malformed duration).
-func unknownFields(tree any, t reflect.Type, path string) []error {
-	if t.Kind() == reflect.Pointer {
-		t = t.Elem()
-	}
-	var errs []error
-	switch node := tree.(type) {
-	case string:
-		// metav1.Duration's own decoder does not say which field it was.
-		if t == durationType {
-			if _, err := time.ParseDuration(node); err != nil {
-				errs = append(errs, fmt.Errorf("%s: %q is not a duration like 30s", path, node))
-			}
-		}
-	case map[string]any:
-		if t.Kind() != reflect.Struct || t == durationType {
-			return nil // a type error, reported by the typed decode
-		}
-		fields := jsonFields(t)
-		keys := make([]string, 0, len(node))
-		for k := range node {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
-		for _, k := range keys {
-			p := k
-			if path != "" {
-				p = path + "." + k
-			}
-			ft, ok := fields[k]
-			if !ok {
-				errs = append(errs, fmt.Errorf("%s: unknown field", p))
-				continue
-			}
-			errs = append(errs, unknownFields(node[k], ft, p)...)
-		}
-	case []any:
-		if t.Kind() == reflect.Slice {
-			for i, e := range node {
-				errs = append(errs, unknownFields(e, t.Elem(), fmt.Sprintf("%s[%d]", path, i))...)
-			}
-		}
-	}
-	return errs
-}
-
-// jsonFields maps a struct's JSON names to field types, following inline embeds.
-func jsonFields(t reflect.Type) map[string]reflect.Type {
-	out := map[string]reflect.Type{}
-	for i := 0; i < t.NumField(); i++ {
-		f := t.Field(i)
-		name, opts, _ := strings.Cut(f.Tag.Get("json"), ",")
-		if f.Anonymous && strings.Contains(opts, "inline") {
-			for k, v := range jsonFields(f.Type) {
-				out[k] = v
-			}
-			continue
-		}
-		if name == "-" || !f.IsExported() {
-			continue
-		}
-		if name == "" {
-			name = f.Name
-		}
-		out[name] = f.Type
-	}
-	return out
 }

@@ -1,6 +1,7 @@
 package config
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -95,7 +96,7 @@ node:
 		{"list from env", strings.Join(c.Node.NodePortAddresses, ","), "10.0.0.0/8,primary"},
 		{"duration from flag", c.ShutdownTimeout.Duration, 3 * time.Second},
 		{"bool from flag", c.DNS.Autopath, false},
-		{"list from flag", strings.Join(c.Node.ServiceCIDRs, ","), "10.96.0.0/12,fd00:10:96::/112"},
+		{"list from flag", fmt.Sprint(c.Node.ServiceCIDRs), "[10.96.0.0/12 fd00:10:96::/112]"},
 		{"untouched default", c.Controller.MaxEndpointsPerSlice, int32(100)},
 	}
 	for _, ch := range checks {
@@ -112,8 +113,10 @@ func TestFileErrorsNameTheField(t *testing.T) {
 		{"unknown top-level field", "dsn:\n  ttl: 5\n", "dsn: unknown field"},
 		{"unknown nested field", "dns:\n  tll: 5\n", "dns.tll: unknown field"},
 		{"unknown field two levels down", "controller:\n  leaderElection:\n    elect: true\n", "controller.leaderElection.elect: unknown field"},
-		{"wrong type", "dns:\n  ttl: five\n", "dns.ttl: expected an integer, got string"},
-		{"wrong type list", "dns:\n  upstream: 5\n", "dns.upstream: expected a list, got number"},
+		{"every unknown field", "dns:\n  tll: 5\nnode:\n  bogus: 1\n", "dns.tll: unknown field\nnode.bogus: unknown field"},
+		{"wrong type", "dns:\n  ttl: five\n", "dns.ttl: expected int32, got string"},
+		{"wrong type list", "dns:\n  upstream: 5\n", "dns.upstream: expected []string, got number"},
+		{"bad CIDR", "node:\n  clusterCIDRs: [10.244.0.0/16, 10.245.0.0]\n", `node.clusterCIDRs[1]: netip.ParsePrefix("10.245.0.0"): no '/'`},
 		{"bad duration", "dns:\n  upstreamTimeout: soon\n", `dns.upstreamTimeout: "soon" is not a duration`},
 		{"not yaml", "dns: [\n", "not valid YAML"},
 		{"wrong kind", "kind: KubeProxyConfiguration\n", "kind: must be Configuration"},
@@ -142,8 +145,10 @@ func TestValidationErrorsNameTheField(t *testing.T) {
 		{"ttl from env", nil, map[string]string{"NETPLANE_TTL": "-1"}, "dns.ttl: must be between 0 and 3600"},
 		{"slice size", []string{"--max-endpoints-per-slice=0"}, nil, "controller.maxEndpointsPerSlice: must be between 1 and 1000"},
 		{"pod records", []string{"--pod-records=all"}, nil, "dns.podRecords: must be one of disabled, insecure, verified"},
-		{"cluster cidr", []string{"--cluster-cidr=10.244.0.0"}, nil, "node.clusterCIDRs[0]: must be a CIDR"},
-		{"service cidr", []string{"--service-cidrs=10.96.0.0"}, nil, "node.serviceCIDRs[0]: must be a CIDR"},
+		{"cluster cidr", []string{"--cluster-cidr=10.244.0.0/16,10.244.0.0"}, nil, `node.clusterCIDRs[1]: netip.ParsePrefix("10.244.0.0"): no '/'`},
+		{"cluster cidr from env", nil, map[string]string{"NETPLANE_CLUSTER_CIDR": "10.244.0.0/33"}, `node.clusterCIDRs[0]: netip.ParsePrefix("10.244.0.0/33"): prefix length out of range`},
+		{"service cidr", []string{"--service-cidrs=10.96.0.0"}, nil, `node.serviceCIDRs[0]: netip.ParsePrefix("10.96.0.0"): no '/'`},
+		{"every invalid value", []string{"--ttl=4000", "--max-endpoints-per-slice=0"}, nil, "controller.maxEndpointsPerSlice: must be between 1 and 1000, got 0\ndns.ttl: must be between 0 and 3600, got 4000"},
 		{"two service cidrs of one family", []string{"--service-cidrs=10.96.0.0/16,fd00:10:96::/112,10.97.0.0/16"}, nil, `node.serviceCIDRs[2]: at most one CIDR per IP family: "10.96.0.0/16" and "10.97.0.0/16" are both IPv4`},
 		{"upstream", []string{"--upstream=dns.example"}, nil, "dns.upstream[0]: must be an IP address"},
 		{"bind address", []string{"--health-bind-address=nowhere"}, nil, "healthBindAddress: must be host:port"},
@@ -163,6 +168,53 @@ func TestValidationErrorsNameTheField(t *testing.T) {
 				t.Fatalf("error = %v, want it to contain %q", err, c.want)
 			}
 		})
+	}
+}
+
+// A value that does not decode does not hide the other errors, and is
+// reported once (not again by validation, which sees it unset).
+func TestEveryErrorIsReportedOnce(t *testing.T) {
+	cases := []struct {
+		name, file string
+		args       []string
+		want       []string
+	}{
+		{"flags", "", []string{"--cluster-cidr=10.244.0.0/16,bad", "--ttl=4000", "--mtu=100"},
+			[]string{`node.clusterCIDRs[1]: netip.ParsePrefix("bad"): no '/'`, "dns.ttl: must be between 0 and 3600, got 4000", "node.mtu: must be 0 (auto) or at least 576, got 100"}},
+		{"file", "dns:\n  ttl: five\n  upstreamTimeout: soon\nnode:\n  clusterCIDRs: [bad]\n", nil,
+			[]string{"dns.ttl: cannot parse value as 'int32'", `dns.upstreamTimeout: "soon" is not a duration like 30s`, `node.clusterCIDRs[0]: netip.ParsePrefix("bad"): no '/'`}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := load(t, c.file, nil, append([]string{"--role=node"}, c.args...)...)
+			if err == nil {
+				t.Fatalf("no error, want %q", c.want)
+			}
+			lines := strings.Split(err.Error(), "\n")
+			if len(lines) != len(c.want) {
+				t.Errorf("%d errors, want %d:\n%s", len(lines), len(c.want), err)
+			}
+			for _, w := range c.want {
+				if !strings.Contains(err.Error(), w) {
+					t.Errorf("error %q lacks %q", err, w)
+				}
+			}
+		})
+	}
+}
+
+// CIDRs are parsed once, at load, and handed on as prefixes: blanks in a
+// list are dropped and a prefix is its network, as kube-proxy reads it.
+func TestCIDRsAreParsedAtLoad(t *testing.T) {
+	c, err := load(t, "node:\n  serviceCIDRs: [10.96.0.0/16]\n", map[string]string{"NETPLANE_CLUSTER_CIDR": "10.244.1.0/16, fd00:10:244::/56"}, "--role=node")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(c.Node.ClusterCIDRs), "[10.244.0.0/16 fd00:10:244::/56]"; got != want {
+		t.Errorf("clusterCIDRs = %s, want %s", got, want)
+	}
+	if got, want := fmt.Sprint(c.Node.ServiceCIDRs), "[10.96.0.0/16]"; got != want {
+		t.Errorf("serviceCIDRs = %s, want %s", got, want)
 	}
 }
 

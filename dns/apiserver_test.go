@@ -26,7 +26,6 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/internal/role"
-	"github.com/netplane/netplane/internal/serve"
 )
 
 // One API server serves every test of the package that needs one; it
@@ -450,7 +449,7 @@ func TestRunIsTheRole(t *testing.T) {
 	cfg.DNS.Lameduck.Duration = time.Second
 	pc.Close()
 	l.Close()
-	checks := serve.NewChecks()
+	checks := role.NewChecks()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {

@@ -1,14 +1,11 @@
 package dns
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
-	"strings"
 	"sync/atomic"
 	"time"
 
@@ -120,27 +117,18 @@ func (f *Forwarder) ask(ctx context.Context, up string, req *dns.Msg, timeout ti
 	return m, nil
 }
 
-// ResolvConf reads the nameservers and search domains of a resolv.conf.
+// ResolvConf reads the nameservers (as IP:port, at resolv.conf's port 53)
+// and the search domains of a resolv.conf. A nameserver given by name is
+// skipped: asking it would need DNS.
 func ResolvConf(path string) (servers, search []string, err error) {
-	f, err := os.Open(path)
+	c, err := dns.ClientConfigFromFile(path)
 	if err != nil {
 		return nil, nil, err
 	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) < 2 || strings.HasPrefix(fields[0], "#") || strings.HasPrefix(fields[0], ";") {
-			continue
-		}
-		switch fields[0] {
-		case "nameserver":
-			if _, err := netip.ParseAddr(fields[1]); err == nil {
-				servers = append(servers, fields[1])
-			}
-		case "search", "domain":
-			search = fields[1:]
+	for _, s := range c.Servers {
+		if a, err := netip.ParseAddr(s); err == nil {
+			servers = append(servers, net.JoinHostPort(a.String(), c.Port))
 		}
 	}
-	return servers, search, sc.Err()
+	return servers, c.Search, nil
 }

@@ -2,8 +2,11 @@ package dns
 
 import (
 	"context"
+	"fmt"
 	"net"
 	"net/netip"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -192,6 +195,43 @@ func TestCacheCountsTTLDownAndStaysBounded(t *testing.T) {
 	}
 	if n := c.Len(); n > cacheShards {
 		t.Errorf("cache holds %d entries, bound is %d", n, cacheShards)
+	}
+}
+
+// The upstreams of --resolv-conf are its nameservers given by address, at
+// port 53 (a name would need DNS to be reached), and its search domains
+// are the node's, which autopath walks.
+func TestResolvConfGivesAddressedNameserversAndSearchDomains(t *testing.T) {
+	cases := []struct {
+		name, conf      string
+		servers, search string
+	}{
+		{"a kubelet's node file", "# comment\nnameserver 10.0.0.10\nnameserver fd00::53\nnameserver dns.example\n" +
+			"search corp.example lab.example\noptions ndots:5 timeout:2\n", "[10.0.0.10:53 [fd00::53]:53]", "[corp.example lab.example]"},
+		{"domain sets one search domain", "nameserver 192.0.2.1\ndomain corp.example\n", "[192.0.2.1:53]", "[corp.example]"},
+		{"the last search line wins", "search a.example\nsearch b.example\n", "[]", "[b.example]"},
+		{"empty", "", "[]", "[]"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "resolv.conf")
+			if err := os.WriteFile(path, []byte(c.conf), 0o644); err != nil {
+				t.Fatal(err)
+			}
+			servers, search, err := ResolvConf(path)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := fmt.Sprint(servers); got != c.servers {
+				t.Errorf("servers %s, want %s", got, c.servers)
+			}
+			if got := fmt.Sprint(search); got != c.search {
+				t.Errorf("search %s, want %s", got, c.search)
+			}
+		})
+	}
+	if _, _, err := ResolvConf(filepath.Join(t.TempDir(), "missing")); err == nil {
+		t.Error("a missing resolv.conf is no error")
 	}
 }
 

@@ -365,8 +365,7 @@ func (p *proxier) input(node NodeFacts) (Input, error) {
 
 func (p *proxier) nodeFacts() NodeFacts {
 	nf := NodeFacts{Name: p.cfg.NodeName, MasqueradeAll: p.cfg.MasqueradeAll}
-	nf.ClusterCIDRs = parsePrefixes(p.cfg.ClusterCIDRs)
-	nf.ServiceCIDRs = parsePrefixes(p.cfg.ServiceCIDRs)
+	nf.ClusterCIDRs, nf.ServiceCIDRs = p.cfg.ClusterCIDRs, p.cfg.ServiceCIDRs
 	node, err := p.nodes.Get(p.cfg.NodeName)
 	if err != nil {
 		p.log.V(1).Info("own Node not found; no zone and no primary node IPs for NodePorts until it exists", "node", p.cfg.NodeName)

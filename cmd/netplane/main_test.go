@@ -2,19 +2,14 @@ package main
 
 import (
 	"bytes"
-	"context"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/spf13/pflag"
 
-	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/config"
-	"github.com/netplane/netplane/internal/role"
 )
 
 func runCLI(args ...string) (code int, stdout, stderr string) {
@@ -34,6 +29,9 @@ func TestRoleDispatchErrors(t *testing.T) {
 		{"unknown in a list", []string{"--role=dns,cni"}, `unknown role "cni": valid roles are controller,dns,node`},
 		{"repeated role", []string{"--role=dns,dns"}, `role "dns" given twice`},
 		{"positional role", []string{"dns"}, `unexpected argument "dns"`},
+		{"mistyped flag", []string{"--rol=node"}, "unknown flag: --rol"},
+		{"unknown flag after a valid one", []string{"--role=node", "--bogus"}, "unknown flag: --bogus"},
+		{"bad flag value", []string{"--role=dns", "--ttl=five"}, `invalid argument "five" for "--ttl" flag`},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -80,74 +78,5 @@ func TestBadConfigFileExitsWithTheFieldNamed(t *testing.T) {
 	code, _, stderr := runCLI("--role=dns", "--config="+path)
 	if code != exitUsage || !strings.Contains(stderr, "dns.ttl: must be between 0 and 3600") {
 		t.Fatalf("code %d stderr %q", code, stderr)
-	}
-}
-
-// testConfig is a valid configuration whose kubeconfig points nowhere: the
-// client is built but never used by the fake roles below.
-func testConfig(t *testing.T, roles ...string) *v1alpha1.Configuration {
-	kubeconfig := filepath.Join(t.TempDir(), "kubeconfig")
-	os.WriteFile(kubeconfig, []byte(`apiVersion: v1
-kind: Config
-clusters: [{name: c, cluster: {server: "https://127.0.0.1:1"}}]
-users: [{name: u, user: {token: x}}]
-contexts: [{name: c, context: {cluster: c, user: u}}]
-current-context: c
-`), 0o600)
-	cfg := v1alpha1.Default()
-	cfg.Roles = roles
-	cfg.ClientConnection.Kubeconfig = kubeconfig
-	cfg.HealthBindAddress, cfg.MetricsBindAddress = "127.0.0.1:0", "127.0.0.1:0"
-	cfg.ShutdownTimeout.Duration = 500 * time.Millisecond
-	return cfg
-}
-
-// withRoles swaps the role table for the test.
-func withRoles(t *testing.T, funcs map[string]role.Func) {
-	saved := roleFuncs
-	roleFuncs = funcs
-	t.Cleanup(func() { roleFuncs = saved })
-}
-
-func TestGracefulShutdown(t *testing.T) {
-	polite := func(ctx context.Context, _ role.Deps) error { <-ctx.Done(); return nil }
-	stubborn := func(ctx context.Context, _ role.Deps) error { time.Sleep(time.Minute); return nil }
-	failing := func(ctx context.Context, _ role.Deps) error { return errors.New("boom") }
-	cases := []struct {
-		name    string
-		funcs   map[string]role.Func
-		roles   []string
-		signal  bool
-		wantErr string
-		within  time.Duration
-	}{
-		{"every role stops on the signal", map[string]role.Func{"dns": polite, "node": polite}, []string{"dns", "node"}, true, "", 300 * time.Millisecond},
-		{"a role that ignores the signal is abandoned after the timeout", map[string]role.Func{"dns": polite, "node": stubborn}, []string{"dns", "node"}, true, "did not stop within --shutdown-timeout", 2 * time.Second},
-		{"a failing role stops the others", map[string]role.Func{"dns": polite, "controller": failing}, []string{"dns", "controller"}, false, "role controller: boom", 300 * time.Millisecond},
-	}
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			withRoles(t, c.funcs)
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
-			errc := make(chan error, 1)
-			go func() { errc <- runRoles(ctx, testConfig(t, c.roles...)) }()
-			time.Sleep(100 * time.Millisecond)
-			start := time.Now()
-			if c.signal {
-				cancel()
-			}
-			select {
-			case err := <-errc:
-				if took := time.Since(start); took > c.within {
-					t.Errorf("stopped after %v, want within %v", took, c.within)
-				}
-				if (err == nil) != (c.wantErr == "") || (err != nil && !strings.Contains(err.Error(), c.wantErr)) {
-					t.Errorf("error %v, want %q", err, c.wantErr)
-				}
-			case <-time.After(5 * time.Second):
-				t.Fatal("runRoles did not return")
-			}
-		})
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/cni/node"
 	"github.com/netplane/netplane/controllers/endpointslice"
 	"github.com/netplane/netplane/dns"
@@ -11,9 +12,12 @@ import (
 	"github.com/netplane/netplane/proxy"
 )
 
-func runController(ctx context.Context, d role.Deps) error { return endpointslice.Run(ctx, d) }
-
-func runDNS(ctx context.Context, d role.Deps) error { return dns.Run(ctx, d) }
+// roles maps each role to the parts the manager runs.
+var roles = map[string]role.Role{
+	v1alpha1.RoleController: endpointslice.Role,
+	v1alpha1.RoleDNS:        role.Whole(v1alpha1.RoleDNS, dns.Run),
+	v1alpha1.RoleNode:       role.Whole(v1alpha1.RoleNode, runNode),
+}
 
 // runNode runs the node agent's two halves side by side, the service proxy
 // and pod networking; when one fails, the other is stopped too.

@@ -31,10 +31,7 @@ import (
 
 // Run is the pod-networking half of the node role.
 func Run(ctx context.Context, d role.Deps) error {
-	clusterCIDRs, err := parseCIDRs(d.Config.Node.ClusterCIDRs)
-	if err != nil {
-		return fmt.Errorf("--cluster-cidr: %w", err)
-	}
+	clusterCIDRs := d.Config.Node.ClusterCIDRs
 	host, err := netlink.NewHandle(unix.NETLINK_ROUTE)
 	if err != nil {
 		return fmt.Errorf("open netlink: %w", err)

@@ -8,55 +8,71 @@ package endpointslice
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"os"
 	"sync"
-	"sync/atomic"
 
 	corev1 "k8s.io/api/core/v1"
-	utilrand "k8s.io/apimachinery/pkg/util/rand"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcore "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/leaderelection"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/controllers/internal/kit"
 	"github.com/netplane/netplane/controllers/mirroring"
 	"github.com/netplane/netplane/internal/role"
 )
 
-// Run is the controller role. Caches sync (and /readyz turns ready) on every
-// replica; only the elected leader runs the controllers.
-func Run(ctx context.Context, d role.Deps) error {
-	cfg := d.Config.Controller
-	broadcaster := record.NewBroadcaster(record.WithContext(ctx))
-	broadcaster.StartRecordingToSink(&typedcore.EventSinkImpl{Interface: d.Client.CoreV1().Events("")})
-	defer broadcaster.Shutdown()
+// Role is the controller role as the manager runs it, in two parts. The
+// first builds the controllers, whose informers sync (and /readyz turns
+// ready) on every replica, so a replica that takes over has warm caches.
+// The second runs the controllers' loops and needs the leader election
+// Lease: only one replica writes.
+func Role(d role.Deps) []role.Runnable {
+	r := &controllerRole{d: d, synced: make(chan struct{})}
+	return []role.Runnable{
+		{Role: v1alpha1.RoleController, Run: r.sync},
+		{Role: v1alpha1.RoleController, Run: r.lead, Elected: true},
+	}
+}
 
+type controllerRole struct {
+	d role.Deps
+	// synced is closed once the fields below are set and the caches synced.
+	synced      chan struct{}
+	broadcaster record.EventBroadcaster
+	slices      *Controller
+	mirror      *mirroring.Controller
+}
+
+// sync builds the controllers, so that their informers and indexes exist
+// before the factory starts, and waits for the caches.
+func (r *controllerRole) sync(ctx context.Context) error {
+	d, cfg := r.d, r.d.Config.Controller
+	// Only the loops record events: the leading part starts and stops the
+	// broadcaster, which may outlive this part during a stop.
+	r.broadcaster = record.NewBroadcaster()
 	budget := kit.NewWriteBudget(cfg.KubeAPIQPS, int(cfg.KubeAPIBurst))
 	writer, err := writeClient(d, budget)
 	if err != nil {
 		return err
 	}
-	slices, err := New(d.Log.WithName("endpointslice"), writer, d.Informers,
-		broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "endpoint-slice-controller"}),
+	r.slices, err = New(d.Log.WithName("endpointslice"), writer, d.Informers,
+		r.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "endpoint-slice-controller"}),
 		d.Metrics, Options{MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice, BatchPeriod: cfg.EndpointUpdatesBatchPeriod.Duration,
 			Budget: budget})
 	if err != nil {
 		return err
 	}
-	mirror, err := mirroring.New(d.Log.WithName("mirroring"), writer, d.Informers,
-		broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "endpointslice-mirroring-controller"}),
+	r.mirror, err = mirroring.New(d.Log.WithName("mirroring"), writer, d.Informers,
+		r.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "endpointslice-mirroring-controller"}),
 		d.Metrics, mirroring.Options{MaxEndpointsPerSubset: cfg.MirroringMaxEndpointsPerSubset})
 	if err != nil {
 		return err
 	}
 	f := d.Informers
-	if !role.WaitForSync(ctx, d, "controller",
+	if !role.WaitForSync(ctx, d, v1alpha1.RoleController,
 		f.Core().V1().Services().Informer().HasSyncedChecker(),
 		f.Core().V1().Pods().Informer().HasSyncedChecker(),
 		f.Core().V1().Nodes().Informer().HasSyncedChecker(),
@@ -65,18 +81,28 @@ func Run(ctx context.Context, d role.Deps) error {
 	) {
 		return nil
 	}
-	workers := int(cfg.ConcurrentSyncs)
-	run := func(ctx context.Context) {
-		var wg sync.WaitGroup
-		wg.Go(func() { slices.Run(ctx, workers) })
-		wg.Go(func() { mirror.Run(ctx, workers) })
-		wg.Wait()
-	}
-	if !cfg.LeaderElection.LeaderElect {
-		run(ctx)
+	close(r.synced)
+	<-ctx.Done()
+	return nil
+}
+
+// lead runs the controllers once the caches synced, until ctx ends: the
+// manager starts it on election, and a lost Lease ends the process.
+func (r *controllerRole) lead(ctx context.Context) error {
+	select {
+	case <-ctx.Done():
 		return nil
+	case <-r.synced:
 	}
-	return runElected(ctx, d, run)
+	r.d.Log.Info("leading: the controllers run")
+	r.broadcaster.StartRecordingToSink(&typedcore.EventSinkImpl{Interface: r.d.Client.CoreV1().Events("")})
+	defer r.broadcaster.Shutdown()
+	workers := int(r.d.Config.Controller.ConcurrentSyncs)
+	var wg sync.WaitGroup
+	wg.Go(func() { r.slices.Run(ctx, workers) })
+	wg.Go(func() { r.mirror.Run(ctx, workers) })
+	wg.Wait()
+	return nil
 }
 
 // writeClient is the client the controllers write slices with: the shared
@@ -96,62 +122,4 @@ func writeClient(d role.Deps, budget *kit.WriteBudget) (kubernetes.Interface, er
 		return nil, fmt.Errorf("controller client: %w", err)
 	}
 	return c, nil
-}
-
-// errLostLease stops the process when another replica may have taken over:
-// continuing would let two replicas write. kube-controller-manager exits the
-// same way; the restarted process rejoins the election.
-var errLostLease = errors.New("lost the leader election lease; exiting so that only the new leader writes")
-
-// runElected runs run while this replica holds the Lease. It returns nil when
-// ctx ends (releasing the Lease so a peer takes over at once) and
-// errLostLease when the Lease was lost otherwise.
-func runElected(ctx context.Context, d role.Deps, run func(context.Context)) error {
-	le := d.Config.Controller.LeaderElection
-	id, err := os.Hostname()
-	if err != nil {
-		return fmt.Errorf("leader election identity: %w", err)
-	}
-	id += "_" + utilrand.String(8)
-	lock, err := resourcelock.New(resourcelock.LeasesResourceLock, le.ResourceNamespace, le.ResourceName,
-		d.Client.CoreV1(), d.Client.CoordinationV1(), resourcelock.ResourceLockConfig{Identity: id})
-	if err != nil {
-		return fmt.Errorf("leader election lock %s/%s: %w", le.ResourceNamespace, le.ResourceName, err)
-	}
-	var lost, started atomic.Bool
-	done := make(chan struct{})
-	leCtx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	leaderelection.RunOrDie(leCtx, leaderelection.LeaderElectionConfig{
-		Lock:            lock,
-		LeaseDuration:   le.LeaseDuration.Duration,
-		RenewDeadline:   le.RenewDeadline.Duration,
-		RetryPeriod:     le.RetryPeriod.Duration,
-		ReleaseOnCancel: true,
-		Name:            le.ResourceName,
-		Callbacks: leaderelection.LeaderCallbacks{
-			OnStartedLeading: func(ctx context.Context) {
-				started.Store(true)
-				defer close(done)
-				d.Log.Info("became leader", "identity", id)
-				run(ctx)
-			},
-			OnStoppedLeading: func() {
-				lost.Store(ctx.Err() == nil)
-				cancel()
-			},
-			OnNewLeader: func(who string) {
-				if who != id {
-					d.Log.Info("another replica leads", "leader", who)
-				}
-			},
-		},
-	})
-	if started.Load() {
-		<-done // stop writing before a successor may start
-	}
-	if lost.Load() {
-		return errLostLease
-	}
-	return nil
 }

@@ -5,35 +5,40 @@ package endpointslice
 import (
 	"context"
 	"fmt"
+	"strings"
 	"sync"
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
+	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/controllers/mirroring"
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/internal/process"
 	"github.com/netplane/netplane/internal/role"
-	"github.com/netplane/netplane/internal/serve"
 )
 
-// replica is one in-process run of the controller role.
+// replica is one in-process run of the controller role on its own manager,
+// as the netplane process runs it.
 type replica struct {
-	checks *serve.Checks
+	checks *role.Checks
 	writes *writeCounter
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
 }
 
-func startReplica(t *testing.T, s *framework.APIServer, change func(*v1alpha1.Controller)) *replica {
+func startReplica(t *testing.T, s *framework.APIServer, log logr.Logger, change func(*v1alpha1.Controller)) *replica {
 	t.Helper()
 	cfg := v1alpha1.Default()
 	cfg.Roles = []string{v1alpha1.RoleController}
@@ -47,12 +52,22 @@ func startReplica(t *testing.T, s *framework.APIServer, change func(*v1alpha1.Co
 	rc, writes := countingConfig(s.RestConfig)
 	client := kubernetes.NewForConfigOrDie(rc)
 	f := informers.NewSharedInformerFactory(client, 0)
-	r := &replica{checks: serve.NewChecks(), writes: writes, done: make(chan error, 1)}
+	r := &replica{checks: role.NewChecks(), writes: writes, done: make(chan error, 1)}
+	cfg.HealthBindAddress, cfg.MetricsBindAddress = "", ""
+	mgr, err := process.NewManager(cfg, rc, r.checks, log)
+	if err != nil {
+		t.Fatal(err)
+	}
+	d := role.Deps{Config: cfg, RestConfig: rc, Client: client, Informers: f, Checks: r.checks,
+		Metrics: prometheus.NewRegistry(), Log: log}
+	for _, part := range Role(d) {
+		if err := mgr.Add(part); err != nil {
+			t.Fatal(err)
+		}
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
-	d := role.Deps{Config: cfg, RestConfig: rc, Client: client, Informers: f, Checks: r.checks,
-		Metrics: prometheus.NewRegistry(), Log: testr.New(t)}
-	go func() { r.done <- Run(ctx, d) }()
+	go func() { r.done <- mgr.Start(ctx) }()
 	t.Cleanup(func() {
 		r.stop(t)
 		f.Shutdown()
@@ -67,7 +82,7 @@ func (r *replica) stop(t *testing.T) {
 		select {
 		case err := <-r.done:
 			if err != nil {
-				t.Errorf("role returned %v on a graceful stop, want nil", err)
+				t.Errorf("the manager returned %v on a graceful stop, want nil", err)
 			}
 		case <-time.After(15 * time.Second):
 			t.Errorf("role did not stop within 15s")
@@ -79,8 +94,8 @@ func TestTwoReplicasOnlyTheLeaderWrites(t *testing.T) {
 	s := sharedAPIServer(t)
 	lease := fmt.Sprintf("netplane-test-%d", time.Now().UnixNano())
 	withLease := func(c *v1alpha1.Controller) { c.LeaderElection.ResourceName = lease }
-	a := startReplica(t, s, withLease)
-	b := startReplica(t, s, withLease)
+	a := startReplica(t, s, testr.New(t), withLease)
+	b := startReplica(t, s, testr.New(t), withLease)
 	eventually(t, 30*time.Second, "both replicas ready", func() (bool, string) {
 		ea, eb := a.checks.Ready(), b.checks.Ready()
 		return ea == nil && eb == nil, fmt.Sprintf("a: %v; b: %v", ea, eb)
@@ -111,9 +126,42 @@ func TestTwoReplicasOnlyTheLeaderWrites(t *testing.T) {
 	}
 }
 
+// A leader that can no longer renew its Lease stops at once (the process
+// exits 1), so that only the new holder writes.
+func TestALostLeaseStopsTheLeader(t *testing.T) {
+	s := sharedAPIServer(t)
+	name := fmt.Sprintf("netplane-test-%d", time.Now().UnixNano())
+	// The manager does not wait for the parts on a lost Lease: they may log
+	// after the test ended, which testr does not allow.
+	r := startReplica(t, s, logr.Discard(), func(c *v1alpha1.Controller) { c.LeaderElection.ResourceName = name })
+	leases := s.Client.CoordinationV1().Leases("kube-system")
+	var lease *coordinationv1.Lease
+	eventually(t, 30*time.Second, "the replica to hold the Lease", func() (bool, string) {
+		var err error
+		lease, err = leases.Get(framework.Ctx(t), name, metav1.GetOptions{})
+		return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", fmt.Sprint(err)
+	})
+	now := metav1.NewMicroTime(time.Now())
+	lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.AcquireTime = ptr.To("usurper"), &now, &now
+	lease.Spec.LeaseDurationSeconds = ptr.To[int32](60)
+	if _, err := leases.Update(framework.Ctx(t), lease, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case err := <-r.done:
+		if err == nil || !strings.Contains(err.Error(), "leader election lost") {
+			t.Errorf("the replica stopped with %v, want the lost Lease", err)
+		}
+		r.once.Do(func() {}) // stopped already
+		r.cancel()
+	case <-time.After(15 * time.Second):
+		t.Fatal("the replica still runs 15s after losing its Lease (renew deadline 2s)")
+	}
+}
+
 func TestRoleMirrorsEndpoints(t *testing.T) {
 	s := sharedAPIServer(t)
-	startReplica(t, s, func(c *v1alpha1.Controller) {
+	startReplica(t, s, testr.New(t), func(c *v1alpha1.Controller) {
 		c.LeaderElection.LeaderElect = false
 		c.MirroringMaxEndpointsPerSubset = 2
 	})

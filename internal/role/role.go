@@ -1,10 +1,14 @@
 // Package role is the contract between the netplane process and its roles
-// (controller, dns, node): what each role is handed, and how it runs.
+// (controller, dns, node): what each role is handed, and how it runs. The
+// process (internal/process) runs the parts of every role as Runnables on
+// controller-runtime's manager; this package does not import the manager,
+// so a role's own tests run without it.
 package role
 
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -18,18 +22,21 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
-	"github.com/netplane/netplane/internal/serve"
 )
 
 // Deps is what the process hands every role. Roles in one process share the
 // client, the informer factory (so each resource is watched once), the checks
-// and the metrics registry.
+// and the metrics registry (controller-runtime's, which the process serves;
+// a test passes its own).
 type Deps struct {
+	// Role is the role's name. Until it adds a readiness check of that
+	// name or calls WaitForSync, /readyz names it as starting.
+	Role       string
 	Config     *v1alpha1.Configuration
 	RestConfig *rest.Config
 	Client     kubernetes.Interface
 	Informers  informers.SharedInformerFactory
-	Checks     *serve.Checks
+	Checks     *Checks
 	Metrics    prometheus.Registerer
 	Log        logr.Logger
 }
@@ -37,6 +44,43 @@ type Deps struct {
 // Func runs a role until ctx is cancelled (a graceful stop, returning nil) or
 // it fails (returning the error, which stops the process).
 type Func func(ctx context.Context, d Deps) error
+
+// A Role is built from what the process shares into the parts the manager
+// runs: most roles are one part on every replica (Whole); the controller's
+// loops are a second part that runs only on the elected replica.
+type Role func(d Deps) []Runnable
+
+// Whole is a role that is one part, run on every replica.
+func Whole(name string, run Func) Role {
+	return func(d Deps) []Runnable {
+		return []Runnable{{Role: name, Run: func(ctx context.Context) error { return run(ctx, d) }}}
+	}
+}
+
+// Runnable is a part of a role as controller-runtime's manager runs it: a
+// manager.Runnable that says, as a manager.LeaderElectionRunnable, whether
+// it runs only on the replica holding the leader election Lease.
+type Runnable struct {
+	Role    string // named in errors
+	Run     func(ctx context.Context) error
+	Elected bool
+}
+
+// Start runs the part until ctx ends. A part that returns before then has
+// failed even without an error: the process would go on without it.
+func (r Runnable) Start(ctx context.Context) error {
+	err := r.Run(ctx)
+	switch {
+	case err != nil:
+		return fmt.Errorf("role %s: %w", r.Role, err)
+	case ctx.Err() == nil:
+		return fmt.Errorf("role %s stopped on its own", r.Role)
+	}
+	return nil
+}
+
+// NeedLeaderElection tells the manager whether the part waits for the Lease.
+func (r Runnable) NeedLeaderElection() bool { return r.Elected }
 
 // WaitForSync starts the shared informer factory and waits until every given
 // informer has synced. Until then /readyz reports name as not ready, so a
@@ -52,6 +96,7 @@ func WaitForSync(ctx context.Context, d Deps, name string, synced ...cache.DoneC
 		}
 		return nil
 	})
+	d.Checks.started(d.Role)
 	d.Informers.Start(ctx.Done())
 	if !cache.WaitFor(ctx, "", synced...) {
 		return false

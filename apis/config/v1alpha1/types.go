@@ -5,6 +5,8 @@
 package v1alpha1
 
 import (
+	"net/netip"
+
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
@@ -113,14 +115,16 @@ type DNS struct {
 type Node struct {
 	NodeName string `json:"nodeName"`
 	// ClusterCIDRs are the pod CIDRs, any number per family: traffic to a
-	// ClusterIP from outside all of them is masqueraded.
-	ClusterCIDRs []string `json:"clusterCIDRs,omitempty"`
+	// ClusterIP from outside all of them is masqueraded. Parsed (and masked
+	// to their network) when the configuration is loaded, so every role
+	// sees the same prefixes and a typo stops the process at start.
+	ClusterCIDRs []netip.Prefix `json:"clusterCIDRs,omitempty"`
 	// ServiceCIDRs are the API server's --service-cluster-ip-range, at most
 	// one per family: traffic to an unallocated address in them is dropped
 	// instead of leaving the node. Empty: no such drop (netplane does not
 	// read the ServiceCIDR API, so the node role's RBAC stays at Services,
 	// EndpointSlices and Nodes).
-	ServiceCIDRs      []string        `json:"serviceCIDRs,omitempty"`
+	ServiceCIDRs      []netip.Prefix  `json:"serviceCIDRs,omitempty"`
 	MasqueradeAll     bool            `json:"masqueradeAll"`
 	NodePortAddresses []string        `json:"nodePortAddresses,omitempty"`
 	SyncPeriod        metav1.Duration `json:"syncPeriod"`

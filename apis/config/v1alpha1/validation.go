@@ -1,119 +1,113 @@
 package v1alpha1
 
 import (
-	"errors"
 	"fmt"
 	"net"
 	"net/netip"
 	"slices"
 	"strings"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/validation/field"
 )
 
-// Validate reports every invalid field, each error starting with the field's
-// path as it is written in a configuration file.
-func (c *Configuration) Validate() error {
+// Validate reports every invalid field, each with its path as it is written
+// in a configuration file (node.clusterCIDRs[1]). ErrorOf turns the list
+// into the error a user reads.
+func (c *Configuration) Validate() field.ErrorList {
 	v := &validator{}
 	if c.APIVersion != "" && c.APIVersion != GroupVersion {
-		v.fail("apiVersion", "must be %s, got %q", GroupVersion, c.APIVersion)
+		v.invalid(field.NewPath("apiVersion"), c.APIVersion, "must be "+GroupVersion)
 	}
 	if c.Kind != "" && c.Kind != Kind {
-		v.fail("kind", "must be %s, got %q", Kind, c.Kind)
+		v.invalid(field.NewPath("kind"), c.Kind, "must be "+Kind)
 	}
 	if err := ValidateRoles(c.Roles); err != nil {
-		v.fail("roles", "%v", err)
+		v.errs = append(v.errs, field.Invalid(field.NewPath("roles"), field.OmitValueType{}, err.Error()))
 	}
-	v.hostPort("healthBindAddress", c.HealthBindAddress, true)
-	v.hostPort("metricsBindAddress", c.MetricsBindAddress, true)
-	v.between("shutdownTimeout", c.ShutdownTimeout.Duration, time.Second, 5*time.Minute)
+	v.hostPort(field.NewPath("healthBindAddress"), c.HealthBindAddress, true)
+	v.hostPort(field.NewPath("metricsBindAddress"), c.MetricsBindAddress, true)
+	v.between(field.NewPath("shutdownTimeout"), c.ShutdownTimeout.Duration, time.Second, 5*time.Minute)
 
-	cc := c.ClientConnection
-	if cc.QPS <= 0 {
-		v.fail("clientConnection.qps", "must be greater than 0, got %v", cc.QPS)
-	}
-	v.intRange("clientConnection.burst", int(cc.Burst), 1, 100000)
+	cc, p := c.ClientConnection, field.NewPath("clientConnection")
+	v.positive(p.Child("qps"), cc.QPS)
+	v.intRange(p.Child("burst"), int(cc.Burst), 1, 100000)
 	if e := cc.ControlPlaneEndpoint; e != "" && !strings.HasPrefix(e, "https://") && !strings.HasPrefix(e, "http://") {
-		v.fail("clientConnection.controlPlaneEndpoint", "must be a URL like https://10.0.0.1:6443, got %q", e)
+		v.invalid(p.Child("controlPlaneEndpoint"), e, "must be a URL like https://10.0.0.1:6443")
 	}
 
-	ct := c.Controller
-	v.intRange("controller.maxEndpointsPerSlice", int(ct.MaxEndpointsPerSlice), 1, 1000)
-	v.intRange("controller.mirroringMaxEndpointsPerSubset", int(ct.MirroringMaxEndpointsPerSubset), 1, 1000)
-	v.between("controller.endpointUpdatesBatchPeriod", ct.EndpointUpdatesBatchPeriod.Duration, 0, time.Minute)
-	v.intRange("controller.concurrentSyncs", int(ct.ConcurrentSyncs), 1, 100)
-	if ct.KubeAPIQPS <= 0 {
-		v.fail("controller.kubeAPIQPS", "must be greater than 0, got %v", ct.KubeAPIQPS)
-	}
-	v.intRange("controller.kubeAPIBurst", int(ct.KubeAPIBurst), 1, 100000)
-	if le := ct.LeaderElection; le.LeaderElect {
-		v.nonEmpty("controller.leaderElection.resourceNamespace", le.ResourceNamespace)
-		v.nonEmpty("controller.leaderElection.resourceName", le.ResourceName)
+	ct, p := c.Controller, field.NewPath("controller")
+	v.intRange(p.Child("maxEndpointsPerSlice"), int(ct.MaxEndpointsPerSlice), 1, 1000)
+	v.intRange(p.Child("mirroringMaxEndpointsPerSubset"), int(ct.MirroringMaxEndpointsPerSubset), 1, 1000)
+	v.between(p.Child("endpointUpdatesBatchPeriod"), ct.EndpointUpdatesBatchPeriod.Duration, 0, time.Minute)
+	v.intRange(p.Child("concurrentSyncs"), int(ct.ConcurrentSyncs), 1, 100)
+	v.positive(p.Child("kubeAPIQPS"), ct.KubeAPIQPS)
+	v.intRange(p.Child("kubeAPIBurst"), int(ct.KubeAPIBurst), 1, 100000)
+	if le, p := ct.LeaderElection, p.Child("leaderElection"); le.LeaderElect {
+		v.nonEmpty(p.Child("resourceNamespace"), le.ResourceNamespace)
+		v.nonEmpty(p.Child("resourceName"), le.ResourceName)
 		if le.LeaseDuration.Duration <= le.RenewDeadline.Duration {
-			v.fail("controller.leaderElection.leaseDuration", "must be greater than renewDeadline (%v), got %v", le.RenewDeadline.Duration, le.LeaseDuration.Duration)
+			v.invalid(p.Child("leaseDuration"), le.LeaseDuration.Duration, fmt.Sprintf("must be greater than renewDeadline (%v)", le.RenewDeadline.Duration))
 		}
 		if le.RetryPeriod.Duration <= 0 || le.RenewDeadline.Duration <= le.RetryPeriod.Duration {
-			v.fail("controller.leaderElection.retryPeriod", "must be greater than 0 and less than renewDeadline (%v), got %v", le.RenewDeadline.Duration, le.RetryPeriod.Duration)
+			v.invalid(p.Child("retryPeriod"), le.RetryPeriod.Duration, fmt.Sprintf("must be greater than 0 and less than renewDeadline (%v)", le.RenewDeadline.Duration))
 		}
 	}
 
-	d := c.DNS
-	v.hostPort("dns.bindAddress", d.BindAddress, false)
+	d, p := c.DNS, field.NewPath("dns")
+	v.hostPort(p.Child("bindAddress"), d.BindAddress, false)
 	if !validDomain(d.ClusterDomain) {
-		v.fail("dns.clusterDomain", "must be a DNS name like cluster.local, got %q", d.ClusterDomain)
+		v.invalid(p.Child("clusterDomain"), d.ClusterDomain, "must be a DNS name like cluster.local")
 	}
-	v.intRange("dns.ttl", int(d.TTL), 0, 3600)
+	v.intRange(p.Child("ttl"), int(d.TTL), 0, 3600)
 	if !slices.Contains([]string{PodRecordsDisabled, PodRecordsInsecure, PodRecordsVerified}, d.PodRecords) {
-		v.fail("dns.podRecords", "must be one of disabled, insecure, verified, got %q", d.PodRecords)
+		v.invalid(p.Child("podRecords"), d.PodRecords, "must be one of disabled, insecure, verified")
 	}
 	for i, u := range d.Upstream {
 		if !validUpstream(u) {
-			v.fail(fmt.Sprintf("dns.upstream[%d]", i), "must be an IP address or IP:port, got %q", u)
+			v.invalid(p.Child("upstream").Index(i), u, "must be an IP address or IP:port")
 		}
 	}
 	if len(d.Upstream) == 0 {
-		v.nonEmpty("dns.resolvConf", d.ResolvConf)
+		v.nonEmpty(p.Child("resolvConf"), d.ResolvConf)
 	}
-	v.between("dns.upstreamTimeout", d.UpstreamTimeout.Duration, 100*time.Millisecond, time.Minute)
-	v.intRange("dns.cacheSize", int(d.CacheSize), 0, 10_000_000)
-	v.between("dns.cacheMaxTTL", d.CacheMaxTTL.Duration, 0, 24*time.Hour)
+	v.between(p.Child("upstreamTimeout"), d.UpstreamTimeout.Duration, 100*time.Millisecond, time.Minute)
+	v.intRange(p.Child("cacheSize"), int(d.CacheSize), 0, 10_000_000)
+	v.between(p.Child("cacheMaxTTL"), d.CacheMaxTTL.Duration, 0, 24*time.Hour)
 	if lame := d.Lameduck.Duration; lame < 0 || (slices.Contains(c.Roles, RoleDNS) && lame >= c.ShutdownTimeout.Duration) {
-		v.fail("dns.lameduck", "must be at least 0 and less than shutdownTimeout (%v), got %v", c.ShutdownTimeout.Duration, d.Lameduck.Duration)
+		v.invalid(p.Child("lameduck"), lame, fmt.Sprintf("must be at least 0 and less than shutdownTimeout (%v)", c.ShutdownTimeout.Duration))
 	}
 	if ns, name, ok := strings.Cut(d.DNSService, "/"); !ok || ns == "" || name == "" {
-		v.fail("dns.dnsService", "must be namespace/name, got %q", d.DNSService)
+		v.invalid(p.Child("dnsService"), d.DNSService, "must be namespace/name")
 	}
 
-	n := c.Node
+	n, p := c.Node, field.NewPath("node")
 	if slices.Contains(c.Roles, RoleNode) {
-		v.nonEmpty("node.nodeName", n.NodeName)
+		v.nonEmpty(p.Child("nodeName"), n.NodeName)
 	}
-	for i, cidr := range n.ClusterCIDRs {
-		if _, err := netip.ParsePrefix(cidr); err != nil {
-			v.fail(fmt.Sprintf("node.clusterCIDRs[%d]", i), "must be a CIDR like 10.244.0.0/16, got %q", cidr)
-		}
-	}
-	v.serviceCIDRs("node.serviceCIDRs", n.ServiceCIDRs)
+	v.prefixes(p.Child("clusterCIDRs"), n.ClusterCIDRs, false)
+	v.prefixes(p.Child("serviceCIDRs"), n.ServiceCIDRs, true)
 	for i, a := range n.NodePortAddresses {
 		if _, err := netip.ParsePrefix(a); err != nil && a != "primary" {
-			v.fail(fmt.Sprintf("node.nodePortAddresses[%d]", i), "must be a CIDR or \"primary\", got %q", a)
+			v.invalid(p.Child("nodePortAddresses").Index(i), a, `must be a CIDR or "primary"`)
 		}
 	}
-	v.between("node.syncPeriod", n.SyncPeriod.Duration, time.Second, time.Hour)
-	v.between("node.minSyncPeriod", n.MinSyncPeriod.Duration, 0, n.SyncPeriod.Duration)
-	v.nonEmpty("node.cniConfDir", n.CNIConfDir)
-	v.nonEmpty("node.cniBinDir", n.CNIBinDir)
-	v.nonEmpty("node.ipamStateDir", n.IPAMStateDir)
+	v.between(p.Child("syncPeriod"), n.SyncPeriod.Duration, time.Second, time.Hour)
+	v.between(p.Child("minSyncPeriod"), n.MinSyncPeriod.Duration, 0, n.SyncPeriod.Duration)
+	v.nonEmpty(p.Child("cniConfDir"), n.CNIConfDir)
+	v.nonEmpty(p.Child("cniBinDir"), n.CNIBinDir)
+	v.nonEmpty(p.Child("ipamStateDir"), n.IPAMStateDir)
 	if !strings.HasPrefix(n.ProcSysDir, "/") {
-		v.fail("node.procSysDir", "must be an absolute path like /proc/sys, got %q", n.ProcSysDir)
+		v.invalid(p.Child("procSysDir"), n.ProcSysDir, "must be an absolute path like /proc/sys")
 	}
 	if n.Bridge == "" || len(n.Bridge) > 15 || strings.ContainsAny(n.Bridge, "/ \t") {
-		v.fail("node.bridge", "must be an interface name of 1 to 15 characters, got %q", n.Bridge)
+		v.invalid(p.Child("bridge"), n.Bridge, "must be an interface name of 1 to 15 characters")
 	}
-	v.intRange("node.mtu", int(n.MTU), 0, 65535)
+	v.intRange(p.Child("mtu"), int(n.MTU), 0, 65535)
 	if n.MTU != 0 && n.MTU < 576 {
-		v.fail("node.mtu", "must be 0 (auto) or at least 576, got %d", n.MTU)
+		v.invalid(p.Child("mtu"), n.MTU, "must be 0 (auto) or at least 576")
 	}
-	return errors.Join(v.errs...)
+	return v.errs
 }
 
 // ValidateRoles accepts a non-empty list of known roles without repeats.
@@ -134,32 +128,38 @@ func ValidateRoles(roles []string) error {
 	return nil
 }
 
-type validator struct{ errs []error }
+type validator struct{ errs field.ErrorList }
 
-func (v *validator) fail(field, format string, args ...any) {
-	v.errs = append(v.errs, fmt.Errorf("%s: %s", field, fmt.Sprintf(format, args...)))
+func (v *validator) invalid(p *field.Path, got any, detail string) {
+	v.errs = append(v.errs, field.Invalid(p, got, detail))
 }
 
-func (v *validator) intRange(field string, got, lo, hi int) {
-	if got < lo || got > hi {
-		v.fail(field, "must be between %d and %d, got %d", lo, hi, got)
+func (v *validator) positive(p *field.Path, got float32) {
+	if got <= 0 {
+		v.invalid(p, got, "must be greater than 0")
 	}
 }
 
-func (v *validator) between(field string, got, lo, hi time.Duration) {
+func (v *validator) intRange(p *field.Path, got, lo, hi int) {
 	if got < lo || got > hi {
-		v.fail(field, "must be between %v and %v, got %v", lo, hi, got)
+		v.invalid(p, got, fmt.Sprintf("must be between %d and %d", lo, hi))
 	}
 }
 
-func (v *validator) nonEmpty(field, got string) {
+func (v *validator) between(p *field.Path, got, lo, hi time.Duration) {
+	if got < lo || got > hi {
+		v.invalid(p, got, fmt.Sprintf("must be between %v and %v", lo, hi))
+	}
+}
+
+func (v *validator) nonEmpty(p *field.Path, got string) {
 	if got == "" {
-		v.fail(field, "must not be empty")
+		v.errs = append(v.errs, field.Required(p, "must not be empty"))
 	}
 }
 
 // hostPort checks a listen address; port 0 asks the kernel for a free port.
-func (v *validator) hostPort(field, got string, mayBeEmpty bool) {
+func (v *validator) hostPort(p *field.Path, got string, mayBeEmpty bool) {
 	if got == "" && mayBeEmpty {
 		return
 	}
@@ -173,24 +173,26 @@ func (v *validator) hostPort(field, got string, mayBeEmpty bool) {
 		_, err = net.LookupPort("tcp", port)
 	}
 	if err != nil {
-		v.fail(field, "must be host:port like 0.0.0.0:10290 (port 0 picks a free one), got %q", got)
+		v.invalid(p, got, "must be host:port like 0.0.0.0:10290 (port 0 picks a free one)")
 	}
 }
 
-// serviceCIDRs accepts CIDRs, at most one per family, as the API server's
-// --service-cluster-ip-range does.
-func (v *validator) serviceCIDRs(field string, cidrs []string) {
-	seen := map[bool]string{} // by "is IPv4"
+// prefixes checks CIDRs the decoder parsed already (a zero Prefix is one
+// built in code, never parsed); onePerFamily is the API server's rule for
+// --service-cluster-ip-range.
+func (v *validator) prefixes(p *field.Path, cidrs []netip.Prefix, onePerFamily bool) {
+	seen := map[bool]netip.Prefix{} // by "is IPv4"
 	for i, c := range cidrs {
-		p, err := netip.ParsePrefix(c)
-		if err != nil {
-			v.fail(fmt.Sprintf("%s[%d]", field, i), "must be a CIDR like 10.96.0.0/12, got %q", c)
+		if !c.IsValid() {
+			v.invalid(p.Index(i), field.OmitValueType{}, "must be a CIDR like 10.244.0.0/16")
 			continue
 		}
-		if other, dup := seen[p.Addr().Is4()]; dup {
-			v.fail(fmt.Sprintf("%s[%d]", field, i), "at most one CIDR per IP family: %q and %q are both IPv%s", other, c, map[bool]string{true: "4", false: "6"}[p.Addr().Is4()])
+		is4 := c.Addr().Is4()
+		if other, dup := seen[is4]; dup && onePerFamily {
+			v.invalid(p.Index(i), field.OmitValueType{}, fmt.Sprintf("at most one CIDR per IP family: %q and %q are both IPv%s",
+				other, c, map[bool]string{true: "4", false: "6"}[is4]))
 		}
-		seen[p.Addr().Is4()] = c
+		seen[is4] = c
 	}
 }
 

@@ -1,0 +1,201 @@
+// Package process runs netplane's roles in one process on controller-runtime's
+// manager. The manager owns what every Kubernetes component has around its
+// work: Prometheus /metrics from controller-runtime's registry, leader
+// election, the order in which parts start and stop, and a graceful stop
+// bounded by --shutdown-timeout; /healthz and /readyz are served by a
+// server the manager runs (health.go says why it is not the manager's own).
+//
+// The roles use neither the manager's cache nor its client. They keep
+// client-go's shared informer factory and their own loops, tuned against the
+// upstream systems they replace: the controller's write budget reserves a
+// token before a worker dequeues and finds pods through a label index; the
+// DNS role lists pods paged and slimmed straight into a table, with no
+// informer cache, to stay under half of CoreDNS's memory; the proxy watches
+// slimmed copies in a factory of its own. controller-runtime's cache keeps
+// whole objects per kind and its client reads through that cache, which
+// would undo all three.
+package process
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/http"
+	"slices"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/leaderelection/resourcelock"
+	"k8s.io/klog/v2"
+	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
+	"sigs.k8s.io/controller-runtime/pkg/manager"
+	"sigs.k8s.io/controller-runtime/pkg/metrics"
+	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/kube"
+	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/internal/version"
+)
+
+// A role's parts are what the manager runs.
+var _ manager.LeaderElectionRunnable = role.Runnable{}
+
+// Run runs the configured roles, built by roles, until ctx ends (nil after
+// a graceful stop) or one fails, the Lease is lost, or the stop outlasts
+// --shutdown-timeout (an error).
+func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role.Role) error {
+	log := klog.Background().WithName("netplane")
+	log.Info("starting", "version", version.Version, "commit", version.Commit, "roles", cfg.Roles)
+	restConfig, err := kube.RestConfig(cfg.ClientConnection)
+	if err != nil {
+		return err
+	}
+	client, err := kubernetes.NewForConfig(restConfig)
+	if err != nil {
+		return fmt.Errorf("kubernetes client: %w", err)
+	}
+	checks := role.NewChecks()
+	mgr, err := NewManager(cfg, restConfig, checks, log)
+	if err != nil {
+		return err
+	}
+	deps := role.Deps{
+		Config:     cfg,
+		RestConfig: restConfig,
+		Client:     client,
+		Informers:  informers.NewSharedInformerFactory(client, 0),
+		Checks:     checks,
+		Metrics:    metrics.Registry,
+	}
+	for _, name := range cfg.Roles {
+		d := deps
+		d.Role, d.Log = name, klog.Background().WithName(name)
+		checks.Starting(name)
+		for _, part := range roles[name](d) {
+			if err := mgr.Add(part); err != nil {
+				return err
+			}
+		}
+	}
+	// The initialisation of every package linked in (all roles' and their
+	// libraries') left about 20 MiB of the executable resident, more than
+	// a role's own heap at 1,000 Services: drop it before the roles start,
+	// so a role's peak is not start-up's pages plus its heap. Pages still
+	// needed come back from the page cache on first touch.
+	role.DropExecutablePages()
+	err = mgr.Start(ctx)
+	if errors.Is(err, context.DeadlineExceeded) {
+		return fmt.Errorf("roles did not stop within --shutdown-timeout=%v: %w", cfg.ShutdownTimeout.Duration, err)
+	}
+	if err != nil {
+		return err
+	}
+	deps.Informers.Shutdown()
+	log.Info("stopped")
+	return nil
+}
+
+// NewManager returns the manager the roles run on, set from cfg: metrics on
+// metricsBindAddress, /healthz and /readyz from checks on
+// healthBindAddress, leader election when the controller role runs with
+// leaderElect, and a stop bounded by shutdownTimeout. A bind address of
+// port 0 is given a free port here, which is logged; "" turns that server
+// off. It never calls the API server.
+func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *role.Checks, log logr.Logger) (manager.Manager, error) {
+	setupOnce.Do(func() {
+		// controller-runtime's own packages (healthz, leader election
+		// events) log through its global logger.
+		ctrllog.SetLogger(klog.Background())
+		// kube-proxy and CoreDNS export the Go and process metrics; the
+		// manager's registry has only client-go's.
+		for _, c := range []prometheus.Collector{collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{})} {
+			if err := metrics.Registry.Register(c); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+				log.Error(err, "runtime metrics")
+			}
+		}
+	})
+	metricsAddr := "0" // the manager's word for "off"
+	if cfg.MetricsBindAddress != "" {
+		addr, err := freePort(cfg.MetricsBindAddress)
+		if err != nil {
+			return nil, fmt.Errorf("metrics server: %w", err)
+		}
+		metricsAddr = addr
+	}
+	opts := manager.Options{
+		Logger:                  log,
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		GracefulShutdownTimeout: &cfg.ShutdownTimeout.Duration,
+	}
+	if le := cfg.Controller.LeaderElection; le.LeaderElect && slices.Contains(cfg.Roles, v1alpha1.RoleController) {
+		opts.LeaderElection = true
+		opts.LeaderElectionResourceLock = resourcelock.LeasesResourceLock
+		opts.LeaderElectionNamespace = le.ResourceNamespace
+		opts.LeaderElectionID = le.ResourceName
+		opts.LeaseDuration = &le.LeaseDuration.Duration
+		opts.RenewDeadline = &le.RenewDeadline.Duration
+		opts.RetryPeriod = &le.RetryPeriod.Duration
+		// A graceful stop gives the Lease up once every part has stopped,
+		// so a peer takes over at once and never while this one writes.
+		// (controller-runtime v0.25 then logs "error received after stop
+		// sequence was engaged" err="leader election lost": its handler of
+		// the elector's stop cannot tell a release from a loss.) A lost
+		// Lease ends Start at once with that error, without waiting for
+		// the parts, and the process exits 1.
+		opts.LeaderElectionReleaseOnCancel = true
+	}
+	mgr, err := manager.New(rest.CopyConfig(restConfig), opts)
+	if err != nil {
+		return nil, err
+	}
+	if cfg.HealthBindAddress == "" {
+		log.Info("server disabled", "server", "health")
+	} else {
+		l, err := net.Listen("tcp", cfg.HealthBindAddress)
+		if err != nil {
+			return nil, fmt.Errorf("health server: %w", err)
+		}
+		srv := &http.Server{Handler: healthHandler(checks), ReadHeaderTimeout: 5 * time.Second}
+		if err := mgr.Add(&manager.Server{Name: "health", Server: srv, Listener: l}); err != nil {
+			l.Close()
+			return nil, err
+		}
+		log.Info("serving", "server", "health", "address", l.Addr().String())
+	}
+	if metricsAddr == "0" {
+		log.Info("server disabled", "server", "metrics")
+	} else {
+		// The manager binds it as it starts, before any role.
+		log.Info("serving", "server", "metrics", "address", metricsAddr)
+	}
+	return mgr, nil
+}
+
+var setupOnce sync.Once
+
+// freePort returns addr with port 0 replaced by a port free now. The
+// manager binds the metrics address itself and logs only what it was
+// given, so port 0 would leave the port unknown. Another process may take
+// the port before the manager binds it; then the start fails (exit 1),
+// loudly. Port 0 is for tests and labs, where nothing else races for it.
+func freePort(addr string) (string, error) {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil || port != "0" {
+		return addr, err
+	}
+	l, err := net.Listen("tcp", addr)
+	if err != nil {
+		return "", err
+	}
+	defer l.Close()
+	_, port, _ = net.SplitHostPort(l.Addr().String())
+	return net.JoinHostPort(host, port), nil
+}
