@@ -149,10 +149,13 @@ func TestEachRoleMayDoExactlyWhatItNeeds(t *testing.T) {
 			[]access{
 				{"list", "", "services", ""}, {"watch", "discovery.k8s.io", "endpointslices", ""}, {"get", "", "nodes", ""}, {"watch", "", "nodes", ""},
 				{"create", "", "events", "default"},
+				// NetworkPolicy enforcement: policies, and the pods and namespaces they select.
+				{"list", "", "pods", ""}, {"watch", "", "namespaces", ""}, {"watch", "networking.k8s.io", "networkpolicies", ""},
 			},
 			[]access{
 				{"get", "", "secrets", ns}, {"create", "", "pods/exec", "default"}, {"update", "", "services", "default"},
-				{"update", "", "nodes", ""}, {"list", "", "pods", ""}, {"create", "discovery.k8s.io", "endpointslices", "default"},
+				{"update", "", "nodes", ""}, {"patch", "", "nodes", ""}, {"create", "discovery.k8s.io", "endpointslices", "default"},
+				{"update", "", "pods", "default"}, {"update", "networking.k8s.io", "networkpolicies", "default"}, {"update", "", "namespaces", ""},
 			}},
 	}
 	for _, c := range cases {

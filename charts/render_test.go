@@ -189,6 +189,31 @@ func TestDisabledRolesRenderNothing(t *testing.T) {
 	}
 }
 
+func TestNetworkPolicyAndOverlayValuesReachTheNodeConfiguration(t *testing.T) {
+	cases := []struct {
+		values    map[string]any
+		want      []string // lines of the node's config.yaml
+		readsPods bool
+	}{
+		{nil, []string{"networkPolicy:", "enabled: true", "logDenied: false", "overlay:", "mode: cross-subnet", "vxlanPort: 4789", "vxlanVNI: 1"}, true},
+		{map[string]any{"networkPolicy": map[string]any{"enabled": false}, "overlay": map[string]any{"mode": "always", "vxlanPort": 8472, "vxlanVNI": 42}},
+			[]string{"enabled: false", "mode: always", "vxlanPort: 8472", "vxlanVNI: 42"}, false},
+	}
+	for _, c := range cases {
+		objs := render(t, c.values)
+		conf, _, _ := unstructured.NestedString(find(t, objs, "ConfigMap", "netplane-node").Object, "data", "config.yaml")
+		for _, line := range c.want {
+			if !strings.Contains(conf, line) {
+				t.Errorf("values %v: the node configuration lacks %q:\n%s", c.values, line, conf)
+			}
+		}
+		rules := fmt.Sprint(find(t, objs, "ClusterRole", "netplane-node").Object["rules"])
+		if got := strings.Contains(rules, "networkpolicies"); got != c.readsPods {
+			t.Errorf("values %v: the node role reads NetworkPolicies = %v, want %v: %s", c.values, got, c.readsPods, rules)
+		}
+	}
+}
+
 // containerField reads a string list from the first container of a workload.
 func containerField(t testing.TB, o *unstructured.Unstructured, path ...string) []string {
 	t.Helper()

@@ -95,6 +95,11 @@ func AddFlags(fs *pflag.FlagSet) []flag {
 	str("ipam-state-dir", "node.ipamStateDir", o.IPAMStateDir, "Directory of the CNI plugin's IP allocation store.")
 	str("bridge", "node.bridge", o.Bridge, "Name of the node's pod bridge.")
 	str("proc-sys-dir", "node.procSysDir", o.ProcSysDir, "Where to write network sysctls: /proc/sys, or a mount of the host's /proc/sys/net (as /host/proc/sys/net) in an unprivileged pod.")
-	i32("mtu", "node.mtu", o.MTU, "MTU of pod interfaces; 0 uses the default-route interface's MTU.")
+	i32("mtu", "node.mtu", o.MTU, "MTU of pod interfaces; 0 uses the underlay interface's MTU, less the VXLAN overhead where the overlay may carry pod traffic.")
+	boolean("network-policy", "node.networkPolicy.enabled", o.NetworkPolicy.Enabled, "Enforce NetworkPolicies for this node's pods (table inet netplane-policy); false removes the table.")
+	boolean("network-policy-log-denied", "node.networkPolicy.logDenied", o.NetworkPolicy.LogDenied, "Log one rate-limited line per connection a NetworkPolicy denies.")
+	str("overlay", "node.overlay.mode", o.Overlay.Mode, "How pod traffic reaches other nodes: cross-subnet (direct routes within this node's subnets, VXLAN across), always (VXLAN), never (direct routes only).")
+	i32("vxlan-port", "node.overlay.vxlanPort", o.Overlay.VXLANPort, "UDP port of the VXLAN overlay.")
+	i32("vxlan-vni", "node.overlay.vxlanVNI", o.Overlay.VXLANVNI, "VXLAN network identifier of the overlay.")
 	return table
 }

@@ -61,6 +61,8 @@ func Default() *Configuration {
 			IPAMStateDir:  "/var/lib/netplane/ipam",
 			Bridge:        "cni0",
 			ProcSysDir:    "/proc/sys",
+			NetworkPolicy: NetworkPolicy{Enabled: true},
+			Overlay:       Overlay{Mode: OverlayCrossSubnet, VXLANPort: 4789, VXLANVNI: 1},
 		},
 	}
 }

@@ -138,6 +138,43 @@ type Node struct {
 	// ProcSysDir is where the node agent writes network sysctls: /proc/sys,
 	// or a hostPath mount of the host's /proc/sys/net in an unprivileged pod.
 	ProcSysDir string `json:"procSysDir"`
-	// MTU of pod interfaces; 0 means the MTU of the node's default-route interface.
+	// MTU of pod interfaces; 0 means the MTU of the underlay interface (the
+	// one carrying the node's address), less the VXLAN overhead when the
+	// overlay may carry pod traffic.
 	MTU int32 `json:"mtu"`
+	// NetworkPolicy configures the enforcement of NetworkPolicies.
+	NetworkPolicy NetworkPolicy `json:"networkPolicy"`
+	// Overlay configures how pod traffic reaches other nodes.
+	Overlay Overlay `json:"overlay"`
+}
+
+// NetworkPolicy configures NetworkPolicy enforcement on the node.
+type NetworkPolicy struct {
+	// Enabled enforces every NetworkPolicy for this node's pods in the
+	// nftables table inet netplane-policy; false removes that table.
+	Enabled bool `json:"enabled"`
+	// LogDenied logs one line per denied connection (rate-limited), with
+	// its source, destination, port and the pod the policy protects.
+	LogDenied bool `json:"logDenied"`
+}
+
+// Overlay modes: how pod traffic reaches another node.
+const (
+	// OverlayCrossSubnet routes directly to nodes on one of this node's
+	// connected subnets and through VXLAN to the others.
+	OverlayCrossSubnet = "cross-subnet"
+	// OverlayAlways sends pod traffic to every other node through VXLAN.
+	OverlayAlways = "always"
+	// OverlayNever routes directly only (the nodes must share a segment).
+	OverlayNever = "never"
+)
+
+// Overlay configures the routes and the VXLAN overlay to other nodes.
+type Overlay struct {
+	// Mode is cross-subnet, always or never.
+	Mode string `json:"mode"`
+	// VXLANPort is the UDP port of the VXLAN devices (IANA's 4789).
+	VXLANPort int32 `json:"vxlanPort"`
+	// VXLANVNI is the VXLAN network identifier.
+	VXLANVNI int32 `json:"vxlanVNI"`
 }

@@ -107,6 +107,12 @@ func (c *Configuration) Validate() field.ErrorList {
 	if n.MTU != 0 && n.MTU < 576 {
 		v.invalid(p.Child("mtu"), n.MTU, "must be 0 (auto) or at least 576")
 	}
+	o := p.Child("overlay")
+	if !slices.Contains([]string{OverlayCrossSubnet, OverlayAlways, OverlayNever}, n.Overlay.Mode) {
+		v.invalid(o.Child("mode"), n.Overlay.Mode, "must be one of cross-subnet, always, never")
+	}
+	v.intRange(o.Child("vxlanPort"), int(n.Overlay.VXLANPort), 1, 65535)
+	v.intRange(o.Child("vxlanVNI"), int(n.Overlay.VXLANVNI), 0, 1<<24-1)
 	return v.errs
 }
 
