@@ -237,9 +237,9 @@ type addrSink struct {
 	cache.Store // unused methods
 }
 
-func (s *addrSink) Add(o any) error               { s.line("add", o); return nil }
-func (s *addrSink) Update(o any) error            { s.line("update", o); return nil }
-func (s *addrSink) Delete(o any) error            { s.line("delete", o); return nil }
+func (s *addrSink) Add(o any) error    { s.line("add", o); return nil }
+func (s *addrSink) Update(o any) error { s.line("update", o); return nil }
+func (s *addrSink) Delete(o any) error { s.line("delete", o); return nil }
 func (s *addrSink) Replace(l []any, _ string) error {
 	for _, o := range l {
 		s.line("replace", o)

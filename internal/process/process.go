@@ -40,6 +40,7 @@ import (
 	metricsserver "sigs.k8s.io/controller-runtime/pkg/metrics/server"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/kube"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/internal/version"
@@ -75,6 +76,7 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 		Checks:     checks,
 		Metrics:    metrics.Registry,
 	}
+	deps.Factory = informer.New(deps.ProtobufClient())
 	for _, name := range cfg.Roles {
 		d := deps
 		d.Role, d.Log = name, klog.Background().WithName(name)

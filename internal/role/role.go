@@ -22,6 +22,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/informer"
 )
 
 // Deps is what the process hands every role. Roles in one process share the
@@ -36,9 +37,13 @@ type Deps struct {
 	RestConfig *rest.Config
 	Client     kubernetes.Interface
 	Informers  informers.SharedInformerFactory
-	Checks     *Checks
-	Metrics    prometheus.Registerer
-	Log        logr.Logger
+	// Factory is the process's one informer per resource: roles register
+	// their views of a resource when they are built (role.Role), before
+	// any part runs, and WaitForSync starts it.
+	Factory *informer.Factory
+	Checks  *Checks
+	Metrics prometheus.Registerer
+	Log     logr.Logger
 }
 
 // Func runs a role until ctx is cancelled (a graceful stop, returning nil) or
@@ -97,7 +102,12 @@ func WaitForSync(ctx context.Context, d Deps, name string, synced ...cache.DoneC
 		return nil
 	})
 	d.Checks.started(d.Role)
-	d.Informers.Start(ctx.Done())
+	if d.Informers != nil {
+		d.Informers.Start(ctx.Done())
+	}
+	if d.Factory != nil {
+		d.Factory.Start(ctx)
+	}
 	if !cache.WaitFor(ctx, "", synced...) {
 		return false
 	}

@@ -1,0 +1,93 @@
+// Package node is netplane's node role: one agent per node that runs the
+// node's features side by side, each owning its own nftables table or
+// links, as kindnet composes its agents:
+//
+//	proxy    Services: table ip/ip6 netplane
+//	podnet   the pod network: bridge, forwarding, CNI configuration and
+//	         plugin, egress masquerade (table inet netplane-pods), routes
+//	         to other nodes
+//
+// A feature is built when the process builds its roles, which is when it
+// registers the informer views it reads (before any informer starts), and
+// then runs until the process stops. When one fails, the others are
+// stopped too and the role fails. A stop leaves every table, route and link
+// in place, so the node keeps forwarding while the agent is restarted.
+package node
+
+import (
+	"context"
+	"errors"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	cninode "github.com/netplane/netplane/cni/node"
+	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/proxy"
+)
+
+// Feature is one part of the node role.
+type Feature interface {
+	// Run programs the node until ctx ends (nil) or it fails.
+	Run(ctx context.Context) error
+}
+
+// FeatureFunc adapts a function to Feature.
+type FeatureFunc func(ctx context.Context) error
+
+// Run implements Feature.
+func (f FeatureFunc) Run(ctx context.Context) error { return f(ctx) }
+
+// run adapts a feature that is built and run in one call.
+func run(f role.Func) func(role.Deps) (Feature, error) {
+	return func(d role.Deps) (Feature, error) {
+		return FeatureFunc(func(ctx context.Context) error { return f(ctx, d) }), nil
+	}
+}
+
+// features builds the node's features in the order they start.
+func features(d role.Deps) ([]Feature, error) {
+	var out []Feature
+	for _, build := range []func(role.Deps) (Feature, error){
+		run(proxy.Run),
+		run(cninode.Run),
+	} {
+		f, err := build(d)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, f)
+	}
+	return out, nil
+}
+
+// Role is the node role as the process builds it: one part, on every node.
+func Role(d role.Deps) []role.Runnable {
+	fs, err := features(d)
+	return []role.Runnable{{Role: v1alpha1.RoleNode, Run: func(ctx context.Context) error {
+		if err != nil {
+			return err
+		}
+		return Run(ctx, fs)
+	}}}
+}
+
+// Run runs the features side by side until ctx ends or one fails, which
+// stops the others.
+func Run(ctx context.Context, fs []Feature) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(fs))
+	for _, f := range fs {
+		go func() {
+			err := f.Run(ctx)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	var all []error
+	for range fs {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
