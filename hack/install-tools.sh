@@ -6,7 +6,9 @@ set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=${NETPLANE_BIN_DIR:-$here/../bin}
 
-packages=(etcd-server nftables iproute2 conntrack dnsutils dnsperf containerd runc iputils-ping util-linux procps)
+# iptables and ipset are for kube-router, the NetworkPolicy benchmark's anchor
+# (hack/build-anchors.sh); Debian 12's iptables is the nftables-based one.
+packages=(etcd-server nftables iproute2 conntrack dnsutils dnsperf containerd runc iputils-ping util-linux procps iptables ipset)
 missing=()
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
