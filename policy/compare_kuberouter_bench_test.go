@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/netip"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -20,7 +21,10 @@ import (
 // with no enforcer at all (the physical limit), against one API server
 // holding NETPLANE_BENCH_POLICY_PODS pods (default 10,000; see
 // compare_kuberouter_objects_test.go) and, in turn, each scale of
-// NETPLANE_BENCH_POLICIES policies (default "0,100,1000"). Each enforcer
+// NETPLANE_BENCH_POLICIES policies (default "0,100,1000").
+// NETPLANE_BENCH_ENFORCERS picks the contenders (default
+// "none,netplane,kube-router"); NETPLANE_BENCH_LOGS, a folder, keeps
+// their logs. Each enforcer
 // runs on two nodes, made fresh for it at each scale (vsTopology); the
 // order alternates between scales. At each scale it measures:
 //
@@ -48,7 +52,7 @@ import (
 // NETPLANE_BENCH_POLICY_SAMPLES samples of each kind (default 20);
 // kube-router, whose every change is a full sync of about a minute at
 // 1,000 policies × 10,000 pods, NETPLANE_BENCH_KUBEROUTER_SAMPLES (default
-// 3, to keep the default run near 10 minutes). For netplane also the
+// 1, to keep the default run near 10 minutes). For netplane also the
 // nftables notification of the commit that first touched its table after
 // the write.
 func BenchmarkPolicyAgainstKubeRouter(b *testing.B) {
@@ -62,6 +66,7 @@ func BenchmarkPolicyAgainstKubeRouter(b *testing.B) {
 	c.populate(b, pods)
 	b.Logf("%d pods in %d namespaces and the probe pods in the API server (created in %v); load %s",
 		pods, pods/vsPodsPerNS, time.Since(start).Round(time.Millisecond), framework.LoadAverage())
+	var base map[string]*vsResult // at scale 0
 	for i, n := range scales {
 		c.setPolicies(b, n)
 		b.Logf("%d policies (and %d probe policies); load %s", n, map[bool]int{true: len(vsProbePolicies())}[n > 0], framework.LoadAverage())
@@ -77,7 +82,10 @@ func BenchmarkPolicyAgainstKubeRouter(b *testing.B) {
 			}
 			res[e.name] = runVS(b, e, c, n, changes, fmt.Sprintf("p%d%d", i, j))
 		}
-		reportVS(b, n, res)
+		if n == 0 {
+			base = res
+		}
+		reportVS(b, n, res, base)
 	}
 }
 
@@ -86,17 +94,20 @@ func BenchmarkPolicyAgainstKubeRouter(b *testing.B) {
 func vsEnforcers(b *testing.B) []vsEnforcer {
 	spec := os.Getenv("NETPLANE_BENCH_ENFORCERS")
 	if spec == "" {
-		spec = "none,kube-router"
+		spec = "none,netplane,kube-router"
 	}
 	var out []vsEnforcer
 	for _, name := range strings.Split(spec, ",") {
 		switch strings.TrimSpace(name) {
 		case "none":
 			out = append(out, vsNone)
+		case "netplane":
+			samples := min(vsEnv("NETPLANE_BENCH_POLICY_SAMPLES", 20), vsMaxSamples)
+			out = append(out, vsNetplane(framework.RequireBinary(b, "netplane"), samples))
 		case "kube-router":
 			framework.RequireBinary(b, "ipset")
 			framework.RequireBinary(b, "iptables")
-			samples := min(vsEnv("NETPLANE_BENCH_KUBEROUTER_SAMPLES", 3), vsMaxSamples)
+			samples := min(vsEnv("NETPLANE_BENCH_KUBEROUTER_SAMPLES", 1), vsMaxSamples)
 			out = append(out, vsKubeRouter(framework.RequireBinary(b, "kube-router"), samples))
 		default:
 			b.Fatalf("NETPLANE_BENCH_ENFORCERS: unknown enforcer %q", name)
@@ -159,9 +170,9 @@ func runVS(b *testing.B, e vsEnforcer, c *vsCluster, n, changes int, label strin
 		t0 := time.Now()
 		procs[1] = startEnforcer(b, e, c.api, top.node2, vsServerNode)
 		if n > 0 {
-			denied, err := vsFlip(top.client, vsClient, vsServerPort(vsDeniedPort), false, 10*time.Minute)
+			denied, err := vsFlip(top.client, vsClient, vsServerPort(vsDeniedPort), false, 10*time.Minute, procs[1])
 			if err != nil {
-				b.Fatalf("%s, %d policies: %v", e.name, n, err)
+				b.Fatalf("%s, %d policies: %v; log tail:\n%s", e.name, n, err, procs[1].Tail(20))
 			}
 			r.syncProbe = denied.Sub(t0)
 		}
@@ -171,13 +182,13 @@ func runVS(b *testing.B, e vsEnforcer, c *vsCluster, n, changes int, label strin
 		if !caches.IsZero() {
 			r.syncCaches = synced.Sub(caches)
 		}
-		vsWaitQuiet(b, procs[1], 2*time.Second, 5*time.Minute)
+		vsWaitIdle(b, e, procs[1], time.Second, 10*time.Minute)
 		procs[0] = startEnforcer(b, e, c.api, top.node1, vsClientNode)
 		vsWaitLog(b, e, procs[0], e.fullSynced, 10*time.Minute)
-		vsWaitQuiet(b, procs[0], 2*time.Second, 5*time.Minute)
+		vsWaitIdle(b, e, procs[0], time.Second, 10*time.Minute)
 	}
 	if n > 0 {
-		if _, err := vsFlip(top.client, vsClient, vsServerPort(vsAllowedPort), true, 10*time.Second); err != nil {
+		if _, err := vsFlip(top.client, vsClient, vsServerPort(vsAllowedPort), true, 10*time.Second, nil); err != nil {
 			b.Fatalf("%s, %d policies: the allowed connection: %v", e.name, n, err)
 		}
 	}
@@ -188,9 +199,17 @@ func runVS(b *testing.B, e vsEnforcer, c *vsCluster, n, changes int, label strin
 		vsMeasureChanges(b, e, c, top, procs[1], changes, r)
 	}
 	for k, p := range procs {
-		if p != nil && !p.Exited() {
+		if p == nil {
+			continue
+		}
+		if !p.Exited() {
 			r.mem[k] = vsMemoryOf(p)
 			p.Stop(10 * time.Second)
+		}
+		if dir := os.Getenv("NETPLANE_BENCH_LOGS"); dir != "" {
+			if data, err := os.ReadFile(p.Log); err == nil {
+				_ = os.WriteFile(filepath.Join(dir, fmt.Sprintf("%s-%d-node-%d.log", e.name, n, k+1)), data, 0o644)
+			}
 		}
 	}
 	if changes > 0 {
@@ -245,23 +264,21 @@ func vsMeasureChanges(b *testing.B, e vsEnforcer, c *vsCluster, top *vsTopology,
 	}
 	for i := range samples {
 		for _, ch := range vsChanges {
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 			src, dst := netip.MustParseAddr(ch.src(i)), vsServerPort(ch.port(i))
 			if ch.prepare != nil {
-				if err := ch.prepare(ctx, c, i); err != nil {
-					b.Fatal(err)
+				if err := vsCall(func(ctx context.Context) error { return ch.prepare(ctx, c, i) }); err != nil {
+					b.Fatalf("%s sample %d, preparing: %v", ch.kind, i, err)
 				}
 			}
-			vsWaitQuiet(b, p, 300*time.Millisecond, 5*time.Minute)
+			vsWaitIdle(b, e, p, 300*time.Millisecond, 10*time.Minute)
 			if vsAllowed(top.client, src, dst) {
 				b.Fatalf("%s sample %d: %s → %s is allowed before the change", ch.kind, i, src, dst)
 			}
 			t0 := time.Now()
-			if err := ch.write(ctx, c, i); err != nil {
-				b.Fatal(err)
+			if err := vsCall(func(ctx context.Context) error { return ch.write(ctx, c, i) }); err != nil {
+				b.Fatalf("%s sample %d: %v", ch.kind, i, err)
 			}
-			cancel()
-			at, err := vsFlip(top.client, src, dst, true, 10*time.Minute)
+			at, err := vsFlip(top.client, src, dst, true, 10*time.Minute, p)
 			if err != nil {
 				b.Fatalf("%s: %s sample %d: %v; log tail:\n%s", e.name, ch.kind, i, err, p.Tail(20))
 			}
@@ -276,6 +293,13 @@ func vsMeasureChanges(b *testing.B, e vsEnforcer, c *vsCluster, top *vsTopology,
 	if mon != nil && mon.lost > 0 {
 		b.Logf("%s: the nftables monitor lost notifications %d times: commit times may be late", e.name, mon.lost)
 	}
+}
+
+// vsCall is one API call, given a minute.
+func vsCall(fn func(ctx context.Context) error) error {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	return fn(ctx)
 }
 
 // vsAllowed is one connect attempt: answered within vsAttemptLimit.
@@ -309,9 +333,10 @@ func vsWaitLog(b *testing.B, e vsEnforcer, p *framework.Process, line func(strin
 	}
 }
 
-// vsWaitQuiet waits until p's log has not grown for quiet: the enforcer
-// has finished what it was doing (both log each sync's steps).
-func vsWaitQuiet(b *testing.B, p *framework.Process, quiet, limit time.Duration) {
+// vsWaitIdle waits until e on p is idle: no sync under way and its log
+// quiet for quiet. Both log every sync; a change that came during a sync
+// starts the next at once.
+func vsWaitIdle(b *testing.B, e vsEnforcer, p *framework.Process, quiet, limit time.Duration) {
 	size, since := int64(-1), time.Now()
 	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(quiet / 10) {
 		st, err := os.Stat(p.Log)
@@ -322,7 +347,7 @@ func vsWaitQuiet(b *testing.B, p *framework.Process, quiet, limit time.Duration)
 			size, since = st.Size(), time.Now()
 			continue
 		}
-		if time.Since(since) >= quiet {
+		if time.Since(since) >= quiet && (e.busy == nil || !e.busy(p.Log)) {
 			return
 		}
 	}
@@ -368,8 +393,9 @@ func vsLogResult(b *testing.B, name string, n int, r *vsResult) {
 	b.Log(line)
 }
 
-// reportVS reports the figures of one scale and netplane's ratios.
-func reportVS(b *testing.B, n int, res map[string]*vsResult) {
+// reportVS reports the figures of one scale, and netplane's against
+// kube-router's and against its own at scale 0 (base, when measured).
+func reportVS(b *testing.B, n int, res, base map[string]*vsResult) {
 	pre := fmt.Sprintf("%d-", n)
 	for name, r := range res {
 		b.ReportMetric(float64(vsPercentile(r.lat, 50).Microseconds()), pre+name+"-connect-p50-µs")
@@ -385,4 +411,38 @@ func reportVS(b *testing.B, n int, res map[string]*vsResult) {
 			}
 		}
 	}
+	np, kr := res["netplane"], res["kube-router"]
+	if np == nil {
+		return
+	}
+	ratio := func(a, b time.Duration) string {
+		if b == 0 {
+			return "-"
+		}
+		return fmt.Sprintf("%.2fx", a.Seconds()/b.Seconds())
+	}
+	lines := []string{fmt.Sprintf("%d policies, netplane (load %s):", n, framework.LoadAverage())}
+	if b0 := base["netplane"]; b0 != nil && n > 0 {
+		lines = append(lines, fmt.Sprintf("  connect p50 %v, p99 %v: %s and %s its figure with no policy (%v, %v; requirement at most 1.1x at 1,000); the open pair in the same run %v, %v",
+			vsPercentile(np.lat, 50), vsPercentile(np.lat, 99), ratio(vsPercentile(np.lat, 50), vsPercentile(b0.lat, 50)), ratio(vsPercentile(np.lat, 99), vsPercentile(b0.lat, 99)),
+			vsPercentile(b0.lat, 50), vsPercentile(b0.lat, 99), vsPercentile(np.latOpen, 50), vsPercentile(np.latOpen, 99)))
+		lines = append(lines, fmt.Sprintf("  stream %.2f Gbit/s: %.3fx the open pair in the same run, %.3fx its stream with no policy (requirement at least 0.95x)",
+			vsMedian(np.tput)/1e9, vsMedian(np.tput)/vsMedian(np.tputOpen), vsMedian(np.tput)/vsMedian(b0.tput)))
+	}
+	if kr != nil {
+		lines = append(lines, fmt.Sprintf("  full sync from start %v vs kube-router %v (%s), from caches synced %v vs %v (%s); VmHWM on the server's node %d vs %d MiB (%.2fx)",
+			np.syncStart.Round(time.Millisecond), kr.syncStart.Round(time.Millisecond), ratio(np.syncStart, kr.syncStart),
+			np.syncCaches.Round(time.Millisecond), kr.syncCaches.Round(time.Millisecond), ratio(np.syncCaches, kr.syncCaches),
+			np.mem[1].hwm/1024, kr.mem[1].hwm/1024, float64(np.mem[1].hwm)/float64(max(kr.mem[1].hwm, 1))))
+		for _, ch := range vsChanges {
+			d, k := np.changes[ch.kind], kr.changes[ch.kind]
+			if len(d) == 0 || len(k) == 0 {
+				continue
+			}
+			lines = append(lines, fmt.Sprintf("  %s: p50 %v vs %v (%s), p99 %v vs %v (%s; requirement at most 100 ms and 0.1x)",
+				ch.kind, vsPercentile(d, 50).Round(100*time.Microsecond), vsPercentile(k, 50).Round(time.Millisecond), ratio(vsPercentile(d, 50), vsPercentile(k, 50)),
+				vsPercentile(d, 99).Round(100*time.Microsecond), vsPercentile(k, 99).Round(time.Millisecond), ratio(vsPercentile(d, 99), vsPercentile(k, 99))))
+		}
+	}
+	b.Log(strings.Join(lines, "\n"))
 }

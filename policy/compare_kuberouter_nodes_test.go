@@ -1,6 +1,7 @@
 package policy
 
 import (
+	"bytes"
 	"fmt"
 	"io"
 	"net"
@@ -99,39 +100,29 @@ func (t *vsTopology) listen(b *testing.B, ns *netns.NS, addr string) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { l.Close() })
-	go func() {
+	framework.Serve(b, l, func(c net.Conn) {
+		buf := make([]byte, 256<<10)
+		var r vsStreamResult
 		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
+			n, err := c.Read(buf)
+			if n > 0 {
+				if r.bytes == 0 {
+					r.first = time.Now()
+				}
+				r.bytes += int64(n)
+				r.last = time.Now()
 			}
-			go func() {
-				defer c.Close()
-				buf := make([]byte, 256<<10)
-				var r vsStreamResult
-				for {
-					n, err := c.Read(buf)
-					if n > 0 {
-						if r.bytes == 0 {
-							r.first = time.Now()
-						}
-						r.bytes += int64(n)
-						r.last = time.Now()
-					}
-					if err != nil {
-						break
-					}
-				}
-				if r.bytes > 0 {
-					select {
-					case t.streams <- r:
-					default:
-					}
-				}
-			}()
+			if err != nil {
+				break
+			}
 		}
-	}()
+		if r.bytes > 0 {
+			select {
+			case t.streams <- r:
+			default:
+			}
+		}
+	})
 }
 
 // close deletes the namespaces, stopping what runs in them.
@@ -154,6 +145,9 @@ type vsEnforcer struct {
 	fullSynced   func(log string) time.Time
 	// failed, if set, finds a log line saying a sync failed.
 	failed func(log string) string
+	// busy, if set, reports from the log whether a sync is under way; an
+	// enforcer whose log has been quiet for a while is idle either way.
+	busy func(log string) bool
 	// commitTable, if set, is the nftables table whose commits are timed
 	// beside the prober.
 	commitTable string
@@ -163,6 +157,33 @@ type vsEnforcer struct {
 func (e vsEnforcer) enforces() bool { return e.start != nil }
 
 var vsNone = vsEnforcer{name: "none"}
+
+// vsNetplane runs netplane's node role as a node runs it: the Service
+// proxy, the pod network (its bridge stays without ports here: the probe
+// pods are routed) and the NetworkPolicy feature, table inet
+// netplane-policy. --v=2 logs each sync of the policy table.
+func vsNetplane(bin string, samples int) vsEnforcer {
+	return vsEnforcer{
+		name: "netplane", samples: samples, commitTable: TableName,
+		start: func(b *testing.B, node *netns.NS, k int, kc string) *framework.Process {
+			dir := b.TempDir()
+			return node.Start(b, bin, "--role=node", "--v=2", "--kubeconfig="+kc, "--node-name="+vsNodeName(k),
+				"--cluster-cidr=10.244.0.0/16", "--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0",
+				"--cni-conf-dir="+dir, "--cni-bin-dir="+dir, "--ipam-state-dir="+dir, "--bridge=np-bench0")
+		},
+		cachesSynced: func(log string) time.Time { return vsLogTime(log, `"caches synced"`, `network-policy`) },
+		fullSynced:   func(log string) time.Time { return vsLogTime(log, `"synced"`, `type="full"`, `network-policy`) },
+		failed: func(log string) string {
+			data, _ := os.ReadFile(log)
+			for _, line := range strings.Split(string(data), "\n") {
+				if strings.Contains(line, "sync failed") && strings.Contains(line, "network-policy") {
+					return line
+				}
+			}
+			return ""
+		},
+	}
+}
 
 // vsKubeRouter runs kube-router's firewall alone: no routing, no service
 // proxy. It finds its Node by --hostname-override, its local pods by
@@ -181,6 +202,11 @@ func vsKubeRouter(bin string, samples int) vsEnforcer {
 		// Logged when the informers have synced and the controller starts.
 		cachesSynced: func(log string) time.Time { return vsLogTime(log, "Starting network policy controller") },
 		fullSynced:   func(log string) time.Time { return vsLogTime(log, "sync iptables took") },
+		// A sync logs nothing for most of its time: count starts and ends.
+		busy: func(log string) bool {
+			data, _ := os.ReadFile(log)
+			return bytes.Count(data, []byte("Starting sync of iptables with version")) > bytes.Count(data, []byte("sync iptables took"))
+		},
 		failed: func(log string) string {
 			data, _ := os.ReadFile(log)
 			for _, line := range strings.Split(string(data), "\n") {

@@ -4,10 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"sync"
 	"testing"
-	"time"
 
+	"golang.org/x/sync/errgroup"
 	v1 "k8s.io/api/core/v1"
 	netv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -84,35 +83,14 @@ func newVSCluster(b *testing.B, api *framework.APIServer) *vsCluster {
 
 // parallel runs fn(0..n-1) on 32 writers and fails on the first error.
 func parallel(b *testing.B, n int, fn func(ctx context.Context, i int) error) {
-	var wg sync.WaitGroup
-	sem := make(chan struct{}, 32)
-	var mu sync.Mutex
-	var first error
+	var g errgroup.Group
+	g.SetLimit(32)
 	for i := range n {
-		wg.Add(1)
-		sem <- struct{}{}
-		go func() {
-			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			if err := fn(ctx, i); err != nil {
-				mu.Lock()
-				first = cmpOr(first, err)
-				mu.Unlock()
-			}
-		}()
+		g.Go(func() error { return vsCall(func(ctx context.Context) error { return fn(ctx, i) }) })
 	}
-	wg.Wait()
-	if first != nil {
-		b.Fatal(first)
+	if err := g.Wait(); err != nil {
+		b.Fatal(err)
 	}
-}
-
-func cmpOr(a, b error) error {
-	if a != nil {
-		return a
-	}
-	return b
 }
 
 // populate writes the two Nodes, the namespaces, pods pods and the probe

@@ -13,6 +13,7 @@ import (
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
 )
 
@@ -119,8 +120,9 @@ const vsFlipRun = 3
 // vsAttemptLimit; denied: refused, unreachable or unanswered) and was
 // followed by vsFlipRun-1 more such attempts. Attempts start every
 // millisecond, and later every half percent of the time waited, each
-// without waiting for the one before, so the resolution is about 1 ms.
-func vsFlip(ns *netns.NS, src netip.Addr, dst netip.AddrPort, allowed bool, limit time.Duration) (time.Time, error) {
+// without waiting for the one before, so the resolution is about 1 ms. It
+// gives up when p (if not nil) exits.
+func vsFlip(ns *netns.NS, src netip.Addr, dst netip.AddrPort, allowed bool, limit time.Duration, p *framework.Process) (time.Time, error) {
 	type attempt struct {
 		fd     int
 		start  time.Time
@@ -152,6 +154,9 @@ func vsFlip(ns *netns.NS, src netip.Addr, dst netip.AddrPort, allowed bool, limi
 		start := time.Now()
 		next := start
 		for now := start; now.Sub(start) < limit; now = time.Now() {
+			if p != nil && p.Exited() {
+				return fmt.Errorf("%s exited", p.Name)
+			}
 			if !now.Before(next) {
 				next = now.Add(max(time.Millisecond, now.Sub(start)/200))
 				fd, err := vsSocket(src)
