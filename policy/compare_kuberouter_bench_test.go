@@ -168,7 +168,7 @@ func runVS(b *testing.B, e vsEnforcer, c *vsCluster, n, changes int, label strin
 	var procs [2]*framework.Process
 	if e.enforces() {
 		t0 := time.Now()
-		procs[1] = startEnforcer(b, e, c.api, top.node2, vsServerNode)
+		procs[1] = vsStart(b, e, c.api, top.node2, vsServerNode)
 		if n > 0 {
 			denied, err := vsFlip(top.client, vsClient, vsServerPort(vsDeniedPort), false, 10*time.Minute, procs[1])
 			if err != nil {
@@ -183,7 +183,7 @@ func runVS(b *testing.B, e vsEnforcer, c *vsCluster, n, changes int, label strin
 			r.syncCaches = synced.Sub(caches)
 		}
 		vsWaitIdle(b, e, procs[1], time.Second, 10*time.Minute)
-		procs[0] = startEnforcer(b, e, c.api, top.node1, vsClientNode)
+		procs[0] = vsStart(b, e, c.api, top.node1, vsClientNode)
 		vsWaitLog(b, e, procs[0], e.fullSynced, 10*time.Minute)
 		vsWaitIdle(b, e, procs[0], time.Second, 10*time.Minute)
 	}
@@ -312,7 +312,7 @@ func vsAllowed(ns *netns.NS, src netip.Addr, dst netip.AddrPort) bool {
 // starts from the same objects.
 func vsUndoChanges(b *testing.B, c *vsCluster, samples int) {
 	for _, ch := range vsChanges {
-		parallel(b, samples, func(ctx context.Context, i int) error { return ch.undo(ctx, c, i) })
+		vsParallel(b, samples, func(ctx context.Context, i int) error { return ch.undo(ctx, c, i) })
 	}
 }
 

@@ -219,8 +219,9 @@ func vsKubeRouter(bin string, samples int) vsEnforcer {
 	}
 }
 
-// startEnforcer starts e on node k of t against the API server.
-func startEnforcer(b *testing.B, e vsEnforcer, api *framework.APIServer, node *netns.NS, k int) *framework.Process {
+// vsStart starts e in node, the namespace of node k, with a kubeconfig
+// whose server is a forwarder to the API server inside the namespace.
+func vsStart(b *testing.B, e vsEnforcer, api *framework.APIServer, node *netns.NS, k int) *framework.Process {
 	kc := filepath.Join(b.TempDir(), "kubeconfig")
 	fwd := node.Forward(b, "127.0.0.1:0", strings.TrimPrefix(api.URL, "https://"))
 	if err := api.WriteKubeconfig(kc, "https://"+fwd, api.Token); err != nil {

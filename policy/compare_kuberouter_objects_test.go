@@ -81,8 +81,8 @@ func newVSCluster(b *testing.B, api *framework.APIServer) *vsCluster {
 	return &vsCluster{api: api, writer: w}
 }
 
-// parallel runs fn(0..n-1) on 32 writers and fails on the first error.
-func parallel(b *testing.B, n int, fn func(ctx context.Context, i int) error) {
+// vsParallel runs fn(0..n-1) on 32 writers and fails on the first error.
+func vsParallel(b *testing.B, n int, fn func(ctx context.Context, i int) error) {
 	var g errgroup.Group
 	g.SetLimit(32)
 	for i := range n {
@@ -110,7 +110,7 @@ func (c *vsCluster) populate(b *testing.B, pods int) {
 		}
 	}
 	nss := pods / vsPodsPerNS
-	parallel(b, nss, func(ctx context.Context, i int) error {
+	vsParallel(b, nss, func(ctx context.Context, i int) error {
 		name := fmt.Sprintf("ns-%d", i)
 		_, err := c.writer.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: name,
 			Labels: map[string]string{"team": fmt.Sprintf("team-%d", i%10), "env": []string{"prod", "dev"}[i%2]}}}, metav1.CreateOptions{})
@@ -121,7 +121,7 @@ func (c *vsCluster) populate(b *testing.B, pods int) {
 			b.Fatal(err)
 		}
 	}
-	parallel(b, nss*vsPodsPerNS, func(ctx context.Context, n int) error {
+	vsParallel(b, nss*vsPodsPerNS, func(ctx context.Context, n int) error {
 		return c.createPod(ctx, vsScalePod(n))
 	})
 	probes := []*v1.Pod{
@@ -133,7 +133,7 @@ func (c *vsCluster) populate(b *testing.B, pods int) {
 	for i := range vsMaxSamples {
 		probes = append(probes, vsLabelSamplePod(i))
 	}
-	parallel(b, len(probes), func(ctx context.Context, i int) error { return c.createPod(ctx, probes[i]) })
+	vsParallel(b, len(probes), func(ctx context.Context, i int) error { return c.createPod(ctx, probes[i]) })
 }
 
 // createPod creates p and then writes its status, as the kubelet reports
@@ -212,7 +212,7 @@ func vsSamplePolicy(i int) *netv1.NetworkPolicy {
 func (c *vsCluster) setPolicies(b *testing.B, n int) {
 	nss := n / 10
 	have := c.policies / 10
-	parallel(b, max(nss, have)*10, func(ctx context.Context, x int) error {
+	vsParallel(b, max(nss, have)*10, func(ctx context.Context, x int) error {
 		i, k := x/10, x%10
 		np := scalePolicy(fmt.Sprintf("ns-%d", i), i, k)
 		switch {
