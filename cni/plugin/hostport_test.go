@@ -14,7 +14,6 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
 
-	"github.com/netplane/netplane/cni/nft"
 	"github.com/netplane/netplane/cni/plugin"
 	"github.com/netplane/netplane/e2e/netns"
 )
@@ -148,9 +147,7 @@ func TestHostPortsForwardTCPAndUDPFromOutsideLocalhostOtherPodsAndThePodItself(t
 		t.Fatal("hostPort table missing while a pod has host ports")
 	}
 	// CHECK notices the rules are gone; the next change of host ports restores them.
-	if err := n.ns.Do(func() error { return nft.Replace(plugin.HostPortTable, nil) }); err != nil {
-		t.Fatal(err)
-	}
+	n.ns.MustExec(t, "nft", "delete", "table", "inet", plugin.HostPortTable.Name)
 	if err := n.check(ra); err == nil {
 		t.Fatal("CHECK passed without the hostPort table")
 	}
@@ -273,20 +270,24 @@ func TestHostPortWithHostIPForwardsOnlyOnThatAddress(t *testing.T) {
 }
 
 func TestCheckFailsWhenOneOfThePodsHostPortRulesIsRemoved(t *testing.T) {
+	table := plugin.HostPortTable.Name
 	for _, tc := range []struct {
 		name   string
 		delete func(t *testing.T, n *node)
 		want   string // in CHECK's error
 	}{
-		{"the pod's TCP rule", func(t *testing.T, n *node) { deleteRule(t, n, "hostports", "hp-a/eth0 tcp *:30080") }, `"hp-a/eth0 tcp *:30080 -> 10.244.1.2:8080" is missing`},
-		{"the pod's UDP rule", func(t *testing.T, n *node) { deleteRule(t, n, "hostports", "hp-a/eth0 udp *:30053") }, `"hp-a/eth0 udp *:30053 -> 10.244.1.2:8080" is missing`},
-		{"the jump from prerouting", func(t *testing.T, n *node) { deleteRule(t, n, "prerouting", "to hostports") }, "chain prerouting of table inet netplane-hostports does not jump"},
+		{"the pod's TCP rule", func(t *testing.T, n *node) { deleteRule(t, n, "hostports", "tcp dport 30080 ") },
+			`"meta nfproto ipv4 fib daddr type local meta l4proto tcp th dport 30080 dnat ip to 10.244.1.2:8080" is missing`},
+		{"the pod's UDP rule", func(t *testing.T, n *node) { deleteRule(t, n, "hostports", "udp dport 30053 ") },
+			`"meta nfproto ipv4 fib daddr type local meta l4proto udp th dport 30053 dnat ip to 10.244.1.2:8080" is missing`},
+		{"the jump from prerouting", func(t *testing.T, n *node) { deleteRule(t, n, "prerouting", "jump hostports") },
+			"chain prerouting of table inet netplane-hostports does not jump"},
 		{"the output chain", func(t *testing.T, n *node) {
-			n.ns.MustExec(t, "nft", "delete", "chain", "inet", plugin.HostPortTable, "output")
-		}, "chain output of table inet netplane-hostports does not jump"},
+			n.ns.MustExec(t, "nft", "delete", "chain", "inet", table, "output")
+		}, "the hostPort table inet netplane-hostports is incomplete (chain output of table inet netplane-hostports: file does not exist)"},
 		{"the table", func(t *testing.T, n *node) {
-			n.ns.MustExec(t, "nft", "delete", "table", "inet", plugin.HostPortTable)
-		}, "the hostPort table inet netplane-hostports is missing"},
+			n.ns.MustExec(t, "nft", "delete", "table", "inet", table)
+		}, "the hostPort table inet netplane-hostports is incomplete (chain prerouting of table inet netplane-hostports: file does not exist)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, nodeOpts{})
@@ -317,16 +318,17 @@ func TestCheckFailsWhenOneOfThePodsHostPortRulesIsRemoved(t *testing.T) {
 	}
 }
 
-// deleteRule deletes the rule of chain whose comment starts with prefix.
-func deleteRule(t *testing.T, n *node, chain, prefix string) {
+// deleteRule deletes the first rule of chain whose `nft list` line
+// contains text.
+func deleteRule(t *testing.T, n *node, chain, text string) {
 	t.Helper()
-	out := n.ns.MustExec(t, "nft", "-a", "list", "chain", "inet", plugin.HostPortTable, chain)
+	out := n.ns.MustExec(t, "nft", "-a", "list", "chain", "inet", plugin.HostPortTable.Name, chain)
 	for _, line := range strings.Split(out, "\n") {
 		_, handle, ok := strings.Cut(line, "# handle ")
-		if ok && strings.Contains(line, `comment "`+prefix) {
-			n.ns.MustExec(t, "nft", "delete", "rule", "inet", plugin.HostPortTable, chain, "handle", strings.TrimSpace(handle))
+		if ok && strings.Contains(line, text) {
+			n.ns.MustExec(t, "nft", "delete", "rule", "inet", plugin.HostPortTable.Name, chain, "handle", strings.TrimSpace(handle))
 			return
 		}
 	}
-	t.Fatalf("no rule commented %q in chain %s:\n%s", prefix, chain, out)
+	t.Fatalf("no rule with %q in chain %s:\n%s", text, chain, out)
 }
