@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"sync"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
@@ -16,7 +15,6 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/netplane/netplane/internal/role"
-	"github.com/netplane/netplane/internal/runner"
 )
 
 // Feature is the overlay as a feature of the node role: it keeps the
@@ -29,7 +27,6 @@ type Feature struct {
 	cfg     Config
 	nodes   *Nodes
 	metrics *Metrics
-	runner  *runner.Runner
 
 	syncer   *Syncer
 	recorder record.EventRecorder
@@ -48,14 +45,13 @@ func NewFeature(d role.Deps) (*Feature, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := &Feature{d: d, cfg: cfg, nodes: WatchNodes(d.Factory, "overlay"), metrics: NewMetrics()}
+	f := &Feature{d: d, cfg: cfg, metrics: NewMetrics(), waiting: "the routes to other nodes have not been synced yet"}
+	f.nodes = WatchNodes(d, "overlay", f.sync)
 	if d.Metrics != nil {
 		if err := registerAll(d.Metrics, f.metrics); err != nil {
 			return nil, err
 		}
 	}
-	n := d.Config.Node
-	f.runner = runner.New(f.sync, runner.Options{MinInterval: n.MinSyncPeriod.Duration, FullInterval: n.SyncPeriod.Duration})
 	return f, nil
 }
 
@@ -71,18 +67,12 @@ func (f *Feature) Run(ctx context.Context) error {
 	if f.syncer, err = NewSyncer(h, f.cfg, f.metrics); err != nil {
 		return err
 	}
-	f.d.Factory.Start(ctx)
-	if err := f.nodes.OnChange(f.runner.Request); err != nil {
-		return err
-	}
-	f.d.Checks.AddHealth("overlay", func() error { return f.runner.Healthy(HealthLimit(f.d.Config.Node.SyncPeriod.Duration)) })
 	f.d.Checks.AddReady("overlay-setup", f.ready)
-	if !role.WaitForSync(ctx, f.d, "overlay", f.nodes.Synced()) {
-		return nil
-	}
 	f.recorder = newRecorder(ctx, f.d)
 	f.d.Log.Info("overlay starting", "mode", f.cfg.Mode, "vxlanPort", f.cfg.Port, "vxlanVNI", f.cfg.VNI)
-	f.runner.Run(ctx)
+	if err := f.nodes.Run(ctx); err != nil {
+		return err
+	}
 	f.d.Log.Info("overlay stopped; routes, devices and entries left in place")
 	return nil
 }
@@ -136,16 +126,6 @@ func (f *Feature) ready() error {
 		return fmt.Errorf("%s", f.waiting)
 	}
 	return nil
-}
-
-// HealthLimit is how long a Node change may wait to be synced by a node
-// feature before /healthz fails: twice --sync-period, as kube-proxy's
-// health check allows.
-func HealthLimit(syncPeriod time.Duration) time.Duration {
-	if syncPeriod > 0 {
-		return 2 * syncPeriod
-	}
-	return time.Minute
 }
 
 // newRecorder records events as the node agent of this node (kubelet's

@@ -1,14 +1,9 @@
 package podnet_test
 
 import (
-	"bufio"
-	"bytes"
 	"context"
-	"crypto/rand"
 	"fmt"
-	"io"
 	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -25,6 +20,7 @@ import (
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/overlay/overlaytest"
 	"github.com/netplane/netplane/podnet"
 )
 
@@ -172,24 +168,16 @@ func (c *cluster) stop() {
 
 func (c *cluster) node(i int) *clusterNode { return c.nodes[i-1] }
 
-// newNS is a namespace whose interfaces skip IPv6 duplicate address
-// detection, link-local addresses included: a tentative one delays
-// neighbour discovery, and the first connections of a test would wait.
-func newNS(t testing.TB, label string) *netns.NS {
-	t.Helper()
-	ns := netns.New(t, label)
-	ns.Sysctl(t, "net.ipv6.conf.all.accept_dad", "0")
-	ns.Sysctl(t, "net.ipv6.conf.default.accept_dad", "0")
-	return ns
-}
+var (
+	newNS = overlaytest.NewNS
+	host  = overlaytest.Host
+	serve = overlaytest.Serve
+)
 
-// host is netns.Host with newNS.
-func host(t testing.TB, label string, peer *netns.NS, peerIf, hostIf string) *netns.NS {
-	t.Helper()
-	h := newNS(t, label)
-	netns.Veth(t, h, hostIf, peer, peerIf)
-	return h
-}
+const (
+	tcpPort = overlaytest.TCPPort
+	udpPort = overlaytest.UDPPort
+)
 
 // pod is a pod made through the CNI plugin, with servers answering in it.
 type pod struct {
@@ -244,96 +232,13 @@ func (p *pod) address(fam int) string {
 // at is the pod's address of family fam with port, for dialing.
 func (p *pod) at(fam int, port string) string { return net.JoinHostPort(p.address(fam), port) }
 
-const (
-	tcpPort = "8080"
-	udpPort = "8081"
-)
-
-// serve answers, inside ns, TCP "whoami" with the client's address and
-// TCP "echo" by echoing until EOF, and every UDP datagram with the
-// sender's address.
-func serve(t testing.TB, ns *netns.NS) {
-	t.Helper()
-	l, err := ns.Listen(":" + tcpPort)
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pc net.PacketConn
-	if err := ns.Do(func() (err error) { pc, err = net.ListenPacket("udp", ":"+udpPort); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { l.Close(); pc.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go answer(c)
-		}
-	}()
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			_, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteTo([]byte(hostOf(from)), from)
-		}
-	}()
-}
-
-func answer(c net.Conn) {
-	defer c.Close()
-	r := bufio.NewReader(c)
-	for {
-		cmd, err := r.ReadString('\n')
-		if err != nil {
-			return
-		}
-		switch strings.TrimSpace(cmd) {
-		case "whoami":
-			fmt.Fprintln(c, hostOf(c.RemoteAddr()))
-		case "echo":
-			io.Copy(c, r)
-			return
-		}
-	}
-}
-
-func hostOf(a net.Addr) string {
-	ap, err := netip.ParseAddrPort(a.String())
-	if err != nil {
-		return a.String()
-	}
-	return ap.Addr().Unmap().String()
-}
-
 // who asks the server at addr, over network (tcp or udp), from inside ns,
 // at which address it sees the client.
 func who(ns *netns.NS, network, addr string) (string, error) {
-	var got string
-	err := ns.Do(func() error {
-		c, err := net.DialTimeout(network, addr, time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(time.Second))
-		msg := "whoami\n"
-		if network == "udp" {
-			msg = "?"
-		}
-		if _, err := io.WriteString(c, msg); err != nil {
-			return err
-		}
-		b := make([]byte, 100)
-		n, err := c.Read(b)
-		got = strings.TrimSpace(string(b[:n]))
-		return err
-	})
-	return got, err
+	if network == "udp" {
+		return overlaytest.SeenUDP(ns, addr)
+	}
+	return overlaytest.SeenTCP(ns, addr)
 }
 
 // expectWho waits until the server at addr sees a client in from at want.
@@ -359,65 +264,15 @@ func unreachable(t *testing.T, from *netns.NS, addr string) {
 	}
 }
 
-// transfer sends n random bytes to the echo server at addr from ns and
-// checks that the same n bytes come back: n each way.
-func transfer(ns *netns.NS, addr string, n int) error {
-	data := make([]byte, n)
-	rand.Read(data)
-	return ns.Do(func() error {
-		c, err := net.DialTimeout("tcp", addr, 2*time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(20 * time.Second))
-		if _, err := io.WriteString(c, "echo\n"); err != nil {
-			return err
-		}
-		errc := make(chan error, 1)
-		go func() {
-			_, err := c.Write(data)
-			c.(*net.TCPConn).CloseWrite()
-			errc <- err
-		}()
-		back, err := io.ReadAll(c)
-		if werr := <-errc; werr != nil {
-			return werr
-		}
-		if err != nil {
-			return err
-		}
-		if !bytes.Equal(back, data) {
-			return fmt.Errorf("%d bytes sent, %d came back, not the same", n, len(back))
-		}
-		return nil
-	})
-}
-
-// held is a TCP connection kept open from a pod.
-type held struct {
-	c net.Conn
-	r *bufio.Reader
-}
-
-func hold(t *testing.T, ns *netns.NS, addr string) *held {
+// hold opens a TCP connection from ns to the server at addr, kept open.
+func hold(t *testing.T, ns *netns.NS, addr string) *overlaytest.Conn {
 	t.Helper()
-	var c net.Conn
-	if err := ns.Do(func() (err error) { c, err = net.DialTimeout("tcp", addr, 2*time.Second); return err }); err != nil {
+	c, err := overlaytest.Dial(ns, addr)
+	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &held{c: c, r: bufio.NewReader(c)}
-}
-
-// ask sends "whoami" over the held connection.
-func (h *held) ask() (string, error) {
-	h.c.SetDeadline(time.Now().Add(2 * time.Second))
-	if _, err := io.WriteString(h.c, "whoami\n"); err != nil {
-		return "", err
-	}
-	line, err := h.r.ReadString('\n')
-	return strings.TrimSpace(line), err
+	return &overlaytest.Conn{Conn: c}
 }
 
 // probe counts the UDP packets a node sends to the VXLAN port, and those

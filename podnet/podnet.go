@@ -24,7 +24,6 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/internal/role"
-	"github.com/netplane/netplane/internal/runner"
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/overlay"
 )
@@ -33,7 +32,6 @@ import (
 type Feature struct {
 	d          role.Deps
 	nodes      *overlay.Nodes
-	runner     *runner.Runner
 	metrics    metrics
 	pluginPath string
 	host       *netlink.Handle
@@ -47,12 +45,12 @@ type Feature struct {
 // calls it before any informer starts.
 func New(d role.Deps) (*Feature, error) {
 	cfg := d.Config.Node
-	f := &Feature{d: d, nodes: overlay.WatchNodes(d.Factory, "podnet"), metrics: newMetrics(d.Metrics),
-		pluginPath: cfg.CNIPluginPath}
+	f := &Feature{d: d, metrics: newMetrics(d.Metrics), pluginPath: cfg.CNIPluginPath,
+		lastErr: errWaiting{"the pod network has not been set up yet"}}
 	if f.pluginPath == "" {
 		f.pluginPath = defaultPluginPath()
 	}
-	f.runner = runner.New(f.sync, runner.Options{MinInterval: cfg.MinSyncPeriod.Duration, FullInterval: cfg.SyncPeriod.Duration})
+	f.nodes = overlay.WatchNodes(d, "podnet", f.sync)
 	return f, nil
 }
 
@@ -65,17 +63,8 @@ func (f *Feature) Run(ctx context.Context) error {
 	}
 	defer h.Close()
 	f.host = h
-	f.d.Factory.Start(ctx)
-	if err := f.nodes.OnChange(f.runner.Request); err != nil {
-		return err
-	}
-	f.d.Checks.AddHealth("podnet", func() error { return f.runner.Healthy(overlay.HealthLimit(f.d.Config.Node.SyncPeriod.Duration)) })
 	f.d.Checks.AddReady("podnet-setup", f.ready)
-	if !role.WaitForSync(ctx, f.d, "podnet", f.nodes.Synced()) {
-		return nil
-	}
-	f.runner.Run(ctx)
-	return nil
+	return f.nodes.Run(ctx)
 }
 
 func (f *Feature) ready() error {

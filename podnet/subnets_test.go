@@ -15,16 +15,14 @@ import (
 	"testing"
 	"time"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/netplane/netplane/e2e/framework"
-	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/overlay"
+	"github.com/netplane/netplane/overlay/overlaytest"
 	"github.com/netplane/netplane/podnet"
 )
 
@@ -103,7 +101,7 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 	t.Run("1 MB each way across the overlay", func(t *testing.T) {
 		for _, pair := range [][2]int{{0, 2}, {2, 1}} {
 			for _, fam := range []int{4, 6} {
-				if err := transfer(pods[pair[0]].ns, pods[pair[1]].at(fam, tcpPort), 1<<20); err != nil {
+				if err := overlaytest.Echo(pods[pair[0]].ns, pods[pair[1]].at(fam, tcpPort), 1<<20); err != nil {
 					t.Errorf("pod-%d to pod-%d over IPv%d: %v", pair[0]+1, pair[1]+1, fam, err)
 				}
 			}
@@ -187,12 +185,8 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 				t.Errorf("node1's metrics lack %q", want)
 			}
 		}
-		m := regexp.MustCompile(`(?m)^netplane_overlay_last_sync_timestamp_seconds (\S+)$`).FindStringSubmatch(metrics)
-		if m == nil {
-			t.Fatalf("node1's metrics lack netplane_overlay_last_sync_timestamp_seconds")
-		}
-		if at, _ := strconv.ParseFloat(m[1], 64); time.Since(time.Unix(int64(at), 0)) > 10*time.Second {
-			t.Errorf("node1's last overlay sync at %s, more than 10 s ago with --sync-period=2s", m[1])
+		if at := lastSync(t, n1); time.Since(at) > 10*time.Second {
+			t.Errorf("node1's last overlay sync at %v, more than 10 s ago with --sync-period=2s", at)
 		}
 	})
 
@@ -291,7 +285,7 @@ func service(t *testing.T, c *cluster, name string, local bool, backend, node st
 // moment of its InternalIP; they follow a new address and go with it.
 func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	n1 := c.node(1)
-	h := handleIn(t, n1.ns)
+	h := overlaytest.HandleIn(t, n1.ns)
 	ctx := framework.Ctx(t)
 	cidrs := []string{"10.244.4.0/24"}
 	node, err := c.api.Client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node4"},
@@ -357,7 +351,7 @@ func connectionSurvivesARestart(t *testing.T, c *cluster, pods []*pod) {
 	conn := hold(t, pods[0].ns, pods[2].at(4, tcpPort))
 	ask := func(when string) {
 		t.Helper()
-		if got, err := conn.ask(); err != nil || got != pods[0].ip {
+		if got, err := conn.Whoami(); err != nil || got != pods[0].ip {
 			t.Fatalf("the open connection %s: %q, %v; want the pod's address %s", when, got, err, pods[0].ip)
 		}
 	}
@@ -378,8 +372,17 @@ func connectionSurvivesARestart(t *testing.T, c *cluster, pods []*pod) {
 		t.Errorf("a stop changed the kernel:\nbefore:\n%s\nafter:\n%s", before, after)
 	}
 	ask("while the agents are stopped")
+	restarted := time.Now()
 	c.start(t, tunnelFlags...)
-	time.Sleep(3 * time.Second) // a full sync (--sync-period=2s) has run
+	for _, n := range []*clusterNode{c.node(1), c.node(3)} {
+		// The first sync of an agent is a full one.
+		eventually(t, 10*time.Second, "a sync of the restarted agent on "+n.name, func() error {
+			if at := lastSync(t, n); at.Before(restarted) {
+				return fmt.Errorf("last sync at %v", at)
+			}
+			return nil
+		})
+	}
 	ask("after the restart")
 	if after := state(); after != before {
 		t.Errorf("the restarted agents changed the kernel (a device recreated?):\nbefore:\n%s\nafter:\n%s", before, after)
@@ -395,7 +398,7 @@ func scrape(t *testing.T, n *clusterNode) string {
 		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) { return n.ns.Dial(network, addr) },
 	}}
 	if code, body, err := framework.HTTPGet(client, "http://"+health+"/healthz"); err != nil || code != http.StatusOK {
-		t.Errorf("node1's /healthz: %d %s (%v)", code, body, err)
+		t.Errorf("%s's /healthz: %d %s (%v)", n.name, code, body, err)
 	}
 	resp, err := client.Get("http://" + metrics + "/metrics")
 	if err != nil {
@@ -406,15 +409,19 @@ func scrape(t *testing.T, n *clusterNode) string {
 	return string(b)
 }
 
-// handleIn opens a netlink handle bound to ns; it is closed with the test.
-func handleIn(t testing.TB, ns *netns.NS) *netlink.Handle {
+// lastSync is when the overlay of the node's netplane last synced, by its
+// metric.
+func lastSync(t *testing.T, n *clusterNode) time.Time {
 	t.Helper()
-	var h *netlink.Handle
-	if err := ns.Do(func() (err error) { h, err = netlink.NewHandle(unix.NETLINK_ROUTE); return err }); err != nil {
+	m := regexp.MustCompile(`(?m)^netplane_overlay_last_sync_timestamp_seconds (\S+)$`).FindStringSubmatch(scrape(t, n))
+	if m == nil {
+		t.Fatalf("%s's metrics lack netplane_overlay_last_sync_timestamp_seconds", n.name)
+	}
+	at, err := strconv.ParseFloat(m[1], 64)
+	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(h.Close)
-	return h
+	return time.Unix(0, int64(at*1e9))
 }
 
 func ptr[T any](v T) *T { return &v }

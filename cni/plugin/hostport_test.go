@@ -13,6 +13,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netplane/netplane/cni/plugin"
 	"github.com/netplane/netplane/e2e/netns"
@@ -84,16 +85,13 @@ func ask(ns *netns.NS, network, addr string) (string, error) {
 // pod may wait for neighbour resolution.
 func askEventually(t *testing.T, ns *netns.NS, network, addr, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		got, err := ask(ns, network, addr)
-		if err == nil && got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s %s from %s: got %q, %v; want %q", network, addr, ns.Name, got, err, want)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var got string
+	var err error
+	if wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		got, err = ask(ns, network, addr)
+		return err == nil && got == want, nil
+	}) != nil {
+		t.Fatalf("%s %s from %s: got %q, %v; want %q", network, addr, ns.Name, got, err, want)
 	}
 }
 
@@ -178,12 +176,12 @@ func TestDualStackPodHasUsableIPv6WhenAddReturns(t *testing.T) {
 	if out := a.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0", "scope", "global"); !strings.Contains(out, "fd00:10:244:1::2/64") || strings.Contains(out, "tentative") {
 		t.Fatalf("pod IPv6 address missing or tentative right after ADD:\n%s", out)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for out := a.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0"); strings.Contains(out, "tentative"); out = a.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0") {
-		if time.Now().After(deadline) {
-			t.Fatalf("link-local address still tentative 5 s after ADD:\n%s", out)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var out string
+	if wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		out = a.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0")
+		return !strings.Contains(out, "tentative"), nil
+	}) != nil {
+		t.Fatalf("link-local address still tentative 5 s after ADD:\n%s", out)
 	}
 	resB := n.mustAdd(t, rt(b, "ds-b"))
 	v6b := addrOf(t, resB, true)
