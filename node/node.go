@@ -46,8 +46,8 @@ func run(f role.Func) func(role.Deps) (Feature, error) {
 	}
 }
 
-// build adapts a feature's constructor.
-func build[F Feature](newF func(role.Deps) (F, error)) func(role.Deps) (Feature, error) {
+// construct adapts a feature's constructor.
+func construct[F Feature](newF func(role.Deps) (F, error)) func(role.Deps) (Feature, error) {
 	return func(d role.Deps) (Feature, error) { return newF(d) }
 }
 
@@ -56,8 +56,8 @@ func features(d role.Deps) ([]Feature, error) {
 	var out []Feature
 	for _, build := range []func(role.Deps) (Feature, error){
 		run(proxy.Run),
-		build(podnet.New),
-		build(overlay.NewFeature),
+		construct(podnet.New),
+		construct(overlay.NewFeature),
 	} {
 		f, err := build(d)
 		if err != nil {

@@ -312,8 +312,14 @@ func count(t *testing.T, ns *netns.NS, name string) int {
 // test with its last error after timeout.
 func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
 	t.Helper()
+	poll(t, 50*time.Millisecond, timeout, what, cond)
+}
+
+// poll is eventually with another interval.
+func poll(t *testing.T, interval, timeout time.Duration, what string, cond func() error) {
+	t.Helper()
 	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), interval, timeout, true, func(context.Context) (bool, error) {
 		last = cond()
 		return last == nil, nil
 	})

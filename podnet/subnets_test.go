@@ -304,7 +304,7 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	}
 	start := time.Now()
 	c.setAddresses(t, node, "192.168.20.14")
-	eventually(t, 10*time.Second, "node1's route to node4's pods", routed("192.168.20.14"))
+	poll(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods", routed("192.168.20.14"))
 	t.Logf("node4's InternalIP written to its route in node1's kernel: %v", time.Since(start).Round(time.Millisecond))
 	want := func(ip string) string {
 		return fmt.Sprintf("%s dst %s", overlay.MAC(netipAddr(ip)), ip)
@@ -319,7 +319,7 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	}
 	start = time.Now()
 	c.setAddresses(t, node, "192.168.20.24")
-	eventually(t, 10*time.Second, "node1's route to node4's pods via its new address", routed("192.168.20.24"))
+	poll(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods via its new address", routed("192.168.20.24"))
 	t.Logf("node4's new InternalIP to its route in node1's kernel: %v", time.Since(start).Round(time.Millisecond))
 	fdb := n1.shows("bridge", "fdb", "show", "dev", overlay.DeviceV4)
 	neigh := n1.shows("ip", "neigh", "show", "dev", overlay.DeviceV4)
@@ -331,6 +331,13 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	if err := c.api.Client.CoreV1().Nodes().Delete(ctx, "node4", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	poll(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods gone", func() error {
+		if rs, err := h.RouteGet(netipAddr("10.244.4.7").AsSlice()); err != nil || len(rs) != 1 || rs[0].Gw.String() == "192.168.20.24" {
+			return fmt.Errorf("route to 10.244.4.7: %v (%v)", rs, err)
+		}
+		return nil
+	})
+	t.Logf("node4 deleted to its route gone from node1's kernel: %v", time.Since(start).Round(time.Millisecond))
 	eventually(t, 10*time.Second, "node1 without anything of node4", func() error {
 		for _, s := range []string{n1.shows("ip", "route", "show", "proto", "207"), n1.shows("ip", "neigh", "show", "dev", overlay.DeviceV4),
 			n1.shows("bridge", "fdb", "show", "dev", overlay.DeviceV4)} {
@@ -340,7 +347,6 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 		}
 		return nil
 	})
-	t.Logf("node4 deleted to its entries gone from node1: %v", time.Since(start).Round(time.Millisecond))
 }
 
 // connectionSurvivesARestart: SIGTERM leaves the devices, routes and
