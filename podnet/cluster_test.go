@@ -33,6 +33,7 @@ import (
 // the agents install, as a runtime does. Nodes filter by reverse path
 // strictly, so an asymmetric path shows up as a failure.
 type cluster struct {
+	t      *testing.T // the test the cluster lives as long as
 	api    *framework.APIServer
 	router *netns.NS
 	ext    *netns.NS
@@ -55,7 +56,7 @@ func (n *clusterNode) binDir() string  { return filepath.Join(n.dir, "bin") }
 func newCluster(t *testing.T, args ...string) *cluster {
 	t.Helper()
 	framework.RequireRoot(t)
-	c := &cluster{api: framework.StartAPIServer(t, framework.Options{})}
+	c := &cluster{t: t, api: framework.StartAPIServer(t, framework.Options{})}
 	sw := newNS(t, "switch")
 	sw.Bridge(t, "br0")
 	c.router = host(t, "router", sw, "r-a", "eth-a")
@@ -132,17 +133,18 @@ func (c *cluster) setAddresses(t *testing.T, n *v1.Node, ips ...string) {
 }
 
 // start starts netplane --role=node on every node, with args added, and
-// waits for its conflist and plugin.
+// waits for its conflist and plugin. The processes and their logs belong
+// to the cluster's test, whichever subtest starts them.
 func (c *cluster) start(t *testing.T, args ...string) {
 	t.Helper()
 	bins := framework.NetplaneBinaries(t)
 	for _, n := range c.nodes {
 		// No --cni-plugin-path: the agent installs the netplane-cni beside it.
-		n.proc = n.ns.Start(t, filepath.Join(bins, "netplane"), append([]string{
+		n.proc = n.ns.Start(c.t, filepath.Join(bins, "netplane"), append([]string{
 			"--role=node", "--kubeconfig=" + n.kubeconfig, "--node-name=" + n.name,
 			"--cni-conf-dir=" + n.confDir(), "--cni-bin-dir=" + n.binDir(),
 			"--ipam-state-dir=" + filepath.Join(n.dir, "ipam"),
-			"--cluster-cidr=10.244.0.0/16,fd00:10:244::/48", "--sync-period=2s", "--min-sync-period=100ms",
+			"--cluster-cidr=10.244.0.0/16,fd00:10:244::/48", "--min-sync-period=100ms",
 			"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0"}, args...)...)
 	}
 	for _, n := range c.nodes {
