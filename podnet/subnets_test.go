@@ -97,7 +97,7 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 		if after := count(t, n1.ns, "vxlan"); after != before {
 			t.Errorf("node1 sent %d VXLAN packets for traffic to a pod on its subnet, want none", after-before)
 		}
-		vni := count(t, n1.ns, "vni")
+		before, vni := count(t, n1.ns, "vxlan"), count(t, n1.ns, "vni")
 		expectWho(t, pods[0].ns, "tcp", pods[2].at(4, tcpPort), pods[0].ip)
 		expectWho(t, pods[0].ns, "tcp", pods[2].at(6, tcpPort), pods[0].ip6)
 		if all, ours := count(t, n1.ns, "vxlan")-before, count(t, n1.ns, "vni")-vni; ours == 0 || ours != all {
