@@ -6,6 +6,7 @@
 //	podnet   the pod network: bridge, forwarding, CNI configuration and
 //	         plugin, egress masquerade (table inet netplane-pods), routes
 //	         to other nodes
+//	policy   NetworkPolicy for this node's pods: table inet netplane-policy
 //
 // A feature is built when the process builds its roles, which is when it
 // registers the informer views it reads (before any informer starts), and
@@ -21,6 +22,7 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	cninode "github.com/netplane/netplane/cni/node"
 	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/policy"
 	"github.com/netplane/netplane/proxy"
 )
 
@@ -49,6 +51,7 @@ func features(d role.Deps) ([]Feature, error) {
 	for _, build := range []func(role.Deps) (Feature, error){
 		run(proxy.Run),
 		run(cninode.Run),
+		func(d role.Deps) (Feature, error) { return policy.New(d) },
 	} {
 		f, err := build(d)
 		if err != nil {

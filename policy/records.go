@@ -14,6 +14,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -49,6 +50,14 @@ type Namespace struct {
 func (p *Pod) Key() types.NamespacedName {
 	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 }
+
+// GetObjectMeta is the record's key, for the informer layer.
+func (p *Pod) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}
+}
+
+// GetObjectMeta is the record's key, for the informer layer.
+func (n *Namespace) GetObjectMeta() metav1.Object { return &metav1.ObjectMeta{Name: n.Name} }
 
 // active: the pod has an address that is its own, so it can be a peer
 // and, on its node, be enforced. hostNetwork pods use their node's address
