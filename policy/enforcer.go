@@ -56,6 +56,7 @@ type Enforcer struct {
 	stop     func() // the event broadcaster's
 	// deleteTable removes the table, for when enforcement is off.
 	deleteTable func() error
+	dialer      nft.Dialer // the network namespace of the NFLOG socket
 
 	mu      sync.Mutex
 	model   *Model

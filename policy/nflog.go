@@ -11,6 +11,8 @@ import (
 
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+
+	"github.com/netplane/netplane/nft"
 )
 
 // This file logs denied connections (--network-policy-log-denied). The
@@ -43,7 +45,7 @@ const seenFor = time.Minute
 // logDenied listens to the NFLOG group until ctx ends. Enforcement does
 // not depend on it: if the group cannot be had, it says so and returns.
 func (e *Enforcer) logDenied(ctx context.Context) {
-	c, err := listenNFLOG(LogGroup)
+	c, err := listenNFLOG(e.dialer, LogGroup)
 	if err != nil {
 		e.log.Error(err, "denied connections are not logged", "nflogGroup", LogGroup)
 		return
@@ -99,8 +101,8 @@ func (e *Enforcer) logPacket(p deniedPacket) {
 
 // listenNFLOG binds a netfilter socket to an NFLOG group, copying
 // logSnaplen bytes of each packet and handing each over at once.
-func listenNFLOG(group uint16) (*netlink.Conn, error) {
-	c, err := netlink.Dial(unix.NETLINK_NETFILTER, nil)
+func listenNFLOG(d nft.Dialer, group uint16) (*netlink.Conn, error) {
+	c, err := netlink.Dial(unix.NETLINK_NETFILTER, &netlink.Config{NetNS: d.NetNS})
 	if err != nil {
 		return nil, fmt.Errorf("opening a netfilter netlink socket: %w", err)
 	}
