@@ -130,6 +130,7 @@ func (e *Enforcer) Run(ctx context.Context) error {
 	if e.cfg.NetworkPolicy.LogDenied {
 		go e.logDenied(ctx)
 	}
+	e.deps.Factory.Start(ctx) // a view says it synced only once started
 	synced := make([]cache.DoneChecker, len(e.views))
 	for i, h := range e.views {
 		synced[i] = h.Synced()

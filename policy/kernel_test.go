@@ -357,5 +357,7 @@ func TestMain(m *testing.M) {
 	if os.Geteuid() == 0 {
 		netns.RemoveStale()
 	}
-	os.Exit(m.Run())
+	code := m.Run()
+	framework.RemoveBinaries()
+	os.Exit(code)
 }
