@@ -292,38 +292,54 @@ func latency(t *testing.T, c *twoNodes) {
 	c.check(t)
 	n := c.nodes[0]
 	xa, yc := c.pods["x/a"], c.pods["y/c"]
+	pods := c.s.Client.CoreV1().Pods("y")
 	var created, relabelled, added []time.Duration
+	var err error
 	for i := range 5 {
 		time.Sleep(300 * time.Millisecond) // past --min-sync-period's burst
+		np := xaFrom("p", bothPeer(sel("ns", "y"), sel("pod", "b")))
 		start := time.Now()
-		c.writePolicy(xaFrom("p", bothPeer(sel("ns", "y"), sel("pod", "b"))))
+		if _, err := c.s.Client.NetworkingV1().NetworkPolicies("x").Create(c.ctx, np, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		created = append(created, c.untilKernel(n, start, func(s kernelSets) bool { return s.has("ingress-pods", xa.ip) }))
+		c.api.setPolicy(t, np)
 		time.Sleep(300 * time.Millisecond)
 		obj := yc.obj.DeepCopy()
 		obj.Labels = map[string]string{"pod": "b"}
 		start = time.Now()
-		yc.obj = c.writePod(obj)
+		if yc.obj, err = pods.Update(c.ctx, obj, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		relabelled = append(relabelled, c.untilKernel(n, start, func(s kernelSets) bool { return s.has("sel-", yc.ip) }))
+		c.api.setPod(yc.obj)
 		time.Sleep(300 * time.Millisecond)
+		// A pod is a peer once the status write gives it its address, as
+		// the kubelet's does: that write is timed.
 		name := fmt.Sprintf("new%d", i)
 		pod := modelPod("y", name)
 		pod.Labels = map[string]string{"pod": "b"}
 		pod.Spec.Containers = pod.Spec.Containers[:1]
 		pod.Spec.Containers[0].Image = "registry.invalid/none"
 		pod.Spec.NodeName = "node2"
+		if pod, err = pods.Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		ip := fmt.Sprintf("10.244.2.%d", 200+i)
 		pod.Status.Phase, pod.Status.PodIPs = v1.PodRunning, []v1.PodIP{{IP: ip}}
 		start = time.Now()
-		c.writePod(pod)
+		if _, err := pods.UpdateStatus(c.ctx, pod, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
 		added = append(added, c.untilKernel(n, start, func(s kernelSets) bool { return s.has("sel-", ip) }))
 
 		c.deletePolicy(types.NamespacedName{Namespace: "x", Name: "p"})
+		obj = yc.obj.DeepCopy()
 		obj.Labels = map[string]string{"pod": "c"}
 		yc.obj = c.writePod(obj)
-		if err := c.s.Client.CoreV1().Pods("y").Delete(c.ctx, name, metav1.DeleteOptions{}); err != nil {
+		if err := pods.Delete(c.ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		c.api.deletePod(types.NamespacedName{Namespace: "y", Name: name})
 		c.untilKernel(n, time.Now(), func(s kernelSets) bool {
 			return !s.has("ingress-pods", xa.ip) && !s.has("sel-", yc.ip) && !s.has("sel-", ip)
 		})
