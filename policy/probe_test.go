@@ -371,4 +371,3 @@ func (c *twoNodes) settle(changed []tprobe, want map[tprobe]bool) {
 		changed = still
 	}
 }
-

@@ -200,4 +200,3 @@ func (s renderState) untouched(after renderState, tc *nft.Touched) string {
 	slices.Sort(missed)
 	return strings.Join(slices.Compact(missed), ", ")
 }
-

@@ -52,13 +52,13 @@ func (s *sink) do(fn func()) error {
 
 // The reads of a store: the informer layer never reads a sink.
 
-func (s *sink) List() []any                        { return nil }
-func (s *sink) ListKeys() []string                 { return nil }
-func (s *sink) Get(any) (any, bool, error)         { return nil, false, nil }
-func (s *sink) GetByKey(string) (any, bool, error) { return nil, false, nil }
-func (s *sink) Resync() error                      { return nil }
+func (s *sink) List() []any                          { return nil }
+func (s *sink) ListKeys() []string                   { return nil }
+func (s *sink) Get(any) (any, bool, error)           { return nil, false, nil }
+func (s *sink) GetByKey(string) (any, bool, error)   { return nil, false, nil }
+func (s *sink) Resync() error                        { return nil }
 func (s *sink) LastStoreSyncResourceVersion() string { return "" }
-func (s *sink) Bookmark(string)                    {}
+func (s *sink) Bookmark(string)                      {}
 
 func recordKey(obj any) types.NamespacedName {
 	switch r := obj.(type) {

@@ -52,14 +52,14 @@ type twoNodes struct {
 	// suite's, which owns what outlives a subtest (processes, logs).
 	t, root *testing.T
 	s       *framework.APIServer
-	ctx   context.Context
-	sw    *netns.NS
-	ext   *netns.NS
-	nodes []*tnode
-	pods  map[string]*tpod // by "ns/name"
-	api   *cluster         // the API objects as the oracle reads them
-	sctp  *sctpSeen
-	svcIP string // a ClusterIP whose one backend is x/a:80
+	ctx     context.Context
+	sw      *netns.NS
+	ext     *netns.NS
+	nodes   []*tnode
+	pods    map[string]*tpod // by "ns/name"
+	api     *cluster         // the API objects as the oracle reads them
+	sctp    *sctpSeen
+	svcIP   string // a ClusterIP whose one backend is x/a:80
 	// disabled are the nodes running with --network-policy=false.
 	disabled map[string]bool
 	last     map[tprobe]bool // what the previous check expected
