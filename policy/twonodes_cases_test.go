@@ -379,41 +379,59 @@ func (k kernelSets) has(prefix, addr string) bool {
 // untilKernel polls n's table until cond holds and says how long after
 // start it did.
 func (c *twoNodes) untilKernel(n *tnode, start time.Time, cond func(kernelSets) bool) time.Duration {
-	d, closeNS, err := nft.NamespaceDialer(n.ns.Path)
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer closeNS()
-	conn, err := nftables.New(nftables.WithNetNSFd(d.NetNS), nftables.AsLasting())
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	defer conn.CloseLasting()
-	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
+	r := c.setReader(n)
+	defer r.close()
 	for time.Since(start) < 10*time.Second {
-		sets, err := conn.GetSets(table)
-		if err != nil {
-			c.t.Fatal(err)
-		}
-		k := kernelSets{}
-		for _, s := range sets {
-			elems, err := conn.GetSetElements(s)
-			if err != nil {
-				continue // gone meanwhile
-			}
-			for _, e := range elems {
-				if a, ok := netipFrom(e.Key); ok {
-					k[s.Name] = append(k[s.Name], a)
-				}
-			}
-		}
-		if cond(k) {
+		if cond(r.read()) {
 			return time.Since(start)
 		}
 		time.Sleep(time.Millisecond)
 	}
 	c.t.Fatalf("not in the kernel of %s after 10s", n.name)
 	return 0
+}
+
+// setReader reads the sets of a node's table over one netlink socket.
+type setReader struct {
+	t     *testing.T
+	conn  *nftables.Conn
+	close func()
+}
+
+func (c *twoNodes) setReader(n *tnode) *setReader {
+	d, closeNS, err := nft.NamespaceDialer(n.ns.Path)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	conn, err := nftables.New(nftables.WithNetNSFd(d.NetNS), nftables.AsLasting())
+	if err != nil {
+		closeNS()
+		c.t.Fatal(err)
+	}
+	return &setReader{t: c.t, conn: conn, close: func() { conn.CloseLasting(); closeNS() }}
+}
+
+// read is every set's elements, by their first address; none if the
+// table is not there.
+func (r *setReader) read() kernelSets {
+	table := &nftables.Table{Family: nftables.TableFamilyINet, Name: TableName}
+	k := kernelSets{}
+	sets, err := r.conn.GetSets(table)
+	if err != nil {
+		return k
+	}
+	for _, s := range sets {
+		elems, err := r.conn.GetSetElements(s)
+		if err != nil {
+			continue // gone meanwhile
+		}
+		for _, e := range elems {
+			if a, ok := netipFrom(e.Key); ok {
+				k[s.Name] = append(k[s.Name], a)
+			}
+		}
+	}
+	return k
 }
 
 func restart(t *testing.T, c *twoNodes) {
@@ -434,13 +452,30 @@ func restart(t *testing.T, c *twoNodes) {
 			t.Errorf("the open connection broke while the agent was down")
 		}
 	})
-	// Through the start-up, until the new agent's first sync is done.
-	deadline := time.Now().Add(30 * time.Second)
-	for !logged(n, `"synced"`, `type="full"`) && time.Now().Before(deadline) {
-		if c.connect(denied) {
-			t.Errorf("%s got through while the agent started", denied)
+	// Through the start-up, until the new agent's first sync is done, x/a
+	// is dispatched to its rules all the time, and the denied connection
+	// does not get through.
+	r := c.setReader(n)
+	defer r.close()
+	probe := make(chan bool, 1)
+	go func() { probe <- c.connect(denied) }()
+	xa := c.pods["x/a"].ip
+	for deadline := time.Now().Add(30 * time.Second); !logged(n, `"synced"`, `type="full"`) && time.Now().Before(deadline); {
+		if !r.read().has("ingress-pods", xa) {
+			t.Errorf("x/a (%s) left the ingress dispatch while the agent started", xa)
 			break
 		}
+		select {
+		case through := <-probe:
+			if through {
+				t.Errorf("%s got through while the agent started", denied)
+			}
+			go func() { probe <- c.connect(denied) }()
+		default:
+		}
+	}
+	if <-probe {
+		t.Errorf("%s got through while the agent started", denied)
 	}
 	if !echoes(conn) {
 		t.Errorf("the open connection broke across the restart")
