@@ -259,6 +259,7 @@ func observed(t *testing.T, c *twoNodes) {
 		for _, line := range strings.Split(string(log), "\n") {
 			if strings.Contains(line, `"denied connection"`) && strings.Contains(line, `pod="x/a"`) &&
 				strings.Contains(line, `destination="`+c.pods["x/a"].ip+`:`) && strings.Contains(line, `direction="ingress"`) {
+				t.Logf("%s logs: %s", n.name, line)
 				return ""
 			}
 		}
