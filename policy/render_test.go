@@ -8,8 +8,6 @@ import (
 	"testing"
 
 	"golang.org/x/sys/unix"
-	netv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/netplane/netplane/nft"
 )
@@ -67,20 +65,7 @@ func TestRenderedRulesReadLikeNft(t *testing.T) {
 func mustAddr(s string) netip.Addr { return netip.MustParseAddr(s) }
 
 func TestRenderedTableDump(t *testing.T) {
-	m := NewModel(Config{Node: "n1", Families: []Family{IPv4}})
-	m.UpsertNamespace(&Namespace{Name: "x", Labels: map[string]string{"team": "a"}})
-	m.UpsertPod(&Pod{Namespace: "x", Name: "a", Node: "n1", Labels: map[string]string{"app": "db"},
-		IPs: []netip.Addr{mustAddr("10.0.0.2")}, Ports: []NamedPort{{Name: "sql", Protocol: unix.IPPROTO_TCP, Port: 5432}}})
-	m.UpsertPod(&Pod{Namespace: "x", Name: "b", Node: "n2", Labels: map[string]string{"app": "web"}, IPs: []netip.Addr{mustAddr("10.0.1.2")}})
-	sqlPort := intstr.FromString("sql")
-	pol, err := Compile(policy("x", "db", netv1.NetworkPolicySpec{PodSelector: *sel("app", "db"), PolicyTypes: bothTypes,
-		Ingress: []netv1.NetworkPolicyIngressRule{{From: peers(podPeer(sel("app", "web")), blockPeer("192.0.2.0/24", "192.0.2.0/25")),
-			Ports: []netv1.NetworkPolicyPort{{Port: &sqlPort}}}},
-		Egress: []netv1.NetworkPolicyEgressRule{egress(peers(podPeer(all)), namedPort(tcp, "sql"))}}))
-	if err != nil {
-		t.Fatal(err)
-	}
-	m.UpsertPolicy(pol)
+	m := dbModel(t, true)
 	want := `add table inet netplane-policy
 add chain inet netplane-policy deny-egress
 add chain inet netplane-policy deny-ingress

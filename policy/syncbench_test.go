@@ -77,13 +77,7 @@ func fullSyncs(b *testing.B, s *scale, kernel func() nft.Syncer) {
 // the kernel's times follow the change.)
 func BenchmarkPartialSyncAtScale(b *testing.B) {
 	s := newScale(b, 100, 100, 10, 100, false)
-	newPol := scalePolicy("ns-7", 7, 6)
-	newPol.Name = "new"
-	newPol.Spec.Ingress = append(newPol.Spec.Ingress, ingress(peers(nsPeer(sel("env", "dev"))), port(tcp, 7000)))
-	pol, err := Compile(newPol)
-	if err != nil {
-		b.Fatal(err)
-	}
+	pol := newSelectorPolicy(b)
 	local := *s.pods[0]
 	local.Labels = map[string]string{"app": "app-3", "tier": "db", "pod-template-hash": "h0"}
 	created := scalePod("ns-5", 1000, 20000, 100)
