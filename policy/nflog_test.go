@@ -144,6 +144,35 @@ func TestKernelLogsOneLinePerDeniedConnection(t *testing.T) {
 		t.Fatal(err)
 	}
 
+	udpPort := deniedConnections(t, l)
+	want := []string{
+		`"direction"="ingress" "protocol"="tcp" "source"="10.244.0.4:` + `*" "destination"="10.244.0.2:80" "port"=80 "pod"="x/a"`,
+		`"direction"="ingress" "protocol"="udp" "source"="10.244.0.4:` + udpPort + `" "destination"="10.244.0.3:81" "port"=81 "pod"="x/b"`,
+		`"direction"="egress" "protocol"="tcp" "source"="10.244.0.5:` + `*" "destination"="10.244.0.4:81" "port"=81 "pod"="y/b"`,
+	}
+	if n, err := kernelCounters(d)(); err != nil || n[Ingress] < 5 {
+		t.Fatalf("denied ingress packets %v (%v), want at least 5: two SYNs and three datagrams", n, err)
+	}
+	deadline := time.Now().Add(3 * time.Second)
+	for {
+		mu.Lock()
+		got := slices.Clone(lines)
+		mu.Unlock()
+		problem := matchLines(got, want)
+		if problem == "" {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%s\nlines:\n%s", problem, strings.Join(got, "\n"))
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// deniedConnections: y/a opens a TCP connection to x/a (its SYN sent
+// twice) and sends three datagrams from one socket to x/b; y/b opens one
+// to y/a. It returns the datagrams' source port.
+func deniedConnections(t *testing.T, l *lab) string {
 	var udpPort string
 	must(t, l.pods["y/a"].Do(func() error {
 		c, err := net.DialTimeout("tcp4", "10.244.0.2:80", 1500*time.Millisecond) // the SYN is sent twice
@@ -170,28 +199,7 @@ func TestKernelLogsOneLinePerDeniedConnection(t *testing.T) {
 		}
 		return nil
 	}))
-	want := []string{
-		`"direction"="ingress" "protocol"="tcp" "source"="10.244.0.4:` + `*" "destination"="10.244.0.2:80" "port"=80 "pod"="x/a"`,
-		`"direction"="ingress" "protocol"="udp" "source"="10.244.0.4:` + udpPort + `" "destination"="10.244.0.3:81" "port"=81 "pod"="x/b"`,
-		`"direction"="egress" "protocol"="tcp" "source"="10.244.0.5:` + `*" "destination"="10.244.0.4:81" "port"=81 "pod"="y/b"`,
-	}
-	if n, err := kernelCounters(d)(); err != nil || n[Ingress] < 5 {
-		t.Fatalf("denied ingress packets %v (%v), want at least 5: two SYNs and three datagrams", n, err)
-	}
-	deadline := time.Now().Add(3 * time.Second)
-	for {
-		mu.Lock()
-		got := slices.Clone(lines)
-		mu.Unlock()
-		problem := matchLines(got, want)
-		if problem == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s\nlines:\n%s", problem, strings.Join(got, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+	return udpPort
 }
 
 // matchLines says what is wrong unless every wanted line (a * stands for
