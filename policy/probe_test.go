@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -177,7 +178,8 @@ func (c *twoNodes) connect(p tprobe) bool {
 		return c.sctp.probe(ns, c.netnsOf(p.to), netip.MustParseAddrPort(addr))
 	case v1.ProtocolUDP:
 		var conn net.Conn
-		if err := ns.Do(func() (err error) { conn, err = net.Dial(network, addr); return err }); err != nil {
+		d := net.Dialer{LocalAddr: &net.UDPAddr{Port: sourcePort()}}
+		if err := ns.Do(func() (err error) { conn, err = d.Dial(network, addr); return err }); err != nil {
 			return false
 		}
 		defer conn.Close()
@@ -191,6 +193,14 @@ func (c *twoNodes) connect(p tprobe) bool {
 	defer conn.Close()
 	return echoes(conn)
 }
+
+// lastPort counts the source ports of UDP and SCTP probes.
+var lastPort atomic.Int32
+
+// sourcePort is a source port no probe of the suite used before: the
+// conntrack entry of an earlier flow allowed then (UDP's lasts two
+// minutes) would let a probe reusing its port pass as established.
+func sourcePort() int { return 20000 + int(lastPort.Add(1))%45000 }
 
 // sctpSeen receives SCTP INIT chunks on raw sockets in the pods (the
 // kernel has no SCTP sockets): a probe's INIT carries a tag of its own,
@@ -266,7 +276,7 @@ func (s *sctpSeen) listen(t *testing.T, ns *netns.NS) {
 // probe sends an INIT from src to dst and waits for it at the receiver.
 func (s *sctpSeen) probe(src, _ *netns.NS, dst netip.AddrPort) bool {
 	tag := rand.Uint32() | 1
-	pkt := sctpInit(uint16(30000+rand.IntN(30000)), dst.Port(), tag)
+	pkt := sctpInit(uint16(sourcePort()), dst.Port(), tag)
 	err := src.Do(func() error {
 		fam, sa := unix.AF_INET, unix.Sockaddr(&unix.SockaddrInet4{Addr: dst.Addr().As4()})
 		if dst.Addr().Is6() {
