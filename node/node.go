@@ -8,6 +8,7 @@
 //	         (table inet netplane-pods)
 //	overlay  routes to other nodes' pods (protocol 207), the VXLAN devices
 //	         netplane.vxlan and netplane.vxlan6 and their entries
+//	policy   NetworkPolicy for this node's pods: table inet netplane-policy
 //
 // A feature is built when the process builds its roles, which is when it
 // registers the informer views it reads (before any informer starts), and
@@ -24,6 +25,7 @@ import (
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/overlay"
 	"github.com/netplane/netplane/podnet"
+	"github.com/netplane/netplane/policy"
 	"github.com/netplane/netplane/proxy"
 )
 
@@ -58,6 +60,7 @@ func features(d role.Deps) ([]Feature, error) {
 		run(proxy.Run),
 		construct(podnet.New),
 		construct(overlay.NewFeature),
+		construct(policy.New),
 	} {
 		f, err := build(d)
 		if err != nil {

@@ -129,19 +129,32 @@ func TestNeighborDiscoveryIsNotJudged(t *testing.T) {
 	}
 }
 
-func TestDumpReadsLikeNft(t *testing.T) {
+// dbModel is one node's model: x/a (here, app=db, a named port sql) admits
+// app=web pods and an ipBlock on sql; with egress, it may reach sql of
+// any pod and nothing else.
+func dbModel(t *testing.T, egressToo bool) *Model {
 	m := NewModel(Config{Node: "n1", Families: []Family{IPv4}})
 	m.UpsertNamespace(&Namespace{Name: "x", Labels: map[string]string{"team": "a"}})
 	m.UpsertPod(&Pod{Namespace: "x", Name: "a", Node: "n1", Labels: map[string]string{"app": "db"},
 		IPs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}, Ports: []NamedPort{{Name: "sql", Protocol: unix.IPPROTO_TCP, Port: 5432}}})
 	m.UpsertPod(&Pod{Namespace: "x", Name: "b", Node: "n2", Labels: map[string]string{"app": "web"}, IPs: []netip.Addr{netip.MustParseAddr("10.0.1.2")}})
 	sqlPort := intstr.FromString("sql")
-	pol, err := Compile(policy("x", "db", netv1.NetworkPolicySpec{PodSelector: *sel("app", "db"), Ingress: []netv1.NetworkPolicyIngressRule{
-		{From: peers(podPeer(sel("app", "web")), blockPeer("192.0.2.0/24", "192.0.2.0/25")), Ports: []netv1.NetworkPolicyPort{{Port: &sqlPort}}}}}))
+	spec := netv1.NetworkPolicySpec{PodSelector: *sel("app", "db"), Ingress: []netv1.NetworkPolicyIngressRule{
+		{From: peers(podPeer(sel("app", "web")), blockPeer("192.0.2.0/24", "192.0.2.0/25")), Ports: []netv1.NetworkPolicyPort{{Port: &sqlPort}}}}}
+	if egressToo {
+		spec.PolicyTypes = bothTypes
+		spec.Egress = []netv1.NetworkPolicyEgressRule{egress(peers(podPeer(all)), namedPort(tcp, "sql"))}
+	}
+	pol, err := Compile(policy("x", "db", spec))
 	if err != nil {
 		t.Fatal(err)
 	}
 	m.UpsertPolicy(pol)
+	return m
+}
+
+func TestDumpReadsLikeNft(t *testing.T) {
+	m := dbModel(t, false)
 	want := `add table inet netplane-policy
 add chain inet netplane-policy deny-egress
 add chain inet netplane-policy deny-ingress

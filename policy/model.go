@@ -131,6 +131,28 @@ func (m *Model) TakeTouched() *Touched {
 	return t
 }
 
+// Counts are the policies in the model and the local pods isolated in at
+// least one direction: what the tables enforce.
+func (m *Model) Counts() (policies, isolated int) {
+	for _, st := range m.ns {
+		for p := range st.local {
+			if p.groups[Ingress] != nil || p.groups[Egress] != nil {
+				isolated++
+			}
+		}
+	}
+	return len(m.policies), isolated
+}
+
+// LocalPod is the pod of this node whose rules the address's packets meet,
+// if any: the one a denied packet's log line names.
+func (m *Model) LocalPod(a netip.Addr) (types.NamespacedName, bool) {
+	if c := m.claims[a.Unmap()]; len(c) > 0 {
+		return c[0].rec.Key(), true
+	}
+	return types.NamespacedName{}, false
+}
+
 // UpsertNamespace adds or changes a namespace.
 func (m *Model) UpsertNamespace(rec *Namespace) {
 	st := m.namespace(rec.Name)

@@ -1,11 +1,14 @@
 // Package policy enforces networking.k8s.io/v1 NetworkPolicy for the pods
-// of one node, in the nftables table `inet netplane-policy`. This package is
-// the pure part: slim records of pods, namespaces and policies, and an
-// incremental Model that turns them into the table's desired content
-// (chains, named sets and verdict maps, element by element) and reports
-// what changed since it was last asked, so a sync programs only that. It
-// knows no kernel and no API server: the node role feeds it from informers
-// and renders its Table. SEMANTICS.md says what is enforced where.
+// of one node, in the nftables table `inet netplane-policy`. Its core is
+// pure: slim records of pods, namespaces and policies, and an incremental
+// Model that turns them into the table's desired content (chains, named
+// sets and verdict maps, element by element) and reports what changed
+// since it was last asked, so a sync programs only that; it knows no
+// kernel and no API server, and is tested without either. Around it, the
+// node role's feature (enforcer.go): informer sinks feeding the model,
+// the rendering onto the nft driver (render.go), the sync loop, metrics
+// and the denied-connection log. SEMANTICS.md says what is enforced where,
+// README.md how it is built.
 package policy
 
 import (
@@ -14,6 +17,7 @@ import (
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 )
 
@@ -49,6 +53,14 @@ type Namespace struct {
 func (p *Pod) Key() types.NamespacedName {
 	return types.NamespacedName{Namespace: p.Namespace, Name: p.Name}
 }
+
+// GetObjectMeta is the record's key, for the informer layer.
+func (p *Pod) GetObjectMeta() metav1.Object {
+	return &metav1.ObjectMeta{Namespace: p.Namespace, Name: p.Name}
+}
+
+// GetObjectMeta is the record's key, for the informer layer.
+func (n *Namespace) GetObjectMeta() metav1.Object { return &metav1.ObjectMeta{Name: n.Name} }
 
 // active: the pod has an address that is its own, so it can be a peer
 // and, on its node, be enforced. hostNetwork pods use their node's address

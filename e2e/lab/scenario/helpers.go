@@ -16,6 +16,7 @@ import (
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	networkingv1 "k8s.io/api/networking/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -73,6 +74,24 @@ func create(ctx context.Context, l *lab.Lab, obj runtime.Object) error {
 	case *corev1.Pod:
 		c := l.Client.CoreV1().Pods(ns(o.Namespace))
 		if _, err = c.Get(ctx, o.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			// In a namespace just made, the default ServiceAccount the
+			// admission plugin wants comes a moment later.
+			for range 100 {
+				_, err = c.Create(ctx, o, metav1.CreateOptions{})
+				if !apierrors.IsForbidden(err) || !strings.Contains(err.Error(), "serviceaccount") {
+					break
+				}
+				time.Sleep(100 * time.Millisecond)
+			}
+		}
+	case *corev1.Namespace:
+		c := l.Client.CoreV1().Namespaces()
+		if _, err = c.Get(ctx, o.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
+			_, err = c.Create(ctx, o, metav1.CreateOptions{})
+		}
+	case *networkingv1.NetworkPolicy:
+		c := l.Client.NetworkingV1().NetworkPolicies(ns(o.Namespace))
+		if _, err = c.Get(ctx, o.Name, metav1.GetOptions{}); apierrors.IsNotFound(err) {
 			_, err = c.Create(ctx, o, metav1.CreateOptions{})
 		}
 	default:
@@ -117,9 +136,14 @@ func withinEvery(ctx context.Context, timeout, every time.Duration, fn func() er
 // readyPods waits until selector matches want Running, Ready pods and
 // returns them sorted by name.
 func readyPods(ctx context.Context, l *lab.Lab, selector string, want int) ([]corev1.Pod, error) {
+	return readyPodsIn(ctx, l, "default", selector, want)
+}
+
+// readyPodsIn is readyPods in namespace.
+func readyPodsIn(ctx context.Context, l *lab.Lab, namespace, selector string, want int) ([]corev1.Pod, error) {
 	var out []corev1.Pod
 	err := within(ctx, 90*time.Second, func() error {
-		pods, err := l.Client.CoreV1().Pods("default").List(ctx, metav1.ListOptions{LabelSelector: selector})
+		pods, err := l.Client.CoreV1().Pods(namespace).List(ctx, metav1.ListOptions{LabelSelector: selector})
 		if err != nil {
 			return err
 		}
@@ -163,7 +187,12 @@ func echo(body string) (pod, client string, err error) {
 
 // get makes one HTTP request from inside a pod and returns the serving pod.
 func get(ctx context.Context, l *lab.Lab, fromPod, url string) (string, error) {
-	out, err := l.Exec(ctx, "default", fromPod, "/testimage", "get", "--timeout=2s", url)
+	return getIn(ctx, l, "default", fromPod, url)
+}
+
+// getIn is get from a pod of namespace.
+func getIn(ctx context.Context, l *lab.Lab, namespace, fromPod, url string) (string, error) {
+	out, err := l.Exec(ctx, namespace, fromPod, "/testimage", "get", "--timeout=2s", url)
 	if err != nil {
 		return "", err
 	}

@@ -32,6 +32,7 @@ func init() {
 		{"6 ExternalName: CNAME, target resolved through the upstream", ExternalName},
 		{"7 scale down/up and failed readiness: endpoints, DNS and rules follow", ScaleAndReadiness},
 		{"8 hostPort: a pod reachable on its node's address", HostPort},
+		{"9 NetworkPolicy: only pods labelled access=true reach nginx; a default-deny namespace", NetworkPolicy},
 	}
 }
 
@@ -75,10 +76,15 @@ func ClusterIP(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error
 // reachAll sends requests from the client pod until every wanted pod has
 // answered; any failed request is an error.
 func reachAll(ctx context.Context, l *lab.Lab, url string, want []string) ([]string, error) {
+	return reachAllFrom(ctx, l, "default", "client", url, want)
+}
+
+// reachAllFrom is reachAll from pod client of namespace.
+func reachAllFrom(ctx context.Context, l *lab.Lab, namespace, client, url string, want []string) ([]string, error) {
 	seen := map[string]bool{}
 	// A Service just created is programmed on the nodes a moment later.
 	if err := within(ctx, 10*time.Second, func() error {
-		pod, err := get(ctx, l, "client", url)
+		pod, err := getIn(ctx, l, namespace, client, url)
 		if err == nil {
 			seen[pod] = true
 		}
@@ -87,7 +93,7 @@ func reachAll(ctx context.Context, l *lab.Lab, url string, want []string) ([]str
 		return nil, fmt.Errorf("no answer from %s: %w", url, err)
 	}
 	for i := 0; i < 30*len(want); i++ {
-		pod, err := get(ctx, l, "client", url)
+		pod, err := getIn(ctx, l, namespace, client, url)
 		if err != nil {
 			return nil, fmt.Errorf("request %d to %s: %w", i+1, url, err)
 		}

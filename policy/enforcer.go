@@ -1,0 +1,255 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"sync"
+	"time"
+
+	"github.com/go-logr/logr"
+	v1 "k8s.io/api/core/v1"
+	netv1 "k8s.io/api/networking/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/informer"
+	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/internal/runner"
+	"github.com/netplane/netplane/nft"
+)
+
+// This file is the node role's NetworkPolicy feature, the shell around the
+// model: three informer views (pods, namespaces, NetworkPolicies) whose
+// records go straight into the model (it is their only copy), one sync
+// loop that renders what the model touched and programs it, and the
+// reports of policies that do not compile.
+
+// LogGroup is the NFLOG group denied packets are logged to with
+// --network-policy-log-denied; the node role is its one listener.
+const LogGroup = 27041
+
+// logRate is how many denied packets per second and direction the kernel
+// hands to the log at most; the log then writes one line per connection.
+const logRate = 10
+
+// logPrefix begins every denied packet's NFLOG prefix; the direction follows.
+const logPrefix = "netplane-policy denied "
+
+// Enforcer is the NetworkPolicy feature of the node role.
+type Enforcer struct {
+	log      logr.Logger
+	cfg      v1alpha1.Node
+	syncer   nft.Syncer
+	runner   *runner.Runner
+	metrics  *metrics
+	recorder record.EventRecorder
+	deps     role.Deps
+	views    []*informer.Handle
+	stop     func() // the event broadcaster's
+	// deleteTable removes the table, for when enforcement is off.
+	deleteTable func() error
+	dialer      nft.Dialer // the network namespace of the NFLOG socket
+
+	mu      sync.Mutex
+	model   *Model
+	render  *renderer
+	invalid map[types.NamespacedName]string // policies whose last version did not compile: its resourceVersion
+}
+
+// New builds the feature of the node role d: with enforcement on, it
+// registers its informer views, which must happen before the process's
+// informers start.
+func New(d role.Deps) (*Enforcer, error) {
+	cfg := d.Config.Node
+	if !cfg.NetworkPolicy.Enabled {
+		return &Enforcer{log: d.Log.WithName("network-policy"), cfg: cfg,
+			deleteTable: func() error { return nft.Delete(nft.Dialer{}, TableID) }}, nil
+	}
+	if d.Factory == nil {
+		return nil, errors.New("network policy: no informer factory")
+	}
+	b := record.NewBroadcaster()
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events("")})
+	rec := b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "netplane-node", Host: cfg.NodeName})
+	e := newEnforcer(d.Log.WithName("network-policy"), cfg, nft.NewProgrammer(nft.Dialer{}, TableID), newMetrics(d.Metrics), rec)
+	e.deps, e.stop = d, b.Shutdown
+	e.metrics.denied.read = kernelCounters(nft.Dialer{})
+	for _, v := range []informer.View{
+		{Kind: informer.Pods, Name: "network-policy", Record: func(o runtime.Object) any { return PodFromAPI(o.(*v1.Pod)) }},
+		{Kind: informer.Namespaces, Name: "network-policy", Record: func(o runtime.Object) any { return NamespaceFromAPI(o.(*v1.Namespace)) }},
+		{Kind: informer.NetworkPolicies, Name: "network-policy", Record: func(o runtime.Object) any { return policyRecordOf(o.(*netv1.NetworkPolicy)) }},
+	} {
+		v.Sink = &sink{e: e, kind: v.Kind}
+		e.views = append(e.views, d.Factory.Register(v))
+	}
+	d.Checks.AddHealth("network-policy", e.healthy)
+	return e, nil
+}
+
+// newEnforcer is the enforcing feature with its parts given: what tests
+// build on a fake kernel.
+func newEnforcer(log logr.Logger, cfg v1alpha1.Node, syncer nft.Syncer, m *metrics, rec record.EventRecorder) *Enforcer {
+	mc := Config{Node: cfg.NodeName}
+	if cfg.NetworkPolicy.LogDenied {
+		mc.Log = Log{Group: LogGroup, Rate: logRate, Prefix: logPrefix}
+	}
+	model := NewModel(mc)
+	e := &Enforcer{log: log, cfg: cfg, syncer: syncer, metrics: m, recorder: rec, model: model,
+		render: newRenderer(model.Table()), invalid: map[types.NamespacedName]string{}}
+	e.runner = runner.New(e.sync, runner.Options{MinInterval: cfg.MinSyncPeriod.Duration, FullInterval: cfg.SyncPeriod.Duration})
+	return e
+}
+
+// Run enforces until ctx ends, then leaves the table in place: a restarted
+// or upgraded agent adopts it, so enforcement has no gap either way. With
+// enforcement off it removes the table and waits.
+func (e *Enforcer) Run(ctx context.Context) error {
+	if !e.cfg.NetworkPolicy.Enabled {
+		if err := e.deleteTable(); err != nil {
+			return fmt.Errorf("network policy is off, removing its table: %w", err)
+		}
+		e.log.Info("network policy enforcement is off; table removed", "table", TableID.String())
+		<-ctx.Done()
+		return nil
+	}
+	defer e.syncer.Close()
+	if e.stop != nil {
+		defer e.stop()
+	}
+	if _, err := os.Stat("/proc/sys/net/bridge/bridge-nf-call-iptables"); err != nil {
+		e.log.Info("br_netfilter is not loaded: connections between pods of this node's bridge are not judged")
+	}
+	if e.cfg.NetworkPolicy.LogDenied {
+		go e.logDenied(ctx)
+	}
+	e.deps.Factory.Start(ctx) // a view says it synced only once started
+	synced := make([]cache.DoneChecker, len(e.views))
+	for i, h := range e.views {
+		synced[i] = h.Synced()
+	}
+	// The first sync must see every pod, namespace and policy: a partial
+	// picture would open what the table left in place still closes.
+	if !role.WaitForSync(ctx, e.deps, "network-policy", synced...) {
+		return nil
+	}
+	e.runner.Run(ctx)
+	e.log.Info("stopped; table left in place so enforcement goes on", "table", TableID.String())
+	return nil
+}
+
+// healthy fails, as the proxier's check does, when a change has waited
+// longer than twice the sync period to reach the kernel.
+func (e *Enforcer) healthy() error { return e.runner.Healthy(2 * e.cfg.SyncPeriod.Duration) }
+
+// sync renders what changed and programs it: every part of the table on
+// a full sync, the touched parts otherwise.
+func (e *Enforcer) sync(_ context.Context, full bool) error {
+	start := time.Now()
+	e.mu.Lock()
+	var touched *nft.Touched
+	if tc := e.model.TakeTouched(); tc == nil || e.render.t == nil {
+		e.render.full()
+	} else {
+		touched = e.render.apply(tc)
+	}
+	policies, isolated := e.model.Counts()
+	invalid := len(e.invalid)
+	e.mu.Unlock()
+	var err error
+	if full || touched == nil {
+		_, err = e.syncer.Sync(e.render.t, full)
+	} else {
+		_, err = e.syncer.SyncTouched(e.render.t, touched)
+	}
+	if err != nil {
+		e.metrics.syncFailures.Inc()
+		e.log.Error(err, "sync failed; retrying with a full sync")
+		return err
+	}
+	kind := "partial"
+	if full {
+		kind = "full"
+	}
+	took := time.Since(start)
+	e.metrics.syncDuration.WithLabelValues(kind).Observe(took.Seconds())
+	e.metrics.policies.Set(float64(policies))
+	e.metrics.isolated.Set(float64(isolated))
+	e.metrics.invalid.Set(float64(invalid))
+	e.log.V(2).Info("synced", "type", kind, "took", took, "policies", policies, "isolatedPods", isolated)
+	return nil
+}
+
+// policyRecord is a NetworkPolicy compiled, or why it did not compile.
+type policyRecord struct {
+	meta metav1.ObjectMeta // namespace, name, uid, resourceVersion: for the key and events
+	pol  *Policy
+	err  error
+}
+
+func policyRecordOf(np *netv1.NetworkPolicy) *policyRecord {
+	pol, err := Compile(np)
+	return &policyRecord{meta: metav1.ObjectMeta{Namespace: np.Namespace, Name: np.Name, UID: np.UID,
+		ResourceVersion: np.ResourceVersion}, pol: pol, err: err}
+}
+
+// GetObjectMeta is the record's key, for the informer layer.
+func (r *policyRecord) GetObjectMeta() metav1.Object { m := r.meta; return &m }
+
+func (r *policyRecord) key() types.NamespacedName {
+	return types.NamespacedName{Namespace: r.meta.Namespace, Name: r.meta.Name}
+}
+
+// upsert applies a record to the model. Called with mu held.
+func (e *Enforcer) upsert(obj any) {
+	switch r := obj.(type) {
+	case *Pod:
+		e.model.UpsertPod(r)
+	case *Namespace:
+		e.model.UpsertNamespace(r)
+	case *policyRecord:
+		if r.err == nil {
+			delete(e.invalid, r.key())
+			e.model.UpsertPolicy(r.pol)
+			return
+		}
+		if e.invalid[r.key()] != r.meta.ResourceVersion {
+			e.invalid[r.key()] = r.meta.ResourceVersion
+			e.reportInvalid(r)
+		}
+	}
+}
+
+// reportInvalid logs a policy that does not compile and records an event
+// on it, saying what stays in force. Called with mu held.
+func (e *Enforcer) reportInvalid(r *policyRecord) {
+	kept := "nothing of it is enforced"
+	if _, ok := e.model.policies[r.key()]; ok {
+		kept = "its previous version stays in force"
+	}
+	e.log.Error(r.err, "NetworkPolicy not enforced", "policy", r.key().String(), "kept", kept)
+	if e.recorder != nil {
+		obj := &netv1.NetworkPolicy{ObjectMeta: r.meta}
+		e.recorder.Eventf(obj, v1.EventTypeWarning, "InvalidNetworkPolicy", "not enforced on node %s: %v; %s", e.cfg.NodeName, r.err, kept)
+	}
+}
+
+// remove takes a record's object out of the model. Called with mu held.
+func (e *Enforcer) remove(obj any) {
+	switch r := obj.(type) {
+	case *Pod:
+		e.model.DeletePod(r.Key())
+	case *Namespace:
+		e.model.DeleteNamespace(r.Name)
+	case *policyRecord:
+		delete(e.invalid, r.key())
+		e.model.DeletePolicy(r.key())
+	}
+}

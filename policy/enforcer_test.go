@@ -1,0 +1,340 @@
+package policy
+
+import (
+	"context"
+	"errors"
+	"maps"
+	"slices"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr"
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	netv1 "k8s.io/api/networking/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/informer"
+	"github.com/netplane/netplane/nft"
+)
+
+// The feature's sync logic on the driver's fake kernel: records go in
+// through the sinks as the informers would write them, syncs run as the
+// runner would run them.
+
+type fakeNode struct {
+	e        *Enforcer
+	fake     *nft.Fake
+	reg      *prometheus.Registry
+	events   *record.FakeRecorder
+	pods     *sink
+	ns       *sink
+	policies *sink
+	rv       int // the resourceVersion of the last write
+}
+
+func newFakeNode(t *testing.T, logDenied bool) *fakeNode {
+	t.Helper()
+	cfg := v1alpha1.Node{NodeName: "n1", NetworkPolicy: v1alpha1.NetworkPolicy{Enabled: true, LogDenied: logDenied}}
+	cfg.SyncPeriod.Duration, cfg.MinSyncPeriod.Duration = time.Minute, 0
+	f := &fakeNode{fake: nft.NewFake(TableID), reg: prometheus.NewRegistry(), events: record.NewFakeRecorder(10)}
+	f.e = newEnforcer(logr.Discard(), cfg, f.fake, newMetrics(f.reg), f.events)
+	f.pods, f.ns, f.policies = &sink{f.e, informer.Pods}, &sink{f.e, informer.Namespaces}, &sink{f.e, informer.NetworkPolicies}
+	return f
+}
+
+func (f *fakeNode) sync(t *testing.T, full bool) {
+	t.Helper()
+	if err := f.e.sync(context.Background(), full); err != nil {
+		t.Fatalf("sync (full=%v): %v", full, err)
+	}
+	if got, want := f.fake.Dump(), f.e.render.t.Dump(); got != want {
+		t.Fatalf("after the sync the kernel's table differs from the desired one:\n%s", lineDiff(want, got))
+	}
+}
+
+// modelWorld puts the e2e model's namespaces and pods (x and y on n1)
+// into the node, as the first lists would.
+func (f *fakeNode) modelWorld(t *testing.T) {
+	var nss, pods []any
+	for _, ns := range modelNamespaces {
+		nss = append(nss, NamespaceFromAPI(modelNamespace(ns)))
+		for _, name := range modelPods {
+			pods = append(pods, PodFromAPI(modelPod(ns, name)))
+		}
+	}
+	must(t, f.ns.Replace(nss, ""))
+	must(t, f.pods.Replace(pods, ""))
+	must(t, f.policies.Replace(nil, ""))
+}
+
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+func (f *fakeNode) setPolicy(t *testing.T, np *netv1.NetworkPolicy) {
+	t.Helper()
+	np = np.DeepCopy()
+	f.rv++
+	np.UID, np.ResourceVersion = types.UID("uid-"+np.Namespace+"-"+np.Name), strconv.Itoa(f.rv)
+	must(t, f.policies.Update(policyRecordOf(np)))
+}
+
+var denyX = policy("x", "deny", netv1.NetworkPolicySpec{PodSelector: *all, PolicyTypes: ingressOnly})
+
+func TestFirstSyncProgramsTheWholeTableAndLaterOnesOnlyTheChange(t *testing.T) {
+	f := newFakeNode(t, false)
+	f.modelWorld(t)
+	f.setPolicy(t, denyX)
+	f.setPolicy(t, policy("x", "from-y", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"),
+		Ingress: []netv1.NetworkPolicyIngressRule{ingress(peers(nsPeer(sel("ns", "y"))), port(tcp, 80))}}))
+	f.sync(t, true)
+	if !strings.Contains(f.fake.Dump(), "add element inet netplane-policy ingress-pods { 10.0.1.1 : jump ingress-") {
+		t.Fatalf("x/a is not dispatched to its chain:\n%s", f.fake.Dump())
+	}
+
+	for _, tc := range []struct {
+		name   string
+		change func(t *testing.T)
+		want   []string // the fake's steps, hashes elided
+	}{
+		{"a pod of another node joins a selector: one element", func(t *testing.T) {
+			p := modelPod("z", "c")
+			p.Labels["ns"] = "ignored"
+			must(t, f.ns.Update(&Namespace{Name: "z", Labels: map[string]string{"ns": "y"}}))
+		}, []string{"add sel-HASH", "add sel6-HASH"}},
+		{"a pod's labels change: its selector elements only", func(t *testing.T) {
+			p := modelPod("y", "b")
+			p.Labels = map[string]string{"pod": "b", "extra": "1"}
+			must(t, f.pods.Update(PodFromAPI(p)))
+		}, nil},
+		{"a local pod goes: its map elements and selector elements", func(t *testing.T) {
+			must(t, f.pods.Delete(PodFromAPI(modelPod("x", "b"))))
+		}, []string{"delete ingress-pods6", "delete ingress-pods"}},
+		{"a policy's new version: a new chain, the map elements moved, the old chain gone", func(t *testing.T) {
+			f.setPolicy(t, policy("x", "from-y", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"),
+				Ingress: []netv1.NetworkPolicyIngressRule{ingress(peers(nsPeer(sel("ns", "y"))), port(tcp, 81))}}))
+		}, []string{"add chain ingress-HASH", "rewrite ingress-HASH", "delete ingress-pods", "add ingress-pods", "delete ingress-pods6", "add ingress-pods6",
+			"flush chain ingress-HASH", "delete chain ingress-HASH"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tc.change(t)
+			f.sync(t, false)
+			if got := hashedSteps(f.fake.Steps()); !slices.Equal(got, tc.want) {
+				t.Errorf("steps:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))
+			}
+		})
+	}
+}
+
+// value is a gauge's or counter's value.
+func value(m prometheus.Metric) float64 {
+	var d dto.Metric
+	if err := m.Write(&d); err != nil {
+		panic(err)
+	}
+	if d.Gauge != nil {
+		return d.Gauge.GetValue()
+	}
+	return d.Counter.GetValue()
+}
+
+func hashedSteps(steps []string) []string {
+	var out []string
+	for _, s := range steps {
+		out = append(out, hashes.ReplaceAllString(s, "-HASH"))
+	}
+	return out
+}
+
+func TestFullSyncHealsWhatOthersChanged(t *testing.T) {
+	f := newFakeNode(t, false)
+	f.modelWorld(t)
+	f.setPolicy(t, denyX)
+	f.sync(t, true)
+	want := f.fake.Dump()
+	f.fake.Edit(func(t *nft.Table) *nft.Table {
+		delete(t.Sets["ingress-pods"].Elements, firstKey(t.Sets["ingress-pods"].Elements))
+		t.Chains["forward"].Rules = nil
+		return t
+	})
+	f.sync(t, true)
+	if got := f.fake.Dump(); got != want {
+		t.Errorf("not healed:\n%s", lineDiff(want, got))
+	}
+	f.fake.Edit(func(*nft.Table) *nft.Table { return nil }) // nft flush ruleset
+	f.sync(t, true)
+	if got := f.fake.Dump(); got != want {
+		t.Errorf("not remade after the table was deleted:\n%s", lineDiff(want, got))
+	}
+}
+
+func firstKey(m map[string]uint32) string {
+	for k := range m {
+		return k
+	}
+	return ""
+}
+
+func TestAPolicyThatDoesNotCompileKeepsItsPreviousVersion(t *testing.T) {
+	f := newFakeNode(t, false)
+	f.modelWorld(t)
+	good := policy("x", "p", netv1.NetworkPolicySpec{PodSelector: *all, Ingress: []netv1.NetworkPolicyIngressRule{ingress(peers(blockPeer("10.0.2.0/24")))}})
+	f.setPolicy(t, good)
+	f.sync(t, true)
+	before := f.fake.Dump()
+
+	bad := good.DeepCopy()
+	bad.Spec.Ingress[0].From[0].IPBlock.CIDR = "10.0.2.0/33"
+	f.setPolicy(t, bad)
+	f.sync(t, false)
+	if got := f.fake.Dump(); got != before {
+		t.Errorf("a version that does not compile changed the table:\n%s", lineDiff(before, got))
+	}
+	wantEvent(t, f.events, "Warning InvalidNetworkPolicy not enforced on node n1: NetworkPolicy x/p: spec.ingress[0].from[0].ipBlock.cidr", "its previous version stays in force")
+	if got := value(f.e.metrics.invalid); got != 1 {
+		t.Errorf("invalid policies gauge %v, want 1", got)
+	}
+
+	newBad := bad.DeepCopy()
+	newBad.Name = "q"
+	f.setPolicy(t, newBad)
+	wantEvent(t, f.events, "NetworkPolicy x/q", "nothing of it is enforced")
+
+	f.setPolicy(t, policy("x", "p", netv1.NetworkPolicySpec{PodSelector: *all, PolicyTypes: ingressOnly}))
+	must(t, f.policies.Delete(policyRecordOf(newBad)))
+	f.sync(t, false)
+	if got := value(f.e.metrics.invalid); got != 0 {
+		t.Errorf("invalid policies gauge %v after the fix, want 0", got)
+	}
+	if strings.Contains(f.fake.Dump(), "10.0.2.0/24") {
+		t.Errorf("the fixed version is not in force:\n%s", f.fake.Dump())
+	}
+}
+
+func wantEvent(t *testing.T, events *record.FakeRecorder, parts ...string) {
+	t.Helper()
+	select {
+	case ev := <-events.Events:
+		for _, p := range parts {
+			if !strings.Contains(ev, p) {
+				t.Errorf("event %q does not say %q", ev, p)
+			}
+		}
+	default:
+		t.Errorf("no event; want one saying %q", parts)
+	}
+}
+
+func TestARelistRemovesWhatIsGone(t *testing.T) {
+	f := newFakeNode(t, false)
+	f.modelWorld(t)
+	f.setPolicy(t, denyX)
+	f.sync(t, true)
+	must(t, f.pods.Replace([]any{PodFromAPI(modelPod("x", "a"))}, ""))
+	must(t, f.policies.Replace(nil, ""))
+	f.sync(t, false)
+	if policies, isolated := f.e.model.Counts(); policies != 0 || isolated != 0 || len(f.e.model.pods) != 1 {
+		t.Errorf("after the relist: %d policies, %d isolated pods, %d pods; want 0, 0, 1", policies, isolated, len(f.e.model.pods))
+	}
+	if strings.Contains(f.fake.Dump(), "add element") {
+		t.Errorf("elements left after the relist:\n%s", f.fake.Dump())
+	}
+}
+
+func TestAFailedSyncIsReportedAndTheRetryHealsIt(t *testing.T) {
+	f := newFakeNode(t, false)
+	f.modelWorld(t)
+	f.sync(t, true)
+	f.setPolicy(t, denyX)
+	f.fake.Fail(errors.New("the kernel said no"))
+	if err := f.e.sync(context.Background(), false); err == nil {
+		t.Fatal("the sync did not fail")
+	}
+	if got := value(f.e.metrics.syncFailures); got != 1 {
+		t.Errorf("sync failures %v, want 1", got)
+	}
+	f.sync(t, true) // the runner retries with a full sync
+	if !strings.Contains(f.fake.Dump(), "jump ingress-") {
+		t.Errorf("the retry did not program the policy:\n%s", f.fake.Dump())
+	}
+}
+
+func TestMetricsCountPoliciesAndSelectedPods(t *testing.T) {
+	f := newFakeNode(t, false)
+	f.modelWorld(t)
+	f.setPolicy(t, denyX)
+	f.setPolicy(t, policy("y", "a-out", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"), PolicyTypes: egressOnly}))
+	f.setPolicy(t, policy("z", "remote", netv1.NetworkPolicySpec{PodSelector: *all})) // z's pods are n2's
+	f.sync(t, true)
+	for name, want := range map[string]float64{"policies": 3, "selected pods": 4} {
+		g := f.e.metrics.policies
+		if name == "selected pods" {
+			g = f.e.metrics.isolated
+		}
+		if got := value(g); got != want {
+			t.Errorf("%s: %v, want %v", name, got, want)
+		}
+	}
+	mfs, err := f.reg.Gather()
+	must(t, err)
+	for _, mf := range mfs {
+		if mf.GetName() == "netplane_network_policy_sync_duration_seconds" && (len(mf.Metric) != 1 || mf.Metric[0].Label[0].GetValue() != "full") {
+			t.Errorf("sync durations %v, want one series, full", mf.Metric)
+		}
+	}
+}
+
+func TestDeniedPacketsCountAcrossARewrittenChain(t *testing.T) {
+	reads := [][2]uint64{{5, 1}, {7, 1}, {2, 3}, {4, 3}} // the ingress chain rewritten before the third scrape
+	want := []map[string]float64{{"ingress": 5, "egress": 1}, {"ingress": 7, "egress": 1}, {"ingress": 9, "egress": 3}, {"ingress": 11, "egress": 3}}
+	c := &deniedCollector{desc: prometheus.NewDesc("denied", "", []string{"direction"}, nil)}
+	i := 0
+	c.read = func() ([2]uint64, error) { i++; return reads[i-1], nil }
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(c)
+	for n, w := range want {
+		mfs, err := reg.Gather()
+		must(t, err)
+		got := map[string]float64{}
+		for _, m := range mfs[0].Metric {
+			got[m.Label[0].GetValue()] = m.Counter.GetValue()
+		}
+		if !maps.Equal(got, w) {
+			t.Errorf("scrape %d: %v, want %v", n+1, got, w)
+		}
+	}
+}
+
+func TestDisabledRemovesTheTable(t *testing.T) {
+	f := newFakeNode(t, false)
+	f.modelWorld(t)
+	f.setPolicy(t, denyX)
+	f.sync(t, true)
+	off := &Enforcer{log: logr.Discard(), cfg: v1alpha1.Node{NetworkPolicy: v1alpha1.NetworkPolicy{Enabled: false}},
+		deleteTable: func() error { f.fake.Edit(func(*nft.Table) *nft.Table { return nil }); return nil }}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	must(t, off.Run(ctx))
+	if got := f.fake.Dump(); got != "" {
+		t.Errorf("the table is still there:\n%s", got)
+	}
+}
+
+func TestLoggingAddsTheNFLOGRuleToTheDenyChains(t *testing.T) {
+	f := newFakeNode(t, true)
+	f.sync(t, true)
+	for _, d := range []string{"ingress", "egress"} {
+		want := "add rule inet netplane-policy deny-" + d + ` limit rate 10/second burst 5 packets log prefix "netplane-policy denied ` + d + ` " group 27041 snaplen 128`
+		if !strings.Contains(f.fake.Dump(), want+"\n") {
+			t.Errorf("no NFLOG rule in deny-%s:\n%s", d, f.fake.Dump())
+		}
+	}
+}

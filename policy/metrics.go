@@ -1,0 +1,123 @@
+package policy
+
+import (
+	"errors"
+	"fmt"
+	"sync"
+
+	"github.com/google/nftables"
+	"github.com/google/nftables/expr"
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/netplane/netplane/nft"
+)
+
+// metrics are the feature's Prometheus metrics, prefixed
+// netplane_network_policy_.
+type metrics struct {
+	syncDuration *prometheus.HistogramVec
+	syncFailures prometheus.Counter
+	policies     prometheus.Gauge
+	isolated     prometheus.Gauge
+	invalid      prometheus.Gauge
+	denied       *deniedCollector
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	m := &metrics{
+		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "netplane_network_policy_sync_duration_seconds",
+			Help:    "Time one sync of the NetworkPolicy table took, by type (full or partial).",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"type"}),
+		syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "netplane_network_policy_sync_failures_total",
+			Help: "Syncs of the NetworkPolicy table that failed (retried as a full sync).",
+		}),
+		policies: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "netplane_network_policy_policies",
+			Help: "NetworkPolicies programmed at the last sync (those that compiled).",
+		}),
+		isolated: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "netplane_network_policy_selected_pods",
+			Help: "Pods of this node selected by a policy (isolated in at least one direction) at the last sync.",
+		}),
+		invalid: prometheus.NewGauge(prometheus.GaugeOpts{
+			Name: "netplane_network_policy_invalid_policies",
+			Help: "NetworkPolicies whose last version does not compile (their previous version, if any, stays in force).",
+		}),
+		denied: &deniedCollector{desc: prometheus.NewDesc("netplane_network_policy_denied_packets_total",
+			"Packets dropped by NetworkPolicy on this node, by direction, read from the table's counters.", []string{"direction"}, nil)},
+	}
+	for _, c := range []prometheus.Collector{m.syncDuration, m.syncFailures, m.policies, m.isolated, m.invalid, m.denied} {
+		if err := reg.Register(c); err != nil {
+			var are prometheus.AlreadyRegisteredError
+			if !errors.As(err, &are) {
+				panic(err) // a programming error: two metrics with one name
+			}
+		}
+	}
+	return m
+}
+
+// deniedCollector reads the deny chains' counters from the kernel when
+// scraped. A counter starts again from 0 when its chain is rewritten, so
+// what it counted before is carried over.
+type deniedCollector struct {
+	desc *prometheus.Desc
+	read func() ([2]uint64, error) // packets per Direction; nil: not enforcing
+
+	mu         sync.Mutex
+	last, base [2]uint64
+}
+
+func (c *deniedCollector) Describe(ch chan<- *prometheus.Desc) { ch <- c.desc }
+
+func (c *deniedCollector) Collect(ch chan<- prometheus.Metric) {
+	if c.read == nil {
+		return
+	}
+	got, err := c.read()
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for _, d := range directions {
+		if err == nil {
+			if got[d] < c.last[d] {
+				c.base[d] += c.last[d]
+			}
+			c.last[d] = got[d]
+		}
+		ch <- prometheus.MustNewConstMetric(c.desc, prometheus.CounterValue, float64(c.base[d]+c.last[d]), d.String())
+	}
+}
+
+// kernelCounters reads the packets the deny chains of the table in the
+// namespace of d counted.
+func kernelCounters(d nft.Dialer) func() ([2]uint64, error) {
+	return func() ([2]uint64, error) {
+		var out [2]uint64
+		var opts []nftables.ConnOption
+		if d.NetNS != 0 {
+			opts = append(opts, nftables.WithNetNSFd(d.NetNS))
+		}
+		c, err := nftables.New(opts...)
+		if err != nil {
+			return out, err
+		}
+		t := &nftables.Table{Family: TableID.Family, Name: TableID.Name}
+		for _, dir := range directions {
+			rules, err := c.GetRules(t, &nftables.Chain{Name: denyChain(dir), Table: t})
+			if err != nil {
+				return out, fmt.Errorf("reading chain %s: %w", denyChain(dir), err)
+			}
+			for _, r := range rules {
+				for _, e := range r.Exprs {
+					if n, ok := e.(*expr.Counter); ok {
+						out[dir] += n.Packets
+					}
+				}
+			}
+		}
+		return out, nil
+	}
+}

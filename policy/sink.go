@@ -1,0 +1,105 @@
+package policy
+
+import (
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/internal/informer"
+)
+
+// sink is the informer layer's Sink of one kind of record: a store whose
+// writes go into the model, which keeps only what policy needs of each
+// object, so the informers keep nothing. Every write asks for a sync.
+type sink struct {
+	e    *Enforcer
+	kind informer.Kind
+}
+
+var _ cache.Store = (*sink)(nil)
+
+func (s *sink) Add(obj any) error    { return s.do(func() { s.e.upsert(obj) }) }
+func (s *sink) Update(obj any) error { return s.do(func() { s.e.upsert(obj) }) }
+func (s *sink) Delete(obj any) error {
+	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
+		obj = t.Obj
+	}
+	return s.do(func() { s.e.remove(obj) })
+}
+
+// Replace is a (re)list: the records given, and none of this kind besides.
+func (s *sink) Replace(list []any, _ string) error {
+	return s.do(func() {
+		keep := map[types.NamespacedName]bool{}
+		for _, obj := range list {
+			s.e.upsert(obj)
+			keep[recordKey(obj)] = true
+		}
+		for _, gone := range s.e.records(s.kind) {
+			if !keep[recordKey(gone)] {
+				s.e.remove(gone)
+			}
+		}
+	})
+}
+
+func (s *sink) do(fn func()) error {
+	s.e.mu.Lock()
+	fn()
+	s.e.mu.Unlock()
+	s.e.runner.Request()
+	return nil
+}
+
+// The reads of a store: the informer layer never reads a sink.
+
+func (s *sink) List() []any                          { return nil }
+func (s *sink) ListKeys() []string                   { return nil }
+func (s *sink) Get(any) (any, bool, error)           { return nil, false, nil }
+func (s *sink) GetByKey(string) (any, bool, error)   { return nil, false, nil }
+func (s *sink) Resync() error                        { return nil }
+func (s *sink) LastStoreSyncResourceVersion() string { return "" }
+func (s *sink) Bookmark(string)                      {}
+
+func recordKey(obj any) types.NamespacedName {
+	switch r := obj.(type) {
+	case *Pod:
+		return r.Key()
+	case *Namespace:
+		return types.NamespacedName{Name: r.Name}
+	case *policyRecord:
+		return r.key()
+	}
+	return types.NamespacedName{}
+}
+
+// records are stand-ins for the records of kind the model holds, enough
+// to remove them (remove reads only their keys). Called with mu held.
+func (e *Enforcer) records(kind informer.Kind) []any {
+	var out []any
+	switch kind {
+	case informer.Pods:
+		for key := range e.model.pods {
+			out = append(out, &Pod{Namespace: key.Namespace, Name: key.Name})
+		}
+	case informer.Namespaces:
+		for name, st := range e.model.ns {
+			if st.known {
+				out = append(out, &Namespace{Name: name})
+			}
+		}
+	case informer.NetworkPolicies:
+		keys := map[types.NamespacedName]bool{}
+		for key := range e.model.policies {
+			keys[key] = true
+		}
+		for key := range e.invalid {
+			keys[key] = true
+		}
+		for key := range keys {
+			r := &policyRecord{}
+			r.meta.Namespace, r.meta.Name = key.Namespace, key.Name
+			out = append(out, r)
+		}
+	}
+	return out
+}
