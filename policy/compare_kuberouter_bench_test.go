@@ -147,6 +147,7 @@ type vsResult struct {
 	mem                              [2]vsMemory
 	changes                          map[string][]time.Duration // kind → prober times
 	commits                          map[string][]time.Duration // kind → notification times (netplane)
+	writes                           map[string][]time.Duration // kind → the API writes' own round trips
 }
 
 var (
@@ -164,7 +165,7 @@ var vsOpenServer = netip.AddrPortFrom(netip.MustParseAddr(vsOpenServerIP), vsAll
 func runVS(b *testing.B, e vsEnforcer, c *vsCluster, n, changes int, label string) *vsResult {
 	top := newVSTopology(b, label)
 	defer top.close(b)
-	r := &vsResult{changes: map[string][]time.Duration{}, commits: map[string][]time.Duration{}}
+	r := &vsResult{changes: map[string][]time.Duration{}, commits: map[string][]time.Duration{}, writes: map[string][]time.Duration{}}
 	var procs [2]*framework.Process
 	if e.enforces() {
 		t0 := time.Now()
@@ -278,6 +279,7 @@ func vsMeasureChanges(b *testing.B, e vsEnforcer, c *vsCluster, top *vsTopology,
 			if err := vsCall(func(ctx context.Context) error { return ch.write(ctx, c, i) }); err != nil {
 				b.Fatalf("%s sample %d: %v", ch.kind, i, err)
 			}
+			r.writes[ch.kind] = append(r.writes[ch.kind], time.Since(t0))
 			at, err := vsFlip(top.client, src, dst, true, 10*time.Minute, p)
 			if err != nil {
 				b.Fatalf("%s: %s sample %d: %v; log tail:\n%s", e.name, ch.kind, i, err, p.Tail(20))
@@ -388,6 +390,8 @@ func vsLogResult(b *testing.B, name string, n int, r *vsResult) {
 			if cm := r.commits[ch.kind]; len(cm) > 0 {
 				line += fmt.Sprintf(" (commit p50 %s p99 %s)", ms(vsPercentile(cm, 50)), ms(vsPercentile(cm, 99)))
 			}
+			w := r.writes[ch.kind]
+			line += fmt.Sprintf(" (the write's own round trip p50 %s max %s)", ms(vsPercentile(w, 50)), ms(slices.Max(w)))
 		}
 	}
 	b.Log(line)
