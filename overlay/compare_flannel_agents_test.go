@@ -4,8 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
-	"net/netip"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -231,48 +229,57 @@ func watchKernel(tb testing.TB, ns *netns.NS) *kernelWatch {
 	return w
 }
 
-// appeared waits until the route to pod CIDR cidr, a permanent IPv4
-// neighbour with the tunnel MAC mac, and an FDB entry of mac to dst have
-// all been added, and returns when the last of them was reported.
-func (w *kernelWatch) appeared(cidr netip.Prefix, mac net.HardwareAddr, dst netip.Addr, timeout time.Duration) (time.Time, error) {
-	var route, neigh, fdb time.Time
+// appeared waits until every node's entries have been added: the route
+// to its pod CIDR, a permanent IPv4 neighbour with its tunnel MAC, and an
+// FDB entry of that MAC to its address. It returns when the first and the
+// last of them were reported.
+func (w *kernelWatch) appeared(nodes []overlay.Node, timeout time.Duration) (first, last time.Time, err error) {
+	pending := map[string]bool{}
+	for _, n := range nodes {
+		mac := overlay.MAC(n.IPs[0]).String()
+		pending["route "+n.PodCIDRs[0].String()] = true
+		pending["neighbour "+mac] = true
+		pending["fdb "+mac+" "+n.IPs[0].String()] = true
+	}
 	deadline := time.After(timeout)
-	for route.IsZero() || neigh.IsZero() || fdb.IsZero() {
+	for len(pending) > 0 {
+		var key string
 		select {
 		case u, ok := <-w.routes:
 			if !ok {
-				return time.Time{}, fmt.Errorf("the route watch ended (netlink buffer overrun?)")
+				return first, last, fmt.Errorf("the route watch ended (netlink buffer overrun?)")
 			}
-			if u.Type == unix.RTM_NEWROUTE && u.Dst != nil && u.Dst.String() == cidr.String() {
-				route = time.Now()
+			if u.Type == unix.RTM_NEWROUTE && u.Dst != nil {
+				key = "route " + u.Dst.String()
 			}
 		case u, ok := <-w.neighs:
 			if !ok {
-				return time.Time{}, fmt.Errorf("the neighbour watch ended (netlink buffer overrun?)")
-			}
-			if u.Type != unix.RTM_NEWNEIGH || u.HardwareAddr.String() != mac.String() {
-				continue
+				return first, last, fmt.Errorf("the neighbour watch ended (netlink buffer overrun?)")
 			}
 			switch {
-			case u.Family == unix.AF_BRIDGE && u.IP.Equal(net.IP(dst.AsSlice())):
-				fdb = time.Now()
+			case u.Type != unix.RTM_NEWNEIGH:
+			case u.Family == unix.AF_BRIDGE:
+				key = "fdb " + u.HardwareAddr.String() + " " + u.IP.String()
 			case u.Family == unix.AF_INET && u.State&netlink.NUD_PERMANENT != 0:
-				neigh = time.Now()
+				key = "neighbour " + u.HardwareAddr.String()
 			}
 		case <-deadline:
-			return time.Time{}, fmt.Errorf("after %v: route %v, neighbour %v, FDB entry %v", timeout,
-				!route.IsZero(), !neigh.IsZero(), !fdb.IsZero())
+			return first, last, fmt.Errorf("after %v, %d entries are missing, among them %s", timeout, len(pending), someKey(pending))
+		}
+		if pending[key] {
+			delete(pending, key)
+			last = time.Now()
+			if first.IsZero() {
+				first = last
+			}
 		}
 	}
-	return latest(route, neigh, fdb), nil
+	return first, last, nil
 }
 
-func latest(ts ...time.Time) time.Time {
-	var out time.Time
-	for _, t := range ts {
-		if t.After(out) {
-			out = t
-		}
+func someKey(m map[string]bool) string {
+	for k := range m {
+		return k
 	}
-	return out
+	return ""
 }
