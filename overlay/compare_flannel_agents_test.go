@@ -186,7 +186,9 @@ func netplaneAgent(tb testing.TB, api *framework.APIServer, h *netlink.Handle, s
 		for _, o := range objs {
 			nodes = append(nodes, overlay.NodeOf(o))
 		}
-		_, err = s.Sync(self, nodes)
+		if _, err = s.Sync(self, nodes); err != nil {
+			tb.Logf("netplane sync failed, retried after a second as the node role does: %v", err)
+		}
 		return err
 	}, runner.Options{MinInterval: 100 * time.Millisecond, FullInterval: 30 * time.Second})
 	changed := func(any) { r.Request() }
