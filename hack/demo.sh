@@ -10,6 +10,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 STATE_DIR=${NETPLANE_LAB_DIR:-/var/lib/netplane-lab}
 NODES=${NETPLANE_LAB_NODES:-2}
+# 2 (the default) puts every second node on a second underlay subnet
+# behind a router, which pods cross through the VXLAN overlay; 1 puts every
+# node on one subnet.
+SUBNETS=${NETPLANE_LAB_SUBNETS:-2}
 LAB=bin/netplane-lab
 
 if [ "$(id -u)" != 0 ]; then
@@ -30,7 +34,7 @@ up)
 		"$LAB" down --state-dir="$STATE_DIR"
 	fi
 	start=$(date +%s)
-	"$LAB" up --state-dir="$STATE_DIR" --nodes="$NODES"
+	"$LAB" up --state-dir="$STATE_DIR" --nodes="$NODES" --subnets="$SUBNETS"
 	echo "lab up in $(( $(date +%s) - start ))s; deploying examples/ and checking the scenarios:"
 	status=0
 	"$LAB" check --state-dir="$STATE_DIR" || status=$?

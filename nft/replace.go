@@ -1,6 +1,12 @@
 package nft
 
-import "fmt"
+import (
+	"fmt"
+	"io/fs"
+	"slices"
+
+	"github.com/google/nftables"
+)
 
 // Replace makes the kernel's table exactly want in one transaction: it
 // creates the table if it is missing, deletes it with everything in it,
@@ -44,4 +50,37 @@ func sendOnce(d Dialer, table TableID, p *plan) error {
 	defer k.reset()
 	_, err = p.send(k)
 	return err
+}
+
+// RuleFingerprints lists the fingerprints of the rules of the named chains
+// of table, in order, by chain, for a check that must change nothing (a
+// CNI CHECK): a desired rule is in the kernel when its Rule.FP is listed.
+// A table or chain the kernel does not have is an error that
+// errors.Is(err, fs.ErrNotExist).
+func RuleFingerprints(d Dialer, table TableID, chains ...string) (map[string][]string, error) {
+	var opts []nftables.ConnOption
+	if d.NetNS != 0 {
+		opts = append(opts, nftables.WithNetNSFd(d.NetNS))
+	}
+	c, err := nftables.New(opts...)
+	if err != nil {
+		return nil, fmt.Errorf("opening an nftables netlink socket: %w", err)
+	}
+	// A dump of the rules of a table or chain that is not there is empty,
+	// not an error: the chains are looked up first.
+	have, err := c.ListChainsOfTableFamily(table.Family)
+	if err != nil {
+		return nil, fmt.Errorf("listing the chains of table %s: %w", table, err)
+	}
+	for _, name := range chains {
+		if !slices.ContainsFunc(have, func(ch *nftables.Chain) bool { return ch.Table.Name == table.Name && ch.Name == name }) {
+			return nil, fmt.Errorf("chain %s of table %s: %w", name, table, fs.ErrNotExist)
+		}
+	}
+	dump, err := d.dumper(table)
+	if err != nil {
+		return nil, fmt.Errorf("opening an nftables netlink socket: %w", err)
+	}
+	defer dump.close()
+	return dump.ruleFingerprints(chains)
 }

@@ -2,6 +2,8 @@ package nft
 
 import (
 	"errors"
+	"io/fs"
+	"net/netip"
 	"strings"
 	"testing"
 
@@ -62,5 +64,39 @@ func TestReplaceSwapsTheWholeTableInOneTransaction(t *testing.T) {
 	}
 	if out := list(); !strings.Contains(out, "No such file") {
 		t.Errorf("the table is still there:\n%s", out)
+	}
+}
+
+// TestRuleFingerprintsFindTheRulesOfATableAndNameWhatIsMissing: what a
+// check compares desired rules with, and its answer for a table or chain
+// that is not there.
+func TestRuleFingerprintsFindTheRulesOfATableAndNameWhatIsMissing(t *testing.T) {
+	ns, dial := kernelNS(t)
+	want := NewTable(nftables.TableFamilyINet, "checked")
+	want.Chain("a", nil)
+	rules := []Rule{NewRule(want.Family).NFProto(false).MatchPrefix(Saddr, netip.MustParsePrefix("10.0.0.0/8"), false).Accept().Rule(),
+		NewRule(want.Family).Return().Rule()}
+	for _, r := range rules {
+		want.AddRule("a", r)
+	}
+	if _, err := RuleFingerprints(dial, want.ID(), "a"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("fingerprints of a table not there: %v, want an error of fs.ErrNotExist", err)
+	}
+	if err := Replace(dial, want); err != nil {
+		t.Fatal(err)
+	}
+	got, err := RuleFingerprints(dial, want.ID(), "a")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fps := got["a"]; len(fps) != 2 || fps[0] != rules[0].FP || fps[1] != rules[1].FP {
+		t.Errorf("fingerprints of chain a: %q, want %q and %q", fps, rules[0].FP, rules[1].FP)
+	}
+	ns.MustExec(t, "nft", "flush chain inet checked a")
+	if got, err := RuleFingerprints(dial, want.ID(), "a"); err != nil || len(got["a"]) != 0 {
+		t.Errorf("fingerprints of a flushed chain: %q, %v; want none", got["a"], err)
+	}
+	if _, err := RuleFingerprints(dial, want.ID(), "b"); !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("fingerprints of a chain not there: %v, want an error of fs.ErrNotExist", err)
 	}
 }

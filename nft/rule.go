@@ -465,3 +465,21 @@ func (r *RuleBuilder) Limit(rate uint64, per expr.LimitTime, burst uint32) *Rule
 	return r.Add(fmt.Sprintf("limit rate %d/%s burst %d packets", rate, limitUnits[per], burst),
 		&expr.Limit{Type: expr.LimitTypePkts, Rate: rate, Unit: per, Burst: burst})
 }
+
+// MatchPort: "th dport 8080" (field THDport or THSport); a transport
+// protocol match (L4Proto) must come first.
+func (r *RuleBuilder) MatchPort(field Field, port uint16) *RuleBuilder {
+	return r.Add(fmt.Sprintf("%s %d", r.fieldText(field), port),
+		r.load(field, Reg), &expr.Cmp{Op: expr.CmpOpEq, Register: Reg, Data: binaryutil.BigEndian.PutUint16(port)})
+}
+
+// CtStatusDNAT: "ct status dnat", the connection's destination was
+// rewritten (by a DNAT of this node).
+func (r *RuleBuilder) CtStatusDNAT() *RuleBuilder {
+	const ipsDstNAT = 1 << 5 // IPS_DST_NAT of the conntrack status bits
+	return r.Add("ct status dnat",
+		&expr.Ct{Register: Reg, Key: expr.CtKeySTATUS},
+		&expr.Bitwise{SourceRegister: Reg, DestRegister: Reg, Len: 4,
+			Mask: binaryutil.NativeEndian.PutUint32(ipsDstNAT), Xor: make([]byte, 4)},
+		&expr.Cmp{Op: expr.CmpOpNeq, Register: Reg, Data: make([]byte, 4)})
+}

@@ -68,6 +68,9 @@ func TestStatementsReadBackAsTheyAreWritten(t *testing.T) {
 			{start().NumgenVmap([]string{"target", "other"}), "numgen random mod 2 vmap { 0 : goto target, 16777216 : goto other }"},
 			{start().Update("clients", Saddr, time.Minute).Accept(), "update @clients { " + word + " saddr timeout 1m } accept"},
 			{start().L4Proto(unix.IPPROTO_TCP).Reject(), ""},
+			// nft folds the protocol match into the port's.
+			{start().L4Proto(unix.IPPROTO_UDP).MatchPort(THDport, 8080).Accept(), "udp dport 8080 accept"},
+			{start().CtStatusDNAT().Accept(), ""},
 		}
 		for _, c := range cases {
 			want.AddRule("target", c.rule.Rule())

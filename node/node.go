@@ -3,9 +3,11 @@
 // links, as kindnet composes its agents:
 //
 //	proxy    Services: table ip/ip6 netplane
-//	podnet   the pod network: bridge, forwarding, CNI configuration and
-//	         plugin, egress masquerade (table inet netplane-pods), routes
-//	         to other nodes
+//	podnet   the pod network: bridge, forwarding and bridge-netfilter
+//	         sysctls, CNI configuration and plugin, egress masquerade
+//	         (table inet netplane-pods)
+//	overlay  routes to other nodes' pods (protocol 207), the VXLAN devices
+//	         netplane.vxlan and netplane.vxlan6 and their entries
 //
 // A feature is built when the process builds its roles, which is when it
 // registers the informer views it reads (before any informer starts), and
@@ -19,8 +21,9 @@ import (
 	"errors"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
-	cninode "github.com/netplane/netplane/cni/node"
 	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/overlay"
+	"github.com/netplane/netplane/podnet"
 	"github.com/netplane/netplane/proxy"
 )
 
@@ -43,12 +46,18 @@ func run(f role.Func) func(role.Deps) (Feature, error) {
 	}
 }
 
+// construct adapts a feature's constructor.
+func construct[F Feature](newF func(role.Deps) (F, error)) func(role.Deps) (Feature, error) {
+	return func(d role.Deps) (Feature, error) { return newF(d) }
+}
+
 // features builds the node's features in the order they start.
 func features(d role.Deps) ([]Feature, error) {
 	var out []Feature
 	for _, build := range []func(role.Deps) (Feature, error){
 		run(proxy.Run),
-		run(cninode.Run),
+		construct(podnet.New),
+		construct(overlay.NewFeature),
 	} {
 		f, err := build(d)
 		if err != nil {

@@ -1,10 +1,15 @@
 package overlay_test
 
 import (
+	"context"
 	"net"
 	"net/netip"
+	"os"
 	"strings"
 	"testing"
+	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netplane/netplane/overlay"
 )
@@ -196,5 +201,47 @@ func TestConnectionsSurviveARestartOfTheShell(t *testing.T) {
 		if got, err := whoami(c); err != nil || got != l.pod(1, both[i]) {
 			t.Errorf("%s connection opened before the restart: server saw %q (%v)", both[i], got, err)
 		}
+	}
+}
+
+// TestHostGwRoutesOfEarlierReleasesAreAdopted: the node agent of earlier
+// releases routed other nodes' pod CIDRs host-gw style with protocol 207.
+// On upgrade the overlay takes those routes over: one to a node on the
+// subnet is the direct route it wants and is not written again, one to a
+// node that is gone is deleted.
+func TestHostGwRoutesOfEarlierReleasesAreAdopted(t *testing.T) {
+	l := newLab(t)
+	serve(t, l.node(2).pod)
+	n1 := l.node(1)
+	n1.show(t, "ip", "route", "add", "10.244.2.0/24", "via", "192.168.10.12", "proto", "207")
+	n1.show(t, "ip", "-6", "route", "add", "fd00:10:244:2::/64", "via", "fd00:a::12", "proto", "207")
+	n1.show(t, "ip", "route", "add", "10.244.9.0/24", "via", "192.168.10.99", "proto", "207")
+	monitor := n1.ns.Start(t, "ip", "monitor", "route")
+	// A route of another owner added before and after the sync brackets
+	// what the monitor saw of it.
+	marker := func(dst string) {
+		t.Helper()
+		n1.show(t, "ip", "route", "add", dst, "dev", "eth0", "proto", "static")
+		if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			b, _ := os.ReadFile(monitor.Log)
+			return strings.Contains(string(b), dst), nil
+		}); err != nil {
+			t.Fatalf("ip monitor did not report %s", dst)
+		}
+	}
+	marker("10.97.0.0/24")
+	l.sync(t, crossSubnet)
+	marker("10.97.1.0/24")
+	b, _ := os.ReadFile(monitor.Log)
+	seen := string(b)
+	seen = seen[strings.Index(seen, "10.97.0.0/24"):strings.Index(seen, "10.97.1.0/24")]
+	if strings.Contains(seen, "10.244.2.0/24") || strings.Contains(seen, "fd00:10:244:2::/64") {
+		t.Errorf("the sync rewrote the host-gw routes to node2 it could adopt; the kernel reported:\n%s", seen)
+	}
+	if !strings.Contains(seen, "Deleted 10.244.9.0/24") {
+		t.Errorf("the sync left the host-gw route to a node that is gone; the kernel reported:\n%s", seen)
+	}
+	for _, f := range both {
+		expectSeen(t, n1.pod, l.pod(2, f), l.pod(1, f))
 	}
 }

@@ -213,3 +213,30 @@ func deleteDevice(h *netlink.Handle, name string) error {
 	}
 	return nil
 }
+
+// LocalPodMTU is PodMTU on this node: the underlay is the interface that
+// carries self's InternalIP (the smaller MTU where the two families' differ),
+// or, when no local interface has one yet, the default route's interface.
+func LocalPodMTU(h *netlink.Handle, explicit int, mode Mode, self Node) (int, error) {
+	if explicit > 0 {
+		return explicit, nil
+	}
+	us, err := underlays(h, self)
+	if err != nil {
+		return 0, err
+	}
+	mtu, fams := 0, []Family{}
+	for _, u := range us {
+		if mtu == 0 || u.MTU < mtu {
+			mtu = u.MTU
+		}
+		fams = append(fams, familyOf(u.Addr))
+	}
+	if mtu == 0 {
+		mtu = link.DefaultRouteMTU(h)
+		for _, ip := range self.IPs {
+			fams = append(fams, familyOf(ip))
+		}
+	}
+	return PodMTU(0, mode, mtu, fams...), nil
+}

@@ -11,10 +11,10 @@ import (
 	"testing"
 
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/overlay"
+	"github.com/netplane/netplane/overlay/overlaytest"
 )
 
 func TestMain(m *testing.M) {
@@ -104,25 +104,10 @@ func (l *lab) addNode(t testing.TB, i int, peer *netns.NS, net4, net6 string) *l
 	return n
 }
 
-// newNS is a namespace whose interfaces skip IPv6 duplicate address
-// detection: with it, link-local addresses stay tentative for a second or
-// two, neighbour discovery waits, and the first connections of a test time
-// out for reasons that have nothing to do with the overlay.
-func newNS(t testing.TB, label string) *netns.NS {
-	t.Helper()
-	ns := netns.New(t, label)
-	ns.Sysctl(t, "net.ipv6.conf.all.accept_dad", "0")
-	ns.Sysctl(t, "net.ipv6.conf.default.accept_dad", "0")
-	return ns
-}
-
-// host is netns.Host with newNS.
-func host(t testing.TB, label string, peer *netns.NS, peerIf, hostIf string) *netns.NS {
-	t.Helper()
-	h := newNS(t, label)
-	netns.Veth(t, h, hostIf, peer, peerIf)
-	return h
-}
+var (
+	newNS = overlaytest.NewNS
+	host  = overlaytest.Host
+)
 
 // gateway is the router's address on the node's subnet.
 func (n *labNode) gateway(f overlay.Family) string {
@@ -134,16 +119,7 @@ func (n *labNode) gateway(f overlay.Family) string {
 	return ip[:strings.LastIndex(ip, ".")+1] + "254"
 }
 
-// handleIn opens a netlink handle bound to ns; it is closed with the test.
-func handleIn(t testing.TB, ns *netns.NS) *netlink.Handle {
-	t.Helper()
-	var h *netlink.Handle
-	if err := ns.Do(func() (err error) { h, err = netlink.NewHandle(unix.NETLINK_ROUTE); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(h.Close)
-	return h
-}
+var handleIn = overlaytest.HandleIn
 
 // facts are the Node facts of every node, as an informer would give them.
 func (l *lab) facts() []overlay.Node {

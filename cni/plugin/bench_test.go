@@ -14,6 +14,7 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
@@ -123,16 +124,11 @@ func (c *contender) phase(b *testing.B, n, parallel int, s samples) {
 
 func (c *contender) waitForNoVeths(b *testing.B) {
 	nl := handle(b, c.node)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
+	if wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 30*time.Second, true, func(context.Context) (bool, error) {
 		links, _ := nl.LinkList()
-		if !slices.ContainsFunc(links, func(l netlink.Link) bool { return l.Type() == "veth" }) {
-			return
-		}
-		if time.Now().After(deadline) {
-			b.Fatalf("%s: veths still on the node 30 s after their netns were removed", c.name)
-		}
-		time.Sleep(20 * time.Millisecond)
+		return !slices.ContainsFunc(links, func(l netlink.Link) bool { return l.Type() == "veth" }), nil
+	}) != nil {
+		b.Fatalf("%s: veths still on the node 30 s after their netns were removed", c.name)
 	}
 }
 

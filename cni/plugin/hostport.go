@@ -1,47 +1,59 @@
 package plugin
 
 import (
+	"errors"
 	"fmt"
-	"net"
+	"io/fs"
 	"net/netip"
 	"slices"
-	"strconv"
 
 	"github.com/google/nftables"
+	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/cni/link"
-	"github.com/netplane/netplane/cni/nft"
+	"github.com/netplane/netplane/nft"
 )
 
 // HostPortTable is the inet table holding every hostPort of the node. It is
 // rebuilt from the IPAM store (under its lock) whenever an attachment with
 // port mappings comes or goes, so DEL, GC and a crashed plugin can never
-// leave a stale rule behind the next change.
-const HostPortTable = "netplane-hostports"
+// leave a stale rule behind the next change. It is small (a rule per host
+// port), so it is rewritten whole in one transaction (nft.Replace), which
+// also heals any edit made by someone else.
+var HostPortTable = nft.TableID{Family: nftables.TableFamilyINet, Name: "netplane-hostports"}
 
-// Chains of the table: the base chains jump to hostPortChain, which holds
-// one DNAT rule per host port and pod address family.
-const (
-	hostPortChain = "hostports"
-	jumpComment   = "to " + hostPortChain
+// hostPortChain holds one DNAT rule per host port and pod address family;
+// the base chains jump to it.
+const hostPortChain = "hostports"
+
+var (
+	dstNAT = &nft.Hook{Type: nftables.ChainTypeNAT, Hook: *nftables.ChainHookPrerouting, Priority: int32(*nftables.ChainPriorityNATDest)}
+	outNAT = &nft.Hook{Type: nftables.ChainTypeNAT, Hook: *nftables.ChainHookOutput, Priority: int32(*nftables.ChainPriorityNATDest)}
+	srcNAT = &nft.Hook{Type: nftables.ChainTypeNAT, Hook: *nftables.ChainHookPostrouting, Priority: int32(*nftables.ChainPriorityNATSource)}
+	// jump is the rule of both dstnat chains.
+	jump = nft.NewRule(nftables.TableFamilyINet).Jump(hostPortChain).Rule()
 )
 
 type hostPort struct {
-	owner string       // containerID/ifname
-	pod   netip.Prefix // the pod's address with its pod CIDR's length
-	m     ipam.PortMapping
+	pod netip.Prefix // the pod's address with its pod CIDR's length
+	m   ipam.PortMapping
 }
 
-// comment names the DNAT rule of hp, so CHECK can find it:
-// "<containerID>/<ifname> tcp *:8080 -> 10.244.1.5:80".
-func (hp hostPort) comment() string {
-	host := "*"
+// rule is hp's DNAT rule: traffic to a node address (or the mapping's
+// hostIP) and the host port goes to pod:containerPort.
+func (hp hostPort) rule() nft.Rule {
+	r := nft.NewRule(nftables.TableFamilyINet).NFProto(hp.pod.Addr().Is6())
 	if hp.m.HostIP.IsValid() {
-		host = hp.m.HostIP.String()
+		r.MatchPrefix(nft.Daddr, netip.PrefixFrom(hp.m.HostIP, hp.m.HostIP.BitLen()), false)
+	} else {
+		r.FibLocal(nft.Daddr)
 	}
-	return fmt.Sprintf("%s %s %s -> %s", hp.owner, hp.m.Protocol,
-		net.JoinHostPort(host, strconv.Itoa(int(hp.m.HostPort))), netip.AddrPortFrom(hp.pod.Addr(), hp.m.ContainerPort))
+	proto := uint8(unix.IPPROTO_TCP)
+	if hp.m.Protocol == "udp" {
+		proto = unix.IPPROTO_UDP
+	}
+	return r.L4Proto(proto).MatchPort(nft.THDport, hp.m.HostPort).DNATTo(netip.AddrPortFrom(hp.pod.Addr(), hp.m.ContainerPort)).Rule()
 }
 
 func hostPorts(st *ipam.State) []hostPort {
@@ -61,70 +73,73 @@ func attachmentHostPorts(a ipam.Attachment) []hostPort {
 			if m.HostIP.IsValid() && m.HostIP.Is4() != ip.Addr().Is4() {
 				continue
 			}
-			out = append(out, hostPort{owner: a.ContainerID + "/" + a.IfName, pod: ip, m: m})
+			out = append(out, hostPort{pod: ip, m: m})
 		}
 	}
 	return out
 }
 
-// programHostPorts writes the table for st:
+// hostPortTable is the table of hps, nil without any:
 //
-//	prerouting/output (dstnat): traffic to a node address (or the mapping's
-//	  hostIP) and the host port → DNAT to pod:containerPort
+//	prerouting/output (dstnat): jump to hostports, the DNAT rules
 //	postrouting (srcnat): DNATed traffic from a pod of the node to a pod of
 //	  the node (including itself: hairpin), and from the node's 127.0.0.0/8,
 //	  is masqueraded. Pods on one bridge would otherwise answer each other
 //	  directly over L2, around the node's conntrack, with the wrong source.
-func programHostPorts(st *ipam.State) error {
-	hps := hostPorts(st)
+func hostPortTable(hps []hostPort) *nft.Table {
 	if len(hps) == 0 {
-		return nft.Replace(HostPortTable, nil)
+		return nil
 	}
-	return nft.Replace(HostPortTable, func(c *nftables.Conn, t *nftables.Table) {
-		hpc := c.AddChain(&nftables.Chain{Name: hostPortChain, Table: t})
-		pre := nft.Chain(c, t, "prerouting", nftables.ChainTypeNAT, nftables.ChainHookPrerouting, nftables.ChainPriorityNATDest)
-		out := nft.Chain(c, t, "output", nftables.ChainTypeNAT, nftables.ChainHookOutput, nftables.ChainPriorityNATDest)
-		post := nft.Chain(c, t, "postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, nftables.ChainPriorityNATSource)
-		nft.CommentedRule(c, pre, jumpComment, nft.Jump(hpc.Name))
-		nft.CommentedRule(c, out, jumpComment, nft.Jump(hpc.Name))
-		hairpin := map[netip.Prefix]bool{}
-		for _, hp := range hps {
-			dst := nft.LocalDst()
-			if hp.m.HostIP.IsValid() {
-				dst = nft.Addr(hp.m.HostIP, true)
-			}
-			nft.CommentedRule(c, hpc, hp.comment(), nft.SameFamily(hp.pod.Addr()), dst, nft.L4Port(hp.m.Protocol, hp.m.HostPort), nft.DNAT(hp.pod.Addr(), hp.m.ContainerPort))
-			if r := hp.pod.Masked(); !hairpin[r] {
-				hairpin[r] = true
-				nft.Rule(c, post, nft.WasDNATed(), nft.InPrefix(r, false, false), nft.InPrefix(r, true, false), nft.Masquerade())
-			}
+	t := nft.NewTable(HostPortTable.Family, HostPortTable.Name)
+	t.Chain(hostPortChain, nil)
+	t.Chain("prerouting", dstNAT)
+	t.Chain("output", outNAT)
+	t.Chain("postrouting", srcNAT)
+	t.AddRule("prerouting", jump)
+	t.AddRule("output", jump)
+	hairpin := map[netip.Prefix]bool{}
+	for _, hp := range hps {
+		t.AddRule(hostPortChain, hp.rule())
+		if r := hp.pod.Masked(); !hairpin[r] {
+			hairpin[r] = true
+			t.AddRule("postrouting", nft.NewRule(t.Family).NFProto(r.Addr().Is6()).CtStatusDNAT().
+				MatchPrefix(nft.Saddr, r, false).MatchPrefix(nft.Daddr, r, false).Masquerade(false).Rule())
 		}
-		nft.Rule(c, post, nft.WasDNATed(), nft.InPrefix(netip.MustParsePrefix("127.0.0.0/8"), false, false), nft.Masquerade())
-	})
+	}
+	t.AddRule("postrouting", nft.NewRule(t.Family).NFProto(false).CtStatusDNAT().
+		MatchPrefix(nft.Saddr, netip.MustParsePrefix("127.0.0.0/8"), false).Masquerade(false).Rule())
+	return t
+}
+
+// programHostPorts writes the table for st in one transaction, or deletes
+// it when no attachment has host ports.
+func programHostPorts(st *ipam.State) error {
+	t := hostPortTable(hostPorts(st))
+	if t == nil {
+		return nft.Delete(nft.Dialer{}, HostPortTable)
+	}
+	return nft.Replace(nft.Dialer{}, t)
 }
 
 // checkHostPorts verifies that the table holds every DNAT rule of a and
-// that both base chains jump to them.
+// that both base chains jump to them. It reads the rules' fingerprints
+// only, and changes nothing.
 func checkHostPorts(a ipam.Attachment) error {
-	if ok, err := nft.TableExists(HostPortTable); err != nil || !ok {
-		return hostPortsBroken(fmt.Sprintf("the hostPort table inet %s is missing (%v)", HostPortTable, err))
+	have, err := nft.RuleFingerprints(nft.Dialer{}, HostPortTable, "prerouting", "output", hostPortChain)
+	if errors.Is(err, fs.ErrNotExist) {
+		return hostPortsBroken(fmt.Sprintf("the hostPort table %s is incomplete (%v)", HostPortTable, err))
 	}
-	for _, base := range []string{"prerouting", "output"} {
-		have, err := nft.RuleComments(HostPortTable, base)
-		if err != nil {
-			return hostPortsBroken(err.Error())
-		}
-		if !slices.Contains(have, jumpComment) {
-			return hostPortsBroken(fmt.Sprintf("chain %s of table inet %s does not jump to %s", base, HostPortTable, hostPortChain))
-		}
-	}
-	have, err := nft.RuleComments(HostPortTable, hostPortChain)
 	if err != nil {
 		return hostPortsBroken(err.Error())
 	}
+	for _, base := range []string{"prerouting", "output"} {
+		if !slices.Contains(have[base], jump.FP) {
+			return hostPortsBroken(fmt.Sprintf("chain %s of table %s does not jump to %s", base, HostPortTable, hostPortChain))
+		}
+	}
 	for _, hp := range attachmentHostPorts(a) {
-		if !slices.Contains(have, hp.comment()) {
-			return hostPortsBroken(fmt.Sprintf("the hostPort rule %q is missing from table inet %s", hp.comment(), HostPortTable))
+		if r := hp.rule(); !slices.Contains(have[hostPortChain], r.FP) {
+			return hostPortsBroken(fmt.Sprintf("the hostPort rule %q is missing from table %s", r.Text, HostPortTable))
 		}
 	}
 	return nil

@@ -13,8 +13,8 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
+	"k8s.io/apimachinery/pkg/util/wait"
 
-	"github.com/netplane/netplane/cni/nft"
 	"github.com/netplane/netplane/cni/plugin"
 	"github.com/netplane/netplane/e2e/netns"
 )
@@ -85,16 +85,13 @@ func ask(ns *netns.NS, network, addr string) (string, error) {
 // pod may wait for neighbour resolution.
 func askEventually(t *testing.T, ns *netns.NS, network, addr, want string) {
 	t.Helper()
-	deadline := time.Now().Add(20 * time.Second)
-	for {
-		got, err := ask(ns, network, addr)
-		if err == nil && got == want {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s %s from %s: got %q, %v; want %q", network, addr, ns.Name, got, err, want)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var got string
+	var err error
+	if wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
+		got, err = ask(ns, network, addr)
+		return err == nil && got == want, nil
+	}) != nil {
+		t.Fatalf("%s %s from %s: got %q, %v; want %q", network, addr, ns.Name, got, err, want)
 	}
 }
 
@@ -148,9 +145,7 @@ func TestHostPortsForwardTCPAndUDPFromOutsideLocalhostOtherPodsAndThePodItself(t
 		t.Fatal("hostPort table missing while a pod has host ports")
 	}
 	// CHECK notices the rules are gone; the next change of host ports restores them.
-	if err := n.ns.Do(func() error { return nft.Replace(plugin.HostPortTable, nil) }); err != nil {
-		t.Fatal(err)
-	}
+	n.ns.MustExec(t, "nft", "delete", "table", "inet", plugin.HostPortTable.Name)
 	if err := n.check(ra); err == nil {
 		t.Fatal("CHECK passed without the hostPort table")
 	}
@@ -181,12 +176,12 @@ func TestDualStackPodHasUsableIPv6WhenAddReturns(t *testing.T) {
 	if out := a.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0", "scope", "global"); !strings.Contains(out, "fd00:10:244:1::2/64") || strings.Contains(out, "tentative") {
 		t.Fatalf("pod IPv6 address missing or tentative right after ADD:\n%s", out)
 	}
-	deadline := time.Now().Add(5 * time.Second)
-	for out := a.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0"); strings.Contains(out, "tentative"); out = a.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0") {
-		if time.Now().After(deadline) {
-			t.Fatalf("link-local address still tentative 5 s after ADD:\n%s", out)
-		}
-		time.Sleep(20 * time.Millisecond)
+	var out string
+	if wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		out = a.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0")
+		return !strings.Contains(out, "tentative"), nil
+	}) != nil {
+		t.Fatalf("link-local address still tentative 5 s after ADD:\n%s", out)
 	}
 	resB := n.mustAdd(t, rt(b, "ds-b"))
 	v6b := addrOf(t, resB, true)
@@ -273,20 +268,24 @@ func TestHostPortWithHostIPForwardsOnlyOnThatAddress(t *testing.T) {
 }
 
 func TestCheckFailsWhenOneOfThePodsHostPortRulesIsRemoved(t *testing.T) {
+	table := plugin.HostPortTable.Name
 	for _, tc := range []struct {
 		name   string
 		delete func(t *testing.T, n *node)
 		want   string // in CHECK's error
 	}{
-		{"the pod's TCP rule", func(t *testing.T, n *node) { deleteRule(t, n, "hostports", "hp-a/eth0 tcp *:30080") }, `"hp-a/eth0 tcp *:30080 -> 10.244.1.2:8080" is missing`},
-		{"the pod's UDP rule", func(t *testing.T, n *node) { deleteRule(t, n, "hostports", "hp-a/eth0 udp *:30053") }, `"hp-a/eth0 udp *:30053 -> 10.244.1.2:8080" is missing`},
-		{"the jump from prerouting", func(t *testing.T, n *node) { deleteRule(t, n, "prerouting", "to hostports") }, "chain prerouting of table inet netplane-hostports does not jump"},
+		{"the pod's TCP rule", func(t *testing.T, n *node) { deleteRule(t, n, "hostports", "tcp dport 30080 ") },
+			`"meta nfproto ipv4 fib daddr type local meta l4proto tcp th dport 30080 dnat ip to 10.244.1.2:8080" is missing`},
+		{"the pod's UDP rule", func(t *testing.T, n *node) { deleteRule(t, n, "hostports", "udp dport 30053 ") },
+			`"meta nfproto ipv4 fib daddr type local meta l4proto udp th dport 30053 dnat ip to 10.244.1.2:8080" is missing`},
+		{"the jump from prerouting", func(t *testing.T, n *node) { deleteRule(t, n, "prerouting", "jump hostports") },
+			"chain prerouting of table inet netplane-hostports does not jump"},
 		{"the output chain", func(t *testing.T, n *node) {
-			n.ns.MustExec(t, "nft", "delete", "chain", "inet", plugin.HostPortTable, "output")
-		}, "chain output of table inet netplane-hostports does not jump"},
+			n.ns.MustExec(t, "nft", "delete", "chain", "inet", table, "output")
+		}, "the hostPort table inet netplane-hostports is incomplete (chain output of table inet netplane-hostports: file does not exist)"},
 		{"the table", func(t *testing.T, n *node) {
-			n.ns.MustExec(t, "nft", "delete", "table", "inet", plugin.HostPortTable)
-		}, "the hostPort table inet netplane-hostports is missing"},
+			n.ns.MustExec(t, "nft", "delete", "table", "inet", table)
+		}, "the hostPort table inet netplane-hostports is incomplete (chain prerouting of table inet netplane-hostports: file does not exist)"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, nodeOpts{})
@@ -317,16 +316,17 @@ func TestCheckFailsWhenOneOfThePodsHostPortRulesIsRemoved(t *testing.T) {
 	}
 }
 
-// deleteRule deletes the rule of chain whose comment starts with prefix.
-func deleteRule(t *testing.T, n *node, chain, prefix string) {
+// deleteRule deletes the first rule of chain whose `nft list` line
+// contains text.
+func deleteRule(t *testing.T, n *node, chain, text string) {
 	t.Helper()
-	out := n.ns.MustExec(t, "nft", "-a", "list", "chain", "inet", plugin.HostPortTable, chain)
+	out := n.ns.MustExec(t, "nft", "-a", "list", "chain", "inet", plugin.HostPortTable.Name, chain)
 	for _, line := range strings.Split(out, "\n") {
 		_, handle, ok := strings.Cut(line, "# handle ")
-		if ok && strings.Contains(line, `comment "`+prefix) {
-			n.ns.MustExec(t, "nft", "delete", "rule", "inet", plugin.HostPortTable, chain, "handle", strings.TrimSpace(handle))
+		if ok && strings.Contains(line, text) {
+			n.ns.MustExec(t, "nft", "delete", "rule", "inet", plugin.HostPortTable.Name, chain, "handle", strings.TrimSpace(handle))
 			return
 		}
 	}
-	t.Fatalf("no rule commented %q in chain %s:\n%s", prefix, chain, out)
+	t.Fatalf("no rule with %q in chain %s:\n%s", text, chain, out)
 }

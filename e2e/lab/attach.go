@@ -15,6 +15,7 @@ import (
 func (l *Lab) recordRunning() {
 	l.state.update(func(s *state) {
 		s.Kubeconfig, s.APIAddress, s.External, s.BinDir = l.Kubeconfig, l.APIAddress, l.External.Name, l.bin.dir
+		s.Underlay, s.Subnets = l.Underlay.Name, l.Config.Subnets
 		s.Nodes = nil
 		for _, n := range l.Nodes {
 			s.Nodes = append(s.Nodes, nodeInfo{Name: n.Name, Namespace: n.NS.Name, Socket: n.Socket, IP: n.IP, IP6: n.IP6})
@@ -33,10 +34,13 @@ func Attach(stateDir string) (*Lab, error) {
 	if st.Kubeconfig == "" {
 		return nil, fmt.Errorf("the lab in %s is not up (yet)", stateDir)
 	}
-	l := &Lab{Config: Config{StateDir: stateDir, Nodes: len(st.Nodes), Log: func(string, ...any) {}},
+	l := &Lab{Config: Config{StateDir: stateDir, Nodes: len(st.Nodes), Subnets: max(st.Subnets, 1), Log: func(string, ...any) {}},
 		Kubeconfig: st.Kubeconfig, APIAddress: st.APIAddress, closed: true}
 	l.bin = binaries{dir: st.BinDir, testimage: filepath.Join(st.BinDir, "testimage")}
 	l.External = nsByName(st.External)
+	if st.Underlay != "" {
+		l.Underlay = nsByName(st.Underlay)
+	}
 	for i, n := range st.Nodes {
 		l.Nodes = append(l.Nodes, &Node{Name: n.Name, Index: i, NS: nsByName(n.Namespace), IP: n.IP, IP6: n.IP6, Socket: n.Socket, lab: l})
 	}

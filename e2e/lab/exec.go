@@ -105,11 +105,3 @@ func (l *Lab) podProblems(ctx context.Context, namespace, selector string) strin
 	}
 	return strings.Join(out, "; ")
 }
-
-// RouteToNode routes addr (a /32) from the external client to a node over
-// the underlay, as the router in front of a cluster does for an
-// externalIP or a load balancer's address.
-func (l *Lab) RouteToNode(addr string, n *Node) error {
-	_, err := l.External.Exec("ip", "route", "replace", addr+"/32", "via", n.IP)
-	return err
-}

@@ -21,6 +21,8 @@ type state struct {
 	Kubeconfig string     `json:"kubeconfig,omitempty"`
 	APIAddress string     `json:"apiAddress,omitempty"`
 	External   string     `json:"external,omitempty"`
+	Underlay   string     `json:"underlay,omitempty"`
+	Subnets    int        `json:"subnets,omitempty"`
 	BinDir     string     `json:"binDir,omitempty"`
 	Nodes      []nodeInfo `json:"nodes,omitempty"`
 }

@@ -9,33 +9,46 @@ import (
 
 const underlayBridge = "underlay"
 
-// buildTopology makes the underlay namespace with its bridge (which also
-// holds the underlay's gateway address, the hosts' default route, so that
-// nothing ever leaves through the machine), then plugs every host into it.
+// buildTopology makes the underlay namespace with a bridge per subnet,
+// each holding the subnet's gateway address (the hosts' default route, so
+// that nothing ever leaves through the machine), then plugs every host
+// into its subnet's bridge. With two subnets the underlay namespace
+// forwards between them: a router with no route to any pod CIDR.
 func (l *Lab) buildTopology(context.Context) error {
 	var err error
 	if l.Underlay, err = l.newNS("underlay"); err != nil {
 		return err
 	}
-	if err := run(l.Underlay,
-		[]string{"ip", "link", "add", underlayBridge, "type", "bridge"},
-		[]string{"ip", "link", "set", underlayBridge, "up"},
-		[]string{"ip", "addr", "add", UnderlayGateway4 + "/24", "dev", underlayBridge},
-		[]string{"ip", "addr", "add", UnderlayGateway6 + "/64", "dev", underlayBridge, "nodad"},
-	); err != nil {
+	for _, s := range subnets[:l.Config.Subnets] {
+		if err := run(l.Underlay,
+			[]string{"ip", "link", "add", s.bridge, "type", "bridge"},
+			[]string{"ip", "link", "set", s.bridge, "up"},
+			[]string{"ip", "addr", "add", s.gw4 + "/24", "dev", s.bridge},
+			[]string{"ip", "addr", "add", s.gw6 + "/64", "dev", s.bridge, "nodad"},
+		); err != nil {
+			return err
+		}
+	}
+	if l.Config.Subnets > 1 {
+		if err := run(l.Underlay,
+			[]string{"sysctl", "-qw", "net.ipv4.ip_forward=1"},
+			[]string{"sysctl", "-qw", "net.ipv6.conf.all.forwarding=1"},
+		); err != nil {
+			return err
+		}
+	}
+	if l.ControlPlane, err = l.host("cp", subnets[0], ControlPlaneIP, ControlPlaneIP6); err != nil {
 		return err
 	}
-	if l.ControlPlane, err = l.host("cp", ControlPlaneIP, ControlPlaneIP6); err != nil {
+	if l.External, err = l.host("ext", subnets[0], ExternalIP, ExternalIP6); err != nil {
 		return err
 	}
-	if l.External, err = l.host("ext", ExternalIP, ExternalIP6); err != nil {
-		return err
-	}
-	if l.Upstream, err = l.host("dns", UpstreamDNSIP, ""); err != nil {
+	if l.Upstream, err = l.host("dns", subnets[0], UpstreamDNSIP, ""); err != nil {
 		return err
 	}
 	for i := 0; i < l.Config.Nodes; i++ {
-		ns, err := l.host(fmt.Sprintf("node%d", i+1), NodeIP(i), NodeIP6(i))
+		ip4, ip6 := l.Config.nodeAddrs(i)
+		ns, err := l.host(fmt.Sprintf("node%d", i+1), l.Config.nodeSubnet(i), ip4, ip6)
 		if err != nil {
 			return err
 		}
@@ -47,7 +60,7 @@ func (l *Lab) buildTopology(context.Context) error {
 		); err != nil {
 			return err
 		}
-		l.Nodes = append(l.Nodes, &Node{Name: fmt.Sprintf("node-%d", i+1), Index: i, NS: ns, IP: NodeIP(i), IP6: NodeIP6(i)})
+		l.Nodes = append(l.Nodes, &Node{Name: fmt.Sprintf("node-%d", i+1), Index: i, NS: ns, IP: ip4, IP6: ip6})
 	}
 	return nil
 }
@@ -62,8 +75,8 @@ func (l *Lab) newNS(label string) (*netns.NS, error) {
 	return ns, nil
 }
 
-// host makes a namespace whose eth0 is a port of the underlay bridge.
-func (l *Lab) host(label, ip4, ip6 string) (*netns.NS, error) {
+// host makes a namespace whose eth0 is a port of the subnet's bridge.
+func (l *Lab) host(label string, s subnet, ip4, ip6 string) (*netns.NS, error) {
 	ns, err := l.newNS(label)
 	if err != nil {
 		return nil, err
@@ -73,19 +86,35 @@ func (l *Lab) host(label, ip4, ip6 string) (*netns.NS, error) {
 		{"ip", "link", "add", "eth0", "type", "veth", "peer", "name", port, "netns", l.Underlay.Path},
 		{"ip", "link", "set", "eth0", "up"},
 		{"ip", "addr", "add", ip4 + "/24", "dev", "eth0"},
-		{"ip", "route", "add", "default", "via", UnderlayGateway4},
+		{"ip", "route", "add", "default", "via", s.gw4},
 	}
 	if ip6 != "" {
 		cmds = append(cmds,
 			[]string{"ip", "addr", "add", ip6 + "/64", "dev", "eth0", "nodad"},
-			[]string{"ip", "-6", "route", "add", "default", "via", UnderlayGateway6})
+			[]string{"ip", "-6", "route", "add", "default", "via", s.gw6})
 	}
 	if err := run(ns, cmds...); err != nil {
 		return nil, err
 	}
 	return ns, run(l.Underlay,
-		[]string{"ip", "link", "set", port, "master", underlayBridge},
+		[]string{"ip", "link", "set", port, "master", s.bridge},
 		[]string{"ip", "link", "set", port, "up"})
+}
+
+// RouteToNode routes addr (a /32) from the external client to a node over
+// the underlay, as the router in front of a cluster does for an
+// externalIP or a load balancer's address. A node on the other subnet is
+// reached through the underlay namespace, which routes addr on to it.
+func (l *Lab) RouteToNode(addr string, n *Node) error {
+	if l.Config.nodeSubnet(n.Index) == subnets[0] {
+		_, err := l.External.Exec("ip", "route", "replace", addr+"/32", "via", n.IP)
+		return err
+	}
+	if _, err := l.External.Exec("ip", "route", "replace", addr+"/32", "via", UnderlayGateway4); err != nil {
+		return err
+	}
+	_, err := l.Underlay.Exec("ip", "route", "replace", addr+"/32", "via", n.IP)
+	return err
 }
 
 // run runs commands inside ns, stopping at the first failure.

@@ -36,7 +36,14 @@ func (c *Configuration) Validate() field.ErrorList {
 		v.invalid(p.Child("controlPlaneEndpoint"), e, "must be a URL like https://10.0.0.1:6443")
 	}
 
-	ct, p := c.Controller, field.NewPath("controller")
+	v.controller(c.Controller)
+	v.dns(c)
+	v.node(c)
+	return v.errs
+}
+
+func (v *validator) controller(ct Controller) {
+	p := field.NewPath("controller")
 	v.intRange(p.Child("maxEndpointsPerSlice"), int(ct.MaxEndpointsPerSlice), 1, 1000)
 	v.intRange(p.Child("mirroringMaxEndpointsPerSubset"), int(ct.MirroringMaxEndpointsPerSubset), 1, 1000)
 	v.between(p.Child("endpointUpdatesBatchPeriod"), ct.EndpointUpdatesBatchPeriod.Duration, 0, time.Minute)
@@ -54,6 +61,9 @@ func (c *Configuration) Validate() field.ErrorList {
 		}
 	}
 
+}
+
+func (v *validator) dns(c *Configuration) {
 	d, p := c.DNS, field.NewPath("dns")
 	v.hostPort(p.Child("bindAddress"), d.BindAddress, false)
 	if !validDomain(d.ClusterDomain) {
@@ -81,6 +91,9 @@ func (c *Configuration) Validate() field.ErrorList {
 		v.invalid(p.Child("dnsService"), d.DNSService, "must be namespace/name")
 	}
 
+}
+
+func (v *validator) node(c *Configuration) {
 	n, p := c.Node, field.NewPath("node")
 	if slices.Contains(c.Roles, RoleNode) {
 		v.nonEmpty(p.Child("nodeName"), n.NodeName)
@@ -113,7 +126,6 @@ func (c *Configuration) Validate() field.ErrorList {
 	}
 	v.intRange(o.Child("vxlanPort"), int(n.Overlay.VXLANPort), 1, 65535)
 	v.intRange(o.Child("vxlanVNI"), int(n.Overlay.VXLANVNI), 0, 1<<24-1)
-	return v.errs
 }
 
 // ValidateRoles accepts a non-empty list of known roles without repeats.

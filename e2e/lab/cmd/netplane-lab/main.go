@@ -1,7 +1,7 @@
 // Command netplane-lab runs the lab (package lab) for people: `make demo`
 // uses it. It is test infrastructure, not part of netplane.
 //
-//	netplane-lab up    [--state-dir=D] [--nodes=N] [--api=127.0.0.1:PORT]
+//	netplane-lab up    [--state-dir=D] [--nodes=N] [--subnets=1|2] [--api=127.0.0.1:PORT]
 //	                   start the lab in the background and wait until it is ready
 //	netplane-lab down  [--state-dir=D]   remove everything, also after a crash
 //	netplane-lab exec  [--state-dir=D] [-n NAMESPACE] POD -- CMD...
@@ -36,15 +36,16 @@ func main() {
 	fs := flag.NewFlagSet(os.Args[1], flag.ExitOnError)
 	stateDir := fs.String("state-dir", "/var/lib/netplane-lab", "where the lab keeps everything it makes")
 	nodes := fs.Int("nodes", 2, "number of nodes (up)")
+	subnets := fs.Int("subnets", 0, "underlay subnets the nodes are spread over, 1 or 2 (up; default $NETPLANE_LAB_SUBNETS, else 2)")
 	api := fs.String("api", "127.0.0.1:0", "root-namespace address of the relay to the API server (up)")
 	namespace := fs.String("n", "default", "namespace of the pod (exec)")
 	fs.Parse(os.Args[2:])
 	var err error
 	switch os.Args[1] {
 	case "up":
-		err = up(*stateDir, *nodes, *api)
+		err = up(*stateDir, *nodes, *subnets, *api)
 	case "run":
-		err = runLab(*stateDir, *nodes, *api)
+		err = runLab(*stateDir, *nodes, *subnets, *api)
 	case "down":
 		err = lab.Down(*stateDir, logf)
 		if err == nil {
@@ -69,7 +70,7 @@ func logf(format string, args ...any) {
 
 // up starts `netplane-lab run` in its own session, so the lab outlives
 // this command (and the make that ran it), and waits for it to be ready.
-func up(stateDir string, nodes int, api string) error {
+func up(stateDir string, nodes, subnets int, api string) error {
 	stateDir, _ = filepath.Abs(stateDir)
 	if err := os.MkdirAll(stateDir, 0o755); err != nil {
 		return err
@@ -80,7 +81,7 @@ func up(stateDir string, nodes int, api string) error {
 		return err
 	}
 	self, _ := os.Executable()
-	cmd := exec.Command(self, "run", "--state-dir="+stateDir, fmt.Sprintf("--nodes=%d", nodes), "--api="+api)
+	cmd := exec.Command(self, "run", "--state-dir="+stateDir, fmt.Sprintf("--nodes=%d", nodes), fmt.Sprintf("--subnets=%d", subnets), "--api="+api)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
 	if err := cmd.Start(); err != nil {
@@ -109,19 +110,19 @@ func up(stateDir string, nodes int, api string) error {
 
 // runLab is the lab's own process: it builds the lab, reports readiness,
 // and tears everything down on SIGTERM (from `down`) or SIGINT.
-func runLab(stateDir string, nodes int, api string) error {
+func runLab(stateDir string, nodes, subnets int, api string) error {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	l, err := lab.Start(ctx, lab.Config{Nodes: nodes, StateDir: stateDir, APIListen: api, Log: logf})
+	l, err := lab.Start(ctx, lab.Config{Nodes: nodes, Subnets: subnets, StateDir: stateDir, APIListen: api, Log: logf})
 	if err != nil {
 		return err
 	}
 	readyErr := l.WaitReady(ctx, 3*time.Minute)
-	msg := fmt.Sprintf("lab is up: %d nodes\n  export KUBECONFIG=%s\n  API server relay: %s\n", nodes, l.Kubeconfig, l.APIAddress)
+	msg := fmt.Sprintf("lab is up: %d nodes on %d subnets\n  export KUBECONFIG=%s\n  API server relay: %s\n", nodes, l.Subnets, l.Kubeconfig, l.APIAddress)
 	for _, n := range l.Nodes {
 		msg += fmt.Sprintf("  %s (%s): nsenter --net=%s nft list table ip netplane\n", n.Name, n.IP, n.NS.Path)
 	}
-	msg += fmt.Sprintf("  external client: nsenter --net=%s %s get http://%s:30080/\n", l.External.Path, filepath.Join(stateDir, "bin", "testimage"), lab.NodeIP(0))
+	msg += fmt.Sprintf("  external client: nsenter --net=%s %s get http://%s:30080/\n", l.External.Path, filepath.Join(stateDir, "bin", "testimage"), l.Nodes[0].IP)
 	if readyErr != nil {
 		msg += fmt.Sprintf("  NOT READY: %v\n", readyErr)
 	}

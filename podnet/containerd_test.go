@@ -1,4 +1,4 @@
-package node
+package podnet
 
 import (
 	"context"
@@ -13,6 +13,7 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"k8s.io/apimachinery/pkg/util/wait"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netplane/netplane/cni/ipam"
@@ -105,16 +106,12 @@ func TestContainerdRunsASandboxThroughNetplaneCNI(t *testing.T) {
 	if s, err := store.Read(); err != nil || len(s.Attachments) != 0 {
 		t.Fatalf("IPAM after RemovePodSandbox: %+v %v", s, err)
 	}
-	deadline := time.Now().Add(15 * time.Second)
-	for {
-		out := node.MustExec(t, "ip", "-o", "link", "show", "type", "veth")
-		if strings.TrimSpace(out) == "" {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("veths left after the sandbox was removed:\n%s", out)
-		}
-		time.Sleep(100 * time.Millisecond)
+	var out string
+	if wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
+		out = node.MustExec(t, "ip", "-o", "link", "show", "type", "veth")
+		return strings.TrimSpace(out) == "", nil
+	}) != nil {
+		t.Fatalf("veths left after the sandbox was removed:\n%s", out)
 	}
 }
 
@@ -175,19 +172,20 @@ func dialCRI(t *testing.T, sock string, proc *framework.Process) cri.RuntimeServ
 	}
 	t.Cleanup(func() { conn.Close() })
 	client := cri.NewRuntimeServiceClient(conn)
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-		st, err := client.Status(ctx, &cri.StatusRequest{})
-		cancel()
-		if err == nil && runtimeReady(st) {
-			return client
+	var st *cri.StatusResponse
+	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+		if proc.Exited() {
+			return false, fmt.Errorf("containerd exited")
 		}
-		if proc.Exited() || time.Now().After(deadline) {
-			t.Fatalf("containerd CRI not ready: %v %v\n%s", err, st, proc.Tail(30))
-		}
-		time.Sleep(200 * time.Millisecond)
+		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		defer cancel()
+		var err error
+		st, err = client.Status(ctx, &cri.StatusRequest{})
+		return err == nil && runtimeReady(st), nil
+	}); err != nil {
+		t.Fatalf("containerd CRI not ready: %v %v\n%s", err, st, proc.Tail(30))
 	}
+	return client
 }
 
 func runtimeReady(st *cri.StatusResponse) bool {

@@ -1,0 +1,147 @@
+package overlay
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	v1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/kubernetes/scheme"
+	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/netplane/netplane/internal/role"
+)
+
+// Feature is the overlay as a feature of the node role: it keeps the
+// routes, tunnel devices and entries of this node's network namespace
+// converged to the Node objects, logs each remote node's path when it
+// changes, and warns on a Node whose pod CIDRs it cannot route (event
+// PodCIDRNotRoutable, the only way it could work being another mode).
+type Feature struct {
+	d       role.Deps
+	cfg     Config
+	nodes   *Nodes
+	metrics *Metrics
+
+	syncer   *Syncer
+	recorder record.EventRecorder
+	prev     []Decision // the paths of the last sync, to log changes once
+
+	mu      sync.Mutex
+	waiting string // why the last sync had nothing to do; "" once it had
+}
+
+// NewFeature builds the feature from the node role's configuration and
+// registers its view of the Nodes; the process calls it before any
+// informer starts.
+func NewFeature(d role.Deps) (*Feature, error) {
+	o := d.Config.Node.Overlay
+	cfg := Config{Mode: Mode(o.Mode), Port: int(o.VXLANPort), VNI: int(o.VXLANVNI)}.Defaults()
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	f := &Feature{d: d, cfg: cfg, metrics: NewMetrics(), waiting: "the routes to other nodes have not been synced yet"}
+	f.nodes = WatchNodes(d, "overlay", f.sync)
+	if d.Metrics != nil {
+		if err := registerAll(d.Metrics, f.metrics); err != nil {
+			return nil, err
+		}
+	}
+	return f, nil
+}
+
+// Run converges the kernel until ctx ends. Nothing is removed on the way
+// out: routes, devices and entries stay, so pod connections survive a
+// restart or an upgrade of the agent.
+func (f *Feature) Run(ctx context.Context) error {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	defer h.Close()
+	if f.syncer, err = NewSyncer(h, f.cfg, f.metrics); err != nil {
+		return err
+	}
+	f.d.Checks.AddReady("overlay-setup", f.ready)
+	f.recorder = newRecorder(ctx, f.d)
+	f.d.Log.Info("overlay starting", "mode", f.cfg.Mode, "vxlanPort", f.cfg.Port, "vxlanVNI", f.cfg.VNI)
+	if err := f.nodes.Run(ctx); err != nil {
+		return err
+	}
+	f.d.Log.Info("overlay stopped; routes, devices and entries left in place")
+	return nil
+}
+
+// sync converges the kernel to the Node cache. Every sync reads the kernel
+// afresh (Syncer.Sync), so a partial sync is as thorough as a full one.
+func (f *Feature) sync(context.Context, bool) error {
+	self := f.d.Config.Node.NodeName
+	nodes, _, found := f.nodes.List(self)
+	if !found {
+		// Not a failure of the sync: the Node may not be registered yet.
+		f.wait(fmt.Sprintf("node %q is not among the %d Nodes: waiting for it (or check --node-name)", self, len(nodes)))
+		return nil
+	}
+	f.wait("")
+	plan, err := f.syncer.Sync(self, nodes)
+	f.report(plan)
+	if err != nil {
+		return fmt.Errorf("overlay sync: %w", err)
+	}
+	return nil
+}
+
+// report logs each remote node's path once per change and warns on the
+// Nodes whose pod CIDRs newly get no route.
+func (f *Feature) report(plan Plan) {
+	for _, d := range Changed(f.prev, plan.Decisions) {
+		f.d.Log.Info("path to node", "node", d.Node, "family", d.Family.String(), "path", d.Path, "reason", d.Reason)
+		if d.Path != None || d.Reason == "gone" || d.Family == 0 {
+			continue // a node without pod CIDRs has nothing to route yet
+		}
+		msg := fmt.Sprintf("%s pod CIDRs of node %s are not routed from node %s: %s", d.Family, d.Node, f.d.Config.Node.NodeName, d.Reason)
+		f.recorder.Event(&v1.ObjectReference{Kind: "Node", Name: d.Node, UID: types.UID(d.Node)}, v1.EventTypeWarning, "PodCIDRNotRoutable", msg)
+	}
+	f.prev = plan.Decisions
+}
+
+func (f *Feature) wait(why string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if why != "" && why != f.waiting {
+		f.d.Log.Info(why)
+	}
+	f.waiting = why
+}
+
+func (f *Feature) ready() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.waiting != "" {
+		return fmt.Errorf("%s", f.waiting)
+	}
+	return nil
+}
+
+// newRecorder records events as the node agent of this node (kubelet's
+// convention: the Node's UID in a reference is its name).
+func newRecorder(ctx context.Context, d role.Deps) record.EventRecorder {
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events("")})
+	go func() { <-ctx.Done(); b.Shutdown() }()
+	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "netplane-node", Host: d.Config.Node.NodeName})
+}
+
+func registerAll(reg prometheus.Registerer, m *Metrics) error {
+	for _, c := range m.Collectors() {
+		if err := reg.Register(c); err != nil {
+			return fmt.Errorf("register overlay metrics: %w", err)
+		}
+	}
+	return nil
+}

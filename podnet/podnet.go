@@ -1,0 +1,152 @@
+// Package podnet is the pod network of the node role: it prepares the node
+// for the netplane-cni plugin. Once its Node has spec.podCIDRs it keeps the
+// bridge (with the pod MTU), the forwarding and bridge-netfilter sysctls,
+// the egress masquerade table, the CNI conflist and the installed plugin
+// binary in the desired state. Every sync recomputes all of it from the
+// Node cache (level-triggered), so lost events, restarts and someone
+// flushing the table are healed by the next sync.
+//
+// Routes to other nodes' pods are not here: they are the overlay's
+// (package overlay), a feature of its own beside this one. The pod MTU is
+// the one thing shared: it is the underlay's, less the VXLAN overhead
+// whenever the overlay's mode may tunnel (overlay.LocalPodMTU).
+package podnet
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"path/filepath"
+	"sync"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+
+	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/overlay"
+)
+
+// Feature is the pod network as a feature of the node role.
+type Feature struct {
+	d          role.Deps
+	nodes      *overlay.Nodes
+	metrics    metrics
+	pluginPath string
+	host       *netlink.Handle
+	lastMasq   string // the masquerade table last written, as nft text
+
+	mu      sync.Mutex
+	lastErr error // of the last sync; also the readiness check
+}
+
+// New builds the feature and registers its view of the Nodes; the process
+// calls it before any informer starts.
+func New(d role.Deps) (*Feature, error) {
+	cfg := d.Config.Node
+	f := &Feature{d: d, metrics: newMetrics(d.Metrics), pluginPath: cfg.CNIPluginPath,
+		lastErr: errWaiting{"the pod network has not been set up yet"}}
+	if f.pluginPath == "" {
+		f.pluginPath = defaultPluginPath()
+	}
+	f.nodes = overlay.WatchNodes(d, "podnet", f.sync)
+	return f, nil
+}
+
+// Run keeps the node set up until ctx ends. A stop leaves everything in
+// place: pods keep their network while the agent is restarted.
+func (f *Feature) Run(ctx context.Context) error {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	defer h.Close()
+	f.host = h
+	f.d.Checks.AddReady("podnet-setup", f.ready)
+	return f.nodes.Run(ctx)
+}
+
+func (f *Feature) ready() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.lastErr
+}
+
+// errWaiting is a sync that had nothing to do yet: not a failure (the
+// runner would retry it every second and /healthz would fail), but the
+// node is not ready.
+type errWaiting struct{ why string }
+
+func (e errWaiting) Error() string { return e.why }
+
+// sync runs one sync and logs only changes of outcome: the same error
+// every period (a Node still without pod CIDRs) is said once.
+func (f *Feature) sync(_ context.Context, full bool) error {
+	timer := f.metrics.start()
+	err := f.syncOnce(full)
+	f.mu.Lock()
+	changed := fmt.Sprint(err) != fmt.Sprint(f.lastErr)
+	f.lastErr = err
+	f.mu.Unlock()
+	var waiting errWaiting
+	if errors.As(err, &waiting) {
+		timer(nil)
+		if changed {
+			f.d.Log.Info(waiting.why)
+		}
+		return nil
+	}
+	timer(err)
+	switch {
+	case err != nil && changed:
+		f.d.Log.Error(err, "pod networking is not set up; retrying")
+	case err == nil && changed:
+		f.d.Log.Info("pod networking is set up")
+	}
+	return err
+}
+
+// syncOnce converges the node; full also rewrites the masquerade table
+// when it is unchanged, healing a flush by someone else.
+func (f *Feature) syncOnce(full bool) error {
+	cfg := f.d.Config.Node
+	nodes, me, found := f.nodes.List(cfg.NodeName)
+	if !found || len(me.PodCIDRs) == 0 {
+		return errWaiting{fmt.Sprintf("node %q has no spec.podCIDRs yet: waiting for the controller that assigns them (or check --node-name)", cfg.NodeName)}
+	}
+	mtu, err := overlay.LocalPodMTU(f.host, int(cfg.MTU), overlay.Mode(cfg.Overlay.Mode), me)
+	if err != nil {
+		return err
+	}
+	if err := setUpNode(f.host, cfg.Bridge, cfg.ProcSysDir, mtu, me.PodCIDRs); err != nil {
+		return err // no conflist before the bridge and forwarding are in place
+	}
+	var errs []error
+	if t := masqueradeTable(planMasquerade(me.PodCIDRs, cfg.ClusterCIDRs, nodes)); full || t.Dump() != f.lastMasq {
+		if err := nft.Replace(nft.Dialer{}, t); err != nil {
+			errs = append(errs, err)
+		} else {
+			f.lastMasq = t.Dump()
+		}
+	}
+	errs = append(errs, f.writeCNIFiles(me.PodCIDRs, mtu))
+	return errors.Join(errs...)
+}
+
+func (f *Feature) writeCNIFiles(podCIDRs []netip.Prefix, mtu int) error {
+	cfg := f.d.Config.Node
+	dst := filepath.Join(cfg.CNIBinDir, "netplane-cni")
+	if wrote, err := installPlugin(f.pluginPath, dst); err != nil {
+		return err
+	} else if wrote {
+		f.d.Log.Info("installed the CNI plugin", "from", f.pluginPath, "to", dst)
+	}
+	conf := renderConflist(conflistOpts{PodCIDRs: podCIDRs, Bridge: cfg.Bridge, MTU: mtu, StateDir: cfg.IPAMStateDir})
+	path := filepath.Join(cfg.CNIConfDir, ConflistName)
+	wrote, err := writeAtomic(path, conf, 0o644)
+	if wrote {
+		f.d.Log.Info("wrote the CNI configuration", "path", path, "podCIDRs", podCIDRs, "mtu", mtu)
+	}
+	return err
+}
