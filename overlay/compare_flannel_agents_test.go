@@ -1,7 +1,6 @@
 package overlay_test
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -16,20 +15,16 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/labels"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
-	"github.com/netplane/netplane/internal/runner"
 	"github.com/netplane/netplane/overlay"
 )
 
 // What the Flannel comparisons share: the Node objects both contenders
-// read, flanneld as a process in a node namespace, netplane's overlay
-// driven by a Node informer, and a watch of a namespace's kernel that
-// times when a node's route, neighbour and FDB entry appear.
+// read, netplane's node role and flanneld as processes in a node
+// namespace, and a watch of a namespace's kernel that times when a node's
+// route, neighbour and FDB entry appear.
 
 // flannelPrefix is flanneld's default --kube-annotation-prefix.
 const flannelPrefix = "flannel.alpha.coreos.com/"
@@ -65,65 +60,72 @@ func createNode(tb testing.TB, api *framework.APIServer, obj *v1.Node) {
 	}
 }
 
-// flanneld is how the comparisons run Flannel on one node namespace: its
-// net-conf (the vxlan backend on netplane's port and VNI, nftables mode,
-// no DirectRouting, so every remote node is tunnelled), a kubeconfig that
-// reaches the test API server through a relay in the namespace, and the
-// files it writes.
-type flanneld struct {
-	bin, node, iface, dir, kubeconfig string
-	ns                                *netns.NS
-	runs                              int
-	proc                              *framework.Process // the running one
+// agent runs the contenders' processes on one node namespace, one at a
+// time, each with a kubeconfig that reaches the test API server through a
+// relay in the namespace, and its files and logs in one folder.
+type agent struct {
+	ns              *netns.NS
+	dir, kubeconfig string
+	runs            int
+	proc            *framework.Process // the last one started
 }
 
-func newFlanneld(tb testing.TB, bin string, api *framework.APIServer, ns *netns.NS, node, iface, network string) *flanneld {
+func newAgent(tb testing.TB, api *framework.APIServer, ns *netns.NS) *agent {
 	tb.Helper()
-	f := &flanneld{bin: bin, node: node, iface: iface, dir: tb.TempDir(), ns: ns}
-	conf := fmt.Sprintf(`{"Network":%q,"EnableNFTables":true,"Backend":{"Type":"vxlan","Port":4789,"VNI":1}}`, network)
-	if err := os.WriteFile(filepath.Join(f.dir, "net-conf.json"), []byte(conf), 0o644); err != nil {
-		tb.Fatal(err)
-	}
+	a := &agent{ns: ns, dir: tb.TempDir()}
 	relay := ns.Forward(tb, "127.0.0.1:0", strings.TrimPrefix(api.URL, "https://"))
-	f.kubeconfig = filepath.Join(f.dir, "kubeconfig")
-	if err := api.WriteKubeconfig(f.kubeconfig, "https://"+relay, api.Token); err != nil {
+	a.kubeconfig = filepath.Join(a.dir, "kubeconfig")
+	if err := api.WriteKubeconfig(a.kubeconfig, "https://"+relay, api.Token); err != nil {
 		tb.Fatal(err)
 	}
-	return f
+	return a
 }
 
-// start runs flanneld as the Flannel DaemonSet does, less --ip-masq (its
-// default is off): masquerading adds a NAT hook and so connection tracking
-// to every packet, which netplane's overlay here runs without.
-func (f *flanneld) start(tb testing.TB) {
+func (a *agent) start(tb testing.TB, env []string, bin string, args ...string) {
 	tb.Helper()
-	f.runs++
-	cmd := f.ns.Command(f.bin, "--kube-subnet-mgr", "--kubeconfig-file="+f.kubeconfig, "--iface="+f.iface,
-		"--net-config-path="+filepath.Join(f.dir, "net-conf.json"), "--subnet-file="+f.subnetFile())
-	cmd.Env = append(os.Environ(), "NODE_NAME="+f.node)
-	p, err := f.ns.StartCmd(cmd, filepath.Join(f.dir, fmt.Sprintf("flanneld-%d.log", f.runs)))
+	a.runs++
+	cmd := a.ns.Command(bin, args...)
+	cmd.Env = append(os.Environ(), env...)
+	p, err := a.ns.StartCmd(cmd, filepath.Join(a.dir, fmt.Sprintf("%s-%d.log", filepath.Base(bin), a.runs)))
 	if err != nil {
 		tb.Fatal(err)
 	}
-	f.proc = p
+	a.proc = p
 }
 
-// tail is the end of the log of the last flanneld started, or what says
-// none was.
-func (f *flanneld) tail() string {
-	if f.proc == nil {
-		return "(not started)"
-	}
-	return f.proc.Tail(30)
-}
-
-func (f *flanneld) subnetFile() string { return filepath.Join(f.dir, "subnet.env") }
-
-// mtu is FLANNEL_MTU of the subnet file, the MTU Flannel's CNI plugin
-// gives pods.
-func (f *flanneld) mtu(tb testing.TB) int {
+// startNetplane runs the node role as a node runs it (Service proxy, pod
+// network, NetworkPolicy, overlay), with its CNI files in the agent's
+// folder.
+func (a *agent) startNetplane(tb testing.TB, node string, mode overlay.Mode, clusterCIDR string) {
 	tb.Helper()
-	data, err := os.ReadFile(f.subnetFile())
+	a.start(tb, nil, filepath.Join(framework.NetplaneBinaries(tb), "netplane"), "--role=node", "--kubeconfig="+a.kubeconfig,
+		"--node-name="+node, "--overlay="+string(mode), "--cluster-cidr="+clusterCIDR,
+		"--cni-conf-dir="+a.dir, "--cni-bin-dir="+a.dir, "--ipam-state-dir="+filepath.Join(a.dir, "ipam"),
+		"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
+}
+
+// startFlanneld runs flanneld as Flannel's DaemonSet does (--ip-masq
+// --kube-subnet-mgr), its net-conf the vxlan backend on netplane's port
+// and VNI in nftables mode, without DirectRouting, so every remote node is
+// tunnelled.
+func (a *agent) startFlanneld(tb testing.TB, bin, node, iface, network string) {
+	tb.Helper()
+	conf := filepath.Join(a.dir, "net-conf.json")
+	data := fmt.Sprintf(`{"Network":%q,"EnableNFTables":true,"Backend":{"Type":"vxlan","Port":4789,"VNI":1}}`, network)
+	if err := os.WriteFile(conf, []byte(data), 0o644); err != nil {
+		tb.Fatal(err)
+	}
+	a.start(tb, []string{"NODE_NAME=" + node}, bin, "--ip-masq", "--kube-subnet-mgr", "--kubeconfig-file="+a.kubeconfig,
+		"--iface="+iface, "--net-config-path="+conf, "--subnet-file="+a.subnetFile())
+}
+
+func (a *agent) subnetFile() string { return filepath.Join(a.dir, "subnet.env") }
+
+// flannelMTU is FLANNEL_MTU of flanneld's subnet file, the MTU Flannel's
+// CNI plugin gives pods.
+func (a *agent) flannelMTU(tb testing.TB) int {
+	tb.Helper()
+	data, err := os.ReadFile(a.subnetFile())
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -134,26 +136,44 @@ func (f *flanneld) mtu(tb testing.TB) int {
 			}
 		}
 	}
-	tb.Fatalf("no FLANNEL_MTU in %s:\n%s", f.subnetFile(), data)
+	tb.Fatalf("no FLANNEL_MTU in %s:\n%s", a.subnetFile(), data)
 	return 0
 }
 
-// stop ends flanneld and removes what it left in the kernel: it deletes
-// nothing on exit, by design, so that a restart keeps connections.
-func (f *flanneld) stop(tb testing.TB) {
-	tb.Helper()
-	f.proc.Stop(5 * time.Second)
-	if _, err := f.ns.Exec("ip", "link", "show", "flannel.1"); err == nil {
-		f.ns.MustExec(tb, "ip", "link", "del", "flannel.1")
+// exited says, when the last process started has ended, which and how.
+func (a *agent) exited() string {
+	if a.proc == nil || !a.proc.Exited() {
+		return ""
 	}
-	// Its tables, and those the iptables binary makes when flanneld cleans
-	// up the iptables rules it does not use.
-	f.ns.MustExec(tb, "nft", "flush", "ruleset")
+	return fmt.Sprintf("%s in %s exited; its log:\n%s", a.proc.Name, a.ns.Name, a.proc.Tail(30))
+}
+
+// stop ends the last process started. Both contenders leave their kernel
+// state in place on exit, by design, so that a restart keeps connections.
+func (a *agent) stop() {
+	if a.proc != nil {
+		a.proc.Stop(5 * time.Second)
+	}
+}
+
+// clearFlannel removes what flanneld left: its device (and with it its
+// routes, neighbours and FDB entries) and its nftables tables.
+func clearFlannel(tb testing.TB, ns *netns.NS) {
+	tb.Helper()
+	if _, err := ns.Exec("ip", "link", "show", "flannel.1"); err == nil {
+		ns.MustExec(tb, "ip", "link", "del", "flannel.1")
+	}
+	for _, t := range []string{"ip flannel-ipv4", "ip6 flannel-ipv6"} {
+		if _, err := ns.Exec("nft", "list", "table", t); err == nil {
+			ns.MustExec(tb, "nft", "delete", "table", t)
+		}
+	}
 }
 
 // clearNetplane removes what netplane's overlay wrote in ns: its routes,
 // and its devices with their entries (flanneld's device takes the same
-// VNI and port, which the kernel refuses twice).
+// VNI and port, which the kernel refuses twice). What the rest of the node
+// role wrote stays.
 func clearNetplane(tb testing.TB, ns *netns.NS) {
 	tb.Helper()
 	ns.MustExec(tb, "ip", "route", "flush", "proto", "207")
@@ -162,46 +182,6 @@ func clearNetplane(tb testing.TB, ns *netns.NS) {
 			ns.MustExec(tb, "ip", "link", "del", dev)
 		}
 	}
-}
-
-// netplaneAgent runs netplane's overlay in ns as the node role wires it:
-// a Node informer whose every change requests a sync, a runner with the
-// node role's default --min-sync-period (100ms) and --sync-period (30s),
-// and each sync the Syncer's over the informer's Nodes. It stops with the
-// returned function.
-func netplaneAgent(tb testing.TB, api *framework.APIServer, h *netlink.Handle, self string, cfg overlay.Config) (stop func()) {
-	tb.Helper()
-	s, err := overlay.NewSyncer(h, cfg, nil)
-	if err != nil {
-		tb.Fatal(err)
-	}
-	factory := informers.NewSharedInformerFactory(api.Client, 0)
-	inf := factory.Core().V1().Nodes()
-	r := runner.New(func(context.Context, bool) error {
-		objs, err := inf.Lister().List(labels.Everything())
-		if err != nil {
-			return err
-		}
-		var nodes []overlay.Node
-		for _, o := range objs {
-			nodes = append(nodes, overlay.NodeOf(o))
-		}
-		if _, err = s.Sync(self, nodes); err != nil {
-			tb.Logf("netplane sync failed, retried after a second as the node role does: %v", err)
-		}
-		return err
-	}, runner.Options{MinInterval: 100 * time.Millisecond, FullInterval: 30 * time.Second})
-	changed := func(any) { r.Request() }
-	if _, err := inf.Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: changed, DeleteFunc: changed,
-		UpdateFunc: func(_, o any) { changed(o) }}); err != nil {
-		tb.Fatal(err)
-	}
-	ctx, cancel := context.WithCancel(context.Background())
-	factory.Start(ctx.Done())
-	factory.WaitForCacheSync(ctx.Done())
-	done := make(chan struct{})
-	go func() { r.Run(ctx); close(done) }()
-	return func() { cancel(); <-done; factory.Shutdown() }
 }
 
 // kernelWatch timestamps, as netlink reports them, the routes, neighbours

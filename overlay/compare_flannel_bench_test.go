@@ -1,7 +1,6 @@
 package overlay_test
 
 import (
-	"fmt"
 	"io"
 	"net"
 	"slices"
@@ -13,12 +12,11 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/netplane/netplane/e2e/framework"
-	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/overlay"
 )
 
 const (
-	podRounds  = 5               // turns of each path in BenchmarkPodToPodAgainstFlannel
+	podRounds  = 7               // turns of each path in BenchmarkPodToPodAgainstFlannel
 	podMeasure = 2 * time.Second // each of stream and request/response, per turn
 	// BenchmarkNodeToKernelAgainstFlannel: runs of each contender, Nodes
 	// there before it starts, Nodes created one at a time per run.
@@ -30,16 +28,19 @@ const (
 
 // BenchmarkPodToPodAgainstFlannel measures traffic from the pod on node1
 // to the pod on node2 (one underlay subnet) over three paths, in the same
-// run: direct routes (netplane's overlay in mode never, pod MTU 1500),
-// netplane's VXLAN (mode always) and Flannel's (flanneld's vxlan backend
-// without DirectRouting, the real process on each node against the test
-// API server); both tunnels on UDP 4789, VNI 1, pod MTU 1450. Each turn
-// sets up its path from nothing, moves one TCP stream for podMeasure, then
-// 64-byte requests and responses on one connection for as long. The paths
-// take turns for podRounds rounds, each round starting with the next
-// path, so that other load on the machine falls on all of them alike. It
-// logs every turn and, per path, the best and the median turn, and the
-// ratios netplane/direct, flannel/direct and netplane/flannel (-v).
+// run, each set up by real processes on both nodes against the test API
+// server: direct routes (netplane --role=node --overlay=never, pod MTU
+// 1500), netplane's VXLAN (--overlay=always) and Flannel's (flanneld's
+// vxlan backend without DirectRouting); both tunnels on UDP 4789, VNI 1,
+// pod MTU 1450. In Flannel's turns the nftables tables, sysctls and bridge
+// netplane's node role made stay, standing in for the kube-proxy and CNI
+// plugin a Flannel node runs, so that the paths differ in the overlay
+// alone. Each turn moves one TCP stream for podMeasure, then 64-byte
+// requests and responses on one connection for as long. The paths take
+// turns for podRounds rounds, each round starting with the next path, so
+// that other load on the machine falls on all of them alike. It logs every
+// turn and, per path, the best and the median turn, and the ratios
+// netplane/direct, flannel/direct and netplane/flannel (-v).
 func BenchmarkPodToPodAgainstFlannel(b *testing.B) {
 	bin := framework.RequireBinary(b, "flanneld")
 	framework.RequireBinary(b, "iptables") // flanneld runs it at start, even in nftables mode
@@ -48,12 +49,12 @@ func BenchmarkPodToPodAgainstFlannel(b *testing.B) {
 	l := newLab(b)
 	two := []*labNode{l.node(1), l.node(2)}
 	var facts []overlay.Node
-	var flannels []*flanneld
+	var agents []*agent
 	for _, n := range two {
 		f := overlay.Node{Name: n.Name, IPs: n.IPs[:1], PodCIDRs: n.PodCIDRs[:1]} // IPv4, as Flannel here
 		facts = append(facts, f)
 		createNode(b, api, flannelNode(f, false))
-		flannels = append(flannels, newFlanneld(b, bin, api, n.ns, n.Name, "eth0", "10.244.0.0/16"))
+		agents = append(agents, newAgent(b, api, n.ns))
 	}
 	sink, err := l.node(2).pod.Listen(":9000")
 	if err != nil {
@@ -63,47 +64,31 @@ func BenchmarkPodToPodAgainstFlannel(b *testing.B) {
 	go serveBench(sink)
 	dst := net.JoinHostPort(l.node(2).podIP, "9000")
 
-	paths := []podPath{
-		{name: "direct", dev: "eth0", up: func() int {
-			l.syncFacts(b, never, facts)
-			return overlay.PodMTU(0, overlay.Never, 1500, overlay.IPv4)
-		}},
-		{name: "netplane", dev: overlay.DeviceV4, up: func() int {
-			l.syncFacts(b, always, facts)
-			return overlay.PodMTU(0, overlay.Always, 1500, overlay.IPv4)
-		}},
-		{name: "flannel", dev: "flannel.1", up: func() int {
-			for i, f := range flannels {
-				clearNetplane(b, two[i].ns)
-				f.start(b)
-			}
-			return 0 // known once it runs
-		}, down: func() {
-			for _, f := range flannels {
-				f.stop(b)
-			}
-		}, failed: func() string {
-			for _, f := range flannels {
-				if f.proc.Exited() {
-					return fmt.Sprintf("flanneld on %s exited; its log:\n%s", f.node, f.tail())
-				}
-			}
-			return ""
-		}},
-	}
+	paths := []podPath{{"direct", overlay.Never, "eth0"}, {"netplane", overlay.Always, overlay.DeviceV4}, {"flannel", "", "flannel.1"}}
 	results := map[string][]podRates{}
 	for round := range podRounds {
 		for i := range paths {
 			p := paths[(round+i)%len(paths)]
-			mtu := p.up()
-			waitRoutes(b, two, facts, p)
-			if mtu == 0 {
-				mtu = flannels[0].mtu(b)
+			for j, a := range agents {
+				if p.mode == "" {
+					clearNetplane(b, a.ns)
+					a.startFlanneld(b, bin, facts[j].Name, "eth0", "10.244.0.0/16")
+				} else {
+					a.startNetplane(b, facts[j].Name, p.mode, "10.244.0.0/16")
+				}
+			}
+			waitRoutes(b, facts, agents, p)
+			mtu := overlay.PodMTU(0, p.mode, 1500, overlay.IPv4)
+			if p.mode == "" {
+				mtu = agents[0].flannelMTU(b)
 			}
 			setPodMTU(b, two, mtu)
 			r := measurePods(b, l.node(1), dst)
-			if p.down != nil {
-				p.down()
+			for _, a := range agents {
+				a.stop()
+				if p.mode == "" {
+					clearFlannel(b, a.ns)
+				}
 			}
 			b.Logf("round %d %-8s one stream %.2f GB/s, 64-byte request/response %.0f/s (pod MTU %d; load %s)",
 				round+1, p.name, r.stream/1e9, r.rr, mtu, framework.LoadAverage())
@@ -113,46 +98,46 @@ func BenchmarkPodToPodAgainstFlannel(b *testing.B) {
 	reportPods(b, results)
 }
 
-// podPath is one way from pod to pod: up sets it up from whatever the
-// previous turn left, and returns the pod MTU it implies (0: Flannel's,
-// from its subnet file); down, if set, stops what up started. Each node's
-// route to the other's pod CIDR goes through dev. failed, if set, says why
-// the routes will not come (a process that ended).
+// podPath is one way from pod to pod: netplane's node role in mode, or
+// flanneld when mode is empty; each node's route to the other's pod CIDR
+// then goes through dev.
 type podPath struct {
-	name, dev string
-	up        func() int
-	down      func()
-	failed    func() string
+	name string
+	mode overlay.Mode
+	dev  string
 }
 
 // waitRoutes waits until each node's route to the other's pod CIDR goes
-// through p.dev: at once after netplane's syncs, which are synchronous,
-// once flanneld has started and programmed it for Flannel.
-func waitRoutes(b *testing.B, nodes []*labNode, facts []overlay.Node, p podPath) {
-	for i, n := range nodes {
+// through p.dev, and fails early when an agent's process ends.
+func waitRoutes(b *testing.B, facts []overlay.Node, agents []*agent, p podPath) {
+	for i, a := range agents {
 		other := facts[1-i].PodCIDRs[0].String()
 		deadline := time.Now().Add(time.Minute)
 		for {
-			out, _ := n.ns.Exec("ip", "-o", "route", "show", other)
+			out, _ := a.ns.Exec("ip", "-o", "route", "show", other)
 			if strings.Contains(out, "dev "+p.dev+" ") {
 				break
 			}
-			why := "not after a minute"
-			if p.failed != nil && p.failed() != "" {
-				why = p.failed()
-			} else if time.Now().Before(deadline) {
+			why := a.exited()
+			if why == "" && time.Now().Before(deadline) {
 				time.Sleep(20 * time.Millisecond)
 				continue
 			}
-			b.Fatalf("%s, %s: the route to %s is %q, want one through %s: %s", p.name, n.Name, other, out, p.dev, why)
+			if why == "" {
+				why = "not after a minute; the log of " + a.proc.Name + ":\n" + a.proc.Tail(30)
+			}
+			b.Fatalf("%s, %s: the route to %s is %q, want one through %s: %s", p.name, facts[i].Name, other, out, p.dev, why)
 		}
 	}
 }
 
+// setPodMTU gives the pods, their veths and the bridge the MTU a CNI
+// plugin of the path would give them.
 func setPodMTU(b *testing.B, nodes []*labNode, mtu int) {
 	for _, n := range nodes {
 		n.ns.MustExec(b, "ip", "link", "set", "vpod", "mtu", strconv.Itoa(mtu))
 		n.pod.MustExec(b, "ip", "link", "set", "eth0", "mtu", strconv.Itoa(mtu))
+		n.ns.MustExec(b, "ip", "link", "set", "cni0", "mtu", strconv.Itoa(mtu))
 	}
 }
 
@@ -236,17 +221,16 @@ func reportPods(b *testing.B, results map[string][]podRates) {
 }
 
 // BenchmarkNodeToKernelAgainstFlannel measures how soon a node's kernel
-// follows the Node objects, for netplane's overlay (mode always, driven by
-// a Node informer as the node role drives it) and for flanneld (the real
-// process, vxlan backend), in the same run. The API server holds
-// appearBackground Nodes on another subnet; each contender, in turns,
-// appearRounds times, in a fresh namespace:
+// follows the Node objects, for netplane --role=node --overlay=always and
+// for flanneld (vxlan backend), both real processes in the node's
+// namespace, in the same run. The API server holds appearBackground Nodes
+// on another subnet; each contender, in turns, appearRounds times, in a
+// fresh namespace:
 //
 //  1. starts, and is timed until the route, neighbour and FDB entry of
-//     every one of those Nodes are in the kernel: from its start (for
-//     netplane the informer's, in the test process; for Flannel the
-//     process's, so its own start-up and lease are included) and from the
-//     first of those entries to the last (the programming alone);
+//     every one of those Nodes are in the kernel: from the process's start
+//     and from the first of those entries to the last (the programming
+//     alone);
 //  2. then appearSamples more Nodes are created, one at a time, appearPace
 //     apart, each timed from its API create until its three entries are in
 //     the kernel, and deleted after the run.
@@ -268,14 +252,10 @@ func BenchmarkNodeToKernelAgainstFlannel(b *testing.B) {
 	}
 	contenders := []struct {
 		name  string
-		start func(ns *netns.NS) (stop func())
+		start func(a *agent)
 	}{
-		{"netplane", func(ns *netns.NS) func() { return netplaneAgent(b, api, handleIn(b, ns), self.Name, always) }},
-		{"flannel", func(ns *netns.NS) func() {
-			f := newFlanneld(b, bin, api, ns, self.Name, "ul0", "172.16.0.0/12")
-			f.start(b)
-			return func() { f.stop(b) }
-		}},
+		{"netplane", func(a *agent) { a.startNetplane(b, self.Name, overlay.Always, "172.16.0.0/12") }},
+		{"flannel", func(a *agent) { a.startFlanneld(b, bin, self.Name, "ul0", "172.16.0.0/12") }},
 	}
 	took, creates := map[string][]time.Duration{}, map[string][]time.Duration{}
 	for round := range appearRounds {
@@ -283,11 +263,12 @@ func BenchmarkNodeToKernelAgainstFlannel(b *testing.B) {
 			c := contenders[(round+i)%len(contenders)]
 			ns, _ := scaleNS(b)
 			w := watchKernel(b, ns)
+			a := newAgent(b, api, ns)
 			start := time.Now()
-			stop := c.start(ns)
+			c.start(a)
 			first, last, err := w.appeared(background, 2*time.Minute)
 			if err != nil {
-				b.Fatalf("%s, the %d Nodes there before it started: %v", c.name, len(background), err)
+				b.Fatalf("%s, the %d Nodes there before it started: %v; %s", c.name, len(background), err, a.proc.Tail(20))
 			}
 			b.Logf("round %d %-8s %d Nodes in the kernel %v after its start, %v from the first entry to the last (load %s)",
 				round+1, c.name, len(background), last.Sub(start).Round(time.Millisecond), last.Sub(first).Round(time.Millisecond), framework.LoadAverage())
@@ -298,11 +279,11 @@ func BenchmarkNodeToKernelAgainstFlannel(b *testing.B) {
 				creates[c.name] = append(creates[c.name], time.Since(start))
 				_, at, err := w.appeared([]overlay.Node{n}, 30*time.Second)
 				if err != nil {
-					b.Fatalf("%s, Node %s: %v", c.name, n.Name, err)
+					b.Fatalf("%s, Node %s: %v; %s", c.name, n.Name, err, a.proc.Tail(20))
 				}
 				took[c.name] = append(took[c.name], at.Sub(start))
 			}
-			stop()
+			a.stop()
 			deleteNodes(b, api, samples)
 			if err := ns.Delete(); err != nil {
 				b.Fatal(err)
