@@ -67,6 +67,7 @@ type agent struct {
 	ns              *netns.NS
 	dir, kubeconfig string
 	runs            int
+	name            string             // of the last process started
 	proc            *framework.Process // the last one started
 }
 
@@ -84,9 +85,10 @@ func newAgent(tb testing.TB, api *framework.APIServer, ns *netns.NS) *agent {
 func (a *agent) start(tb testing.TB, env []string, bin string, args ...string) {
 	tb.Helper()
 	a.runs++
+	a.name = filepath.Base(bin)
 	cmd := a.ns.Command(bin, args...)
 	cmd.Env = append(os.Environ(), env...)
-	p, err := a.ns.StartCmd(cmd, filepath.Join(a.dir, fmt.Sprintf("%s-%d.log", filepath.Base(bin), a.runs)))
+	p, err := a.ns.StartCmd(cmd, filepath.Join(a.dir, fmt.Sprintf("%s-%d.log", a.name, a.runs)))
 	if err != nil {
 		tb.Fatal(err)
 	}
@@ -145,7 +147,7 @@ func (a *agent) exited() string {
 	if a.proc == nil || !a.proc.Exited() {
 		return ""
 	}
-	return fmt.Sprintf("%s in %s exited; its log:\n%s", a.proc.Name, a.ns.Name, a.proc.Tail(30))
+	return fmt.Sprintf("%s in %s exited; its log:\n%s", a.name, a.ns.Name, a.proc.Tail(30))
 }
 
 // stop ends the last process started. Both contenders leave their kernel

@@ -124,7 +124,7 @@ func waitRoutes(b *testing.B, facts []overlay.Node, agents []*agent, p podPath) 
 				continue
 			}
 			if why == "" {
-				why = "not after a minute; the log of " + a.proc.Name + ":\n" + a.proc.Tail(30)
+				why = "not after a minute; the log of " + a.name + ":\n" + a.proc.Tail(30)
 			}
 			b.Fatalf("%s, %s: the route to %s is %q, want one through %s: %s", p.name, facts[i].Name, other, out, p.dev, why)
 		}
