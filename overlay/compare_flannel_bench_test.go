@@ -3,6 +3,7 @@ package overlay_test
 import (
 	"io"
 	"net"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -19,7 +20,8 @@ const (
 	podRounds  = 7               // turns of each path in BenchmarkPodToPodAgainstFlannel
 	podMeasure = 2 * time.Second // each of stream and request/response, per turn
 	// BenchmarkNodeToKernelAgainstFlannel: runs of each contender, Nodes
-	// there before it starts, Nodes created one at a time per run.
+	// there before it starts (NETPLANE_BENCH_OVERLAY_NODES overrides it),
+	// Nodes created one at a time per run.
 	appearRounds     = 2
 	appearBackground = 1000
 	appearSamples    = 100
@@ -244,8 +246,16 @@ func BenchmarkNodeToKernelAgainstFlannel(b *testing.B) {
 	framework.RequireBinary(b, "iptables")
 	framework.RequireBinary(b, "nft")
 	api := framework.StartAPIServer(b, framework.Options{})
-	nodes := scaleNodes(appearBackground+appearSamples, false)
-	self, background, samples := nodes[0], nodes[1:appearBackground+1], nodes[appearBackground+1:]
+	count := appearBackground
+	if v := os.Getenv("NETPLANE_BENCH_OVERLAY_NODES"); v != "" {
+		n, err := strconv.Atoi(v)
+		if err != nil || n < 1 || n+appearSamples > 3000 {
+			b.Fatalf("NETPLANE_BENCH_OVERLAY_NODES=%q: want a count of Nodes from 1 to %d", v, 3000-appearSamples)
+		}
+		count = n
+	}
+	nodes := scaleNodes(count+appearSamples, false)
+	self, background, samples := nodes[0], nodes[1:count+1], nodes[count+1:]
 	createNode(b, api, flannelNode(self, false))
 	for _, n := range background {
 		createNode(b, api, flannelNode(n, true))
