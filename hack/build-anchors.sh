@@ -32,6 +32,10 @@ build_flanneld() {
   local src
   # Verified against hack/tools/flannel/go.sum.
   src=$(cd "$here/tools/flannel" && go mod download -json github.com/flannel-io/flannel | awk -F'"' '$2=="Dir" {print $4}')
+  if [ -z "$src" ] || [ ! -f "$src/main.go" ]; then
+    echo "build-anchors: flanneld $version: go mod download gave no module folder" >&2
+    exit 1
+  fi
   work=$(mktemp -d)
   trap 'rm -rf "$work"' EXIT
   cp -r "$src/." "$work/"
