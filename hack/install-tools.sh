@@ -8,6 +8,9 @@ bin=${NETPLANE_BIN_DIR:-$here/../bin}
 
 packages=(etcd-server nftables iproute2 conntrack dnsutils dnsperf containerd runc iputils-ping util-linux procps)
 missing=()
+# flanneld, the overlay benchmark's anchor (hack/build-anchors.sh), runs
+# iptables at start even in nftables mode, and exits without it.
+packages+=(iptables)
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
