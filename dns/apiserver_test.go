@@ -25,6 +25,7 @@ import (
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/role"
 )
 
@@ -452,9 +453,9 @@ func TestRunIsTheRole(t *testing.T) {
 	checks := role.NewChecks()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, role.Deps{Config: cfg, RestConfig: api.RestConfig, Client: api.Client, Checks: checks, Metrics: prometheus.NewRegistry(), Log: testr.New(t)})
-	}()
+	parts := Role(role.Deps{Config: cfg, RestConfig: api.RestConfig, Client: api.Client, Factory: informer.New(api.Client),
+		Checks: checks, Metrics: prometheus.NewRegistry(), Log: testr.New(t)})
+	go func() { done <- parts[0].Run(ctx) }()
 	// An answer from the cluster zone means the server started, and so its
 	// readiness check is in place.
 	eventually(t, 10*time.Second, "the dns role to answer", func() bool {

@@ -47,7 +47,7 @@ type View struct {
 	// hand them to a store (Replace, Add, Update, Delete), and nothing of
 	// the view is kept here: for a consumer that keeps its own, smaller
 	// state. A sink view has no Indexer.
-	Sink cache.Store
+	Sink cache.ReflectorStore
 }
 
 // Factory makes the informers of one process.
