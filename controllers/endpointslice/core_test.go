@@ -458,7 +458,7 @@ func TestTrafficDistributionRemovedDropsHints(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	fx := newFixture(t, 100)
 	reg := prometheus.NewRegistry()
-	c, err := New(logrDiscard(), fx.client, fx.f, fx.events, reg, Options{MaxEndpointsPerSlice: 100})
+	c, err := New(logrDiscard(), fx.client, sourcesOf(fx.f), fx.events, reg, Options{MaxEndpointsPerSlice: 100})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -17,13 +17,13 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/controllers/mirroring"
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/process"
 	"github.com/netplane/netplane/internal/role"
 )
@@ -51,14 +51,13 @@ func startReplica(t *testing.T, s *framework.APIServer, log logr.Logger, change 
 	}
 	rc, writes := countingConfig(s.RestConfig)
 	client := kubernetes.NewForConfigOrDie(rc)
-	f := informers.NewSharedInformerFactory(client, 0)
 	r := &replica{checks: role.NewChecks(), writes: writes, done: make(chan error, 1)}
 	cfg.HealthBindAddress, cfg.MetricsBindAddress = "", ""
 	mgr, err := process.NewManager(cfg, rc, r.checks, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := role.Deps{Config: cfg, RestConfig: rc, Client: client, Informers: f, Checks: r.checks,
+	d := role.Deps{Config: cfg, RestConfig: rc, Client: client, Factory: informer.New(client), Checks: r.checks,
 		Metrics: prometheus.NewRegistry(), Log: log}
 	for _, part := range Role(d) {
 		if err := mgr.Add(part); err != nil {
@@ -68,10 +67,7 @@ func startReplica(t *testing.T, s *framework.APIServer, log logr.Logger, change 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		r.stop(t)
-		f.Shutdown()
-	})
+	t.Cleanup(func() { r.stop(t) })
 	return r
 }
 
