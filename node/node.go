@@ -47,7 +47,7 @@ func run(f role.Func) func(role.Deps) (Feature, error) {
 func features(d role.Deps) ([]Feature, error) {
 	var out []Feature
 	for _, build := range []func(role.Deps) (Feature, error){
-		run(proxy.Run),
+		func(d role.Deps) (Feature, error) { return proxy.New(d) },
 		run(cninode.Run),
 	} {
 		f, err := build(d)
