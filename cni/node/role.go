@@ -26,6 +26,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/netplane/netplane/cni/link"
+	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/role"
 )
 
@@ -37,18 +38,23 @@ func Run(ctx context.Context, d role.Deps) error {
 		return fmt.Errorf("open netlink: %w", err)
 	}
 	defer host.Close()
-	nodes := d.Informers.Core().V1().Nodes()
-	a := &agent{d: d, nodes: nodes.Lister(), clusterCIDRs: clusterCIDRs, host: host,
+	// The Nodes come from a factory of this feature's own: the process's
+	// factory takes views only while the node role is built, before this
+	// runs.
+	f := informer.New(d.Client)
+	nodes := f.Register(informer.View{Kind: informer.Nodes, Name: "podnetwork"})
+	f.Start(ctx)
+	a := &agent{d: d, nodes: corelisters.NewNodeLister(nodes.Indexer()), clusterCIDRs: clusterCIDRs, host: host,
 		offLink: map[string]bool{}, metrics: newMetrics(d.Metrics), kick: make(chan struct{}, 1),
 		pluginPath: d.Config.Node.CNIPluginPath}
 	if a.pluginPath == "" {
 		a.pluginPath = defaultPluginPath()
 	}
-	if _, err := nodes.Informer().AddEventHandler(a.handler()); err != nil {
+	if _, err := nodes.AddEventHandler(a.handler()); err != nil {
 		return err
 	}
 	d.Checks.AddReady("podnetwork-setup", a.ready)
-	if !role.WaitForSync(ctx, d, "podnetwork", nodes.Informer().HasSyncedChecker()) {
+	if !role.WaitForSync(ctx, d, "podnetwork", nodes.Synced()) {
 		return nil
 	}
 	a.recorder = newRecorder(ctx, d, d.Config.Node.NodeName)
