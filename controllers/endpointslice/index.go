@@ -1,7 +1,6 @@
 package endpointslice
 
 import (
-
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
