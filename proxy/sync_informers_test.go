@@ -14,7 +14,9 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/internal/informer"
@@ -97,6 +99,17 @@ func TestRecordInformersDeliverEveryChange(t *testing.T) {
 			Endpoints: []discovery.Endpoint{{Addresses: []string{ip}}}}
 	}
 	client := fake.NewClientset(&v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", ResourceVersion: "1"}}, slice("1", "10.0.0.1"))
+	// The fake's watch sees only changes made after it started: the
+	// changes wait for it.
+	watching := make(chan struct{}, 1)
+	client.PrependWatchReactor("endpointslices", func(a k8stesting.Action) (bool, apiwatch.Interface, error) {
+		w, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		select {
+		case watching <- struct{}{}:
+		default:
+		}
+		return true, w, err
+	})
 	f := informer.New(client)
 	v := registerViews(f, "node-a")
 	f.Start(ctx)
@@ -120,6 +133,7 @@ func TestRecordInformersDeliverEveryChange(t *testing.T) {
 	} else if _, ok := o.(*serviceRecord); !ok {
 		t.Errorf("the Service store holds a %T, want a *serviceRecord", o)
 	}
+	<-watching
 	if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx, slice("2", "10.0.0.2"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}

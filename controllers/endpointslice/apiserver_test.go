@@ -29,10 +29,6 @@ import (
 // kubelet runs, so the tests set pod status themselves.
 func TestMain(m *testing.M) { framework.RunShared(m) }
 
-func sharedAPIServer(t *testing.T) *framework.APIServer {
-	return framework.SharedAPIServer(t, framework.Options{})
-}
-
 // writeCounter counts EndpointSlice writes per namespace and verb as they
 // leave a client, whether or not the API server accepts them.
 type writeCounter struct {
@@ -170,14 +166,9 @@ func createPod(t *testing.T, client kubernetes.Interface, ns string, p *corev1.P
 	for i := range p.Spec.InitContainers {
 		p.Spec.InitContainers[i].Image = "pause"
 	}
-	status, deleting := p.Status, p.DeletionTimestamp != nil
+	deleting := p.DeletionTimestamp != nil
 	p.DeletionTimestamp = nil
-	got, err := client.CoreV1().Pods(ns).Create(framework.Ctx(t), p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got.Status = status
-	got, err = client.CoreV1().Pods(ns).UpdateStatus(framework.Ctx(t), got, metav1.UpdateOptions{})
+	got, err := framework.CreatePod(framework.Ctx(t), client, p)
 	if err != nil {
 		t.Fatal(err)
 	}

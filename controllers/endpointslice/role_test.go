@@ -18,6 +18,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
@@ -87,7 +88,7 @@ func (r *replica) stop(t *testing.T) {
 }
 
 func TestTwoReplicasOnlyTheLeaderWrites(t *testing.T) {
-	s := sharedAPIServer(t)
+	s := framework.SharedAPIServer(t, framework.Options{})
 	lease := fmt.Sprintf("netplane-test-%d", time.Now().UnixNano())
 	withLease := func(c *v1alpha1.Controller) { c.LeaderElection.ResourceName = lease }
 	a := startReplica(t, s, testr.New(t), withLease)
@@ -125,7 +126,7 @@ func TestTwoReplicasOnlyTheLeaderWrites(t *testing.T) {
 // A leader that can no longer renew its Lease stops at once (the process
 // exits 1), so that only the new holder writes.
 func TestALostLeaseStopsTheLeader(t *testing.T) {
-	s := sharedAPIServer(t)
+	s := framework.SharedAPIServer(t, framework.Options{})
 	name := fmt.Sprintf("netplane-test-%d", time.Now().UnixNano())
 	// The manager does not wait for the parts on a lost Lease: they may log
 	// after the test ended, which testr does not allow.
@@ -137,10 +138,20 @@ func TestALostLeaseStopsTheLeader(t *testing.T) {
 		lease, err = leases.Get(framework.Ctx(t), name, metav1.GetOptions{})
 		return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", fmt.Sprint(err)
 	})
-	now := metav1.NewMicroTime(time.Now())
-	lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.AcquireTime = ptr.To("usurper"), &now, &now
-	lease.Spec.LeaseDurationSeconds = ptr.To[int32](60)
-	if _, err := leases.Update(framework.Ctx(t), lease, metav1.UpdateOptions{}); err != nil {
+	// The replica renews every 200 ms: an update between its renewals may
+	// conflict, and is made again on the Lease as it then is.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := leases.Get(framework.Ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.AcquireTime = ptr.To("usurper"), &now, &now
+		lease.Spec.LeaseDurationSeconds = ptr.To[int32](60)
+		_, err = leases.Update(framework.Ctx(t), lease, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -156,7 +167,7 @@ func TestALostLeaseStopsTheLeader(t *testing.T) {
 }
 
 func TestRoleMirrorsEndpoints(t *testing.T) {
-	s := sharedAPIServer(t)
+	s := framework.SharedAPIServer(t, framework.Options{})
 	startReplica(t, s, testr.New(t), func(c *v1alpha1.Controller) {
 		c.LeaderElection.LeaderElect = false
 		c.MirroringMaxEndpointsPerSubset = 2
