@@ -52,8 +52,8 @@ var kinds = map[Kind]kind{
 		i := c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll)
 		return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return i.List(ctx, o) }, i.Watch
 	}, metaFields},
+	//lint:ignore SA1019 the mirroring controller reads user-written Endpoints
 	Endpoints: {&corev1.Endpoints{}, func(c kubernetes.Interface) (listFunc, watchFunc) {
-		//nolint:staticcheck // the mirroring controller reads user-written Endpoints
 		i := c.CoreV1().Endpoints(metav1.NamespaceAll)
 		return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return i.List(ctx, o) }, i.Watch
 	}, metaFields},
