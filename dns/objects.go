@@ -5,6 +5,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // triggerTimeAnnotation is set by the EndpointSlice controller to the time
@@ -35,6 +36,13 @@ type svcInfo struct {
 	spec *service // immutable
 }
 
+// DeepCopyObject and GetObjectKind make records runtime.Objects, which a
+// list holds as they are (internal/informer).
+func (s *svcInfo) DeepCopyObject() runtime.Object {
+	c := *s
+	return &c
+}
+
 // objMeta is the metadata an informer reads, through GetObjectMeta, which
 // builds it only when asked.
 type objMeta struct{ name, namespace, resourceVersion string }
@@ -44,6 +52,8 @@ func metaOf(m metav1.ObjectMeta) objMeta { return objMeta{m.Name, m.Namespace, m
 func (m *objMeta) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Name: m.name, Namespace: m.namespace, ResourceVersion: m.resourceVersion}
 }
+
+func (m *objMeta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion}

@@ -2,12 +2,14 @@ package dns
 
 import (
 	"net/netip"
+	"slices"
 	"sync"
 	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 )
 
 // podSink is the pods' view (a Sink): autopath and verified pod records
@@ -124,6 +126,16 @@ type podInfo struct {
 
 func (p *podInfo) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Name: p.ref.name, Namespace: p.ref.ns}
+}
+
+// GetObjectKind and DeepCopyObject make a podInfo a runtime.Object, which
+// a list holds as it is (internal/informer): no wrapper per pod.
+func (p *podInfo) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
+
+func (p *podInfo) DeepCopyObject() runtime.Object {
+	c := *p
+	c.addrs = slices.Clone(p.addrs)
+	return &c
 }
 
 // toPodInfo reads a Pod, a podInfo or a deleted pod's last state; nil for

@@ -77,10 +77,11 @@ func newWatcher(f *informer.Factory, h *Handler, m *metrics, log logr.Logger, wi
 	// Every change is applied at once: an index swap is cheap, and a burst
 	// of events already coalesces into one while a swap runs.
 	w.runner = runner.New(w.sync, runner.Options{})
-	w.services = f.Register(informer.View{Kind: informer.Services, Name: "dns", Record: slim})
+	// Read by key and by Service: no namespace index.
+	w.services = f.Register(informer.View{Kind: informer.Services, Name: "dns", Record: slim, NoNamespaceIndex: true})
 	w.slices = f.Register(informer.View{Kind: informer.EndpointSlices, Name: "dns", Record: slim,
-		Indexers: cache.Indexers{byService: sliceService}})
-	w.nss = f.Register(informer.View{Kind: informer.Namespaces, Name: "dns", Record: slim})
+		Indexers: cache.Indexers{byService: sliceService}, NoNamespaceIndex: true})
+	w.nss = f.Register(informer.View{Kind: informer.Namespaces, Name: "dns", Record: slim, NoNamespaceIndex: true})
 	if withPods {
 		w.pods = f.Register(informer.View{Kind: informer.Pods, Name: "dns", Fields: runningPods, Record: podRecord,
 			Sink: newPodSink(func(moves []podMove) {

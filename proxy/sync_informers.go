@@ -38,10 +38,12 @@ type views struct {
 }
 
 func registerViews(f *informer.Factory, nodeName string) views {
+	// Read whole, by key and by Service: no namespace index.
 	return views{
-		services: f.Register(informer.View{Kind: informer.Services, Name: "proxy", Labels: proxySelector, Record: record}),
+		services: f.Register(informer.View{Kind: informer.Services, Name: "proxy", Labels: proxySelector, Record: record,
+			NoNamespaceIndex: true}),
 		slices: f.Register(informer.View{Kind: informer.EndpointSlices, Name: "proxy", Labels: proxySelector, Record: record,
-			Indexers: cache.Indexers{byService: sliceServiceIndex}}),
+			Indexers: cache.Indexers{byService: sliceServiceIndex}, NoNamespaceIndex: true}),
 		nodes: f.Register(informer.View{Kind: informer.Nodes, Name: "proxy", Fields: fields.OneTermEqualSelector("metadata.name", nodeName)}),
 	}
 }

@@ -43,6 +43,11 @@ type View struct {
 	Record func(obj runtime.Object) any
 	// Indexers index the view's records.
 	Indexers cache.Indexers
+	// NoNamespaceIndex leaves out the namespace index, which every view has
+	// otherwise, for a view read by key, as a whole and through its own
+	// Indexers only: it costs an index entry per object, and only typed
+	// listers' List of a namespace reads it.
+	NoNamespaceIndex bool
 	// Sink, when set, receives the view's records as a reflector would
 	// hand them to a store (Replace, Add, Update, Delete), and nothing of
 	// the view is kept here: for a consumer that keeps its own, smaller
@@ -132,7 +137,7 @@ func (f *Factory) start(ctx context.Context, r *resource) {
 			go rf.RunWithContext(ctx)
 			return
 		}
-		inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: withNamespace(v.Indexers)})
+		inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: h.indexers()})
 		_ = inf.SetTransform(transformFunc(k.example, h.record)) // cannot fail before Run
 		r.informer = inf
 		h.setSynced(inf.HasSyncedChecker())

@@ -110,3 +110,16 @@ func TestASinksStoreIsSyncedOnceTheFirstListIsHandedOn(t *testing.T) {
 		t.Error("not done after the first list")
 	}
 }
+
+func TestPagedListHoldsRecordsThatAreObjectsAsTheyAre(t *testing.T) {
+	f := &fakePages{pods: []*corev1.Pod{testPod("a", corev1.PodRunning, "10.0.0.1"), testPod("b", corev1.PodRunning, "10.0.0.2")}}
+	l, err := pagedList(context.Background(), metav1.ListOptions{}, f.list, func(o runtime.Object) any { return o })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range l.Items {
+		if _, ok := o.(*corev1.Pod); !ok {
+			t.Errorf("the list holds a %T, want the *v1.Pod the record is", o)
+		}
+	}
+}
