@@ -11,6 +11,7 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -327,5 +328,21 @@ func TestAViewWithoutTheNamespaceIndexHasOnlyItsOwnIndexes(t *testing.T) {
 				t.Errorf("ByIndex(tag, dns) = %v, %v; want [a/x]", keys(got), err)
 			}
 		})
+	}
+}
+
+func TestAFieldSelectorIsAppliedHereForASharedResource(t *testing.T) {
+	c := fake.NewClientset(testPod("running", corev1.PodRunning, "10.0.0.1"), testPod("done", corev1.PodSucceeded))
+	f := New(c)
+	running := f.Register(View{Kind: Pods, Name: "dns", Fields: fields.AndSelectors(
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+		fields.OneTermEqualSelector("metadata.namespace", "ns"))})
+	all := f.Register(View{Kind: Pods, Name: "controller"})
+	start(t, f, running, all)
+	if got := keys(running.Indexer().List()); !slices.Equal(got, []string{"ns/running"}) {
+		t.Errorf("the selecting view holds %v, want [ns/running]", got)
+	}
+	if got := keys(all.Indexer().List()); !slices.Equal(got, []string{"ns/done", "ns/running"}) {
+		t.Errorf("the other view holds %v, want both pods", got)
 	}
 }
