@@ -18,23 +18,20 @@ import (
 	"github.com/miekg/dns"
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/role"
 )
 
 // One API server serves every test of the package that needs one; it
 // starts on first use (4 s) and stops in TestMain.
 func TestMain(m *testing.M) { framework.RunShared(m) }
-
-func sharedAPIServer(t *testing.T) *framework.APIServer {
-	return framework.SharedAPIServer(t, framework.Options{})
-}
 
 // fixtureOnce creates the reference fixture on the shared API server once.
 var fixtureOnce sync.Once
@@ -77,23 +74,11 @@ func createObjects(ctx context.Context, c kubernetes.Interface, o fixtureObjects
 	return nil
 }
 
-// createPod creates a pod and sets its status as a kubelet would.
+// createPod creates a pod of one pause container with its status.
 func createPod(ctx context.Context, c kubernetes.Interface, p *corev1.Pod) error {
 	p = p.DeepCopy()
-	status := p.Status
 	p.Spec.Containers = []corev1.Container{{Name: "c", Image: "pause"}}
-	created, err := c.CoreV1().Pods(p.Namespace).Create(ctx, p, metav1.CreateOptions{})
-	if apierrors.IsAlreadyExists(err) { // a retry after the status update failed
-		created, err = c.CoreV1().Pods(p.Namespace).Get(ctx, p.Name, metav1.GetOptions{})
-	}
-	if err != nil {
-		return fmt.Errorf("pod %s/%s: %w", p.Namespace, p.Name, err)
-	}
-	created.Status = status
-	if len(status.PodIPs) > 0 {
-		created.Status.PodIP = status.PodIPs[0].IP
-	}
-	_, err = c.CoreV1().Pods(p.Namespace).UpdateStatus(ctx, created, metav1.UpdateOptions{})
+	_, err := framework.CreatePod(ctx, c, p)
 	return err
 }
 
@@ -143,11 +128,11 @@ func startServer(t *testing.T, c v1alpha1.DNS, client kubernetes.Interface, wait
 func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
 	t.Helper()
 	start := time.Now()
-	for !cond() {
-		if time.Since(start) > within {
-			t.Fatalf("waited %v for %s", within, what)
-		}
-		time.Sleep(2 * time.Millisecond)
+	err := wait.PollUntilContextTimeout(context.Background(), 2*time.Millisecond, within, true, func(context.Context) (bool, error) {
+		return cond(), nil
+	})
+	if err != nil {
+		t.Fatalf("waited %v for %s", within, what)
 	}
 	return time.Since(start)
 }
@@ -177,7 +162,7 @@ func withoutOPT(rs []dns.RR) []dns.RR {
 // TestServesTheFixtureFromARealAPIServer runs every answer case against a
 // server fed by real objects, over UDP and over TCP.
 func TestServesTheFixtureFromARealAPIServer(t *testing.T) {
-	api := sharedAPIServer(t)
+	api := framework.SharedAPIServer(t, framework.Options{})
 	createFixture(t, api.Client)
 	up := startUpstream(t, map[string]func(dns.Question) *dns.Msg{"example.net. A": answerA(60, "192.0.2.7")})
 	s, _ := startServer(t, dnsConfig(t, up.Addr), api.Client, true)
@@ -216,7 +201,7 @@ func TestServesTheFixtureFromARealAPIServer(t *testing.T) {
 
 func TestDigSeesTheRecords(t *testing.T) {
 	dig := framework.RequireBinary(t, "dig")
-	api := sharedAPIServer(t)
+	api := framework.SharedAPIServer(t, framework.Options{})
 	createFixture(t, api.Client)
 	s, _ := startServer(t, dnsConfig(t, "127.0.0.1:1"), api.Client, true)
 	host, port, _ := net.SplitHostPort(s.Listeners.Addr)
@@ -257,7 +242,7 @@ func execOutput(name string, args ...string) (string, error) {
 }
 
 func TestLargeAnswersAreTruncatedOverUDPAndCompleteOverTCP(t *testing.T) {
-	api := sharedAPIServer(t)
+	api := framework.SharedAPIServer(t, framework.Options{})
 	ctx := framework.Ctx(t)
 	o := fixtureObjects{namespaces: []string{"big"}, services: []*corev1.Service{headlessService("big", "hdls100", httpPort())}}
 	var eps []ep
@@ -298,7 +283,7 @@ func TestLargeAnswersAreTruncatedOverUDPAndCompleteOverTCP(t *testing.T) {
 // the first answer that shows it. Each change must show within a second
 // (a loaded CI machine), and the median within 100 ms.
 func TestChangesAreServedWithin100ms(t *testing.T) {
-	api := sharedAPIServer(t)
+	api := framework.SharedAPIServer(t, framework.Options{})
 	ctx := framework.Ctx(t)
 	if err := createObjects(ctx, api.Client, fixtureObjects{namespaces: []string{"churn"}}); err != nil {
 		t.Fatal(err)
@@ -379,7 +364,7 @@ func TestServfailUntilSyncedAndForwardsMeanwhile(t *testing.T) {
 }
 
 func TestVerifiedPodRecordsFollowRealPods(t *testing.T) {
-	api := sharedAPIServer(t)
+	api := framework.SharedAPIServer(t, framework.Options{})
 	createFixture(t, api.Client)
 	c := dnsConfig(t, "127.0.0.1:1")
 	c.PodRecords = podsVerified
@@ -403,7 +388,7 @@ func TestVerifiedPodRecordsFollowRealPods(t *testing.T) {
 // TestAutopathForARealPod makes a pod whose IP is a loopback address the
 // test sends from, so the server sees the query come from that pod.
 func TestAutopathForARealPod(t *testing.T) {
-	api := sharedAPIServer(t)
+	api := framework.SharedAPIServer(t, framework.Options{})
 	createFixture(t, api.Client)
 	ctx := framework.Ctx(t)
 	podIP := netip.MustParseAddr("127.0.0.77")
@@ -441,7 +426,7 @@ var restConfigForNowhere = rest.Config{Host: "https://127.0.0.1:1", Timeout: tim
 // after the stop, not ready but still answering for the lameduck period;
 // then nil.
 func TestRunIsTheRole(t *testing.T) {
-	api := sharedAPIServer(t)
+	api := framework.SharedAPIServer(t, framework.Options{})
 	cfg := v1alpha1.Default()
 	cfg.DNS = dnsConfig(t, "127.0.0.1:1")
 	pc, l := listenBoth(t) // a port free for both, handed to the role
@@ -452,9 +437,9 @@ func TestRunIsTheRole(t *testing.T) {
 	checks := role.NewChecks()
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() {
-		done <- Run(ctx, role.Deps{Config: cfg, RestConfig: api.RestConfig, Client: api.Client, Checks: checks, Metrics: prometheus.NewRegistry(), Log: testr.New(t)})
-	}()
+	parts := Role(role.Deps{Config: cfg, RestConfig: api.RestConfig, Client: api.Client, Factory: informer.New(api.Client),
+		Checks: checks, Metrics: prometheus.NewRegistry(), Log: testr.New(t)})
+	go func() { done <- parts[0].Run(ctx) }()
 	// An answer from the cluster zone means the server started, and so its
 	// readiness check is in place.
 	eventually(t, 10*time.Second, "the dns role to answer", func() bool {

@@ -21,6 +21,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/netplane/netplane/e2e/framework"
@@ -255,16 +256,20 @@ func startCoreDNS(b *testing.B, bin string, api *framework.APIServer, upstream, 
 func waitAnswer(b *testing.B, s *benchServer, name string, within time.Duration) time.Duration {
 	start := time.Now()
 	c := &dns.Client{Timeout: 200 * time.Millisecond}
-	for {
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, within, true, func(context.Context) (bool, error) {
 		m, _, err := c.Exchange(query(name, dns.TypeA), s.addr)
 		if err == nil && m.Rcode == dns.RcodeSuccess && len(m.Answer) > 0 {
-			return time.Since(start)
+			return true, nil
 		}
-		if time.Since(start) > within || s.proc.Exited() {
-			b.Fatalf("%s did not answer %s within %v:\n%s", s.name, name, within, s.proc.Tail(20))
+		if s.proc.Exited() {
+			return false, fmt.Errorf("%s exited", s.name)
 		}
-		time.Sleep(time.Millisecond)
+		return false, nil
+	})
+	if err != nil {
+		b.Fatalf("%s did not answer %s within %v (%v):\n%s", s.name, name, within, err, s.proc.Tail(20))
 	}
+	return time.Since(start)
 }
 
 // writeQueryFiles writes dnsperf inputs: cluster names only, and what pods

@@ -27,7 +27,7 @@ import (
 // veth; the servers listen on port 53 there, which glibc needs.
 func TestGetaddrinfoQueriesWithAndWithoutAutopath(t *testing.T) {
 	framework.RequireBinary(t, "getent")
-	api := sharedAPIServer(t)
+	api := framework.SharedAPIServer(t, framework.Options{})
 	createFixture(t, api.Client)
 	ctx := framework.Ctx(t)
 	const podIP, withAP, withoutAP = "10.250.0.20", "10.250.0.10", "10.250.0.11"

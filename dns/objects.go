@@ -13,21 +13,22 @@ import (
 // measured from it.
 const triggerTimeAnnotation = "endpoints.kubernetes.io/last-change-trigger-time"
 
-// slim is the informers' transform: it keeps only the fields DNS answers
-// from. It returns fresh objects and never changes its input.
-func slim(obj any) (any, error) {
+// slim is the record DNS keeps of a Service, an EndpointSlice or a
+// Namespace (the informer views' Record): only the fields DNS answers from.
+// It returns fresh objects and never changes its input.
+func slim(obj runtime.Object) any {
 	switch o := obj.(type) {
 	case *corev1.Service:
-		return &svcInfo{objMeta: metaOf(o.ObjectMeta), spec: serviceSpec(o)}, nil
+		return &svcInfo{objMeta: metaOf(o.ObjectMeta), spec: serviceSpec(o)}
 	case *discoveryv1.EndpointSlice:
-		return slimSlice(o), nil
+		return slimSlice(o)
 	case *corev1.Namespace:
-		return &corev1.Namespace{ObjectMeta: slimMeta(o.ObjectMeta)}, nil
+		return &corev1.Namespace{ObjectMeta: slimMeta(o.ObjectMeta)}
 	}
-	return obj, nil
+	return obj
 }
 
-// svcInfo is what the Service informer keeps: the key, the resource version
+// svcInfo is what the Service view keeps: the key, the resource version
 // an informer tells updates from resyncs by, and the Service's own records.
 // A slim corev1.Service alone would be five times that.
 type svcInfo struct {
@@ -35,6 +36,8 @@ type svcInfo struct {
 	spec *service // immutable
 }
 
+// DeepCopyObject and GetObjectKind make records runtime.Objects, which a
+// list holds as they are (internal/informer).
 func (s *svcInfo) DeepCopyObject() runtime.Object {
 	c := *s
 	return &c
@@ -51,13 +54,6 @@ func (m *objMeta) GetObjectMeta() metav1.Object {
 }
 
 func (m *objMeta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
-// keepSlim is what a list keeps of an object: its slim copy.
-func keepSlim(obj runtime.Object) runtime.Object {
-	s, _ := slim(obj)
-	o, _ := s.(runtime.Object)
-	return o
-}
 
 func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
 	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion}

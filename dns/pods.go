@@ -10,19 +10,17 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
-	"k8s.io/client-go/tools/cache"
 )
 
-// podSink is the store of the pods' reflector. Autopath and verified pod
-// records need only which namespace holds an address, so rather than an
-// informer cache of every pod (tens of thousands in a large cluster) it
-// keeps each pod's addresses, the least that says what a pod gives back
-// when it changes or goes, and hands every move to the watcher.
+// podSink is the pods' view (a Sink): autopath and verified pod records
+// need only which namespace holds an address, so rather than an informer
+// cache of every pod (tens of thousands in a large cluster) it keeps each
+// pod's addresses, the least that says what a pod gives back when it
+// changes or goes, and hands every move to the watcher.
 type podSink struct {
 	mu    sync.Mutex
 	addrs map[podRef]packedAddrs // pods holding addresses
 	moves func([]podMove)
-	done  chan struct{} // closed with the first list handed on
 }
 
 // podMove is a pod giving back the addresses old and taking cur.
@@ -32,31 +30,13 @@ type podMove struct {
 }
 
 func newPodSink(moves func([]podMove)) *podSink {
-	return &podSink{addrs: map[podRef]packedAddrs{}, moves: moves, done: make(chan struct{})}
-}
-
-// Transformer slims the pods a watch-list streams into the reflector's
-// temporary store, so even the initial list never holds whole pods.
-func (s *podSink) Transformer() cache.TransformFunc {
-	return func(obj any) (any, error) {
-		if p := toPodInfo(obj); p != nil {
-			return p, nil
-		}
-		return obj, nil
-	}
+	return &podSink{addrs: map[podRef]packedAddrs{}, moves: moves}
 }
 
 func (s *podSink) Add(obj any) error    { return s.set(obj, true) }
 func (s *podSink) Update(obj any) error { return s.set(obj, true) }
 func (s *podSink) Delete(obj any) error { return s.set(obj, false) }
 func (s *podSink) Resync() error        { return nil }
-
-// HasSynced reports whether the first list has been handed on.
-func (s *podSink) HasSynced() bool { return cache.IsDone(s) }
-
-// Name and Done make the sink a cache.DoneChecker, waited for without polling.
-func (s *podSink) Name() string          { return "dns pods" }
-func (s *podSink) Done() <-chan struct{} { return s.done }
 
 func (s *podSink) set(obj any, exists bool) error {
 	p := toPodInfo(obj)
@@ -106,9 +86,6 @@ func (s *podSink) Replace(list []any, _ string) error {
 	}
 	s.addrs = next
 	s.moves(moves)
-	if !s.HasSynced() {
-		close(s.done)
-	}
 	return nil
 }
 
@@ -138,8 +115,8 @@ func (p packedAddrs) unpack() []netip.Addr {
 	return out
 }
 
-// podInfo is what the pods' list, and the reflector's temporary store
-// during a watch-list, hold of a pod: its name and addresses. A store
+// podInfo is the pods' view's record of a pod (what its list, and a
+// watch-list's temporary store, hold): its name and addresses. A store
 // reaches its name through GetObjectMeta, which builds the metadata only
 // when asked.
 type podInfo struct {
@@ -151,6 +128,8 @@ func (p *podInfo) GetObjectMeta() metav1.Object {
 	return &metav1.ObjectMeta{Name: p.ref.name, Namespace: p.ref.ns}
 }
 
+// GetObjectKind and DeepCopyObject make a podInfo a runtime.Object, which
+// a list holds as it is (internal/informer): no wrapper per pod.
 func (p *podInfo) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
 
 func (p *podInfo) DeepCopyObject() runtime.Object {
@@ -172,14 +151,8 @@ func toPodInfo(obj any) *podInfo {
 	return nil
 }
 
-// keepPod is what a pods' list keeps of a pod: its podInfo, or nothing
-// for a pod without addresses.
-func keepPod(obj runtime.Object) runtime.Object {
-	if p := toPodInfo(obj); p != nil && len(p.addrs) > 0 {
-		return p
-	}
-	return nil
-}
+// podRecord is the pods' view's Record.
+func podRecord(obj runtime.Object) any { return toPodInfo(obj) }
 
 // podAddrs are the addresses of a pod that holds them: a finished pod has
 // given its addresses back, and they may already be another pod's.

@@ -61,7 +61,7 @@ func TestPodSinkHandsOnWhatEachPodGaveBackAndTook(t *testing.T) {
 			s.Delete(c)
 		}, []string{"c: [] -> [10.0.0.3 fd00::3]", "c: [10.0.0.3 fd00::3] -> []"}},
 		{"a watch-list relists what the transformer kept", func(s *podSink) {
-			kept, _ := s.Transformer()(b)
+			kept := podRecord(b)
 			s.Replace([]any{kept}, "")
 		}, []string{"b: [] -> [10.0.0.2 fd00::2]"}},
 	} {
@@ -77,29 +77,6 @@ func TestPodSinkHandsOnWhatEachPodGaveBackAndTook(t *testing.T) {
 				t.Errorf("moves:\n got: %s\nwant: %s", strings.Join(got, "; "), strings.Join(tc.want, "; "))
 			}
 		})
-	}
-}
-
-func TestPodSinkIsSyncedOnceTheFirstListIsHandedOn(t *testing.T) {
-	s := newPodSink(func([]podMove) {})
-	s.Add(testPod("a", corev1.PodRunning, "10.0.0.1"))
-	if s.HasSynced() {
-		t.Error("synced before the first list")
-	}
-	select {
-	case <-s.Done():
-		t.Error("done before the first list")
-	default:
-	}
-	s.Replace(nil, "")
-	s.Replace(nil, "") // a relist: done stays done
-	if !s.HasSynced() {
-		t.Error("not synced after the first list")
-	}
-	select {
-	case <-s.Done():
-	default:
-		t.Error("not done after the first list")
 	}
 }
 

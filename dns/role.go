@@ -25,6 +25,7 @@ import (
 	"k8s.io/client-go/kubernetes"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/role"
 )
 
@@ -35,28 +36,40 @@ import (
 // a quarter of the peak QPS (dns/README.md has the measurements).
 const gcPercent = 50
 
-// Run is the dns role: it serves until ctx ends. The sockets open at once;
-// until the informers have synced, the cluster zone is answered SERVFAIL
-// and other names are forwarded. An unreachable API server keeps it in
-// that state, it never stops the process.
-func Run(ctx context.Context, d role.Deps) error {
-	var started atomic.Pointer[Server]
-	var stopping atomic.Bool
+// Role is the dns role as the process builds it: the server and its views
+// of the process's informers are made at once, and one part serves until
+// ctx ends. The sockets open when it runs; until the views have synced, the
+// cluster zone is answered SERVFAIL and other names are forwarded. An
+// unreachable API server keeps it in that state, it never stops the
+// process.
+func Role(d role.Deps) []role.Runnable {
+	s, err := New(d.Factory, d.Config.DNS, d.Metrics, d.Log)
+	return []role.Runnable{{Role: v1alpha1.RoleDNS, Run: func(ctx context.Context) error {
+		if err != nil {
+			return err
+		}
+		return s.run(ctx, d)
+	}}}
+}
+
+func (s *Server) run(ctx context.Context, d role.Deps) error {
+	var serving, stopping atomic.Bool
 	d.Checks.AddReady("dns", func() error {
 		if stopping.Load() {
 			return errors.New("stopping: answering for --lameduck before the sockets close")
 		}
-		if s := started.Load(); s != nil {
-			return s.Ready()
+		if !serving.Load() {
+			return errors.New("the DNS server has not started")
 		}
-		return errors.New("the DNS server has not started")
+		return s.Ready()
 	})
 	role.DefaultGCPercent(gcPercent)
-	s, err := Start(ctx, d.Config.DNS, d.ProtobufClient(), d.Metrics, d.Log)
+	l, err := Listen(d.Config.DNS.BindAddress, runtime.GOMAXPROCS(0))
 	if err != nil {
 		return err
 	}
-	started.Store(s)
+	s.Serve(ctx, l)
+	serving.Store(true)
 	<-ctx.Done()
 	// Queries keep arriving until every node has dropped this server from
 	// the Service's endpoints; closing at once would time them out.
@@ -67,14 +80,17 @@ func Run(ctx context.Context, d role.Deps) error {
 	}
 	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
 	defer cancel()
-	s.Listeners.Shutdown(shutdown)
+	l.Shutdown(shutdown)
 	return nil
 }
 
-// Server is a running DNS server.
+// Server is a DNS server.
 type Server struct {
-	Handler   *Handler
+	Handler *Handler
+	// Listeners are the sockets, once it serves (Serve).
 	Listeners *Listeners
+	watch     *watcher
+	log       logr.Logger
 }
 
 // Ready reports whether the cluster zone is being answered.
@@ -99,8 +115,20 @@ func Start(ctx context.Context, c v1alpha1.DNS, client kubernetes.Interface, reg
 }
 
 // StartOn serves on sockets already open (a test opens them inside a
-// network namespace) and starts watching the API server.
+// network namespace) and starts watching the API server through informers
+// of its own.
 func StartOn(ctx context.Context, l *Listeners, c v1alpha1.DNS, client kubernetes.Interface, reg prometheus.Registerer, log logr.Logger) (*Server, error) {
+	s, err := New(informer.New(client), c, reg, log)
+	if err != nil {
+		return nil, err
+	}
+	s.Serve(ctx, l)
+	return s, nil
+}
+
+// New builds a server of c whose index follows the views it registers on
+// f; it serves once Serve is called.
+func New(f *informer.Factory, c v1alpha1.DNS, reg prometheus.Registerer, log logr.Logger) (*Server, error) {
 	ns, name, _ := strings.Cut(c.DNSService, "/")
 	z := &Zone{
 		Origin:     strings.ToLower(strings.TrimSuffix(c.ClusterDomain, ".")) + ".",
@@ -122,8 +150,20 @@ func StartOn(ctx context.Context, l *Listeners, c v1alpha1.DNS, client kubernete
 	}
 	fwd := NewForwarder(upstreams, c.UpstreamTimeout.Duration, NewCache(int(c.CacheSize), c.CacheMaxTTL.Duration), m)
 	h := NewHandler(z, fwd, m, c.Autopath, search)
-	l.Serve(h)
-	log.Info("serving DNS", "address", l.Addr, "zone", z.Origin, "upstreams", upstreams, "autopath", c.Autopath, "podRecords", c.PodRecords)
-	startWatch(ctx, client, h, m, log, c.Autopath || c.PodRecords == podsVerified)
-	return &Server{Handler: h, Listeners: l}, nil
+	log.Info("DNS server", "zone", z.Origin, "upstreams", upstreams, "autopath", c.Autopath, "podRecords", c.PodRecords)
+	w := newWatcher(f, h, m, log, c.Autopath || c.PodRecords == podsVerified)
+	return &Server{Handler: h, watch: w, log: log}, nil
+}
+
+// Serve answers on l and follows the API server (starting the informer
+// factory) until ctx ends.
+func (s *Server) Serve(ctx context.Context, l *Listeners) {
+	l.Serve(s.Handler)
+	s.Listeners = l
+	s.log.Info("serving DNS", "address", l.Addr)
+	go func() {
+		if err := s.watch.run(ctx); err != nil {
+			s.log.Error(err, "following the API server")
+		}
+	}()
 }

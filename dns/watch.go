@@ -2,42 +2,41 @@ package dns
 
 import (
 	"context"
+	"errors"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
-	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/informers"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
+	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/internal/runner"
 )
 
 const byService = "service"
 
-// watcher keeps the Handler's index in step with the API server. Informer
+// watcher keeps the Handler's index in step with the API server. Its views'
 // handlers only note which Service or namespace changed, and the pods' sink
-// which addresses each pod gave back and took; one worker rebuilds exactly
-// those from the informer caches and swaps the new index in, so a burst of events costs one swap and a change costs in proportion
-// to the Services it touches, not to the cluster.
+// which addresses each pod gave back and took; the runner rebuilds exactly
+// those from the views and swaps the new index in, so a burst of events
+// costs one swap and a change costs in proportion to the Services it
+// touches, not to the cluster.
 type watcher struct {
 	h       *Handler
 	metrics *metrics
 	log     logr.Logger
+	factory *informer.Factory
+	runner  *runner.Runner
 
-	services cache.Store
-	slices   cache.Indexer
-	nss      cache.Store
+	services, slices, nss *informer.Handle
+	pods                  *informer.Handle // nil without autopath or verified pod records
 
 	mu      sync.Mutex
 	pending pending
-	kick    chan struct{}
 }
 
 type pending struct {
@@ -46,6 +45,10 @@ type pending struct {
 	pods     []podMove // in the order the API server sent them
 	triggers []trigger
 	synced   bool
+}
+
+func (p *pending) empty() bool {
+	return len(p.svcs) == 0 && len(p.nss) == 0 && len(p.pods) == 0 && len(p.triggers) == 0 && !p.synced
 }
 
 // trigger is an EndpointSlice change whose trigger time the programming
@@ -59,72 +62,67 @@ func newPending() pending {
 	return pending{svcs: map[svcKey]struct{}{}, nss: map[string]struct{}{}}
 }
 
-// startWatch starts the informers, the pods' reflector (only when withPods)
-// and the worker. The index stays unsynced until every one has listed.
-func startWatch(ctx context.Context, client kubernetes.Interface, h *Handler, m *metrics, log logr.Logger, withPods bool) {
-	w := &watcher{h: h, metrics: m, log: log, pending: newPending(), kick: make(chan struct{}, 1)}
-	f := informers.NewSharedInformerFactoryWithOptions(client, 0, informers.WithTransform(slim))
-	svcs := client.CoreV1().Services(metav1.NamespaceAll)
-	svcInf := cache.NewSharedIndexInformer(slimListWatch(client, keepSlim,
-		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return svcs.List(ctx, o) },
-		svcs.Watch), &corev1.Service{}, 0, cache.Indexers{})
-	_ = svcInf.SetTransform(slim)
-	sliceInf := f.Discovery().V1().EndpointSlices().Informer()
-	nsInf := f.Core().V1().Namespaces().Informer()
-	_ = sliceInf.AddIndexers(cache.Indexers{byService: sliceService})
-	w.services, w.slices, w.nss = svcInf.GetStore(), sliceInf.GetIndexer(), nsInf.GetStore()
+// runningPods selects the pods that hold their addresses: finished pods
+// give theirs back, and leaving them out on the server side keeps a reused
+// address from naming the wrong pod.
+var runningPods = fields.AndSelectors(
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)))
 
+// newWatcher registers the index's views on f: slim Services,
+// EndpointSlices and Namespaces, and, only when withPods, the pods' sink.
+// Nothing is watched until run.
+func newWatcher(f *informer.Factory, h *Handler, m *metrics, log logr.Logger, withPods bool) *watcher {
+	w := &watcher{h: h, metrics: m, log: log, factory: f, pending: newPending()}
+	// Every change is applied at once: an index swap is cheap, and a burst
+	// of events already coalesces into one while a swap runs.
+	w.runner = runner.New(w.sync, runner.Options{})
+	// Read by key and by Service: no namespace index.
+	w.services = f.Register(informer.View{Kind: informer.Services, Name: "dns", Record: slim, NoNamespaceIndex: true})
+	w.slices = f.Register(informer.View{Kind: informer.EndpointSlices, Name: "dns", Record: slim,
+		Indexers: cache.Indexers{byService: sliceService}, NoNamespaceIndex: true})
+	w.nss = f.Register(informer.View{Kind: informer.Namespaces, Name: "dns", Record: slim, NoNamespaceIndex: true})
+	if withPods {
+		w.pods = f.Register(informer.View{Kind: informer.Pods, Name: "dns", Fields: runningPods, Record: podRecord,
+			Sink: newPodSink(func(moves []podMove) {
+				w.note(func(p *pending) { p.pods = append(p.pods, moves...) })
+			})})
+	}
+	return w
+}
+
+// run starts the factory (idempotent: in a process of several roles, the
+// first to start it starts every view) and follows the views until ctx
+// ends. The index stays unsynced until every view has listed.
+func (w *watcher) run(ctx context.Context) error {
+	w.factory.Start(ctx)
 	var regs []cache.DoneChecker
-	add := func(inf cache.SharedIndexInformer, note func(obj any, fresh bool)) {
-		reg, _ := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{
+	add := func(v *informer.Handle, note func(obj any, fresh bool)) error {
+		reg, err := v.AddEventHandler(cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { note(obj, true) },
 			UpdateFunc: func(old, cur any) { note(old, false); note(cur, true) },
 			DeleteFunc: func(obj any) { note(obj, false) },
 		})
-		regs = append(regs, reg.HasSyncedChecker())
+		if err == nil {
+			regs = append(regs, reg.HasSyncedChecker())
+		}
+		return err
 	}
-	add(svcInf, w.noteService)
-	add(sliceInf, w.noteSlice)
-	add(nsInf, w.noteNamespace)
-	f.Start(ctx.Done())
-	go svcInf.RunWithContext(ctx)
-	if withPods {
-		regs = append(regs, w.watchPods(ctx, client))
+	if err := errors.Join(add(w.services, w.noteService), add(w.slices, w.noteSlice), add(w.nss, w.noteNamespace)); err != nil {
+		return err
+	}
+	if w.pods != nil {
+		regs = append(regs, w.pods.Synced())
 	}
 	go func() {
 		// Told, not polling every 100 ms as WaitForCacheSync does.
 		if cache.WaitFor(ctx, "", regs...) {
 			w.note(func(p *pending) { p.synced = true })
-			log.Info("caches synced, answering for the cluster zone")
+			w.log.Info("caches synced, answering for the cluster zone")
 		}
 	}()
-	go w.run(ctx)
-}
-
-// watchPods feeds pods to the index through a podSink, with no informer
-// cache; the checker it returns is done when the first list is in.
-func (w *watcher) watchPods(ctx context.Context, client kubernetes.Interface) cache.DoneChecker {
-	// Finished pods give their address back; leaving them out on the server
-	// side keeps a reused address from naming the wrong pod.
-	selector := fields.AndSelectors(
-		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
-		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed))).String()
-	pods := client.CoreV1().Pods(metav1.NamespaceAll)
-	lw := slimListWatch(client, keepPod,
-		func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = selector
-			return pods.List(ctx, o)
-		},
-		func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = selector
-			return pods.Watch(ctx, o)
-		})
-	sink := newPodSink(func(moves []podMove) {
-		w.note(func(p *pending) { p.pods = append(p.pods, moves...) })
-	})
-	r := cache.NewReflectorWithOptions(lw, &corev1.Pod{}, sink, cache.ReflectorOptions{Name: "dns pods"})
-	go r.RunWithContext(ctx)
-	return sink
+	w.runner.Run(ctx)
+	return nil
 }
 
 func sliceService(obj any) ([]string, error) {
@@ -146,10 +144,7 @@ func (w *watcher) note(f func(*pending)) {
 	w.mu.Lock()
 	f(&w.pending)
 	w.mu.Unlock()
-	select {
-	case w.kick <- struct{}{}:
-	default:
-	}
+	w.runner.Request()
 }
 
 func (w *watcher) noteService(obj any, _ bool) {
@@ -181,19 +176,17 @@ func (w *watcher) noteNamespace(obj any, _ bool) {
 	}
 }
 
-func (w *watcher) run(ctx context.Context) {
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-w.kick:
-		}
-		w.mu.Lock()
-		p := w.pending
-		w.pending = newPending()
-		w.mu.Unlock()
+// sync applies what is pending; every sync is the same, full or not, as
+// the index is rebuilt from the views for each change.
+func (w *watcher) sync(context.Context, bool) error {
+	w.mu.Lock()
+	p := w.pending
+	w.pending = newPending()
+	w.mu.Unlock()
+	if !p.empty() {
 		w.apply(p)
 	}
+	return nil
 }
 
 // apply rebuilds what p names from the caches and swaps in the new index.
@@ -203,7 +196,7 @@ func (w *watcher) apply(p pending) {
 		c.SetService(svcKey{k.ns, k.name}, w.build(k))
 	}
 	for ns := range p.nss {
-		_, exists, _ := w.nss.GetByKey(ns)
+		_, exists, _ := w.nss.Indexer().GetByKey(ns)
 		c.SetNamespace(ns, exists)
 	}
 	for _, m := range p.pods {
@@ -229,12 +222,12 @@ func (w *watcher) apply(p pending) {
 }
 
 func (w *watcher) build(k svcKey) *service {
-	obj, _, _ := w.services.GetByKey(k.ns + "/" + k.name)
+	obj, _, _ := w.services.Indexer().GetByKey(k.ns + "/" + k.name)
 	svc, ok := obj.(*svcInfo)
 	if !ok {
 		return nil
 	}
-	objs, _ := w.slices.ByIndex(byService, k.ns+"/"+k.name)
+	objs, _ := w.slices.Indexer().ByIndex(byService, k.ns+"/"+k.name)
 	sls := make([]*discoveryv1.EndpointSlice, 0, len(objs))
 	for _, o := range objs {
 		if sl, ok := o.(*discoveryv1.EndpointSlice); ok {

@@ -10,9 +10,59 @@
 # NetworkPolicy benchmark compares with, runs only inside the benchmark's
 # network namespaces, and is never shipped or installed on a node.
 # A binary whose stamp names the pinned version is reused.
+# Also flanneld (github.com/flannel-io/flannel, hack/tools/flannel), with one
+# edit: see build_flanneld.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$1
+
+# flanneld is built from a copy of its pinned module with one line removed
+# from main.go: the blank import of pkg/backend/tencentvpc. That backend's
+# SDK (github.com/tencentcloud/tencentcloud-sdk-go/tencentcloud/vpc) is not
+# served by the Go module proxy (403), so the module does not build as
+# published. The overlay benchmark uses only the vxlan backend; every other
+# line is Flannel's own, built with Flannel's own go.mod and go.sum.
+build_flanneld() {
+  local out=$1
+  local version
+  version=$(awk '$1=="require" && $2=="github.com/flannel-io/flannel" {print $3}' "$here/tools/flannel/go.mod")
+  local stamp
+  stamp="$(dirname "$out")/.$(basename "$out").version"
+  local want="$version without pkg/backend/tencentvpc"
+  if [ -x "$out" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$want" ]; then
+    echo "build-anchors: flanneld $version is up to date"
+    return
+  fi
+  echo "build-anchors: building flanneld $version (several minutes the first time)"
+  local src
+  # Verified against hack/tools/flannel/go.sum.
+  src=$(cd "$here/tools/flannel" && go mod download -json github.com/flannel-io/flannel | awk -F'"' '$2=="Dir" {print $4}')
+  if [ -z "$src" ] || [ ! -f "$src/main.go" ]; then
+    echo "build-anchors: flanneld $version: go mod download gave no module folder" >&2
+    exit 1
+  fi
+  work=$(mktemp -d)
+  trap 'rm -rf "$work"' EXIT
+  cp -r "$src/." "$work/"
+  chmod -R u+w "$work"
+  local import='_ "github.com/flannel-io/flannel/pkg/backend/tencentvpc"'
+  if [ "$(grep -cxF "	$import" "$work/main.go")" != 1 ]; then
+    echo "build-anchors: flanneld $version: main.go no longer has the one import line to remove" >&2
+    exit 1
+  fi
+  grep -vxF "	$import" "$work/main.go" > "$work/main.go.new"
+  mv "$work/main.go.new" "$work/main.go"
+  mkdir -p "$(dirname "$out")"
+  # As Flannel's Makefile builds it for amd64: with cgo (its udp backend is
+  # C), linked statically; the linker's warnings about getaddrinfo and
+  # getpwnam_r in a static binary are expected (Flannel's build prints them).
+  (cd "$work" && CGO_ENABLED=1 go build -trimpath \
+    -ldflags "-s -w -X github.com/flannel-io/flannel/pkg/version.Version=$version -extldflags -static" -o "$out.tmp" .)
+  mv "$out.tmp" "$out"
+  echo "$want" > "$stamp"
+}
+build_flanneld "$bin/flanneld"
+
 "$here/build-kube.sh" "$bin" kube-proxy kube-controller-manager
 
 # build MODULE_DIR PACKAGE OUTPUT [VERSION_VAR]: go build, skipped when the

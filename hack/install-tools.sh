@@ -10,6 +10,9 @@ bin=${NETPLANE_BIN_DIR:-$here/../bin}
 # (hack/build-anchors.sh); Debian 12's iptables is the nftables-based one.
 packages=(etcd-server nftables iproute2 conntrack dnsutils dnsperf containerd runc iputils-ping util-linux procps iptables ipset)
 missing=()
+# flanneld, the overlay benchmark's anchor (hack/build-anchors.sh), runs
+# iptables at start even in nftables mode, and exits without it.
+packages+=(iptables)
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

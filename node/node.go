@@ -35,19 +35,6 @@ type Feature interface {
 	Run(ctx context.Context) error
 }
 
-// FeatureFunc adapts a function to Feature.
-type FeatureFunc func(ctx context.Context) error
-
-// Run implements Feature.
-func (f FeatureFunc) Run(ctx context.Context) error { return f(ctx) }
-
-// run adapts a feature that is built and run in one call.
-func run(f role.Func) func(role.Deps) (Feature, error) {
-	return func(d role.Deps) (Feature, error) {
-		return FeatureFunc(func(ctx context.Context) error { return f(ctx, d) }), nil
-	}
-}
-
 // construct adapts a feature's constructor.
 func construct[F Feature](newF func(role.Deps) (F, error)) func(role.Deps) (Feature, error) {
 	return func(d role.Deps) (Feature, error) { return newF(d) }
@@ -57,7 +44,7 @@ func construct[F Feature](newF func(role.Deps) (F, error)) func(role.Deps) (Feat
 func features(d role.Deps) ([]Feature, error) {
 	var out []Feature
 	for _, build := range []func(role.Deps) (Feature, error){
-		run(proxy.Run),
+		construct(proxy.New),
 		construct(podnet.New),
 		construct(overlay.NewFeature),
 		construct(policy.New),

@@ -25,6 +25,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/utils/ptr"
@@ -428,12 +429,15 @@ func later(a, b time.Time) time.Time {
 
 // waitLogTime polls get until it finds its log line.
 func waitLogTime(get func() time.Time, limit time.Duration) (time.Time, error) {
-	for deadline := time.Now().Add(limit); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		if t := get(); !t.IsZero() {
-			return t, nil
-		}
+	var t time.Time
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, limit, true, func(context.Context) (bool, error) {
+		t = get()
+		return !t.IsZero(), nil
+	})
+	if err != nil {
+		return time.Time{}, fmt.Errorf("no full-sync-done line in the log within %v", limit)
 	}
-	return time.Time{}, fmt.Errorf("no full-sync-done line in the log within %v", limit)
+	return t, nil
 }
 
 // waitAnswer returns when a TCP connect to addr from inside ns first
@@ -628,20 +632,25 @@ func waitMetric(ns *netns.NS, metric string, limit time.Duration, p *framework.P
 		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) { return ns.Dial(network, addr) },
 	}}
 	defer client.CloseIdleConnections()
-	deadline := time.Now().Add(limit)
 	var last error
-	for time.Now().Before(deadline) {
+	err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, limit, true, func(context.Context) (bool, error) {
 		_, body, err := framework.HTTPGet(client, "http://"+benchMetricsAddr+"/metrics")
 		last = err
 		if err == nil && metricSet(body, metric) {
-			return nil
+			return true, nil
 		}
 		if p.Exited() {
-			return fmt.Errorf("%s exited", p.Name)
+			return false, fmt.Errorf("%s exited", p.Name)
 		}
-		time.Sleep(10 * time.Millisecond)
+		return false, nil
+	})
+	if err != nil && p.Exited() {
+		return err
 	}
-	return fmt.Errorf("%s never non-zero within %v (last error %v)", metric, limit, last)
+	if err != nil {
+		return fmt.Errorf("%s never non-zero within %v (last error %v)", metric, limit, last)
+	}
+	return nil
 }
 
 // benchObjects is the one object set both proxies are measured against:

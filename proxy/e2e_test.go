@@ -14,6 +14,7 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
@@ -360,25 +361,30 @@ func (l *lab) expect(from string, network, addr string, seenAs string, want ...s
 	l.t.Helper()
 	ns := l.ns(from)
 	got := map[string]bool{}
-	deadline := time.Now().Add(15 * time.Second)
 	var last string
-	for time.Now().Before(deadline) {
-		r := l.hit(ns, network, addr)
-		last = r
-		pod, seen, _ := strings.Cut(r, " ")
-		if !contains(want, pod) {
-			got = map[string]bool{}
-			time.Sleep(100 * time.Millisecond)
-			continue
+	// Right answers are taken as fast as they come; a wrong one starts the
+	// count again after the interval.
+	err := wait.PollUntilContextTimeout(l.ctx, 100*time.Millisecond, 15*time.Second, true, func(ctx context.Context) (bool, error) {
+		for ctx.Err() == nil {
+			last = l.hit(ns, network, addr)
+			pod, seen, _ := strings.Cut(last, " ")
+			if !contains(want, pod) {
+				got = map[string]bool{}
+				return false, nil
+			}
+			if seenAs != "" && seen != "" && !seenOK(seenAs, seen, l.clientIP(from, addr)) {
+				l.t.Fatalf("%s → %s %s answered by %s, which saw the client as %s; want %s", from, network, addr, pod, seen, seenAs)
+			}
+			got[pod] = true
+			if len(got) == len(want) {
+				return true, nil
+			}
 		}
-		if seenAs != "" && seen != "" && !seenOK(seenAs, seen, l.clientIP(from, addr)) {
-			l.t.Fatalf("%s → %s %s answered by %s, which saw the client as %s; want %s", from, network, addr, pod, seen, seenAs)
-		}
-		got[pod] = true
-		if len(got) == len(want) {
-			l.confirm(ns, network, addr, seenAs, from, want)
-			return
-		}
+		return false, nil
+	})
+	if err == nil {
+		l.confirm(ns, network, addr, seenAs, from, want)
+		return
 	}
 	l.t.Fatalf("%s → %s %s: want answers from all of %v (client seen as %q); got %v, last %q\nnetplane log:\n%s",
 		from, network, addr, want, seenAs, got, last, l.proc.Tail(20))

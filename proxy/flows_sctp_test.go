@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"encoding/binary"
 	"hash/crc32"
 	"math/rand/v2"
@@ -9,6 +10,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netplane/netplane/e2e/netns"
 )
@@ -93,17 +96,18 @@ func (s *sctpLab) probe(ns *netns.NS, addr string) string {
 	if err != nil {
 		return err.Error()
 	}
-	deadline := time.Now().Add(time.Second)
-	for time.Now().Before(deadline) {
+	var got string
+	err = wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, time.Second, true, func(context.Context) (bool, error) {
 		s.mu.Lock()
-		got, ok := s.seen[tag]
-		s.mu.Unlock()
-		if ok {
-			return got
-		}
-		time.Sleep(20 * time.Millisecond)
+		defer s.mu.Unlock()
+		var ok bool
+		got, ok = s.seen[tag]
+		return ok, nil
+	})
+	if err != nil {
+		return "timeout"
 	}
-	return "timeout"
+	return got
 }
 
 var castagnoli = crc32.MakeTable(crc32.Castagnoli)

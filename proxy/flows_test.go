@@ -13,6 +13,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
@@ -166,21 +167,19 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		dns := l.service("dns", []labEP{{pod: "a1"}})
 		vip := hp(cip(dns), 53)
 		const clientPort = 40053
-		deadline := time.Now().Add(10 * time.Second)
-		for !strings.HasPrefix(udpFrom(l.ns("a2"), clientPort, vip), "a1 ") {
-			if time.Now().After(deadline) {
-				t.Fatal("UDP through the new Service never answered")
+		var last string
+		answeredBy := func(pod string) func(context.Context) (bool, error) {
+			return func(context.Context) (bool, error) {
+				last = udpFrom(l.ns("a2"), clientPort, vip)
+				return strings.HasPrefix(last, pod+" "), nil
 			}
-			time.Sleep(100 * time.Millisecond)
+		}
+		if err := wait.PollUntilContextTimeout(l.ctx, 100*time.Millisecond, 10*time.Second, true, answeredBy("a1")); err != nil {
+			t.Fatal("UDP through the new Service never answered")
 		}
 		l.endpoints("dns", []labEP{{pod: "b1"}}) // a1 keeps running: only conntrack could send us there
-		deadline = time.Now().Add(10 * time.Second)
-		var last string
-		for last = udpFrom(l.ns("a2"), clientPort, vip); !strings.HasPrefix(last, "b1 "); last = udpFrom(l.ns("a2"), clientPort, vip) {
-			if time.Now().After(deadline) {
-				t.Fatalf("the same client flow still goes to %q after its endpoint moved to b1", last)
-			}
-			time.Sleep(100 * time.Millisecond)
+		if err := wait.PollUntilContextTimeout(l.ctx, 100*time.Millisecond, 10*time.Second, true, answeredBy("b1")); err != nil {
+			t.Fatalf("the same client flow still goes to %q after its endpoint moved to b1", last)
 		}
 	})
 

@@ -13,20 +13,19 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/time/rate"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/internal/runner"
 	"github.com/netplane/netplane/nft"
 )
 
 // proxier is the level-triggered sync loop: any event marks the state dirty,
-// and a sync recomputes the desired tables from the informer caches.
+// and a sync recomputes the desired tables from the views' caches.
 type proxier struct {
 	log      logr.Logger
 	cfg      v1alpha1.Node
@@ -37,41 +36,53 @@ type proxier struct {
 	model    *Model
 	health   *healthServers
 	metrics  *metrics
-	kick     chan struct{}
+	// runner decides when sync runs: kube-proxy's --min-sync-period and
+	// --sync-period (newRunner).
+	runner *runner.Runner
 	// cleanUDP deletes stale UDP conntrack entries (cleanConntrack).
 	cleanUDP func(before, now map[netip.AddrPort]map[netip.Addr]bool) (uint, error)
 
-	mu           sync.Mutex
-	pendingSince time.Time   // first change not yet programmed; zero when none
-	pending      int         // changes not yet programmed
-	triggers     []time.Time // endpoint change trigger times not yet programmed
+	mu       sync.Mutex
+	pending  int         // changes not yet programmed
+	triggers []time.Time // endpoint change trigger times not yet programmed
 	// dirty names the Services changed since the last sync; nil means
 	// anything may have (before the first sync, after a Node event or a
 	// failed sync).
-	dirty       map[types.NamespacedName]bool
-	started     time.Time // earlier trigger times are not this proxier's latency
-	lastSuccess time.Time
-	lastUDP     map[netip.AddrPort]map[netip.Addr]bool
+	dirty   map[types.NamespacedName]bool
+	started time.Time // earlier trigger times are not this proxier's latency
+	synced  bool      // a sync succeeded
+	lastUDP map[netip.AddrPort]map[netip.Addr]bool
 }
 
-// newProxier reads Services and EndpointSlices from f, Nodes from the
-// process's shared factory, and programs its tables through syncers.
-func newProxier(d role.Deps, f informers.SharedInformerFactory, syncers map[nftables.TableFamily]nft.Syncer) *proxier {
+// newProxier reads Services, EndpointSlices and this node's Node from the
+// proxy's views and programs its tables through syncers.
+func newProxier(d role.Deps, v views, syncers map[nftables.TableFamily]nft.Syncer) *proxier {
 	p := &proxier{
 		log:      d.Log,
 		cfg:      d.Config.Node,
-		services: f.Core().V1().Services().Informer().GetStore(),
-		slices:   f.Discovery().V1().EndpointSlices().Informer().GetIndexer(),
-		nodes:    d.Informers.Core().V1().Nodes().Lister(),
+		services: v.services.Indexer(),
+		slices:   v.slices.Indexer(),
+		nodes:    corelisters.NewNodeLister(v.nodes.Indexer()),
 		syncers:  syncers,
 		model:    NewModel(),
 		metrics:  newMetrics(d.Metrics),
-		kick:     make(chan struct{}, 1),
 		started:  time.Now(),
 		cleanUDP: cleanConntrack,
 	}
+	p.runner = p.newRunner()
 	p.health = newHealthServers(d.Log, func() bool { return p.healthz() == nil })
 	return p
+}
+
+// newRunner is the proxier's runner: partial syncs at most one per
+// --min-sync-period on average with bursts of two, a full sync every
+// --sync-period, a failed sync retried as a full one a second later.
+func (p *proxier) newRunner() *runner.Runner {
+	return runner.New(p.runSync, runner.Options{
+		MinInterval:  p.cfg.MinSyncPeriod.Duration,
+		FullInterval: p.cfg.SyncPeriod.Duration,
+		RetryAfter:   time.Second,
+	})
 }
 
 func (p *proxier) close() {
@@ -89,9 +100,6 @@ func (p *proxier) changedFrom(old, obj any) {
 	p.mu.Lock()
 	p.markDirty(old)
 	p.markDirty(obj)
-	if p.pendingSince.IsZero() {
-		p.pendingSince = time.Now()
-	}
 	p.pending++
 	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
 		obj = t.Obj
@@ -103,10 +111,7 @@ func (p *proxier) changedFrom(old, obj any) {
 	}
 	p.metrics.pendingChanges.Set(float64(p.pending))
 	p.mu.Unlock()
-	select {
-	case p.kick <- struct{}{}:
-	default:
-	}
+	p.runner.Request()
 }
 
 // markDirty notes the Service obj is or belongs to; anything else (a
@@ -154,51 +159,20 @@ func (p *proxier) nodeHandler() cache.ResourceEventHandler {
 
 // healthz fails, as kube-proxy's does, when a change has waited for
 // programming longer than twice the sync period.
-func (p *proxier) healthz() error {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	limit := 2 * p.cfg.SyncPeriod.Duration
-	if !p.pendingSince.IsZero() && time.Since(p.pendingSince) > limit {
-		return fmt.Errorf("a change has waited %v to be programmed (limit %v); last successful sync %v",
-			time.Since(p.pendingSince).Round(time.Second), limit, p.lastSuccess.Format(time.RFC3339))
-	}
-	return nil
-}
+func (p *proxier) healthz() error { return p.runner.Healthy(2 * p.cfg.SyncPeriod.Duration) }
 
-// run syncs on demand, fully once per --sync-period, and retries failures
-// as full syncs. Syncs are limited to one per --min-sync-period on average
-// with a burst of two, as kube-proxy's runner does: a change after a quiet
-// spell is programmed at once, and only a stream of changes is coalesced.
-func (p *proxier) run(ctx context.Context) {
-	full := true
-	fullTimer := time.NewTimer(0)
-	defer fullTimer.Stop()
-	limit := rate.NewLimiter(rate.Every(p.cfg.MinSyncPeriod.Duration), 2)
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-p.kick:
-		case <-fullTimer.C:
-			full = true
-		}
-		if err := limit.Wait(ctx); err != nil {
-			return
-		}
-		err := p.sync(full)
-		role.EndStartupHeadroom() // the first sync is over, well or not
-		if err != nil {
-			p.log.Error(err, "sync failed; retrying with a full sync")
-			p.metrics.syncFailures.Inc()
-			full = true
-			time.AfterFunc(time.Second, func() { p.changed(nil) })
-			continue
-		}
-		if full {
-			fullTimer.Reset(p.cfg.SyncPeriod.Duration)
-		}
-		full = false
+// run syncs until ctx ends, as the runner decides.
+func (p *proxier) run(ctx context.Context) { p.runner.Run(ctx) }
+
+// runSync is one sync as the runner runs it.
+func (p *proxier) runSync(_ context.Context, full bool) error {
+	err := p.sync(full)
+	role.EndStartupHeadroom() // the first sync is over, well or not
+	if err != nil {
+		p.log.Error(err, "sync failed; retrying with a full sync")
+		p.metrics.syncFailures.Inc()
 	}
+	return err
 }
 
 // sync programs the current state. Changes arriving meanwhile stay pending.
@@ -206,7 +180,7 @@ func (p *proxier) sync(full bool) error {
 	start := time.Now()
 	p.mu.Lock()
 	triggers, dirty := p.triggers, p.dirty
-	p.triggers, p.pending, p.pendingSince = nil, 0, time.Time{}
+	p.triggers, p.pending = nil, 0
 	p.dirty = map[types.NamespacedName]bool{}
 	p.metrics.pendingChanges.Set(0)
 	p.mu.Unlock()
@@ -251,9 +225,6 @@ func (p *proxier) sync(full bool) error {
 		p.mu.Lock()
 		p.dirty = nil // the retry is a full sync anyway
 		p.triggers = append(p.triggers, triggers...)
-		if p.pendingSince.IsZero() {
-			p.pendingSince = start
-		}
 		p.mu.Unlock()
 		return err
 	}
@@ -278,8 +249,8 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 	p.metrics.noLocalEndpoints.WithLabelValues("internal").Set(float64(d.NoLocalInternal))
 	p.metrics.noLocalEndpoints.WithLabelValues("external").Set(float64(d.NoLocalExternal))
 	p.mu.Lock()
-	first := p.lastSuccess.IsZero()
-	p.lastSuccess = now
+	first := !p.synced
+	p.synced = true
 	before := p.lastUDP
 	p.lastUDP = d.UDP
 	p.mu.Unlock()

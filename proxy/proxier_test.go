@@ -1,6 +1,7 @@
 package proxy
 
 import (
+	"context"
 	"maps"
 	"slices"
 	"testing"
@@ -11,6 +12,8 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/internal/runner"
 )
 
 // TestTriggerTimesCountOnlyAfterStart: network programming latency is
@@ -19,7 +22,7 @@ import (
 // (the initial list's, maybe days old) do not.
 func TestTriggerTimesCountOnlyAfterStart(t *testing.T) {
 	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	p := &proxier{started: start, metrics: newMetrics(prometheus.NewRegistry()), kick: make(chan struct{}, 1)}
+	p := &proxier{started: start, metrics: newMetrics(prometheus.NewRegistry()), runner: idleRunner()}
 	at := func(d time.Duration) *sliceRecord { return &sliceRecord{trigger: start.Add(d)} }
 	p.changed(at(-time.Hour))
 	p.changed(&sliceRecord{})
@@ -38,7 +41,7 @@ func TestTriggerTimesCountOnlyAfterStart(t *testing.T) {
 // slice's Service, both Services of a slice that moved, and a Node makes
 // everything dirty.
 func TestEventsMarkTheServicesAPartialSyncReads(t *testing.T) {
-	p := &proxier{metrics: newMetrics(prometheus.NewRegistry()), kick: make(chan struct{}, 1), dirty: map[types.NamespacedName]bool{}}
+	p := &proxier{metrics: newMetrics(prometheus.NewRegistry()), runner: idleRunner(), dirty: map[types.NamespacedName]bool{}}
 	h := p.eventHandler()
 	h.OnAdd(&serviceRecord{recordMeta: recordMeta{namespace: "ns", name: "a"}}, false)
 	h.OnUpdate(&sliceRecord{recordMeta: recordMeta{namespace: "ns", name: "s1"}, service: "b"},
@@ -53,4 +56,9 @@ func TestEventsMarkTheServicesAPartialSyncReads(t *testing.T) {
 	if p.dirty != nil {
 		t.Errorf("after a Node event dirty is %v, want nil (everything)", p.dirty)
 	}
+}
+
+// idleRunner takes requests and never runs.
+func idleRunner() *runner.Runner {
+	return runner.New(func(context.Context, bool) error { return nil }, runner.Options{})
 }

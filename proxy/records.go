@@ -12,9 +12,9 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
-// The proxy's informers keep records, not API objects: a Service becomes
+// The proxy's views keep records, not API objects: a Service becomes
 // its servicePorts and an EndpointSlice its ports and endpoints as they
-// arrive (a transform, sync_informers.go), and the decoded object is
+// arrive (the views' Record, sync_informers.go), and the decoded object is
 // garbage at once. At 10,000 Services that is a third of what even slimmed
 // API objects took (proxy/README.md), and the model reads records directly.
 
@@ -78,9 +78,8 @@ type sliceEndpoint struct {
 
 type endpointHints struct{ zones, nodes []string }
 
-// toRecord is the informers' transform: a Service or an EndpointSlice
-// becomes its record; anything else, a record included (transforms must be
-// idempotent), passes unchanged.
+// toRecord makes records: a Service or an EndpointSlice becomes its
+// record; anything else, a record included, passes unchanged.
 func toRecord(obj any) (any, error) {
 	switch o := obj.(type) {
 	case *v1.Service:

@@ -6,8 +6,8 @@
 // ports and endpoints; build.go turns them into the desired tables (a pure
 // function, golden-tested), and model.go keeps them up to date Service by
 // Service; the nft package sends the kernel only the difference;
-// proxier.go is the sync loop that ties them to the informers, and this
-// file starts it.
+// proxier.go is the sync loop that ties them to the informer views
+// (sync_informers.go), and this file starts it.
 //
 // Hook priorities are the contract with other software on the node, which
 // must never edit our table but can order itself around it:
@@ -28,6 +28,9 @@ import (
 	"os"
 	"time"
 
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nft"
 )
@@ -41,38 +44,45 @@ const gcPercent = 50
 // collection (role.StartupHeadroom); at 10,000 the heap has it anyway.
 const startupHeadroom = 16 << 20
 
-// Run is the proxy half of the node role. A graceful stop leaves the rules in
+// Proxy is the proxy half of the node role.
+type Proxy struct {
+	d     role.Deps
+	views views
+}
+
+// New builds the proxy: it registers its views of Services,
+// EndpointSlices and this node's Node on the process's informers.
+func New(d role.Deps) (*Proxy, error) {
+	return &Proxy{d: d, views: registerViews(d.Factory, d.Config.Node.NodeName)}, nil
+}
+
+// Run programs Services until ctx ends. A graceful stop leaves the rules in
 // place, so Services keep working while the agent is restarted or upgraded.
-func Run(ctx context.Context, d role.Deps) error {
+func (x *Proxy) Run(ctx context.Context) error {
+	d := x.d
 	if _, err := os.Stat("/proc/net/netfilter"); err != nil {
 		d.Log.Info("no /proc/net/netfilter: is nf_tables available in this kernel?")
 	}
 	// The model is the role's big, long-lived state (proxy/README.md).
 	role.DefaultGCPercent(gcPercent)
-	// Services and EndpointSlices come from a factory of the proxy's own,
-	// whose objects are slimmed (sync_informers.go): in a process with the
-	// controller role too, the shared factory must keep them whole.
-	own := proxyInformers(d.ProtobufClient())
-	defer own.Shutdown()
-	p := newProxier(d, own, programmers(nft.Dialer{}))
+	d.Factory.Start(ctx)
+	p := newProxier(d, x.views, programmers(nft.Dialer{}))
 	defer p.close()
-	handler := p.eventHandler()
-	if _, err := own.Core().V1().Services().Informer().AddEventHandler(handler); err != nil {
-		return err
-	}
-	if _, err := own.Discovery().V1().EndpointSlices().Informer().AddEventHandler(handler); err != nil {
-		return err
-	}
-	if _, err := d.Informers.Core().V1().Nodes().Informer().AddEventHandler(p.nodeHandler()); err != nil {
-		return err
+	var synced []cache.DoneChecker
+	for _, h := range []struct {
+		view    *informer.Handle
+		handler cache.ResourceEventHandler
+	}{{x.views.services, p.eventHandler()}, {x.views.slices, p.eventHandler()}, {x.views.nodes, p.nodeHandler()}} {
+		reg, err := h.view.AddEventHandler(h.handler)
+		if err != nil {
+			return err
+		}
+		// Waiting for the handlers too makes the first sync come after the
+		// initial lists' events, not before a burst of them.
+		synced = append(synced, h.view.Synced(), reg.HasSyncedChecker())
 	}
 	d.Checks.AddHealth("proxy", p.healthz)
-	own.Start(ctx.Done())
-	if !role.WaitForSync(ctx, d, "proxy",
-		own.Core().V1().Services().Informer().HasSyncedChecker(),
-		d.Informers.Core().V1().Nodes().Informer().HasSyncedChecker(),
-		own.Discovery().V1().EndpointSlices().Informer().HasSyncedChecker(),
-	) {
+	if !role.WaitForSync(ctx, d, "proxy", synced...) {
 		return nil
 	}
 	// As the first sync, whose model and garbage set the peak memory,

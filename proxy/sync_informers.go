@@ -1,17 +1,13 @@
 package proxy
 
 import (
-	"time"
-
 	v1 "k8s.io/api/core/v1"
-	discovery "k8s.io/api/discovery/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
-	coreinformers "k8s.io/client-go/informers/core/v1"
-	discoveryinformers "k8s.io/client-go/informers/discovery/v1"
-	"k8s.io/client-go/informers/internalinterfaces"
-	"k8s.io/client-go/kubernetes"
+	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/internal/informer"
 )
 
 // Labels that keep a Service, and its EndpointSlices, away from the proxy,
@@ -23,44 +19,39 @@ const (
 	labelHeadless         = v1.IsHeadlessService
 )
 
-// proxySelector is the label selector of the proxy's lists and watches.
-var proxySelector = "!" + labelServiceProxyName + ",!" + labelHeadless
+// proxySelector selects the Services and EndpointSlices the proxy reads.
+var proxySelector = func() labels.Selector {
+	s, err := labels.Parse("!" + labelServiceProxyName + ",!" + labelHeadless)
+	if err != nil {
+		panic(err) // constant input
+	}
+	return s
+}()
 
-// proxyInformers is the proxy's own informer factory: Services and
-// EndpointSlices without the labels above, kept as records (recordInformers).
-func proxyInformers(c kubernetes.Interface) informers.SharedInformerFactory {
-	f := informers.NewSharedInformerFactory(c, 0)
-	recordInformers(f, func(o *metav1.ListOptions) { o.LabelSelector = proxySelector })
-	return f
+// views are the proxy's views of the process's informers: Services and
+// EndpointSlices without the labels above, kept as records (records.go),
+// with slices indexed by their Service for partial syncs (proxier.delta);
+// and this node's Node, whole. Alone in a process, the selectors go to the
+// API server, as kube-proxy's do.
+type views struct {
+	services, slices, nodes *informer.Handle
 }
 
-// recordInformers registers the Service and EndpointSlice informers of f
-// with a transform that turns each object into its record (records.go)
-// before it reaches the cache. Their stores then hold *serviceRecord and
-// *sliceRecord: the factory's typed listers must not be used, and f must
-// be the proxy's own factory (other roles need whole objects). This must
-// run before anything asks f for these two informers (an informer is
-// created once per type).
-//
-// tweak (nil for none) changes their lists and watches.
-func recordInformers(f informers.SharedInformerFactory, tweak internalinterfaces.TweakListOptionsFunc) {
-	// No namespace index: the proxy lists everything. Slices are indexed
-	// by their Service, for partial syncs (proxier.delta).
-	opts := func(resync time.Duration) internalinterfaces.InformerOptions {
-		return internalinterfaces.InformerOptions{ResyncPeriod: resync, InformerName: f.InformerName(), TweakListOptions: tweak}
+func registerViews(f *informer.Factory, nodeName string) views {
+	// Read whole, by key and by Service: no namespace index.
+	return views{
+		services: f.Register(informer.View{Kind: informer.Services, Name: "proxy", Labels: proxySelector, Record: record,
+			NoNamespaceIndex: true}),
+		slices: f.Register(informer.View{Kind: informer.EndpointSlices, Name: "proxy", Labels: proxySelector, Record: record,
+			Indexers: cache.Indexers{byService: sliceServiceIndex}, NoNamespaceIndex: true}),
+		nodes: f.Register(informer.View{Kind: informer.Nodes, Name: "proxy", Fields: fields.OneTermEqualSelector("metadata.name", nodeName)}),
 	}
-	f.InformerFor(&v1.Service{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		inf := coreinformers.NewServiceInformerWithOptions(c, metav1.NamespaceAll, opts(resync))
-		_ = inf.SetTransform(toRecord) // cannot fail: the informer is not started
-		return inf
-	})
-	f.InformerFor(&discovery.EndpointSlice{}, func(c kubernetes.Interface, resync time.Duration) cache.SharedIndexInformer {
-		o := opts(resync)
-		o.Indexers = cache.Indexers{byService: sliceServiceIndex}
-		inf := discoveryinformers.NewEndpointSliceInformerWithOptions(c, metav1.NamespaceAll, o)
-		_ = inf.SetTransform(toRecord)
-		return inf
-	})
+}
+
+// record is the views' Record: a Service's or an EndpointSlice's record.
+func record(obj runtime.Object) any {
+	r, _ := toRecord(obj) // never fails
+	return r
 }
 
 // byService indexes slice records by "namespace/service".

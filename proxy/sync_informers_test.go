@@ -14,9 +14,12 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/informers"
+	apiwatch "k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/internal/informer"
 )
 
 func TestRecordsKeepWhatTheProxyReads(t *testing.T) {
@@ -85,7 +88,7 @@ func TestRecordsKeepWhatTheProxyReads(t *testing.T) {
 	}
 }
 
-// TestRecordInformersDeliverEveryChange: the stores hold records, keyed
+// TestRecordInformersDeliverEveryChange: the views hold records, keyed
 // as the objects were, and an update reaches the handlers because the
 // record keeps the resourceVersion (an unchanged one means a resync).
 func TestRecordInformersDeliverEveryChange(t *testing.T) {
@@ -96,9 +99,24 @@ func TestRecordInformersDeliverEveryChange(t *testing.T) {
 			Endpoints: []discovery.Endpoint{{Addresses: []string{ip}}}}
 	}
 	client := fake.NewClientset(&v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: "s", ResourceVersion: "1"}}, slice("1", "10.0.0.1"))
-	f := informers.NewSharedInformerFactory(client, 0)
-	recordInformers(f, nil)
-	inf := f.Discovery().V1().EndpointSlices().Informer()
+	// The fake's watch sees only changes made after it started: the
+	// changes wait for it.
+	watching := make(chan struct{}, 1)
+	client.PrependWatchReactor("endpointslices", func(a k8stesting.Action) (bool, apiwatch.Interface, error) {
+		w, err := client.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		select {
+		case watching <- struct{}{}:
+		default:
+		}
+		return true, w, err
+	})
+	f := informer.New(client)
+	v := registerViews(f, "node-a")
+	f.Start(ctx)
+	if !cache.WaitFor(ctx, "", v.services.Synced(), v.slices.Synced()) {
+		t.Fatal("the views did not sync")
+	}
+	inf := v.slices
 	seen := make(chan string, 10)
 	note := func(obj any) {
 		if s, ok := obj.(*sliceRecord); ok && len(s.endpoints) == 1 {
@@ -110,13 +128,12 @@ func TestRecordInformersDeliverEveryChange(t *testing.T) {
 	if _, err := inf.AddEventHandler(cache.ResourceEventHandlerFuncs{AddFunc: note, UpdateFunc: func(_, o any) { note(o) }, DeleteFunc: note}); err != nil {
 		t.Fatal(err)
 	}
-	f.Start(ctx.Done())
-	f.WaitForCacheSync(ctx.Done())
-	if o, ok, err := f.Core().V1().Services().Informer().GetStore().GetByKey("ns/s"); !ok || err != nil {
+	if o, ok, err := v.services.Indexer().GetByKey("ns/s"); !ok || err != nil {
 		t.Errorf("Service ns/s not in the store: %v", err)
 	} else if _, ok := o.(*serviceRecord); !ok {
 		t.Errorf("the Service store holds a %T, want a *serviceRecord", o)
 	}
+	<-watching
 	if _, err := client.DiscoveryV1().EndpointSlices("ns").Update(ctx, slice("2", "10.0.0.2"), metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
@@ -135,7 +152,7 @@ func TestRecordInformersDeliverEveryChange(t *testing.T) {
 	if want := []string{"10.0.0.1", "10.0.0.2", "10.0.0.2"}; !slices.Equal(got, want) {
 		t.Errorf("events %v, want %v", got, want)
 	}
-	if keys := inf.GetStore().ListKeys(); len(keys) != 0 {
+	if keys := inf.Indexer().ListKeys(); len(keys) != 0 {
 		t.Errorf("store keys after the delete: %v", keys)
 	}
 }
@@ -151,16 +168,17 @@ func TestProxyInformersSkipOtherProxiesAndHeadlessServices(t *testing.T) {
 		&discovery.EndpointSlice{ObjectMeta: meta("mine-1", map[string]string{discovery.LabelServiceName: "mine"})},
 		&discovery.EndpointSlice{ObjectMeta: meta("theirs-1", map[string]string{discovery.LabelServiceName: "theirs", labelServiceProxyName: "other-proxy"})},
 		&discovery.EndpointSlice{ObjectMeta: meta("headless-1", map[string]string{discovery.LabelServiceName: "headless", labelHeadless: ""})})
-	f := proxyInformers(client)
-	stop := make(chan struct{})
-	defer close(stop)
-	f.Start(stop)
-	f.WaitForCacheSync(stop)
+	f := informer.New(client)
+	v := registerViews(f, "node-a")
+	f.Start(t.Context())
+	if !cache.WaitFor(t.Context(), "", v.services.Synced(), v.slices.Synced()) {
+		t.Fatal("the views did not sync")
+	}
 	var names []string
-	for _, k := range f.Core().V1().Services().Informer().GetStore().ListKeys() {
+	for _, k := range v.services.Indexer().ListKeys() {
 		names = append(names, "service "+k)
 	}
-	for _, k := range f.Discovery().V1().EndpointSlices().Informer().GetStore().ListKeys() {
+	for _, k := range v.slices.Indexer().ListKeys() {
 		names = append(names, "slice "+k)
 	}
 	slices.Sort(names)

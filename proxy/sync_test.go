@@ -17,6 +17,7 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
@@ -94,10 +95,10 @@ func newFakeNode(t *testing.T) *fakeNode {
 		syncers:  syncers,
 		model:    NewModel(),
 		metrics:  newMetrics(prometheus.NewRegistry()),
-		kick:     make(chan struct{}, 1),
 		started:  time.Now(),
 		cleanUDP: func(_, _ map[netip.AddrPort]map[netip.Addr]bool) (uint, error) { return 0, nil },
 	}
+	n.p.runner = n.p.newRunner()
 	n.p.health = newHealthServers(logr.Discard(), func() bool { return true })
 	t.Cleanup(func() { n.p.health.Close(context.Background()) })
 	return n
@@ -261,19 +262,18 @@ func TestProxierSyncsItsTablesThroughTheProgrammer(t *testing.T) {
 func TestProxierRetriesAFailedSyncAsAFullSync(t *testing.T) {
 	n := newFakeNode(t)
 	n.load(overall())
-	<-n.p.kick // the list's events: the loop's first sync, full, covers them
+	n.p.runner = n.p.newRunner() // without the list's requests: the loop's first sync, full, covers them
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { n.p.run(ctx); close(done) }()
 	defer func() { cancel(); <-done }()
 	waitCalls := func(want ...string) {
 		t.Helper()
-		deadline := time.Now().Add(5 * time.Second)
-		for !slices.Equal(n.calls.list(), want) {
-			if time.Now().After(deadline) {
-				t.Fatalf("calls %q, want %q", n.calls.list(), want)
-			}
-			time.Sleep(10 * time.Millisecond)
+		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+			return slices.Equal(n.calls.list(), want), nil
+		})
+		if err != nil {
+			t.Fatalf("calls %q, want %q", n.calls.list(), want)
 		}
 	}
 	waitCalls("full")

@@ -11,6 +11,6 @@ import (
 // roles maps each role to the parts the manager runs.
 var roles = map[string]role.Role{
 	v1alpha1.RoleController: endpointslice.Role,
-	v1alpha1.RoleDNS:        role.Whole(v1alpha1.RoleDNS, dns.Run),
+	v1alpha1.RoleDNS:        dns.Role,
 	v1alpha1.RoleNode:       node.Role,
 }

@@ -14,22 +14,20 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/netplane/netplane/controllers/internal/kit"
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/internal/informer"
 )
 
 // The integration tests share one etcd + kube-apiserver (started on first
 // use) and give each test its own namespace; no garbage collector or
 // kubelet runs, so the tests set pod status themselves.
 func TestMain(m *testing.M) { framework.RunShared(m) }
-
-func sharedAPIServer(t *testing.T) *framework.APIServer {
-	return framework.SharedAPIServer(t, framework.Options{})
-}
 
 // writeCounter counts EndpointSlice writes per namespace and verb as they
 // leave a client, whether or not the API server accepts them.
@@ -109,26 +107,26 @@ func startController(t *testing.T, s *framework.APIServer, opts Options) *runnin
 	t.Helper()
 	cfg, writes := countingConfig(s.RestConfig)
 	client := kubernetes.NewForConfigOrDie(cfg)
-	f := informers.NewSharedInformerFactory(client, 0)
+	f := informer.New(client)
+	views := kit.RegisterViews(f, Indexers())
 	if opts.MaxEndpointsPerSlice == 0 {
 		opts.MaxEndpointsPerSlice = 100
-	}
-	c, err := New(logrDiscard(), client, f, record.NewFakeRecorder(1000), prometheus.NewRegistry(), opts)
-	if err != nil {
-		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	t.Cleanup(func() {
 		cancel()
 		<-done
-		f.Shutdown()
 	})
-	f.Start(ctx.Done())
-	for typ, ok := range f.WaitForCacheSync(ctx.Done()) {
-		if !ok {
-			t.Fatalf("cache of %v did not sync", typ)
-		}
+	f.Start(ctx)
+	c, err := New(logrDiscard(), client, views.Sources(), record.NewFakeRecorder(1000), prometheus.NewRegistry(), opts)
+	if err != nil {
+		close(done)
+		t.Fatal(err)
+	}
+	if !cache.WaitFor(ctx, "", append(views.Synced(), c.Synced()...)...) {
+		close(done)
+		t.Fatal("the controller's caches did not sync")
 	}
 	go func() {
 		defer close(done)
@@ -168,14 +166,9 @@ func createPod(t *testing.T, client kubernetes.Interface, ns string, p *corev1.P
 	for i := range p.Spec.InitContainers {
 		p.Spec.InitContainers[i].Image = "pause"
 	}
-	status, deleting := p.Status, p.DeletionTimestamp != nil
+	deleting := p.DeletionTimestamp != nil
 	p.DeletionTimestamp = nil
-	got, err := client.CoreV1().Pods(ns).Create(framework.Ctx(t), p, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	got.Status = status
-	got, err = client.CoreV1().Pods(ns).UpdateStatus(framework.Ctx(t), got, metav1.UpdateOptions{})
+	got, err := framework.CreatePod(framework.Ctx(t), client, p)
 	if err != nil {
 		t.Fatal(err)
 	}

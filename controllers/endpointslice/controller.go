@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
@@ -28,6 +27,7 @@ import (
 	esutil "k8s.io/endpointslice/util"
 
 	"github.com/netplane/netplane/controllers/internal/kit"
+	"github.com/netplane/netplane/internal/informer"
 )
 
 // ControllerName is the managed-by label value of the slices this controller
@@ -88,17 +88,31 @@ type Controller struct {
 	// Node changes queue a recount of zones in topologyQueue.
 	topology      *topologycache.TopologyCache
 	topologyQueue workqueue.TypedRateLimitingInterface[string]
+	// handlers are done once each event handler saw its first list.
+	handlers []cache.DoneChecker
 }
 
-// New builds a Controller on the shared informers f, registers its event
-// handlers and its metrics on reg. It writes through client.
-func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInformerFactory, recorder record.EventRecorder, reg prometheus.Registerer, opts Options) (*Controller, error) {
+// Indexers are the indexes the Controller reads, by resource: its Sources
+// must carry them (RegisterViews declares them on the process's views).
+func Indexers() map[informer.Kind]cache.Indexers {
+	return map[informer.Kind]cache.Indexers{
+		informer.Pods:           {podLabelIndex: podLabelKeys},
+		informer.EndpointSlices: {sliceServiceIndex: sliceServiceKeys},
+	}
+}
+
+// New builds a Controller on src (whose caches carry Indexers), adds its
+// event handlers and registers its metrics on reg. It writes through
+// client.
+func New(log logr.Logger, client kubernetes.Interface, src kit.Sources, recorder record.EventRecorder, reg prometheus.Registerer, opts Options) (*Controller, error) {
 	c := &Controller{
 		log:        log,
-		services:   f.Core().V1().Services().Lister(),
-		pods:       f.Core().V1().Pods().Lister(),
-		slices:     f.Discovery().V1().EndpointSlices().Lister(),
-		nodes:      f.Core().V1().Nodes().Lister(),
+		services:   corelisters.NewServiceLister(src.Services.Indexer()),
+		pods:       corelisters.NewPodLister(src.Pods.Indexer()),
+		slices:     discoverylisters.NewEndpointSliceLister(src.EndpointSlices.Indexer()),
+		nodes:      corelisters.NewNodeLister(src.Nodes.Indexer()),
+		podIndex:   src.Pods.Indexer(),
+		sliceIndex: src.EndpointSlices.Indexer(),
 		tracker:    esutil.NewEndpointSliceTracker(),
 		triggers:   esutil.NewTriggerTimeTracker(),
 		recorder:   recorder,
@@ -109,14 +123,11 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 		topologyQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 			workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice_topology"}),
 	}
-	podInformer, sliceInformer := f.Core().V1().Pods().Informer(), f.Discovery().V1().EndpointSlices().Informer()
-	if err := addIndex(podInformer, podLabelIndex, podLabelKeys); err != nil {
-		return nil, err
+	for name, ix := range map[string]cache.Indexer{podLabelIndex: c.podIndex, sliceServiceIndex: c.sliceIndex} {
+		if _, ok := ix.GetIndexers()[name]; !ok {
+			return nil, fmt.Errorf("the cache given to the EndpointSlice controller has no %s index", name)
+		}
 	}
-	if err := addIndex(sliceInformer, sliceServiceIndex, sliceServiceKeys); err != nil {
-		return nil, err
-	}
-	c.podIndex, c.sliceIndex = podInformer.GetIndexer(), sliceInformer.GetIndexer()
 	m, err := kit.NewMetrics(reg, "endpointslice", kit.CountManaged(c.slices, ControllerName))
 	if err != nil {
 		return nil, err
@@ -128,39 +139,45 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 	c.client = kit.CountWrites(client, m, opts.Budget)
 	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, c.topology, recorder,
 		ControllerName, esrec.WithPreferSameTrafficDistributionEnabled(true))
-	return c, c.addHandlers(f)
+	return c, c.addHandlers(src)
 }
 
-func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
+func (c *Controller) addHandlers(src kit.Sources) error {
 	handlers := []struct {
-		informer cache.SharedIndexInformer
-		h        cache.ResourceEventHandler
+		src kit.Source
+		h   cache.ResourceEventHandler
 	}{
-		{f.Core().V1().Services().Informer(), cache.ResourceEventHandlerFuncs{
+		{src.Services, cache.ResourceEventHandlerFuncs{
 			AddFunc:    c.enqueueObject,
 			UpdateFunc: func(_, cur any) { c.enqueueObject(cur) },
 			DeleteFunc: c.enqueueObject,
 		}},
-		{f.Core().V1().Pods().Informer(), cache.ResourceEventHandlerFuncs{
+		{src.Pods, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(obj any) { c.onPod(nil, obj) },
 			UpdateFunc: c.onPod,
 			DeleteFunc: func(obj any) { c.onPod(nil, obj) },
 		}},
-		{f.Discovery().V1().EndpointSlices().Informer(), kit.SliceEvents(ControllerName, c.tracker, c.enqueueForSlice)},
-		{f.Discovery().V1().EndpointSlices().Informer(), c.waiting.Handler(ControllerName, sliceServiceKey)},
-		{f.Core().V1().Nodes().Informer(), cache.ResourceEventHandlerFuncs{
+		{src.EndpointSlices, kit.SliceEvents(ControllerName, c.tracker, c.enqueueForSlice)},
+		{src.EndpointSlices, c.waiting.Handler(ControllerName, sliceServiceKey)},
+		{src.Nodes, cache.ResourceEventHandlerFuncs{
 			AddFunc:    func(any) { c.topologyQueue.Add(topologyKey) },
 			UpdateFunc: c.onNodeUpdate,
 			DeleteFunc: func(any) { c.topologyQueue.Add(topologyKey) },
 		}},
 	}
 	for _, x := range handlers {
-		if _, err := x.informer.AddEventHandler(x.h); err != nil {
+		reg, err := x.src.AddEventHandler(x.h)
+		if err != nil {
 			return fmt.Errorf("adding event handler: %w", err)
 		}
+		c.handlers = append(c.handlers, reg.HasSyncedChecker())
 	}
 	return nil
 }
+
+// Synced are done once every event handler has been handed its caches'
+// first lists.
+func (c *Controller) Synced() []cache.DoneChecker { return c.handlers }
 
 // Run syncs Services with workers goroutines until ctx ends, and returns
 // once every sync in progress finished.

@@ -1,6 +1,7 @@
 package endpointslice
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -16,6 +17,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netplane/netplane/controllers/internal/kit"
 )
@@ -458,7 +460,7 @@ func TestTrafficDistributionRemovedDropsHints(t *testing.T) {
 func TestMetrics(t *testing.T) {
 	fx := newFixture(t, 100)
 	reg := prometheus.NewRegistry()
-	c, err := New(logrDiscard(), fx.client, fx.f, fx.events, reg, Options{MaxEndpointsPerSlice: 100})
+	c, err := New(logrDiscard(), fx.client, sourcesOf(fx.f), fx.events, reg, Options{MaxEndpointsPerSlice: 100})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -531,8 +533,11 @@ func TestTopologyModeAutoHints(t *testing.T) {
 	fx.c.topologyQueue.Add(topologyKey)
 	done := make(chan struct{})
 	go func() { fx.c.topologyWorker(t.Context()); close(done) }()
-	for fx.c.topologyQueue.Len() > 0 {
-		time.Sleep(time.Millisecond)
+	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return fx.c.topologyQueue.Len() == 0, nil
+	})
+	if err != nil {
+		t.Fatal("the topology worker did not take its key")
 	}
 	fx.c.topologyQueue.ShutDown()
 	<-done

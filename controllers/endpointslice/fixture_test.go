@@ -38,7 +38,7 @@ func newFixture(t *testing.T, maxPerSlice int32) *fixture {
 	client := newFakeClient(func(verb string, s *discovery.EndpointSlice) { written[verb] = append(written[verb], s) })
 	f := informers.NewSharedInformerFactory(client, 0)
 	events := record.NewFakeRecorder(100)
-	c, err := New(logrDiscard(), client, f, events, prometheus.NewRegistry(), Options{MaxEndpointsPerSlice: maxPerSlice})
+	c, err := New(logrDiscard(), client, sourcesOf(f), events, prometheus.NewRegistry(), Options{MaxEndpointsPerSlice: maxPerSlice})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -8,8 +8,13 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
+	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/controllers/internal/kit"
+	"github.com/netplane/netplane/internal/informer"
 )
 
 func logrDiscard() logr.Logger { return logr.Discard() }
@@ -39,4 +44,43 @@ func newFakeClient(onWrite func(verb string, s *discovery.EndpointSlice)) *fake.
 		return false, nil, nil
 	})
 	return c
+}
+
+// informerSource is a client-go informer as a kit.Source: the unit tests
+// fill its cache by hand and never start it.
+type informerSource struct{ cache.SharedIndexInformer }
+
+func (s informerSource) Indexer() cache.Indexer { return s.GetIndexer() }
+
+// sourcesOf are the informers of f as the controllers read them, with the
+// controller's indexes (Indexers) added.
+func sourcesOf(f informers.SharedInformerFactory) kit.Sources {
+	ix := Indexers()
+	src := func(k informer.Kind, inf cache.SharedIndexInformer) kit.Source {
+		for name, fn := range ix[k] {
+			if err := addIndex(inf, name, fn); err != nil {
+				panic(err)
+			}
+		}
+		return informerSource{inf}
+	}
+	return kit.Sources{
+		Services:       src(informer.Services, f.Core().V1().Services().Informer()),
+		Pods:           src(informer.Pods, f.Core().V1().Pods().Informer()),
+		Nodes:          src(informer.Nodes, f.Core().V1().Nodes().Informer()),
+		Endpoints:      src(informer.Endpoints, f.Core().V1().Endpoints().Informer()),
+		EndpointSlices: src(informer.EndpointSlices, f.Discovery().V1().EndpointSlices().Informer()),
+	}
+}
+
+// addIndex adds fn as index name to informer, unless it already has it
+// (another controller built on the same factory added it).
+func addIndex(informer cache.SharedIndexInformer, name string, fn cache.IndexFunc) error {
+	if _, ok := informer.GetIndexer().GetIndexers()[name]; ok {
+		return nil
+	}
+	if err := informer.AddIndexers(cache.Indexers{name: fn}); err != nil {
+		return fmt.Errorf("adding index %s: %w", name, err)
+	}
+	return nil
 }

@@ -1,8 +1,6 @@
 package endpointslice
 
 import (
-	"fmt"
-
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/labels"
@@ -46,18 +44,6 @@ func sliceServiceKeys(obj any) ([]string, error) {
 		return nil, nil
 	}
 	return []string{s.Namespace + "/" + svc}, nil
-}
-
-// addIndex adds fn as index name to informer, unless it already has it
-// (another controller built on the same factory added it).
-func addIndex(informer cache.SharedIndexInformer, name string, fn cache.IndexFunc) error {
-	if _, ok := informer.GetIndexer().GetIndexers()[name]; ok {
-		return nil
-	}
-	if err := informer.AddIndexers(cache.Indexers{name: fn}); err != nil {
-		return fmt.Errorf("adding index %s: %w", name, err)
-	}
-	return nil
 }
 
 // selectPods returns the pods of namespace ns matching selector, as

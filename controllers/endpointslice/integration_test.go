@@ -19,7 +19,7 @@ import (
 // slices, max per slice) → the slices on a real kube-apiserver and the exact
 // number of creates, updates and deletes the controller sent.
 func TestAgainstAPIServer(t *testing.T) {
-	s := sharedAPIServer(t)
+	s := framework.SharedAPIServer(t, framework.Options{})
 	cases := []struct {
 		name       string
 		svc        *corev1.Service

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // TestPodChangesMapToServices runs Pod events through the handler, the
@@ -107,10 +108,9 @@ func drainMapped(t *testing.T, c *Controller) []string {
 		defer close(done)
 		c.mapPods(ctx)
 	}()
-	deadline := time.Now().Add(10 * time.Second)
-	for !c.podChanges.idle() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	_ = wait.PollUntilContextTimeout(ctx, time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+		return c.podChanges.idle(), nil
+	}) // the caller checks what was mapped
 	cancel()
 	<-done
 	var got []string

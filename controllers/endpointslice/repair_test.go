@@ -20,7 +20,7 @@ import (
 // setup creates a namespace, node-1, Service a and n pods, and runs a
 // controller that has converged on them.
 func setup(t *testing.T, n int, opts Options) (*framework.APIServer, string, *corev1.Service, *running) {
-	s := sharedAPIServer(t)
+	s := framework.SharedAPIServer(t, framework.Options{})
 	ns := newNamespace(t, s, "repair")
 	createNode(t, s, "node-1", "zone-a")
 	svc := createService(t, s.Client, ns, newService("a"))

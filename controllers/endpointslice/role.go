@@ -24,13 +24,14 @@ import (
 	"github.com/netplane/netplane/internal/role"
 )
 
-// Role is the controller role as the manager runs it, in two parts. The
-// first builds the controllers, whose informers sync (and /readyz turns
-// ready) on every replica, so a replica that takes over has warm caches.
-// The second runs the controllers' loops and needs the leader election
-// Lease: only one replica writes.
+// Role is the controller role as the manager runs it, in two parts. Its
+// views of the process's informers are registered here, as the process
+// builds the role. The first part builds the controllers, whose caches sync
+// (and /readyz turns ready) on every replica, so a replica that takes over
+// has warm caches. The second runs the controllers' loops and needs the
+// leader election Lease: only one replica writes.
 func Role(d role.Deps) []role.Runnable {
-	r := &controllerRole{d: d, synced: make(chan struct{})}
+	r := &controllerRole{d: d, synced: make(chan struct{}), views: kit.RegisterViews(d.Factory, Indexers())}
 	return []role.Runnable{
 		{Role: v1alpha1.RoleController, Run: r.sync},
 		{Role: v1alpha1.RoleController, Run: r.lead, Elected: true},
@@ -38,7 +39,8 @@ func Role(d role.Deps) []role.Runnable {
 }
 
 type controllerRole struct {
-	d role.Deps
+	d     role.Deps
+	views kit.Views
 	// synced is closed once the fields below are set and the caches synced.
 	synced      chan struct{}
 	broadcaster record.EventBroadcaster
@@ -46,10 +48,11 @@ type controllerRole struct {
 	mirror      *mirroring.Controller
 }
 
-// sync builds the controllers, so that their informers and indexes exist
-// before the factory starts, and waits for the caches.
+// sync starts the informers, builds the controllers on their views and
+// waits for the caches.
 func (r *controllerRole) sync(ctx context.Context) error {
 	d, cfg := r.d, r.d.Config.Controller
+	d.Factory.Start(ctx)
 	// Only the loops record events: the leading part starts and stops the
 	// broadcaster, which may outlive this part during a stop.
 	r.broadcaster = record.NewBroadcaster()
@@ -58,27 +61,22 @@ func (r *controllerRole) sync(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	r.slices, err = New(d.Log.WithName("endpointslice"), writer, d.Informers,
+	src := r.views.Sources()
+	r.slices, err = New(d.Log.WithName("endpointslice"), writer, src,
 		r.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "endpoint-slice-controller"}),
 		d.Metrics, Options{MaxEndpointsPerSlice: cfg.MaxEndpointsPerSlice, BatchPeriod: cfg.EndpointUpdatesBatchPeriod.Duration,
 			Budget: budget})
 	if err != nil {
 		return err
 	}
-	r.mirror, err = mirroring.New(d.Log.WithName("mirroring"), writer, d.Informers,
+	r.mirror, err = mirroring.New(d.Log.WithName("mirroring"), writer, src,
 		r.broadcaster.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "endpointslice-mirroring-controller"}),
 		d.Metrics, mirroring.Options{MaxEndpointsPerSubset: cfg.MirroringMaxEndpointsPerSubset})
 	if err != nil {
 		return err
 	}
-	f := d.Informers
-	if !role.WaitForSync(ctx, d, v1alpha1.RoleController,
-		f.Core().V1().Services().Informer().HasSyncedChecker(),
-		f.Core().V1().Pods().Informer().HasSyncedChecker(),
-		f.Core().V1().Nodes().Informer().HasSyncedChecker(),
-		f.Core().V1().Endpoints().Informer().HasSyncedChecker(),
-		f.Discovery().V1().EndpointSlices().Informer().HasSyncedChecker(),
-	) {
+	synced := append(append(r.views.Synced(), r.slices.Synced()...), r.mirror.Synced()...)
+	if !role.WaitForSync(ctx, d, v1alpha1.RoleController, synced...) {
 		return nil
 	}
 	close(r.synced)

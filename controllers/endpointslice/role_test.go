@@ -17,13 +17,14 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/controllers/mirroring"
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/process"
 	"github.com/netplane/netplane/internal/role"
 )
@@ -51,14 +52,13 @@ func startReplica(t *testing.T, s *framework.APIServer, log logr.Logger, change 
 	}
 	rc, writes := countingConfig(s.RestConfig)
 	client := kubernetes.NewForConfigOrDie(rc)
-	f := informers.NewSharedInformerFactory(client, 0)
 	r := &replica{checks: role.NewChecks(), writes: writes, done: make(chan error, 1)}
 	cfg.HealthBindAddress, cfg.MetricsBindAddress = "", ""
 	mgr, err := process.NewManager(cfg, rc, r.checks, log)
 	if err != nil {
 		t.Fatal(err)
 	}
-	d := role.Deps{Config: cfg, RestConfig: rc, Client: client, Informers: f, Checks: r.checks,
+	d := role.Deps{Config: cfg, RestConfig: rc, Client: client, Factory: informer.New(client), Checks: r.checks,
 		Metrics: prometheus.NewRegistry(), Log: log}
 	for _, part := range Role(d) {
 		if err := mgr.Add(part); err != nil {
@@ -68,10 +68,7 @@ func startReplica(t *testing.T, s *framework.APIServer, log logr.Logger, change 
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
 	go func() { r.done <- mgr.Start(ctx) }()
-	t.Cleanup(func() {
-		r.stop(t)
-		f.Shutdown()
-	})
+	t.Cleanup(func() { r.stop(t) })
 	return r
 }
 
@@ -91,7 +88,7 @@ func (r *replica) stop(t *testing.T) {
 }
 
 func TestTwoReplicasOnlyTheLeaderWrites(t *testing.T) {
-	s := sharedAPIServer(t)
+	s := framework.SharedAPIServer(t, framework.Options{})
 	lease := fmt.Sprintf("netplane-test-%d", time.Now().UnixNano())
 	withLease := func(c *v1alpha1.Controller) { c.LeaderElection.ResourceName = lease }
 	a := startReplica(t, s, testr.New(t), withLease)
@@ -129,7 +126,7 @@ func TestTwoReplicasOnlyTheLeaderWrites(t *testing.T) {
 // A leader that can no longer renew its Lease stops at once (the process
 // exits 1), so that only the new holder writes.
 func TestALostLeaseStopsTheLeader(t *testing.T) {
-	s := sharedAPIServer(t)
+	s := framework.SharedAPIServer(t, framework.Options{})
 	name := fmt.Sprintf("netplane-test-%d", time.Now().UnixNano())
 	// The manager does not wait for the parts on a lost Lease: they may log
 	// after the test ended, which testr does not allow.
@@ -141,10 +138,20 @@ func TestALostLeaseStopsTheLeader(t *testing.T) {
 		lease, err = leases.Get(framework.Ctx(t), name, metav1.GetOptions{})
 		return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", fmt.Sprint(err)
 	})
-	now := metav1.NewMicroTime(time.Now())
-	lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.AcquireTime = ptr.To("usurper"), &now, &now
-	lease.Spec.LeaseDurationSeconds = ptr.To[int32](60)
-	if _, err := leases.Update(framework.Ctx(t), lease, metav1.UpdateOptions{}); err != nil {
+	// The replica renews every 200 ms: an update between its renewals may
+	// conflict, and is made again on the Lease as it then is.
+	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
+		lease, err := leases.Get(framework.Ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		now := metav1.NewMicroTime(time.Now())
+		lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.AcquireTime = ptr.To("usurper"), &now, &now
+		lease.Spec.LeaseDurationSeconds = ptr.To[int32](60)
+		_, err = leases.Update(framework.Ctx(t), lease, metav1.UpdateOptions{})
+		return err
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	select {
@@ -160,7 +167,7 @@ func TestALostLeaseStopsTheLeader(t *testing.T) {
 }
 
 func TestRoleMirrorsEndpoints(t *testing.T) {
-	s := sharedAPIServer(t)
+	s := framework.SharedAPIServer(t, framework.Options{})
 	startReplica(t, s, testr.New(t), func(c *v1alpha1.Controller) {
 		c.LeaderElection.LeaderElect = false
 		c.MirroringMaxEndpointsPerSubset = 2

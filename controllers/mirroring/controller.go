@@ -15,7 +15,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
 	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
@@ -48,16 +47,17 @@ type Controller struct {
 	loop      *kit.Loop
 	waiting   *kit.CacheWait
 	max       int
+	handlers  []cache.DoneChecker // done once each handler saw its first list
 }
 
-// New builds a Controller on the shared informers f, registering its event
-// handlers and its metrics (netplane_endpointslicemirroring_*) on reg.
-func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInformerFactory, recorder record.EventRecorder, reg prometheus.Registerer, opts Options) (*Controller, error) {
+// New builds a Controller on src, adding its event handlers and
+// registering its metrics (netplane_endpointslicemirroring_*) on reg.
+func New(log logr.Logger, client kubernetes.Interface, src kit.Sources, recorder record.EventRecorder, reg prometheus.Registerer, opts Options) (*Controller, error) {
 	c := &Controller{
 		log:       log,
-		services:  f.Core().V1().Services().Lister(),
-		endpoints: f.Core().V1().Endpoints().Lister(),
-		slices:    f.Discovery().V1().EndpointSlices().Lister(),
+		services:  corelisters.NewServiceLister(src.Services.Indexer()),
+		endpoints: corelisters.NewEndpointsLister(src.Endpoints.Indexer()),
+		slices:    discoverylisters.NewEndpointSliceLister(src.EndpointSlices.Indexer()),
 		tracker:   esutil.NewEndpointSliceTracker(),
 		recorder:  recorder,
 		queue:     kit.NewQueue("endpointslicemirroring"),
@@ -71,17 +71,26 @@ func New(log logr.Logger, client kubernetes.Interface, f informers.SharedInforme
 	c.waiting = &kit.CacheWait{Queue: c.queue, Fresh: c.cacheFresh}
 	c.loop = &kit.Loop{Queue: c.queue, Sync: c.sync, Metrics: m, Log: log, Waiting: c.waiting}
 	c.client = kit.CountWrites(client, m, nil)
-	return c, c.addHandlers(f)
+	return c, c.addHandlers(src)
 }
 
-func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
-	_, err1 := f.Core().V1().Endpoints().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+func (c *Controller) addHandlers(src kit.Sources) error {
+	var errs []error
+	add := func(s kit.Source, h cache.ResourceEventHandler) {
+		reg, err := s.AddEventHandler(h)
+		if err != nil {
+			errs = append(errs, err)
+			return
+		}
+		c.handlers = append(c.handlers, reg.HasSyncedChecker())
+	}
+	add(src.Endpoints, cache.ResourceEventHandlerFuncs{
 		AddFunc:    c.enqueue,
 		UpdateFunc: func(_, cur any) { c.enqueue(cur) },
 		DeleteFunc: c.enqueue,
 	})
 	// Only a selector appearing or vanishing changes whether we mirror.
-	_, err2 := f.Core().V1().Services().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
+	add(src.Services, cache.ResourceEventHandlerFuncs{
 		AddFunc: c.enqueue,
 		UpdateFunc: func(old, cur any) {
 			o, ok1 := old.(*corev1.Service)
@@ -92,10 +101,14 @@ func (c *Controller) addHandlers(f informers.SharedInformerFactory) error {
 		},
 		DeleteFunc: c.enqueue,
 	})
-	_, err3 := f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(kit.SliceEvents(ControllerName, c.tracker, c.enqueueForSlice))
-	_, err4 := f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(c.waiting.Handler(ControllerName, endpointsKey))
-	return errors.Join(err1, err2, err3, err4)
+	add(src.EndpointSlices, kit.SliceEvents(ControllerName, c.tracker, c.enqueueForSlice))
+	add(src.EndpointSlices, c.waiting.Handler(ControllerName, endpointsKey))
+	return errors.Join(errs...)
 }
+
+// Synced are done once every event handler has been handed its caches'
+// first lists.
+func (c *Controller) Synced() []cache.DoneChecker { return c.handlers }
 
 // Run mirrors with workers goroutines until ctx ends, and returns once
 // every sync in progress finished.

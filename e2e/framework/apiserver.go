@@ -18,6 +18,7 @@ import (
 	"testing"
 	"time"
 
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
@@ -210,30 +211,32 @@ func (s *APIServer) writeKubeconfig(path, _ string, token string) error {
 
 func (s *APIServer) waitReady(timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
-	deadline := time.Now().Add(timeout)
 	var last string
-	for time.Now().Before(deadline) {
+	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if s.apiserver.Exited() {
-			return fmt.Errorf("kube-apiserver exited")
+			return false, fmt.Errorf("kube-apiserver exited")
 		}
 		if s.etcd.Exited() {
-			return fmt.Errorf("etcd exited")
+			return false, fmt.Errorf("etcd exited")
 		}
-		req, _ := http.NewRequest("GET", s.URL+"/readyz", nil)
+		req, _ := http.NewRequestWithContext(ctx, "GET", s.URL+"/readyz", nil)
 		req.Header.Set("Authorization", "Bearer "+s.Token)
 		resp, err := client.Do(req)
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return nil
-			}
-			last = resp.Status
-		} else {
+		if err != nil {
 			last = err.Error()
+			return false, nil
 		}
-		time.Sleep(200 * time.Millisecond)
+		resp.Body.Close()
+		last = resp.Status
+		return resp.StatusCode == http.StatusOK, nil
+	})
+	if err != nil && (s.apiserver.Exited() || s.etcd.Exited()) {
+		return err
 	}
-	return fmt.Errorf("kube-apiserver not ready after %v: %s", timeout, last)
+	if err != nil {
+		return fmt.Errorf("kube-apiserver not ready after %v: %s", timeout, last)
+	}
+	return nil
 }
 
 // Stop stops kube-apiserver, then etcd.

@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"net/http"
@@ -12,6 +13,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 var (
@@ -114,15 +117,12 @@ func HTTPGet(client *http.Client, url string) (int, string, error) {
 // the test with the last reason cond gave.
 func Eventually(t testing.TB, timeout time.Duration, what string, cond func() string) {
 	t.Helper()
-	deadline := time.Now().Add(timeout)
 	last := ""
-	for {
-		if last = cond(); last == "" {
-			return
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: not true after %v: %s", what, timeout, strings.TrimSpace(last))
-		}
-		time.Sleep(50 * time.Millisecond)
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+		last = cond()
+		return last == "", nil
+	})
+	if err != nil {
+		t.Fatalf("%s: not true after %v: %s", what, timeout, strings.TrimSpace(last))
 	}
 }

@@ -43,11 +43,16 @@ type View struct {
 	Record func(obj runtime.Object) any
 	// Indexers index the view's records.
 	Indexers cache.Indexers
+	// NoNamespaceIndex leaves out the namespace index, which every view has
+	// otherwise, for a view read by key, as a whole and through its own
+	// Indexers only: it costs an index entry per object, and only typed
+	// listers' List of a namespace reads it.
+	NoNamespaceIndex bool
 	// Sink, when set, receives the view's records as a reflector would
 	// hand them to a store (Replace, Add, Update, Delete), and nothing of
 	// the view is kept here: for a consumer that keeps its own, smaller
 	// state. A sink view has no Indexer.
-	Sink cache.Store
+	Sink cache.ReflectorStore
 }
 
 // Factory makes the informers of one process.
@@ -72,6 +77,11 @@ type Handle struct {
 	view View
 	res  *resource
 	i    int // the view's place in an entry
+	// alone: the view is its resource's only one, whose Fields the API
+	// server applies (it refuses a field it cannot select by, never
+	// ignores one), so they are not matched again here. Set before the
+	// resource starts.
+	alone bool
 
 	mu     sync.Mutex
 	synced cache.DoneChecker
@@ -123,6 +133,7 @@ func (f *Factory) start(ctx context.Context, r *resource) {
 	k := kinds[r.kind]
 	if len(r.views) == 1 {
 		h := r.views[0]
+		h.alone = true
 		v := h.view
 		lw := listWatch(f.client, k, v.Labels, v.Fields, h.record)
 		if v.Sink != nil {
@@ -132,7 +143,7 @@ func (f *Factory) start(ctx context.Context, r *resource) {
 			go rf.RunWithContext(ctx)
 			return
 		}
-		inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: withNamespace(v.Indexers)})
+		inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: h.indexers()})
 		_ = inf.SetTransform(transformFunc(k.example, h.record)) // cannot fail before Run
 		r.informer = inf
 		h.setSynced(inf.HasSyncedChecker())
@@ -168,7 +179,11 @@ func (h *Handle) record(obj runtime.Object) any {
 }
 
 func (h *Handle) selects(obj runtime.Object) bool {
-	if h.view.Labels == nil && h.view.Fields == nil {
+	fs := h.view.Fields
+	if h.alone {
+		fs = nil // the API server's
+	}
+	if h.view.Labels == nil && fs == nil {
 		return true
 	}
 	m, err := metaOf(obj)
@@ -178,7 +193,7 @@ func (h *Handle) selects(obj runtime.Object) bool {
 	if h.view.Labels != nil && !h.view.Labels.Matches(labels.Set(m.GetLabels())) {
 		return false
 	}
-	return h.view.Fields == nil || h.view.Fields.Matches(kinds[h.view.Kind].fields(obj))
+	return fs == nil || fs.Matches(kinds[h.view.Kind].fields(obj))
 }
 
 func (h *Handle) setSynced(d cache.DoneChecker) {

@@ -11,9 +11,11 @@ import (
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes/fake"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	k8stesting "k8s.io/client-go/testing"
@@ -97,6 +99,21 @@ func start(t *testing.T, f *Factory, hs ...*Handle) {
 	if !cache.WaitFor(ctx, "", checks...) {
 		t.Fatal("views did not sync")
 	}
+}
+
+// watching is told when the fake's watch of resource has started: a change
+// made before would never reach the informer.
+func watching(c *fake.Clientset, resource string) <-chan struct{} {
+	ch := make(chan struct{}, 1)
+	c.PrependWatchReactor(resource, func(a k8stesting.Action) (bool, watch.Interface, error) {
+		w, err := c.Tracker().Watch(a.GetResource(), a.GetNamespace())
+		select {
+		case ch <- struct{}{}:
+		default:
+		}
+		return true, w, err
+	})
+	return ch
 }
 
 // listsAndWatches counts the client's list and watch calls per resource.
@@ -187,7 +204,9 @@ func TestAnObjectEnteringOrLeavingAViewIsAnAddOrADeleteForThatViewOnly(t *testin
 	sel, _ := labels.Parse("!headless")
 	proxy := f.Register(View{Kind: Services, Name: "proxy", Labels: sel, Record: tagged("proxy")})
 	dns := f.Register(View{Kind: Services, Name: "dns", Record: tagged("dns")})
+	watched := watching(c, "services")
 	start(t, f, proxy, dns)
+	<-watched
 	var pev, dev events
 	_, _ = proxy.AddEventHandler(pev.handler())
 	_, _ = dns.AddEventHandler(dev.handler())
@@ -257,7 +276,9 @@ func TestASinkViewIsToldOfRecordsAloneAndBesideAStoredView(t *testing.T) {
 			if shared {
 				f.Register(View{Kind: Services, Name: "controller"})
 			}
+			watched := watching(c, "services")
 			start(t, f, h)
+			<-watched
 			first := "replace a/x dns"
 			if shared {
 				first = "add a/x dns"
@@ -284,4 +305,44 @@ func TestRegisteringAViewAfterItsResourceStartedPanics(t *testing.T) {
 		}
 	}()
 	f.Register(View{Kind: Services, Name: "late"})
+}
+
+func TestAViewWithoutTheNamespaceIndexHasOnlyItsOwnIndexes(t *testing.T) {
+	byTag := cache.Indexers{"tag": func(o any) ([]string, error) { return []string{o.(*name).tag}, nil }}
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			f := New(fake.NewClientset(svc("a", "x", nil)))
+			h := f.Register(View{Kind: Services, Name: "dns", Record: tagged("dns"), Indexers: byTag, NoNamespaceIndex: true})
+			if shared {
+				f.Register(View{Kind: Services, Name: "controller"})
+			}
+			start(t, f, h)
+			var names []string
+			for n := range h.Indexer().GetIndexers() {
+				names = append(names, n)
+			}
+			if !slices.Equal(names, []string{"tag"}) {
+				t.Errorf("indexes %v, want [tag] alone", names)
+			}
+			if got, err := h.Indexer().ByIndex("tag", "dns"); err != nil || !slices.Equal(keys(got), []string{"a/x"}) {
+				t.Errorf("ByIndex(tag, dns) = %v, %v; want [a/x]", keys(got), err)
+			}
+		})
+	}
+}
+
+func TestAFieldSelectorIsAppliedHereForASharedResource(t *testing.T) {
+	c := fake.NewClientset(testPod("running", corev1.PodRunning, "10.0.0.1"), testPod("done", corev1.PodSucceeded))
+	f := New(c)
+	running := f.Register(View{Kind: Pods, Name: "dns", Fields: fields.AndSelectors(
+		fields.OneTermNotEqualSelector("status.phase", string(corev1.PodSucceeded)),
+		fields.OneTermEqualSelector("metadata.namespace", "ns"))})
+	all := f.Register(View{Kind: Pods, Name: "controller"})
+	start(t, f, running, all)
+	if got := keys(running.Indexer().List()); !slices.Equal(got, []string{"ns/running"}) {
+		t.Errorf("the selecting view holds %v, want [ns/running]", got)
+	}
+	if got := keys(all.Indexer().List()); !slices.Equal(got, []string{"ns/done", "ns/running"}) {
+		t.Errorf("the other view holds %v, want both pods", got)
+	}
 }

@@ -40,7 +40,7 @@ type kind struct {
 	// fields are an object's fields a Fields selector may name: the ones
 	// the API server also selects by, so a lone view's selector can be
 	// sent to it.
-	fields func(runtime.Object) fields.Set
+	fields func(runtime.Object) fields.Fields
 }
 
 var kinds = map[Kind]kind{
@@ -52,8 +52,8 @@ var kinds = map[Kind]kind{
 		i := c.DiscoveryV1().EndpointSlices(metav1.NamespaceAll)
 		return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return i.List(ctx, o) }, i.Watch
 	}, metaFields},
+	//lint:ignore SA1019 the mirroring controller reads user-written Endpoints
 	Endpoints: {&corev1.Endpoints{}, func(c kubernetes.Interface) (listFunc, watchFunc) {
-		//nolint:staticcheck // the mirroring controller reads user-written Endpoints
 		i := c.CoreV1().Endpoints(metav1.NamespaceAll)
 		return func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return i.List(ctx, o) }, i.Watch
 	}, metaFields},
@@ -77,19 +77,47 @@ var kinds = map[Kind]kind{
 
 func metaOf(obj any) (metav1.Object, error) { return meta.Accessor(obj) }
 
-func metaFields(obj runtime.Object) fields.Set {
-	m, err := metaOf(obj)
-	if err != nil {
-		return fields.Set{}
-	}
-	return fields.Set{"metadata.name": m.GetName(), "metadata.namespace": m.GetNamespace()}
+func metaFields(obj runtime.Object) fields.Fields {
+	m, _ := metaOf(obj)
+	return objectFields{meta: m}
 }
 
-func podFields(obj runtime.Object) fields.Set {
-	s := metaFields(obj)
-	if p, ok := obj.(*corev1.Pod); ok {
-		s["spec.nodeName"] = p.Spec.NodeName
-		s["status.phase"] = string(p.Status.Phase)
+func podFields(obj runtime.Object) fields.Fields {
+	m, _ := metaOf(obj)
+	p, _ := obj.(*corev1.Pod)
+	return objectFields{meta: m, pod: p}
+}
+
+// objectFields are an object's selectable fields, read when a selector
+// asks: a selector is matched against every object a shared resource
+// lists, and a map of fields per pod would be garbage by the megabyte.
+type objectFields struct {
+	meta metav1.Object // nil for an object without metadata
+	pod  *corev1.Pod   // nil for other kinds
+}
+
+func (f objectFields) Has(field string) bool {
+	_, ok := f.get(field)
+	return ok
+}
+
+func (f objectFields) Get(field string) string {
+	v, _ := f.get(field)
+	return v
+}
+
+func (f objectFields) get(field string) (string, bool) {
+	switch {
+	case f.meta == nil:
+	case field == "metadata.name":
+		return f.meta.GetName(), true
+	case field == "metadata.namespace":
+		return f.meta.GetNamespace(), true
+	case f.pod == nil:
+	case field == "spec.nodeName":
+		return f.pod.Spec.NodeName, true
+	case field == "status.phase":
+		return string(f.pod.Status.Phase), true
 	}
-	return s
+	return "", false
 }

@@ -46,8 +46,10 @@ func listWatch(c kubernetes.Interface, k kind, ls labels.Selector, fs fields.Sel
 	}, c)
 }
 
-// listed carries a record through a reflector's list, whose items must be
-// runtime.Objects; the transform (transformFunc) or the sink unwraps it.
+// listed carries a record that is no runtime.Object through a reflector's
+// list, whose items must be; the transform (transformFunc) or the sink
+// unwraps it. A record that is one goes as it is, without the wrapper's
+// allocation (50,000 pods: 800 kB at the peak of the first list).
 type listed struct{ rec any }
 
 func (l *listed) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
@@ -83,7 +85,11 @@ func pagedList(ctx context.Context, o metav1.ListOptions, list listFunc, keep fu
 			return nil, err
 		}
 		err = meta.EachListItem(page, func(obj runtime.Object) error {
-			if k := keep(obj); k != nil {
+			switch k := keep(obj).(type) {
+			case nil:
+			case runtime.Object: // a record the transform or the sink passes as it is
+				out.Items = append(out.Items, k)
+			default:
 				out.Items = append(out.Items, &listed{k})
 			}
 			return nil

@@ -2,6 +2,7 @@ package informer
 
 import (
 	"fmt"
+	"maps"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
@@ -53,11 +54,16 @@ func partOf(obj any, i int) any {
 	return nil
 }
 
-// indexers are the entries' indexes: the namespace index, which entries
-// answer through their key, and each view's own under a name of its own
-// (viewIndexName), applied to the view's record.
+// indexers are the entries' indexes: the namespace index unless no view
+// wants it (entries answer it through their key), and each view's own under
+// a name of its own (viewIndexName), applied to the view's record.
 func (r *resource) indexers() cache.Indexers {
-	out := withNamespace(nil)
+	out := cache.Indexers{}
+	for _, h := range r.views {
+		if !h.view.NoNamespaceIndex {
+			out = withNamespace(out)
+		}
+	}
 	for _, h := range r.views {
 		for name, fn := range h.view.Indexers {
 			out[viewIndexName(h.i, name)] = func(obj any) ([]string, error) {
@@ -78,6 +84,15 @@ func viewIndexName(i int, name string) string {
 		return name
 	}
 	return fmt.Sprintf("%d/%s", i, name)
+}
+
+// indexers are a view's indexes: its own, and the namespace index unless it
+// has none.
+func (h *Handle) indexers() cache.Indexers {
+	if h.view.NoNamespaceIndex {
+		return maps.Clone(h.view.Indexers)
+	}
+	return withNamespace(h.view.Indexers)
 }
 
 func withNamespace(ix cache.Indexers) cache.Indexers {
@@ -164,7 +179,7 @@ func (v viewIndexer) ByIndex(name, value string) ([]any, error) {
 	return v.parts(objs), err
 }
 
-func (v viewIndexer) GetIndexers() cache.Indexers { return withNamespace(v.h.view.Indexers) }
+func (v viewIndexer) GetIndexers() cache.Indexers { return v.h.indexers() }
 
 var errReadOnly = fmt.Errorf("informer: a view's indexer is read-only; the informer writes it")
 

@@ -44,13 +44,16 @@ func (s *sinkStore) forward(obj any, to func(any) error) error {
 	return nil
 }
 
+// Replace hands the sink the records of list, made in list's own array: a
+// store owns the list it is given.
 func (s *sinkStore) Replace(list []any, rv string) error {
-	recs := make([]any, 0, len(list))
+	recs := list[:0]
 	for _, o := range list {
 		if r := s.rec(o); r != nil {
 			recs = append(recs, r)
 		}
 	}
+	clear(list[len(recs):])
 	err := s.h.view.Sink.Replace(recs, rv)
 	select {
 	case <-s.done:

@@ -5,15 +5,15 @@
 // bounded by --shutdown-timeout; /healthz and /readyz are served by a
 // server the manager runs (health.go says why it is not the manager's own).
 //
-// The roles use neither the manager's cache nor its client. They keep
-// client-go's shared informer factory and their own loops, tuned against the
-// upstream systems they replace: the controller's write budget reserves a
-// token before a worker dequeues and finds pods through a label index; the
-// DNS role lists pods paged and slimmed straight into a table, with no
-// informer cache, to stay under half of CoreDNS's memory; the proxy watches
-// slimmed copies in a factory of its own. controller-runtime's cache keeps
-// whole objects per kind and its client reads through that cache, which
-// would undo all three.
+// The roles use neither the manager's cache nor its client. They read the
+// process's one informer per resource (internal/informer), each through
+// views of its own, and run their own loops, tuned against the upstream
+// systems they replace: the controller's write budget reserves a token
+// before a worker dequeues and finds pods through a label index; the DNS
+// role's pods view feeds a table of addresses, with no informer cache, to
+// stay under half of CoreDNS's memory; the proxy keeps records, not
+// objects. controller-runtime's cache keeps whole objects per kind and its
+// client reads through that cache, which would undo all three.
 package process
 
 import (
@@ -29,7 +29,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
@@ -72,7 +71,6 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 		Config:     cfg,
 		RestConfig: restConfig,
 		Client:     client,
-		Informers:  informers.NewSharedInformerFactory(client, 0),
 		Checks:     checks,
 		Metrics:    metrics.Registry,
 	}
@@ -100,7 +98,6 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 	if err != nil {
 		return err
 	}
-	deps.Informers.Shutdown()
 	log.Info("stopped")
 	return nil
 }

@@ -16,6 +16,7 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
@@ -136,18 +137,24 @@ func startManager(t *testing.T, cfg *v1alpha1.Configuration, checks *role.Checks
 
 func get(t *testing.T, url string) (int, string) {
 	t.Helper()
-	for deadline := time.Now().Add(5 * time.Second); ; time.Sleep(20 * time.Millisecond) {
+	var code int
+	var body []byte
+	var last error
+	// Until the manager has started its servers, the address refuses.
+	err := wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
 		resp, err := http.Get(url)
-		if err != nil {
-			if time.Now().Before(deadline) {
-				continue // the manager is still starting its servers
-			}
-			t.Fatal(err)
+		if last = err; err != nil {
+			return false, nil
 		}
 		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		return resp.StatusCode, string(body)
+		code = resp.StatusCode
+		body, err = io.ReadAll(resp.Body)
+		return true, err
+	})
+	if err != nil {
+		t.Fatal(err, last)
 	}
+	return code, string(body)
 }
 
 // /readyz is 503 naming every role not ready, as kube-proxy's and CoreDNS's
@@ -181,9 +188,9 @@ func TestReadyzNamesTheRoleNotReadyAndHealthzIsSeparate(t *testing.T) {
 		t.Errorf("/readyz/dns = %d %q before the role added its checks, want 503 starting", code, body)
 	}
 	close(begin)
-	for deadline := time.Now().Add(5 * time.Second); len(checks.Readiness()) < 2 && time.Now().Before(deadline); {
-		time.Sleep(10 * time.Millisecond)
-	}
+	_ = wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return len(checks.Readiness()) >= 2, nil
+	}) // /readyz is checked below
 	if code, body := get(t, "http://"+health+"/readyz"); code != http.StatusServiceUnavailable || !strings.Contains(body, "[-]dns failed") || strings.Contains(body, "[-]proxy") {
 		t.Errorf("/readyz = %d %q, want 503 naming dns only", code, body)
 	}

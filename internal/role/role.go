@@ -16,7 +16,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/prometheus/client_golang/prometheus"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -36,7 +35,6 @@ type Deps struct {
 	Config     *v1alpha1.Configuration
 	RestConfig *rest.Config
 	Client     kubernetes.Interface
-	Informers  informers.SharedInformerFactory
 	// Factory is the process's one informer per resource: roles register
 	// their views of a resource when they are built (role.Role), before
 	// any part runs, and WaitForSync starts it.
@@ -87,7 +85,7 @@ func (r Runnable) Start(ctx context.Context) error {
 // NeedLeaderElection tells the manager whether the part waits for the Lease.
 func (r Runnable) NeedLeaderElection() bool { return r.Elected }
 
-// WaitForSync starts the shared informer factory and waits until every given
+// WaitForSync starts the informer factory and waits until every given
 // informer has synced. Until then /readyz reports name as not ready, so a
 // role is never ready on a half-filled cache. It returns false when ctx ended
 // first. It is told, not polling: client-go's WaitForCacheSync looks every
@@ -102,9 +100,6 @@ func WaitForSync(ctx context.Context, d Deps, name string, synced ...cache.DoneC
 		return nil
 	})
 	d.Checks.started(d.Role)
-	if d.Informers != nil {
-		d.Informers.Start(ctx.Done())
-	}
 	if d.Factory != nil {
 		d.Factory.Start(ctx)
 	}

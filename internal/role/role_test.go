@@ -6,8 +6,9 @@ import (
 	"testing"
 
 	"github.com/go-logr/logr"
-	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+
+	"github.com/netplane/netplane/internal/informer"
 )
 
 func TestDefaultGCPercentKeepsTheLowestAndYieldsToGOGC(t *testing.T) {
@@ -51,7 +52,7 @@ func TestARoleIsNotReadyUntilItAddsItsChecks(t *testing.T) {
 		t.Fatalf("Ready() = %v, want both roles starting", err)
 	}
 	checks.AddReady("dns", func() error { return nil })
-	d := Deps{Role: "node", Checks: checks, Informers: informers.NewSharedInformerFactory(fake.NewClientset(), 0), Log: logr.Discard()}
+	d := Deps{Role: "node", Checks: checks, Factory: informer.New(fake.NewClientset()), Log: logr.Discard()}
 	if !WaitForSync(t.Context(), d, "proxy") {
 		t.Fatal("WaitForSync with nothing to wait for returned false")
 	}

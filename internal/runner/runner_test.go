@@ -7,6 +7,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"k8s.io/apimachinery/pkg/util/wait"
 )
 
 // recorder is a sync function that records its calls and fails on demand.
@@ -45,15 +47,13 @@ func (r *recorder) snapshot() []call {
 
 func (r *recorder) waitCalls(t *testing.T, n int) []call {
 	t.Helper()
-	deadline := time.Now().Add(5 * time.Second)
-	for time.Now().Before(deadline) {
-		if c := r.snapshot(); len(c) >= n {
-			return c
-		}
-		time.Sleep(time.Millisecond)
+	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return len(r.snapshot()) >= n, nil
+	})
+	if err != nil {
+		t.Fatalf("got %d syncs, want %d: %+v", len(r.snapshot()), n, r.snapshot())
 	}
-	t.Fatalf("got %d syncs, want %d: %+v", len(r.snapshot()), n, r.snapshot())
-	return nil
+	return r.snapshot()
 }
 
 func run(t *testing.T, rec *recorder, o Options) *Runner {
@@ -180,10 +180,9 @@ func TestHealthyFailsWhenARequestWaitsTooLong(t *testing.T) {
 	rec.mu.Lock()
 	rec.fail = 0
 	rec.mu.Unlock()
-	deadline := time.Now().Add(5 * time.Second)
-	for r.LastSuccess().IsZero() && time.Now().Before(deadline) {
-		time.Sleep(time.Millisecond)
-	}
+	_ = wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+		return !r.LastSuccess().IsZero(), nil
+	}) // Healthy is checked below
 	if err := r.Healthy(10 * time.Millisecond); err != nil {
 		t.Errorf("still unhealthy after a successful sync: %v", err)
 	}

@@ -1,12 +1,14 @@
 package kit
 
 import (
+	"context"
 	"sync"
 	"testing"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 	esutil "k8s.io/endpointslice/util"
 )
 
@@ -111,9 +113,9 @@ func TestSliceEventsTellOurEchoFromForeignChanges(t *testing.T) {
 			}
 			// A queued change may come late on a loaded machine: wait
 			// for it; then make sure nothing more comes.
-			for deadline := time.Now().Add(5 * time.Second); count() < c.want && time.Now().Before(deadline); {
-				time.Sleep(10 * time.Millisecond)
-			}
+			_ = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
+				return count() >= c.want, nil
+			}) // the count is checked below
 			time.Sleep(3 * echoSettle)
 			if got := count(); got != c.want {
 				t.Errorf("queued %d times, want %d", got, c.want)

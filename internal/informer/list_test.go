@@ -1,4 +1,4 @@
-package dns
+package informer
 
 import (
 	"context"
@@ -10,6 +10,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/client-go/kubernetes/fake"
 )
 
 // fakePages serves pods in pages of two, recording each request.
@@ -38,6 +39,22 @@ func (f *fakePages) list(_ context.Context, o metav1.ListOptions) (runtime.Objec
 	return l, nil
 }
 
+func testPod(name string, phase corev1.PodPhase, ips ...string) *corev1.Pod {
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Status: corev1.PodStatus{Phase: phase}}
+	for _, ip := range ips {
+		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
+	}
+	return p
+}
+
+// keepPod keeps the name of a pod with an address, and nothing of others.
+func keepPod(obj runtime.Object) any {
+	if p := obj.(*corev1.Pod); len(p.Status.PodIPs) > 0 {
+		return p.Name
+	}
+	return nil
+}
+
 func TestPagedListKeepsOnlyWhatItIsAskedToFromEveryPage(t *testing.T) {
 	f := &fakePages{pods: []*corev1.Pod{
 		testPod("a", corev1.PodRunning, "10.0.0.1"), testPod("b", corev1.PodPending),
@@ -50,7 +67,7 @@ func TestPagedListKeepsOnlyWhatItIsAskedToFromEveryPage(t *testing.T) {
 	}
 	var names []string
 	for _, o := range l.Items {
-		names = append(names, o.(*podInfo).ref.name)
+		names = append(names, o.(*listed).rec.(string))
 	}
 	if want := []string{"a", "c", "d", "e"}; !slices.Equal(names, want) {
 		t.Errorf("kept %v, want %v (every page, and no pod without an address)", names, want)
@@ -73,5 +90,36 @@ func TestPagedListFailsWholeWhenAPageFails(t *testing.T) {
 		testPod("c", corev1.PodRunning, "10.0.0.3")}, fail: true}
 	if l, err := pagedList(context.Background(), metav1.ListOptions{}, f.list, keepPod); err == nil {
 		t.Errorf("a failed second page gave a list of %d; want the error, so the reflector lists again", len(l.Items))
+	}
+}
+
+func TestASinksStoreIsSyncedOnceTheFirstListIsHandedOn(t *testing.T) {
+	h := New(fake.NewClientset()).Register(View{Kind: Pods, Name: "dns", Sink: &addrSink{}})
+	s := newSinkStore(h)
+	_ = s.Add(testPod("a", corev1.PodRunning, "10.0.0.1"))
+	select {
+	case <-s.Done():
+		t.Error("done before the first list")
+	default:
+	}
+	_ = s.Replace(nil, "")
+	_ = s.Replace(nil, "") // a relist: done stays done
+	select {
+	case <-s.Done():
+	default:
+		t.Error("not done after the first list")
+	}
+}
+
+func TestPagedListHoldsRecordsThatAreObjectsAsTheyAre(t *testing.T) {
+	f := &fakePages{pods: []*corev1.Pod{testPod("a", corev1.PodRunning, "10.0.0.1"), testPod("b", corev1.PodRunning, "10.0.0.2")}}
+	l, err := pagedList(context.Background(), metav1.ListOptions{}, f.list, func(o runtime.Object) any { return o })
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, o := range l.Items {
+		if _, ok := o.(*corev1.Pod); !ok {
+			t.Errorf("the list holds a %T, want the *v1.Pod the record is", o)
+		}
 	}
 }
