@@ -397,8 +397,8 @@ func vsLogResult(b *testing.B, name string, n int, r *vsResult) {
 	b.Log(line)
 }
 
-// reportVS reports the figures of one scale, and netplane's against
-// kube-router's and against its own at scale 0 (base, when measured).
+// reportVS reports the figures of one scale: each enforcer's against its
+// own at scale 0 (base, when measured), and netplane's against kube-router's.
 func reportVS(b *testing.B, n int, res, base map[string]*vsResult) {
 	pre := fmt.Sprintf("%d-", n)
 	for name, r := range res {
@@ -425,13 +425,19 @@ func reportVS(b *testing.B, n int, res, base map[string]*vsResult) {
 		}
 		return fmt.Sprintf("%.2fx", a.Seconds()/b.Seconds())
 	}
-	lines := []string{fmt.Sprintf("%d policies, netplane (load %s):", n, framework.LoadAverage())}
-	if b0 := base["netplane"]; b0 != nil && n > 0 {
-		lines = append(lines, fmt.Sprintf("  connect p50 %v, p99 %v: %s and %s its figure with no policy (%v, %v; requirement at most 1.1x at 1,000); the open pair in the same run %v, %v",
-			vsPercentile(np.lat, 50), vsPercentile(np.lat, 99), ratio(vsPercentile(np.lat, 50), vsPercentile(b0.lat, 50)), ratio(vsPercentile(np.lat, 99), vsPercentile(b0.lat, 99)),
-			vsPercentile(b0.lat, 50), vsPercentile(b0.lat, 99), vsPercentile(np.latOpen, 50), vsPercentile(np.latOpen, 99)))
-		lines = append(lines, fmt.Sprintf("  stream %.2f Gbit/s: %.3fx the open pair in the same run, %.3fx its stream with no policy (requirement at least 0.95x)",
-			vsMedian(np.tput)/1e9, vsMedian(np.tput)/vsMedian(np.tputOpen), vsMedian(np.tput)/vsMedian(b0.tput)))
+	lines := []string{fmt.Sprintf("%d policies (load %s):", n, framework.LoadAverage())}
+	for _, name := range []string{"netplane", "kube-router"} {
+		r, b0 := res[name], base[name]
+		if r == nil || b0 == nil || n == 0 {
+			continue
+		}
+		lines = append(lines, fmt.Sprintf("  %s: connect p50 %v, p99 %v: %s and %s its figure with no policy (%v, %v; requirement at most 1.1x at 1,000); the open pair in the same run %v, %v",
+			name, vsPercentile(r.lat, 50), vsPercentile(r.lat, 99), ratio(vsPercentile(r.lat, 50), vsPercentile(b0.lat, 50)), ratio(vsPercentile(r.lat, 99), vsPercentile(b0.lat, 99)),
+			vsPercentile(b0.lat, 50), vsPercentile(b0.lat, 99), vsPercentile(r.latOpen, 50), vsPercentile(r.latOpen, 99)))
+		lines = append(lines, fmt.Sprintf("  %s: stream %.2f Gbit/s: %.3fx the open pair in the same run, %.3fx its stream with no policy (requirement at least 0.95x)",
+			name, vsMedian(r.tput)/1e9, vsMedian(r.tput)/vsMedian(r.tputOpen), vsMedian(r.tput)/vsMedian(b0.tput)))
+		lines = append(lines, fmt.Sprintf("  %s: VmHWM/VmRSS on the server's node %d/%d MiB, with no policy %d/%d MiB",
+			name, r.mem[1].hwm/1024, r.mem[1].rss/1024, b0.mem[1].hwm/1024, b0.mem[1].rss/1024))
 	}
 	if kr != nil {
 		lines = append(lines, fmt.Sprintf("  full sync from start %v vs kube-router %v (%s), from caches synced %v vs %v (%s); VmHWM on the server's node %d vs %d MiB (%.2fx)",
