@@ -72,7 +72,7 @@ func vsConnectTimes(ns *netns.NS, src netip.Addr, dst netip.AddrPort, n int, lim
 			t0 := time.Now()
 			err = unix.Connect(fd, sa)
 			if errors.Is(err, unix.EINPROGRESS) {
-				err = vsWaitConnected(fd, limit)
+				err = framework.WaitConnected(fd, limit)
 			}
 			d := time.Since(t0)
 			unix.Close(fd)
@@ -84,33 +84,6 @@ func vsConnectTimes(ns *netns.NS, src netip.Addr, dst netip.AddrPort, n int, lim
 		return nil
 	})
 	return out, err
-}
-
-// vsWaitConnected waits for a non-blocking connect to finish.
-func vsWaitConnected(fd int, limit time.Duration) error {
-	deadline := time.Now().Add(limit)
-	for {
-		left := time.Until(deadline)
-		if left <= 0 {
-			return unix.ETIMEDOUT
-		}
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-		n, err := unix.Poll(pfd, int(left/time.Millisecond)+1)
-		if errors.Is(err, unix.EINTR) || (err == nil && n == 0) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
-		if err != nil {
-			return err
-		}
-		if soerr != 0 {
-			return unix.Errno(soerr)
-		}
-		return nil
-	}
 }
 
 // vsAttemptLimit is how long an attempt may take to count as allowed: an
@@ -226,7 +199,7 @@ func vsStream(ns *netns.NS, src netip.Addr, dst netip.AddrPort, d time.Duration,
 		if err := unix.Connect(fd, vsSockaddr(dst)); err != nil && !errors.Is(err, unix.EINPROGRESS) {
 			return err
 		}
-		if err := vsWaitConnected(fd, time.Second); err != nil {
+		if err := framework.WaitConnected(fd, time.Second); err != nil {
 			return err
 		}
 		// A graceful end, so the server reads to the last byte.

@@ -407,16 +407,7 @@ func benchNodeNS(b *testing.B, name string) *netns.NS {
 	if err != nil {
 		b.Fatal(err)
 	}
-	b.Cleanup(func() { l.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			c.Close()
-		}
-	}()
+	framework.Serve(b, l, func(net.Conn) {})
 	return ns
 }
 
@@ -591,22 +582,7 @@ func connect(fd int, sa unix.Sockaddr) error {
 	if !errors.Is(err, unix.EINTR) {
 		return err
 	}
-	for {
-		pfd := []unix.PollFd{{Fd: int32(fd), Events: unix.POLLOUT}}
-		if _, err := unix.Poll(pfd, 1000); errors.Is(err, unix.EINTR) {
-			continue
-		} else if err != nil {
-			return err
-		}
-		soerr, err := unix.GetsockoptInt(fd, unix.SOL_SOCKET, unix.SO_ERROR)
-		if err != nil {
-			return err
-		}
-		if soerr != 0 {
-			return unix.Errno(soerr)
-		}
-		return nil
-	}
+	return framework.WaitConnected(fd, time.Minute)
 }
 
 // metricSet reports whether metric is in a Prometheus text body with every

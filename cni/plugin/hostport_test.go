@@ -16,6 +16,7 @@ import (
 	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netplane/netplane/cni/plugin"
+	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
 )
 
@@ -34,20 +35,11 @@ func echoServers(t *testing.T, ns *netns.NS, name string, port int) {
 	}); err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { l.Close(); pc.Close() })
-	go func() {
-		for {
-			c, err := l.Accept()
-			if err != nil {
-				return
-			}
-			go func() {
-				defer c.Close()
-				line, _ := bufio.NewReader(c).ReadString('\n')
-				fmt.Fprintf(c, "%s %s", name, line)
-			}()
-		}
-	}()
+	t.Cleanup(func() { pc.Close() })
+	framework.Serve(t, l, func(c net.Conn) {
+		line, _ := bufio.NewReader(c).ReadString('\n')
+		fmt.Fprintf(c, "%s %s", name, line)
+	})
 	go func() {
 		buf := make([]byte, 1500)
 		for {
