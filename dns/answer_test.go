@@ -28,8 +28,11 @@ func nxdomain(name, qname string, qtype uint16) answerCase {
 	return answerCase{name: name, qname: qname, qtype: qtype, rcode: dns.RcodeNameError, ns: []string{soaLine}}
 }
 
-// The cases follow the reference's acceptance table (dns.md §3.3), numbered
-// as there where they come from it.
+// The numbered cases are CoreDNS's own expectations (plugin/kubernetes:
+// handler_test.go, ns_test.go, reverse_test.go, handler_pod_*_test.go):
+// 1-16 the zone's records, NODATA and NXDOMAIN; 17-27 headless Services;
+// 28-40 ExternalName, dual stack, PTR, pod records and edge cases. Cases
+// without a number are netplane's own.
 var answerCases = []answerCase{
 	{name: "1 dns-version TXT", qname: "dns-version.cluster.local.", qtype: dns.TypeTXT,
 		answer: []string{`dns-version.cluster.local. 28800 IN TXT "1.1.0"`}},

@@ -33,7 +33,7 @@ import (
 // starts on first use (4 s) and stops in TestMain.
 func TestMain(m *testing.M) { framework.RunShared(m) }
 
-// fixtureOnce creates the reference fixture on the shared API server once.
+// fixtureOnce creates the CoreDNS fixture on the shared API server once.
 var fixtureOnce sync.Once
 
 func createFixture(t *testing.T, c kubernetes.Interface) {

@@ -12,9 +12,11 @@ import (
 	"k8s.io/utils/ptr"
 )
 
-// The fixture is the CoreDNS test fixture (reference dns.md §3.2) as API
-// objects, so the same objects serve the unit tables and the tests against
-// a real API server.
+// The fixture is the one CoreDNS's kubernetes plugin tests answer from
+// (plugin/kubernetes/handler_test.go: svc1, svcempty, svc6, hdls1, external
+// and the others in testns), written as API objects: selector-less Services
+// with hand-made EndpointSlices, so hostnames and addresses are exact. The
+// same objects serve the unit tables and the tests against a real API server.
 
 func clusterIPService(ns, name string, ips []string, ports ...corev1.ServicePort) *corev1.Service {
 	return &corev1.Service{

@@ -300,8 +300,11 @@ func TestRequestsOutsideTheProtocolAreRefused(t *testing.T) {
 	}
 }
 
-// The autopath chains are CoreDNS's (reference dns.md §3.3), for a client
-// pod in testns whose resolver appends "testns.svc.cluster.local." first.
+// The autopath chains are those CoreDNS's autopath plugin answers (and
+// coredns/ci's kubernetes tests expect): the name the search path completes
+// is answered with a CNAME from the name asked to the name found, then the
+// record. The client pod is in testns, whose resolver appends
+// "testns.svc.cluster.local." first.
 func TestAutopathAnswersTheSearchPathWithACNAME(t *testing.T) {
 	up := startUpstream(t, map[string]func(dns.Question) *dns.Msg{
 		"foo.example.net. A":             answerA(60, "192.0.2.9"),

@@ -14,7 +14,8 @@ import (
 
 // TestStatementsReadBackAsTheyAreWritten programs one rule per statement
 // and finds in `nft list` what the kernel made of its expressions: the
-// statement's own text, or where nft prints it otherwise, that.
+// statement's own text, or where nft prints it otherwise, that. It is long
+// because of the table of statements, one row each, per family.
 func TestStatementsReadBackAsTheyAreWritten(t *testing.T) {
 	ns, dial := kernelNS(t)
 	for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6, nftables.TableFamilyINet} {

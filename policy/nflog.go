@@ -95,7 +95,7 @@ func (e *Enforcer) logPacket(p deniedPacket) {
 	if ok {
 		name = pod.String()
 	}
-	e.log.Info("denied connection", "direction", p.Dir.String(), "protocol", protoName(p.Proto),
+	e.log.Info("denied connection", "direction", p.Dir.String(), "protocol", nft.ProtoName(p.Proto),
 		"source", p.Src.String(), "destination", p.Dst.String(), "port", p.Dst.Port(), "pod", name)
 }
 

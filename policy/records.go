@@ -129,15 +129,3 @@ func protocolNumber(p v1.Protocol) (uint8, bool) {
 	}
 	return 0, false
 }
-
-func protoName(p uint8) string {
-	switch p {
-	case unix.IPPROTO_TCP:
-		return "tcp"
-	case unix.IPPROTO_UDP:
-		return "udp"
-	case unix.IPPROTO_SCTP:
-		return "sctp"
-	}
-	return "unknown"
-}

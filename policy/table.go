@@ -9,6 +9,8 @@ import (
 	"strings"
 
 	"go4.org/netipx"
+
+	"github.com/netplane/netplane/nft"
 )
 
 // TableName is the inet table policy owns; nothing outside it is touched.
@@ -168,7 +170,7 @@ func (r Rule) Text() string {
 		parts = append(parts, fmt.Sprintf("%s %s @%s", r.Family.word(), r.Field, r.Set))
 	}
 	if r.Proto != 0 {
-		parts = append(parts, "meta l4proto "+protoName(r.Proto))
+		parts = append(parts, "meta l4proto "+nft.ProtoName(r.Proto))
 	}
 	if r.PortFrom != 0 {
 		p := strconv.Itoa(int(r.PortFrom))
@@ -253,7 +255,7 @@ func (s *Set) ElementText(e Element) string {
 		}
 		return e.Addr.String() + "-" + e.End.String()
 	case AddrProtoPortSet:
-		return fmt.Sprintf("%s . %s . %d", e.Addr, protoName(e.Proto), e.Port)
+		return fmt.Sprintf("%s . %s . %d", e.Addr, nft.ProtoName(e.Proto), e.Port)
 	case AddrVerdictMap:
 		return e.Addr.String() + " : jump " + e.Chain
 	}

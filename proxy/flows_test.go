@@ -23,7 +23,8 @@ import (
 // namespace against a real API server and checks the packet-flow table:
 // {source, protocol, destination, port} → {backends | refused | dropped,
 // client address seen}. A row with backends also fails when, once every
-// backend has answered, another one does (see lab.confirm).
+// backend has answered, another one does (see lab.confirm). It is long
+// because of that table, whose rows share one node and its Services.
 func TestFlowsThroughTheNodeRole(t *testing.T) {
 	l := newLab(t)
 	web := l.service("web", []labEP{{pod: "a1"}, {pod: "b1"}})

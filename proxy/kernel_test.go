@@ -348,7 +348,8 @@ func planSteps(t *testing.T, before, after *nft.Table, sizes map[string]uint32) 
 // tables in the kernel; a partial sync that would outgrow one replaces it
 // under another name (every reader switched, the old one gone), a full
 // sync shrinks one left far too big, a restart adopts either name, and a
-// set found under both names (a replacement cut short) is made one.
+// set found under both names (a replacement cut short) is made one. It is
+// long because each step starts from the kernel state the one before left.
 func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 	ns, conn := kernelNS(t)
 	m := NewModel()

@@ -155,7 +155,7 @@ func (n *fakeNode) sliceOf(ns, name string) *sliceRecord {
 // TestProxierSyncsItsTablesThroughTheProgrammer runs the proxier's sync on
 // fake tables: a full sync programs every Service, a partial sync compares
 // only what changed, and whatever the change the tables end as a fresh
-// build of the caches.
+// build of the caches. It is long because of the table of changes.
 func TestProxierSyncsItsTablesThroughTheProgrammer(t *testing.T) {
 	for _, c := range []struct {
 		name   string

@@ -277,14 +277,7 @@ func (c *Controller) forget(ns, name string) {
 	c.metrics.SetDesired(ns+"/"+name, 0)
 }
 
-func (c *Controller) enqueueObject(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
-}
+func (c *Controller) enqueueObject(obj any) { kit.Enqueue(c.queue, obj) }
 
 // onPod records what a Pod event changed; mapPods finds the Services.
 func (c *Controller) onPod(old, cur any) {

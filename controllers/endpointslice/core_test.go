@@ -23,7 +23,8 @@ import (
 )
 
 // TestFirstSync is the table of (Service, Pods, Nodes, max) → the slices
-// the first sync creates, with their sizes.
+// the first sync creates, with their sizes. It is long because of that
+// table.
 func TestFirstSync(t *testing.T) {
 	zoneNode := newNode("node-1", "zone-a")
 	cases := []struct {

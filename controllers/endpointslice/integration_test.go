@@ -17,7 +17,8 @@ import (
 
 // TestAgainstAPIServer is the table of (Service, Pods, Nodes, existing
 // slices, max per slice) → the slices on a real kube-apiserver and the exact
-// number of creates, updates and deletes the controller sent.
+// number of creates, updates and deletes the controller sent. It is long
+// because of that table.
 func TestAgainstAPIServer(t *testing.T) {
 	s := framework.SharedAPIServer(t, framework.Options{})
 	cases := []struct {

@@ -14,7 +14,6 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
-	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
@@ -231,14 +230,7 @@ func (c *Controller) mirrored(ns, name string) ([]*discovery.EndpointSlice, erro
 	}.AsSelectorPreValidated())
 }
 
-func (c *Controller) enqueue(obj any) {
-	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
-	if err != nil {
-		utilruntime.HandleError(err)
-		return
-	}
-	c.queue.Add(key)
-}
+func (c *Controller) enqueue(obj any) { kit.Enqueue(c.queue, obj) }
 
 func (c *Controller) enqueueForSlice(s *discovery.EndpointSlice) {
 	if key, ok := endpointsKey(s); ok {

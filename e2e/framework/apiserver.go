@@ -128,20 +128,45 @@ func startAPIServer(dir, etcdBin, kasBin string, opts Options) (s *APIServer, er
 	if err != nil {
 		return s, err
 	}
-
-	token, err := randomHex(16)
-	if err != nil {
-		return s, err
-	}
-	s.Token = token
-	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
-		return s, err
-	}
-	saKey := filepath.Join(dir, "sa.key")
-	if err := writeRSAKey(saKey); err != nil {
+	if s.Token, err = randomHex(16); err != nil {
 		return s, err
 	}
 	port := strconv.Itoa(ports[2])
+	args, err := apiServerArgs(dir, etcdURL, port, s.Token, opts)
+	if err != nil {
+		return s, err
+	}
+	s.apiserver, err = StartProcess("kube-apiserver", exec.Command(kasBin, args...), filepath.Join(dir, "kube-apiserver.log"))
+	if err != nil {
+		return s, err
+	}
+	s.URL = "https://" + net.JoinHostPort(opts.BindAddress, port)
+	if err := s.waitReady(60 * time.Second); err != nil {
+		return s, fmt.Errorf("%w\nkube-apiserver log:\n%s\netcd log:\n%s", err, s.apiserver.Tail(20), s.etcd.Tail(10))
+	}
+	s.Kubeconfig = filepath.Join(dir, "kubeconfig")
+	if err := s.WriteKubeconfig(s.Kubeconfig, "", s.Token); err != nil {
+		return s, err
+	}
+	s.RestConfig, err = clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
+	if err != nil {
+		return s, err
+	}
+	s.RestConfig.QPS, s.RestConfig.Burst = 200, 400
+	s.Client, err = kubernetes.NewForConfig(s.RestConfig)
+	return s, err
+}
+
+// apiServerArgs writes the token file (token as system:masters) and the
+// service-account key into dir and returns kube-apiserver's flags for them.
+func apiServerArgs(dir, etcdURL, port, token string, opts Options) ([]string, error) {
+	if err := os.WriteFile(filepath.Join(dir, "tokens.csv"), []byte(token+",admin,admin,system:masters\n"), 0o600); err != nil {
+		return nil, err
+	}
+	saKey := filepath.Join(dir, "sa.key")
+	if err := writeRSAKey(saKey); err != nil {
+		return nil, err
+	}
 	host := opts.BindAddress
 	args := []string{
 		"--etcd-servers=" + etcdURL,
@@ -165,26 +190,7 @@ func startAPIServer(dir, etcdBin, kasBin string, opts Options) (s *APIServer, er
 	if !opts.Admission {
 		args = append(args, "--disable-admission-plugins=ServiceAccount")
 	}
-	args = append(args, opts.ExtraArgs...)
-	s.apiserver, err = StartProcess("kube-apiserver", exec.Command(kasBin, args...), filepath.Join(dir, "kube-apiserver.log"))
-	if err != nil {
-		return s, err
-	}
-	s.URL = "https://" + net.JoinHostPort(host, port)
-	if err := s.waitReady(60 * time.Second); err != nil {
-		return s, fmt.Errorf("%w\nkube-apiserver log:\n%s\netcd log:\n%s", err, s.apiserver.Tail(20), s.etcd.Tail(10))
-	}
-	s.Kubeconfig = filepath.Join(dir, "kubeconfig")
-	if err := s.writeKubeconfig(s.Kubeconfig, "admin", token); err != nil {
-		return s, err
-	}
-	s.RestConfig, err = clientcmd.BuildConfigFromFlags("", s.Kubeconfig)
-	if err != nil {
-		return s, err
-	}
-	s.RestConfig.QPS, s.RestConfig.Burst = 200, 400
-	s.Client, err = kubernetes.NewForConfig(s.RestConfig)
-	return s, err
+	return append(args, opts.ExtraArgs...), nil
 }
 
 // CAFile is the self-signed certificate kube-apiserver made; it verifies
@@ -203,10 +209,6 @@ func (s *APIServer) WriteKubeconfig(path, server, token string) error {
 	cfg.Contexts["netplane"] = &clientcmdapi.Context{Cluster: "netplane", AuthInfo: "user"}
 	cfg.CurrentContext = "netplane"
 	return clientcmd.WriteToFile(*cfg, path)
-}
-
-func (s *APIServer) writeKubeconfig(path, _ string, token string) error {
-	return s.WriteKubeconfig(path, "", token)
 }
 
 func (s *APIServer) waitReady(timeout time.Duration) error {

@@ -17,6 +17,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	utilruntime "k8s.io/apimachinery/pkg/util/runtime"
 	"k8s.io/client-go/kubernetes"
 	typeddiscovery "k8s.io/client-go/kubernetes/typed/discovery/v1"
 	discoverylisters "k8s.io/client-go/listers/discovery/v1"
@@ -45,6 +46,17 @@ func NewQueue(name string) workqueue.TypedRateLimitingInterface[string] {
 		),
 		workqueue.TypedRateLimitingQueueConfig[string]{Name: name},
 	)
+}
+
+// Enqueue adds the namespace/name key of an informer event's object to q;
+// for a deleted object's tombstone, the key of the object it stands for.
+func Enqueue(q workqueue.TypedRateLimitingInterface[string], obj any) {
+	key, err := cache.DeletionHandlingMetaNamespaceKeyFunc(obj)
+	if err != nil {
+		utilruntime.HandleError(err)
+		return
+	}
+	q.Add(key)
 }
 
 // ErrStaleCache means the slice cache does not yet show a write the
