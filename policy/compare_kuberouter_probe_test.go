@@ -146,11 +146,12 @@ func vsFlip(ns *netns.NS, src netip.Addr, dst netip.AddrPort, allowed bool, limi
 				err = unix.Connect(fd, sa)
 				open = append(open, attempt{fd, now, err != nil && !errors.Is(err, unix.EINPROGRESS)})
 			}
-			pfds := make([]unix.PollFd, len(open))
+			fds := make([]int, len(open))
 			for i, a := range open {
-				pfds[i] = unix.PollFd{Fd: int32(a.fd), Events: unix.POLLOUT}
+				fds[i] = a.fd
 			}
-			if _, err := unix.Poll(pfds, 1); err != nil && !errors.Is(err, unix.EINTR) {
+			finished, answered, err := framework.PollConnects(fds, time.Millisecond)
+			if err != nil {
 				return err
 			}
 			now = time.Now()
@@ -162,9 +163,8 @@ func vsFlip(ns *netns.NS, src netip.Addr, dst netip.AddrPort, allowed bool, limi
 				var ok bool
 				switch {
 				case a.failed:
-				case pfds[i].Revents != 0:
-					soerr, err := unix.GetsockoptInt(a.fd, unix.SOL_SOCKET, unix.SO_ERROR)
-					ok = err == nil && soerr == 0
+				case finished[i]:
+					ok = answered[i]
 				case now.Sub(a.start) > vsAttemptLimit:
 				default:
 					break resolve

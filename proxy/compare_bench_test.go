@@ -475,20 +475,20 @@ func waitAnswer(ns *netns.NS, addr netip.AddrPort, limit time.Duration, p *frame
 					unix.Close(fd) // refused or unreachable: try again
 				}
 			}
-			pfds := make([]unix.PollFd, len(open))
+			fds := make([]int, len(open))
 			for i, a := range open {
-				pfds[i] = unix.PollFd{Fd: int32(a.fd), Events: unix.POLLOUT}
+				fds[i] = a.fd
 			}
-			if _, err := unix.Poll(pfds, 1); err != nil && !errors.Is(err, unix.EINTR) {
+			finished, ok, err := framework.PollConnects(fds, time.Millisecond)
+			if err != nil {
 				return err
 			}
 			now = time.Now()
 			keep := open[:0]
 			for i, a := range open {
-				if pfds[i].Revents != 0 {
-					soerr, err := unix.GetsockoptInt(a.fd, unix.SOL_SOCKET, unix.SO_ERROR)
+				if finished[i] {
 					unix.Close(a.fd)
-					if err == nil && soerr == 0 {
+					if ok[i] {
 						answered = now
 						open = append(keep, open[i+1:]...)
 						return nil
