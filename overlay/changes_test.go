@@ -226,20 +226,18 @@ func TestHostGwRoutesOfEarlierReleasesAreAdopted(t *testing.T) {
 	n1.show(t, "ip", "route", "add", "10.97.1.0/24", "dev", "eth0", "proto", "static")
 	var seen []string
 	timeout := time.After(10 * time.Second)
-	for u := range updates {
+	for done := false; !done; {
 		select {
+		case u := <-updates:
+			what := u.Dst.String()
+			if u.Type == unix.RTM_DELROUTE {
+				what = "Deleted " + what
+			}
+			done = what == "10.97.1.0/24"
+			seen = append(seen, what)
 		case <-timeout:
 			t.Fatalf("no report of the route added after the sync; reported before it:\n%s", strings.Join(seen, "\n"))
-		default:
 		}
-		what := u.Dst.String()
-		if u.Type == unix.RTM_DELROUTE {
-			what = "Deleted " + what
-		}
-		if u.Dst.String() == "10.97.1.0/24" {
-			break
-		}
-		seen = append(seen, what)
 	}
 	got := strings.Join(seen, "\n")
 	if slices.Contains(seen, "10.244.2.0/24") || slices.Contains(seen, "fd00:10:244:2::/64") {
