@@ -276,3 +276,44 @@ func subscribeRoutes(t *testing.T, ns *netns.NS) <-chan netlink.RouteUpdate {
 	}()
 	return out
 }
+
+// TestNodeChangesAreAppliedWithoutAFullSync: a Node that comes or goes is
+// written by SyncChanged alone, and leaves what a full sync would leave.
+func TestNodeChangesAreAppliedWithoutAFullSync(t *testing.T) {
+	l := newLab(t)
+	serve(t, l.node(3).pod)
+	l.sync(t, crossSubnet)
+	n1, want := l.node(1), l.node(1).ours(t)
+	s, err := overlay.NewSyncer(n1.h, crossSubnet, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sync("node1", l.facts()[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if got := n1.ours(t); strings.Contains(got, "20.13") {
+		t.Fatalf("node3 is not among the Nodes but node1 has:\n%s", got)
+	}
+	// A full sync would put node2's route back: left missing, it shows
+	// that SyncChanged wrote node3's entries and did not resync.
+	n1.show(t, "ip", "route", "del", "10.244.2.0/24")
+	if _, err := s.SyncChanged("node1", l.facts(), []string{"node3"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n1.show(t, "ip", "route", "show", "10.244.2.0/24"); got != "" {
+		t.Errorf("node3 came back and node2's deleted route was rewritten (%q): a full sync, not node3's entries alone", got)
+	}
+	n1.show(t, "ip", "route", "add", "10.244.2.0/24", "via", "192.168.10.12", "proto", "207")
+	if got := n1.ours(t); got != want {
+		t.Errorf("after node3 came back, node1 has:\n%s\nwant, as after a full sync:\n%s", got, want)
+	}
+	for _, f := range both {
+		expectSeen(t, n1.pod, l.pod(3, f), l.pod(1, f))
+	}
+	if _, err := s.SyncChanged("node1", l.facts()[:2], []string{"node3"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n1.ours(t); strings.Contains(got, "20.13") || strings.Contains(got, "244.3.") || strings.Contains(got, "fd00:b::13") {
+		t.Errorf("node3 is gone but node1 still has:\n%s", got)
+	}
+}
