@@ -91,25 +91,20 @@ func (p Plan) without(node string) Plan {
 }
 
 func (p Plan) filter(keep func(node string) bool) Plan {
-	var out Plan
-	for _, r := range p.Routes {
-		if keep(r.Node) {
-			out.Routes = append(out.Routes, r)
-		}
+	return Plan{
+		Routes:     keepBy(p.Routes, func(r Route) bool { return keep(r.Node) }),
+		Neighbours: keepBy(p.Neighbours, func(n Neighbour) bool { return keep(n.Node) }),
+		FDB:        keepBy(p.FDB, func(f FDBEntry) bool { return keep(f.Node) }),
+		Decisions:  keepBy(p.Decisions, func(d Decision) bool { return keep(d.Node) }),
 	}
-	for _, n := range p.Neighbours {
-		if keep(n.Node) {
-			out.Neighbours = append(out.Neighbours, n)
-		}
-	}
-	for _, f := range p.FDB {
-		if keep(f.Node) {
-			out.FDB = append(out.FDB, f)
-		}
-	}
-	for _, d := range p.Decisions {
-		if keep(d.Node) {
-			out.Decisions = append(out.Decisions, d)
+}
+
+// keepBy are the elements of all for which keep is true, in order.
+func keepBy[E any](all []E, keep func(E) bool) []E {
+	var out []E
+	for _, e := range all {
+		if keep(e) {
+			out = append(out, e)
 		}
 	}
 	return out
