@@ -1,16 +1,18 @@
 package overlay_test
 
 import (
-	"context"
 	"net"
 	"net/netip"
-	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
+	"github.com/vishvananda/netlink"
+	vnetns "github.com/vishvananda/netns"
+	"golang.org/x/sys/unix"
 
+	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/overlay"
 )
 
@@ -216,32 +218,102 @@ func TestHostGwRoutesOfEarlierReleasesAreAdopted(t *testing.T) {
 	n1.show(t, "ip", "route", "add", "10.244.2.0/24", "via", "192.168.10.12", "proto", "207")
 	n1.show(t, "ip", "-6", "route", "add", "fd00:10:244:2::/64", "via", "fd00:a::12", "proto", "207")
 	n1.show(t, "ip", "route", "add", "10.244.9.0/24", "via", "192.168.10.99", "proto", "207")
-	monitor := n1.ns.Start(t, "ip", "monitor", "route")
-	// A route of another owner added before and after the sync brackets
-	// what the monitor saw of it.
-	marker := func(dst string) {
-		t.Helper()
-		n1.show(t, "ip", "route", "add", dst, "dev", "eth0", "proto", "static")
-		if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-			b, _ := os.ReadFile(monitor.Log)
-			return strings.Contains(string(b), dst), nil
-		}); err != nil {
-			t.Fatalf("ip monitor did not report %s", dst)
+	// The subscription is bound when it returns, so every route change
+	// after it is reported, in order: a route of another owner added
+	// after the sync marks the end of what the sync did.
+	updates := subscribeRoutes(t, n1.ns)
+	l.sync(t, crossSubnet)
+	n1.show(t, "ip", "route", "add", "10.97.1.0/24", "dev", "eth0", "proto", "static")
+	var seen []string
+	timeout := time.After(10 * time.Second)
+	for done := false; !done; {
+		select {
+		case u := <-updates:
+			what := u.Dst.String()
+			if u.Type == unix.RTM_DELROUTE {
+				what = "Deleted " + what
+			}
+			done = what == "10.97.1.0/24"
+			seen = append(seen, what)
+		case <-timeout:
+			t.Fatalf("no report of the route added after the sync; reported before it:\n%s", strings.Join(seen, "\n"))
 		}
 	}
-	marker("10.97.0.0/24")
-	l.sync(t, crossSubnet)
-	marker("10.97.1.0/24")
-	b, _ := os.ReadFile(monitor.Log)
-	seen := string(b)
-	seen = seen[strings.Index(seen, "10.97.0.0/24"):strings.Index(seen, "10.97.1.0/24")]
-	if strings.Contains(seen, "10.244.2.0/24") || strings.Contains(seen, "fd00:10:244:2::/64") {
-		t.Errorf("the sync rewrote the host-gw routes to node2 it could adopt; the kernel reported:\n%s", seen)
+	got := strings.Join(seen, "\n")
+	if slices.Contains(seen, "10.244.2.0/24") || slices.Contains(seen, "fd00:10:244:2::/64") {
+		t.Errorf("the sync rewrote the host-gw routes to node2 it could adopt; the kernel reported:\n%s", got)
 	}
-	if !strings.Contains(seen, "Deleted 10.244.9.0/24") {
-		t.Errorf("the sync left the host-gw route to a node that is gone; the kernel reported:\n%s", seen)
+	if !slices.Contains(seen, "Deleted 10.244.9.0/24") {
+		t.Errorf("the sync left the host-gw route to a node that is gone; the kernel reported:\n%s", got)
 	}
 	for _, f := range both {
 		expectSeen(t, n1.pod, l.pod(2, f), l.pod(1, f))
+	}
+}
+
+// subscribeRoutes reports the route changes of ns from now on, until the
+// test ends; a route without destination (a default route) is left out.
+func subscribeRoutes(t *testing.T, ns *netns.NS) <-chan netlink.RouteUpdate {
+	t.Helper()
+	h, err := vnetns.GetFromPath(ns.Path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Close()
+	all, done := make(chan netlink.RouteUpdate, 256), make(chan struct{})
+	if err := netlink.RouteSubscribeWithOptions(all, done, netlink.RouteSubscribeOptions{Namespace: &h}); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { close(done) })
+	out := make(chan netlink.RouteUpdate, 256)
+	go func() {
+		defer close(out)
+		for u := range all {
+			if u.Dst != nil {
+				out <- u
+			}
+		}
+	}()
+	return out
+}
+
+// TestNodeChangesAreAppliedWithoutAFullSync: a Node that comes or goes is
+// written by SyncChanged alone, and leaves what a full sync would leave.
+func TestNodeChangesAreAppliedWithoutAFullSync(t *testing.T) {
+	l := newLab(t)
+	serve(t, l.node(3).pod)
+	l.sync(t, crossSubnet)
+	n1, want := l.node(1), l.node(1).ours(t)
+	s, err := overlay.NewSyncer(n1.h, crossSubnet, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sync("node1", l.facts()[:2]); err != nil {
+		t.Fatal(err)
+	}
+	if got := n1.ours(t); strings.Contains(got, "20.13") {
+		t.Fatalf("node3 is not among the Nodes but node1 has:\n%s", got)
+	}
+	// A full sync would put node2's route back: left missing, it shows
+	// that SyncChanged wrote node3's entries and did not resync.
+	n1.show(t, "ip", "route", "del", "10.244.2.0/24")
+	if _, err := s.SyncChanged("node1", l.facts(), []string{"node3"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n1.show(t, "ip", "route", "show", "10.244.2.0/24"); got != "" {
+		t.Errorf("node3 came back and node2's deleted route was rewritten (%q): a full sync, not node3's entries alone", got)
+	}
+	n1.show(t, "ip", "route", "add", "10.244.2.0/24", "via", "192.168.10.12", "proto", "207")
+	if got := n1.ours(t); got != want {
+		t.Errorf("after node3 came back, node1 has:\n%s\nwant, as after a full sync:\n%s", got, want)
+	}
+	for _, f := range both {
+		expectSeen(t, n1.pod, l.pod(3, f), l.pod(1, f))
+	}
+	if _, err := s.SyncChanged("node1", l.facts()[:2], []string{"node3"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n1.ours(t); strings.Contains(got, "20.13") || strings.Contains(got, "244.3.") || strings.Contains(got, "fd00:b::13") {
+		t.Errorf("node3 is gone but node1 still has:\n%s", got)
 	}
 }

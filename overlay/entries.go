@@ -50,16 +50,27 @@ func (c *changes) diffRoutes(ours []netlink.Route, want []Route, tunnels map[str
 		if kept {
 			continue
 		}
-		r := netlink.Route{Dst: netipx.PrefixIPNet(w.Dst), Gw: w.Via.AsSlice(), Protocol: RouteProtocol}
-		if w.Device != "" {
-			r.LinkIndex = tunnels[w.Device]
-			r.Flags = int(netlink.FLAG_ONLINK)
-		}
-		c.setRoute = append(c.setRoute, r)
+		c.setRoute = append(c.setRoute, kernelRoute(w, tunnels))
 	}
 	for _, rs := range have {
 		c.delRoute = append(c.delRoute, rs...)
 	}
+}
+
+// kernelRoute is the route w as netlink writes it.
+func kernelRoute(w Route, tunnels map[string]int) netlink.Route {
+	r := netlink.Route{Dst: netipx.PrefixIPNet(w.Dst), Gw: w.Via.AsSlice(), Protocol: RouteProtocol}
+	if w.Device != "" {
+		r.LinkIndex = tunnels[w.Device]
+		r.Flags = int(netlink.FLAG_ONLINK)
+	}
+	return r
+}
+
+// kernelNeighbour is the permanent neighbour n on the device of index idx.
+func kernelNeighbour(n Neighbour, idx int) netlink.Neigh {
+	return netlink.Neigh{LinkIndex: idx, Family: families[familyOf(n.IP)],
+		State: netlink.NUD_PERMANENT, IP: n.IP.AsSlice(), HardwareAddr: n.MAC}
 }
 
 // routeIs says whether the kernel's route r is the planned w: the same
@@ -96,8 +107,7 @@ func (c *changes) diffNeighbours(have []netlink.Neigh, idx int, want []Neighbour
 		if ok && n.HardwareAddr.String() == w.MAC.String() {
 			continue
 		}
-		c.setNeigh = append(c.setNeigh, netlink.Neigh{LinkIndex: idx, Family: families[familyOf(w.IP)],
-			State: netlink.NUD_PERMANENT, IP: w.IP.AsSlice(), HardwareAddr: w.MAC})
+		c.setNeigh = append(c.setNeigh, kernelNeighbour(w, idx))
 	}
 	for _, n := range cur {
 		c.delNeigh = append(c.delNeigh, n)
@@ -180,4 +190,32 @@ func routeDst(r netlink.Route) (netip.Prefix, bool) {
 		return netip.Prefix{}, false
 	}
 	return netipx.FromStdIPNet(r.Dst)
+}
+
+// deltaChanges are the writes of d: nothing is read, the kernel is taken
+// to hold the plan d starts from. tunnels maps device names to indexes.
+func deltaChanges(d Delta, tunnels map[string]int) *changes {
+	c := &changes{routeNodes: map[netip.Prefix]string{}}
+	for _, r := range d.Routes {
+		c.routeNodes[r.Dst] = r.Node
+		c.setRoute = append(c.setRoute, kernelRoute(r, tunnels))
+	}
+	for _, r := range d.DelRoutes {
+		k := kernelRoute(r, tunnels)
+		k.Table = unix.RT_TABLE_MAIN
+		c.delRoute = append(c.delRoute, k)
+	}
+	for _, n := range d.Neighbours {
+		c.setNeigh = append(c.setNeigh, kernelNeighbour(n, tunnels[n.Device]))
+	}
+	for _, n := range d.DelNeighbours {
+		c.delNeigh = append(c.delNeigh, kernelNeighbour(n, tunnels[n.Device]))
+	}
+	for _, f := range d.FDB {
+		c.setFDB = append(c.setFDB, fdbEntry(tunnels[f.Device], f.MAC, f.Dst))
+	}
+	for _, f := range d.DelFDB {
+		c.delFDB = append(c.delFDB, fdbEntry(tunnels[f.Device], f.MAC, f.Dst))
+	}
+	return c
 }

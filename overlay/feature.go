@@ -77,10 +77,13 @@ func (f *Feature) Run(ctx context.Context) error {
 	return nil
 }
 
-// sync converges the kernel to the Node cache. Every sync reads the kernel
-// afresh (Syncer.Sync), so a partial sync is as thorough as a full one.
-func (f *Feature) sync(context.Context, bool) error {
+// sync converges the kernel to the Node cache. A full sync (the first,
+// each --sync-period, after a failure) reads the kernel afresh and heals
+// it (Syncer.Sync); any other writes only the entries of the Nodes that
+// changed (Syncer.SyncChanged).
+func (f *Feature) sync(_ context.Context, full bool) error {
 	self := f.d.Config.Node.NodeName
+	changed := f.nodes.Changed()
 	nodes, _, found := f.nodes.List(self)
 	if !found {
 		// Not a failure of the sync: the Node may not be registered yet.
@@ -88,7 +91,13 @@ func (f *Feature) sync(context.Context, bool) error {
 		return nil
 	}
 	f.wait("")
-	plan, err := f.syncer.Sync(self, nodes)
+	var plan Plan
+	var err error
+	if full {
+		plan, err = f.syncer.Sync(self, nodes)
+	} else {
+		plan, err = f.syncer.SyncChanged(self, nodes, changed)
+	}
 	f.report(plan)
 	if err != nil {
 		return fmt.Errorf("overlay sync: %w", err)

@@ -3,6 +3,7 @@ package overlay
 import (
 	"context"
 	"reflect"
+	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -21,10 +22,14 @@ import (
 // network) read nothing else of a Node, and most Node updates (kubelet
 // heartbeats) change none of it.
 type Nodes struct {
-	h       *informer.Handle
-	d       role.Deps
-	feature string
-	runner  *runner.Runner
+	h        *informer.Handle
+	d        role.Deps
+	feature  string
+	runner   *runner.Runner
+	relevant func(old, cur *Node) bool // nil: every change
+
+	mu      sync.Mutex
+	changed map[string]bool // Nodes changed since the last Changed
 }
 
 // nodeRecord is a Node's facts as an informer keeps them.
@@ -52,7 +57,7 @@ func WatchNodes(d role.Deps, feature string, sync func(ctx context.Context, full
 // as kube-proxy's health check does.
 func (n *Nodes) Run(ctx context.Context) error {
 	n.d.Factory.Start(ctx)
-	if err := n.onChange(n.runner.Request); err != nil {
+	if err := n.onChange(); err != nil {
 		return err
 	}
 	limit := time.Minute
@@ -67,19 +72,66 @@ func (n *Nodes) Run(ctx context.Context) error {
 	return nil
 }
 
-// onChange calls changed whenever a Node comes, goes or changes its facts.
-// Valid once the factory started.
-func (n *Nodes) onChange(changed func()) error {
+// Relevant makes only the Node changes for which relevant is true request
+// a sync: old is nil for a new Node, cur nil for a deleted one. Call it
+// before Run.
+func (n *Nodes) Relevant(relevant func(old, cur *Node) bool) { n.relevant = relevant }
+
+// onChange requests a sync whenever a Node comes, goes or changes its
+// facts, and the change is relevant. Valid once the factory started.
+func (n *Nodes) onChange() error {
 	_, err := n.h.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(any) { changed() },
-		DeleteFunc: func(any) { changed() },
+		AddFunc:    func(o any) { n.change(nil, recordOf(o)) },
+		DeleteFunc: func(o any) { n.change(recordOf(o), nil) },
 		UpdateFunc: func(o, c any) {
 			if !reflect.DeepEqual(o, c) {
-				changed()
+				n.change(recordOf(o), recordOf(c))
 			}
 		},
 	})
 	return err
+}
+
+func (n *Nodes) change(old, cur *Node) {
+	if n.relevant != nil && !n.relevant(old, cur) {
+		return
+	}
+	n.mu.Lock()
+	if n.changed == nil {
+		n.changed = map[string]bool{}
+	}
+	for _, r := range []*Node{old, cur} {
+		if r != nil {
+			n.changed[r.Name] = true
+		}
+	}
+	n.mu.Unlock()
+	n.runner.Request()
+}
+
+// recordOf is the facts an informer handed to a handler; nil for anything
+// else (a tombstone without its final state).
+func recordOf(o any) *Node {
+	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
+		o = t.Obj
+	}
+	if r, ok := o.(*nodeRecord); ok {
+		return &r.Node
+	}
+	return nil
+}
+
+// Changed are the names of the Nodes whose relevant changes requested a
+// sync since the last call; a sync that takes them covers them.
+func (n *Nodes) Changed() []string {
+	n.mu.Lock()
+	defer n.mu.Unlock()
+	out := make([]string, 0, len(n.changed))
+	for name := range n.changed {
+		out = append(out, name)
+	}
+	n.changed = nil
+	return out
 }
 
 // List is every Node's facts, and this node's (self) when it is among them.

@@ -45,6 +45,9 @@ type Decision struct {
 	Family Family
 	Path   Path
 	Reason string // why the path is None; empty otherwise
+	// conflict: None because another node has an overlapping pod CIDR or
+	// the same tunnel MAC, so the decision depends on other nodes.
+	conflict bool
 }
 
 // Device is a tunnel device.
@@ -75,6 +78,7 @@ type Neighbour struct {
 	Device string
 	IP     netip.Addr
 	MAC    net.HardwareAddr
+	Node   string
 }
 
 // FDBEntry sends frames for a tunnel MAC to the node that owns it.
@@ -82,6 +86,7 @@ type FDBEntry struct {
 	Device string
 	MAC    net.HardwareAddr
 	Dst    netip.Addr
+	Node   string
 }
 
 // Plan is the desired state. Its slices are sorted, so equal inputs give
@@ -237,24 +242,27 @@ func (b *builder) addFamily(n Node, f Family, cidrs []netip.Prefix) {
 	for _, c := range cidrs {
 		if other := b.overlapping(c); other != "" {
 			b.decide(n.Name, f, None, fmt.Sprintf("pod CIDR %s overlaps one of node %s", c, other))
+			b.plan.Decisions[len(b.plan.Decisions)-1].conflict = true
 			return
 		}
 	}
 	path, reason := b.choose(f, ip)
-	via := ip
+	via, clash := ip, false
 	if path == VXLAN {
 		mac := MAC(ip)
 		via = Gateway(ip)
 		if other, taken := b.macs[mac.String()]; taken {
+			clash = true
 			path, reason = None, fmt.Sprintf("tunnel MAC %s of %s is also node %s's", mac, ip, other)
 		} else {
 			b.macs[mac.String()] = n.Name
 			dev := b.devices[f].Name
-			b.plan.Neighbours = append(b.plan.Neighbours, Neighbour{Device: dev, IP: via, MAC: mac})
-			b.plan.FDB = append(b.plan.FDB, FDBEntry{Device: dev, MAC: mac, Dst: ip})
+			b.plan.Neighbours = append(b.plan.Neighbours, Neighbour{Device: dev, IP: via, MAC: mac, Node: n.Name})
+			b.plan.FDB = append(b.plan.FDB, FDBEntry{Device: dev, MAC: mac, Dst: ip, Node: n.Name})
 		}
 	}
 	b.decide(n.Name, f, path, reason)
+	b.plan.Decisions[len(b.plan.Decisions)-1].conflict = clash
 	if path == None {
 		return
 	}

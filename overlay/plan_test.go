@@ -183,3 +183,116 @@ func TestChangedReportsNewChangedAndGoneDecisions(t *testing.T) {
 		}
 	}
 }
+
+// updateCases: one Node changes (gone: deleted) beside the nodes of
+// before; want is the delta (Delta.String), or "full" when Update must
+// leave it to Desired over every node.
+var updateCases = []struct {
+	name   string
+	before []Node
+	change Node
+	gone   bool
+	want   string
+}{{
+	name:   "a new node behind the router gets its route, neighbour and FDB entry only",
+	before: []Node{self, peer},
+	change: far,
+	want: `
+route 10.244.3.0/24 via 192.168.20.13 dev netplane.vxlan onlink (node3)
+neigh 192.168.20.13 lladdr 0e:6e:c0:a8:14:0d dev netplane.vxlan
+fdb 0e:6e:c0:a8:14:0d dst 192.168.20.13 dev netplane.vxlan
+`,
+}, {
+	name:   "a new node on the subnet gets a direct route only",
+	before: []Node{self, far},
+	change: peer,
+	want: `
+route 10.244.2.0/24 via 192.168.10.12 (node2)
+`,
+}, {
+	name:   "a deleted node loses its route, neighbour and FDB entry",
+	before: []Node{self, peer, far},
+	change: far,
+	gone:   true,
+	want: `
+del route 10.244.3.0/24 via 192.168.20.13 dev netplane.vxlan onlink (node3)
+del neigh 192.168.20.13 lladdr 0e:6e:c0:a8:14:0d dev netplane.vxlan
+del fdb 0e:6e:c0:a8:14:0d dst 192.168.20.13 dev netplane.vxlan
+`,
+}, {
+	name:   "a node that moves behind the router goes from the direct route to the tunnel",
+	before: []Node{self, peer, far},
+	change: node("node2", "192.168.20.12", "10.244.2.0/24"),
+	want: `
+route 10.244.2.0/24 via 192.168.20.12 dev netplane.vxlan onlink (node2)
+neigh 192.168.20.12 lladdr 0e:6e:c0:a8:14:0c dev netplane.vxlan
+fdb 0e:6e:c0:a8:14:0c dst 192.168.20.12 dev netplane.vxlan
+`,
+}, {
+	name:   "a new pod CIDR changes only the routes",
+	before: []Node{self, peer, far},
+	change: node("node3", "192.168.20.13", "10.244.30.0/24"),
+	want: `
+route 10.244.30.0/24 via 192.168.20.13 dev netplane.vxlan onlink (node3)
+del route 10.244.3.0/24 via 192.168.20.13 dev netplane.vxlan onlink (node3)
+`,
+}, {
+	name:   "an unchanged node writes nothing",
+	before: []Node{self, peer, far},
+	change: far,
+	want:   "\n",
+}, {
+	name:   "a node whose pod CIDR overlaps another's needs the whole plan",
+	before: []Node{self, peer, far},
+	change: node("node4", "192.168.10.14", "10.244.2.128/25"),
+	want:   "full",
+}, {
+	name:   "deleting a node while another is unroutable by overlap needs the whole plan",
+	before: []Node{self, peer, node("node4", "192.168.10.14", "10.244.2.128/25")},
+	change: peer,
+	gone:   true,
+	want:   "full",
+}, {
+	name:   "a change of this node needs the whole plan",
+	before: []Node{self, peer},
+	change: node("node1", "192.168.10.11", "10.244.11.0/24"),
+	want:   "full",
+}}
+
+// TestUpdateChangesOnlyTheNodesEntriesAndAgreesWithDesired holds Update to
+// the delta of the changed node, and its plan to Desired over every node.
+func TestUpdateChangesOnlyTheNodesEntriesAndAgreesWithDesired(t *testing.T) {
+	for _, tc := range updateCases {
+		t.Run(tc.name, func(t *testing.T) {
+			in := Input{Config: cs, Self: "node1", Connected: subnet, Underlays: []Underlay{eth0v4}}
+			all := in
+			all.Nodes = tc.before
+			prev := Desired(all)
+			in.Nodes = []Node{self}
+			next, d, ok := Update(prev, in, tc.change, tc.gone)
+			got := "\n" + d.String()
+			if !ok {
+				got = "full"
+			}
+			if got != tc.want {
+				t.Fatalf("delta:\n%s\nwant:\n%s", got, tc.want)
+			}
+			if !ok {
+				return
+			}
+			var after []Node
+			for _, n := range tc.before {
+				if n.Name != tc.change.Name {
+					after = append(after, n)
+				}
+			}
+			if !tc.gone {
+				after = append(after, tc.change)
+			}
+			all.Nodes = after
+			if want := Desired(all).String(); next.String() != want {
+				t.Errorf("plan after the update:\n%s\nwant, as Desired over every node:\n%s", next, want)
+			}
+		})
+	}
+}

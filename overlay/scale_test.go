@@ -142,6 +142,18 @@ func BenchmarkSync(b *testing.B) {
 					syncOrFail(b, s, nodes)
 				}
 			})
+			// A Node event: the added node's entries alone (SyncChanged).
+			b.Run("one-node-added-changed", func(b *testing.B) {
+				added := []string{nodes[len(nodes)-1].Name}
+				for b.Loop() {
+					b.StopTimer()
+					syncOrFail(b, s, nodes[:1001])
+					b.StartTimer()
+					if _, err := s.SyncChanged("self", nodes, added); err != nil {
+						b.Fatal(err)
+					}
+				}
+			})
 		})
 	}
 }

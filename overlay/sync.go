@@ -13,9 +13,10 @@ import (
 )
 
 // Syncer converges the kernel of one network namespace (that of its
-// netlink handle) to the plan. Every Sync reads the kernel afresh and
-// rewrites only what differs, so it is both the reaction to a Node change
-// and the periodic full resync that heals entries someone else deleted.
+// netlink handle) to the plan. Sync reads the kernel afresh and rewrites
+// only what differs: the first sync and the periodic full resync that
+// heals entries someone else deleted. SyncChanged applies the change of a
+// few Nodes from the plan of the last sync, without reading the kernel.
 // Nothing is removed when the caller stops: devices, routes and entries
 // stay, and connections through them survive a restart. Not safe for
 // concurrent use: one caller loop owns it.
@@ -23,6 +24,15 @@ type Syncer struct {
 	h       *netlink.Handle
 	cfg     Config
 	metrics *Metrics // nil: none
+
+	// Of the last sync that succeeded; last.in.Nodes holds this node
+	// only. valid is false before one and after any failure.
+	last struct {
+		valid   bool
+		in      Input
+		plan    Plan
+		tunnels map[string]int
+	}
 }
 
 // NewSyncer checks cfg (after Defaults) and returns a Syncer writing
@@ -67,16 +77,66 @@ func (s *Syncer) Sync(self string, nodes []Node) (Plan, error) {
 	in.Connected = ConnectedPrefixes(routes, skip)
 	plan := Desired(in)
 
-	err = s.converge(plan, routes)
+	tunnels, err = s.converge(plan, routes)
+	s.remember(err == nil, in, nodes[i], plan, tunnels)
 	if s.metrics != nil {
 		s.metrics.observe(plan, err, start)
 	}
 	return plan, err
 }
 
+func (s *Syncer) remember(ok bool, in Input, self Node, plan Plan, tunnels map[string]int) {
+	s.last.valid = ok
+	in.Nodes = []Node{self}
+	s.last.in, s.last.plan, s.last.tunnels = in, plan, tunnels
+}
+
+// SyncChanged makes the kernel follow a change of the Nodes named in
+// changed (a name not among nodes: the Node is gone) by writing only the
+// entries that change (Update), with nothing read back from the kernel.
+// It falls back to Sync when Update needs the whole plan, when this
+// node's facts changed, and when the last sync failed or there was none.
+func (s *Syncer) SyncChanged(self string, nodes []Node, changed []string) (Plan, error) {
+	start := time.Now()
+	byName := make(map[string]int, len(nodes))
+	for i, n := range nodes {
+		byName[n.Name] = i
+	}
+	i, found := byName[self]
+	if !s.last.valid || !found || !sameNode(s.last.in.Nodes[0], nodes[i]) {
+		return s.Sync(self, nodes)
+	}
+	plan := s.last.plan
+	for _, name := range changed {
+		j, present := byName[name]
+		n := Node{Name: name}
+		if present {
+			n = nodes[j]
+		}
+		next, _, ok := Update(plan, s.last.in, n, !present)
+		if !ok {
+			return s.Sync(self, nodes)
+		}
+		plan = next
+	}
+	// One delta over all the changed nodes: an address one node left and
+	// another took is then one entry kept, not a set and a delete.
+	delta := Diff(s.last.plan.of(changed...), plan.of(changed...))
+	err := deltaChanges(delta, s.last.tunnels).apply(s.h)
+	s.last.valid, s.last.plan = err == nil, plan
+	if s.metrics != nil {
+		s.metrics.observe(plan, err, start)
+	}
+	return plan, err
+}
+
+func sameNode(a, b Node) bool {
+	return a.Name == b.Name && slices.Equal(a.IPs, b.IPs) && slices.Equal(a.PodCIDRs, b.PodCIDRs)
+}
+
 // converge writes plan, given the main table as read before the devices
-// were touched.
-func (s *Syncer) converge(plan Plan, routes []netlink.Route) error {
+// were touched, and returns the indexes of the tunnel devices.
+func (s *Syncer) converge(plan Plan, routes []netlink.Route) (map[string]int, error) {
 	var errs []error
 	tunnels := map[string]int{}
 	recreated := false
@@ -92,12 +152,12 @@ func (s *Syncer) converge(plan Plan, routes []netlink.Route) error {
 		// A new device takes the routes through the old one with it.
 		var err error
 		if routes, err = mainRoutes(s.h); err != nil {
-			return errors.Join(append(errs, err)...)
+			return tunnels, errors.Join(append(errs, err)...)
 		}
 	}
 	c, err := s.diff(plan, routes, tunnels)
 	if err != nil {
-		return errors.Join(append(errs, err)...)
+		return tunnels, errors.Join(append(errs, err)...)
 	}
 	errs = append(errs, c.apply(s.h))
 	for _, name := range []string{DeviceV4, DeviceV6} {
@@ -105,7 +165,7 @@ func (s *Syncer) converge(plan Plan, routes []netlink.Route) error {
 			errs = append(errs, deleteDevice(s.h, name))
 		}
 	}
-	return errors.Join(errs...)
+	return tunnels, errors.Join(errs...)
 }
 
 // diff reads the entries of the tunnel devices and compares everything

@@ -7,6 +7,8 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"strings"
+	"syscall"
 )
 
 // writeAtomic replaces path with data unless it already holds exactly that.
@@ -77,6 +79,25 @@ func installPlugin(src, dst string) (bool, error) {
 		_, err := io.Copy(w, in)
 		return err
 	})
+}
+
+// stampOf is the size, modification time and inode of each of paths, ""
+// when one cannot be read: a change of content that keeps all three is
+// left to the next full sync.
+func stampOf(paths ...string) string {
+	var b strings.Builder
+	for _, p := range paths {
+		st, err := os.Stat(p)
+		if err != nil {
+			return ""
+		}
+		var ino uint64
+		if sys, ok := st.Sys().(*syscall.Stat_t); ok {
+			ino = sys.Ino
+		}
+		fmt.Fprintf(&b, "%d %d %d;", st.Size(), st.ModTime().UnixNano(), ino)
+	}
+	return b.String()
 }
 
 func fileHash(path string) ([]byte, error) {

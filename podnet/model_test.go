@@ -156,3 +156,28 @@ func TestInstallPluginCopiesExecutableOnlyWhenChanged(t *testing.T) {
 		t.Fatal("missing source accepted")
 	}
 }
+
+func TestOnlyChangesOfThisNodeOrOfExemptPodCIDRsAreRelevant(t *testing.T) {
+	me := &overlay.Node{Name: "node1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}}
+	other := &overlay.Node{Name: "node2", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}}
+	moved := &overlay.Node{Name: "node2", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.20.0/24")}}
+	readdressed := &overlay.Node{Name: "node2", PodCIDRs: other.PodCIDRs, IPs: []netip.Addr{netip.MustParseAddr("192.168.10.2")}}
+	for _, tc := range []struct {
+		name         string
+		clusterCIDRs bool
+		old, cur     *overlay.Node
+		want         bool
+	}{
+		{"this node's Node appears", true, nil, me, true},
+		{"this node's Node changes", true, me, me, true},
+		{"another Node appears, with --cluster-cidr", true, nil, other, false},
+		{"another Node is deleted, with --cluster-cidr", true, other, nil, false},
+		{"another Node appears, without --cluster-cidr", false, nil, other, true},
+		{"another Node's pod CIDR changes, without --cluster-cidr", false, other, moved, true},
+		{"another Node's address changes, without --cluster-cidr", false, other, readdressed, false},
+	} {
+		if got := relevant("node1", tc.clusterCIDRs, tc.old, tc.cur); got != tc.want {
+			t.Errorf("%s: relevant %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}

@@ -18,6 +18,7 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
+	"slices"
 	"sync"
 
 	"github.com/vishvananda/netlink"
@@ -36,6 +37,9 @@ type Feature struct {
 	pluginPath string
 	host       *netlink.Handle
 	lastMasq   string // the masquerade table last written, as nft text
+	// pluginStamp is stampOf the plugin and its installed copy when they
+	// were last found equal; "" when not.
+	pluginStamp string
 
 	mu      sync.Mutex
 	lastErr error // of the last sync; also the readiness check
@@ -51,7 +55,32 @@ func New(d role.Deps) (*Feature, error) {
 		f.pluginPath = defaultPluginPath()
 	}
 	f.nodes = overlay.WatchNodes(d, "podnet", f.sync)
+	f.nodes.Relevant(func(old, cur *overlay.Node) bool { return relevant(cfg.NodeName, len(cfg.ClusterCIDRs) > 0, old, cur) })
 	return f, nil
+}
+
+// relevant says whether a Node change can change what the pod network
+// writes: any change of this node's Node (its pod CIDRs, its addresses
+// for the MTU); of another node's, only a change of its pod CIDRs, and
+// only when they make the masquerade exemptions (no --cluster-cidr).
+// Old is nil for a new Node, cur nil for a deleted one.
+func relevant(self string, clusterCIDRs bool, old, cur *overlay.Node) bool {
+	var before, after []netip.Prefix
+	for _, n := range []*overlay.Node{old, cur} {
+		if n != nil && n.Name == self {
+			return true
+		}
+	}
+	if clusterCIDRs {
+		return false
+	}
+	if old != nil {
+		before = old.PodCIDRs
+	}
+	if cur != nil {
+		after = cur.PodCIDRs
+	}
+	return !slices.Equal(before, after)
 }
 
 // Run keeps the node set up until ctx ends. A stop leaves everything in
@@ -130,17 +159,26 @@ func (f *Feature) syncOnce(full bool) error {
 			f.lastMasq = t.Dump()
 		}
 	}
-	errs = append(errs, f.writeCNIFiles(me.PodCIDRs, mtu))
+	errs = append(errs, f.writeCNIFiles(me.PodCIDRs, mtu, full))
 	return errors.Join(errs...)
 }
 
-func (f *Feature) writeCNIFiles(podCIDRs []netip.Prefix, mtu int) error {
+// writeCNIFiles installs the plugin and writes the conflist. The plugin's
+// content is compared (a checksum of both files) on full syncs, and on
+// others only when either file's size, time or inode differs from the
+// last comparison: hashing the binary on every Node event is most of a
+// sync's cost.
+func (f *Feature) writeCNIFiles(podCIDRs []netip.Prefix, mtu int, full bool) error {
 	cfg := f.d.Config.Node
 	dst := filepath.Join(cfg.CNIBinDir, "netplane-cni")
-	if wrote, err := installPlugin(f.pluginPath, dst); err != nil {
-		return err
-	} else if wrote {
-		f.d.Log.Info("installed the CNI plugin", "from", f.pluginPath, "to", dst)
+	if stamp := stampOf(f.pluginPath, dst); full || stamp == "" || stamp != f.pluginStamp {
+		f.pluginStamp = ""
+		if wrote, err := installPlugin(f.pluginPath, dst); err != nil {
+			return err
+		} else if wrote {
+			f.d.Log.Info("installed the CNI plugin", "from", f.pluginPath, "to", dst)
+		}
+		f.pluginStamp = stampOf(f.pluginPath, dst)
 	}
 	conf := renderConflist(conflistOpts{PodCIDRs: podCIDRs, Bridge: cfg.Bridge, MTU: mtu, StateDir: cfg.IPAMStateDir})
 	path := filepath.Join(cfg.CNIConfDir, ConflistName)
