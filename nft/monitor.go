@@ -3,6 +3,7 @@ package nft
 import (
 	"errors"
 	"slices"
+	"sync"
 	"syscall"
 
 	"github.com/google/nftables"
@@ -30,10 +31,13 @@ const monitorBuf = 4 << 20
 
 // monitor records, per table, whether others may have changed it. One
 // monitor serves the programmers of one namespace (NewProgrammers), so none
-// listens while another commits. Not for concurrent use: the programmers
-// sync one after the other.
+// listens while another commits. Programmers that sync side by side (the
+// proxy's and the NetworkPolicy tables) take turns: a commit holds the
+// monitor from leaving the group to joining it again.
 type monitor struct {
-	d      Dialer
+	d Dialer
+
+	mu     sync.Mutex
 	tables []TableID
 	conn   *netlink.Conn // nil: not listening, every table counts as changed
 	buf    []byte
@@ -44,9 +48,31 @@ func newMonitor(d Dialer, tables []TableID) *monitor {
 	return &monitor{d: d, tables: tables, dirty: map[TableID]bool{}}
 }
 
+// own is the monitor of the process's own namespace, which every
+// programmer of it shares (NewProgrammers with the zero Dialer): the node
+// role builds the proxy's and the NetworkPolicy programmers apart, and one's
+// monitor listening while the other commits made the kernel build a
+// notification for every rule and element of the proxy's syncs.
+var own = newMonitor(Dialer{}, nil)
+
+// watch adds tables to those the monitor records; what happened to them
+// before is unknown, so each counts as changed once.
+func (w *monitor) watch(tables []TableID) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	for _, t := range tables {
+		if !slices.Contains(w.tables, t) {
+			w.tables = append(w.tables, t)
+		}
+		w.dirty[t] = true
+	}
+}
+
 // open starts listening unless it already does. Whatever happened before
 // is unknown, so every table counts as changed once.
 func (w *monitor) open() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.conn != nil {
 		return
 	}
@@ -70,6 +96,12 @@ func (w *monitor) changedAll() {
 
 // Close stops listening; it is open again on the next sync.
 func (w *monitor) Close() {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.close()
+}
+
+func (w *monitor) close() {
 	if w.conn != nil {
 		w.conn.Close()
 		w.conn = nil
@@ -79,6 +111,8 @@ func (w *monitor) Close() {
 // changed drains the queued notifications and reports, once, whether
 // others changed table since the last call, or may have.
 func (w *monitor) changed(table TableID) bool {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	w.drain()
 	if w.conn == nil {
 		return true
@@ -94,7 +128,7 @@ func (w *monitor) drain() {
 	}
 	raw, err := w.conn.SyscallConn()
 	if err != nil {
-		w.Close()
+		w.close()
 		return
 	}
 	var rerr error
@@ -126,7 +160,7 @@ func (w *monitor) drain() {
 		}
 	})
 	if err != nil || rerr != nil {
-		w.Close()
+		w.close()
 	}
 }
 
@@ -134,6 +168,8 @@ func (w *monitor) drain() {
 // moved by anything but the transactions bw committed (or could not be
 // read), others committed unseen, and every table counts as changed.
 func (w *monitor) away(bw *batchWriter, fn func() error) error {
+	w.mu.Lock()
+	defer w.mu.Unlock()
 	if w.conn == nil {
 		return fn()
 	}
@@ -146,7 +182,7 @@ func (w *monitor) away(bw *batchWriter, fn func() error) error {
 	before := bw.commits
 	err := fn()
 	if merr := w.conn.JoinGroup(unix.NFNLGRP_NFTABLES); merr != nil {
-		w.Close()
+		w.close()
 		return err
 	}
 	g1, gerr1 := bw.generation()

@@ -1,6 +1,8 @@
 package nft
 
 import (
+	"slices"
+	"sync"
 	"testing"
 
 	"github.com/google/nftables"
@@ -99,6 +101,72 @@ func TestMonitorWatchesOnlyItsTables(t *testing.T) {
 		ns.MustExec(t, "nft", c.nft)
 		if got := w.changed(pods); got != c.changed {
 			t.Errorf("after nft %s: changed %v, want %v", c.nft, got, c.changed)
+		}
+	}
+}
+
+// TestProgrammersOfTheOwnNamespaceShareOneMonitor: the node role builds the
+// proxy's and the NetworkPolicy programmers in separate calls; in the
+// process's own namespace they still share one monitor, so that neither
+// listens while the other commits (which costs the kernel a notification
+// per object committed).
+func TestProgrammersOfTheOwnNamespaceShareOneMonitor(t *testing.T) {
+	a := NewProgrammer(Dialer{}, TableID{nftables.TableFamilyIPv4, "shared-a"})
+	b := NewProgrammers(Dialer{}, TableID{nftables.TableFamilyINet, "shared-b"})[0]
+	if a.k.(*netlinkKernel).mon != b.k.(*netlinkKernel).mon {
+		t.Errorf("two programmers of the own namespace have a monitor each, want one shared")
+	}
+	own.mu.Lock()
+	defer own.mu.Unlock()
+	for _, id := range []TableID{a.id, b.id} {
+		if !slices.Contains(own.tables, id) || !own.dirty[id] {
+			t.Errorf("the shared monitor watches %v (changed: %v); want it to watch %s and count it changed", own.tables, own.dirty, id)
+		}
+	}
+}
+
+// TestProgrammersSharingAMonitorSyncSideBySide: two programmers of one
+// namespace sharing a monitor sync at the same time; each commit is away
+// from the group and accounted to its own writer, so neither counts the
+// other's commits as a change by someone else, and a full sync after
+// trusts its record instead of reading the table back.
+func TestProgrammersSharingAMonitorSyncSideBySide(t *testing.T) {
+	ns, dial := kernelNS(t)
+	ids := []TableID{{nftables.TableFamilyIPv4, "one"}, {nftables.TableFamilyIPv4, "two"}}
+	ps := programmersOn(newMonitor(dial, ids), ids)
+	for _, p := range ps {
+		t.Cleanup(p.Close)
+		if _, err := p.Sync(base.table(p.id.Name), true); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var wg sync.WaitGroup
+	errs := make(chan error, 2*20)
+	for _, p := range ps {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range 20 {
+				s := base
+				s.addrs = 3 + i%5
+				if _, err := p.Sync(s.table(p.id.Name), false); err != nil {
+					errs <- err
+				}
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		t.Fatal(err)
+	}
+	for _, p := range ps {
+		s := base
+		s.addrs = 3 + 19%5
+		st, err := p.Sync(s.table(p.id.Name), true)
+		if err != nil || st.ReadBack || st.Messages != 0 {
+			t.Errorf("table %s: full sync after side-by-side syncs read back %v, sent %d messages (%v); want neither\n%s",
+				p.id, st.ReadBack, st.Messages, err, ns.MustExec(t, "nft", "list", "ruleset"))
 		}
 	}
 }

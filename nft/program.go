@@ -130,13 +130,23 @@ func NewProgrammer(d Dialer, table TableID) *Programmer {
 
 // NewProgrammers programs each of tables in the namespace of d. They share
 // one monitor of the kernel's notifications, so that none makes the kernel
-// notify it of another's commits; the process should program all its
-// tables of one namespace through one call, and sync them one at a time.
+// notify it of another's commits, and they commit one at a time. Every
+// call for the process's own namespace (the zero Dialer) shares one
+// monitor, as the node role's features build their programmers apart;
+// another namespace's programmers should be built by one call.
 func NewProgrammers(d Dialer, tables ...TableID) []*Programmer {
-	m := newMonitor(d, tables)
+	if d.NetNS == 0 {
+		own.watch(tables)
+		return programmersOn(own, tables)
+	}
+	return programmersOn(newMonitor(d, tables), tables)
+}
+
+// programmersOn programs each of tables in the namespace of m, sharing m.
+func programmersOn(m *monitor, tables []TableID) []*Programmer {
 	out := make([]*Programmer, len(tables))
 	for i, t := range tables {
-		out[i] = &Programmer{id: t, k: &netlinkKernel{dialer: d, id: t, mon: m}}
+		out[i] = &Programmer{id: t, k: &netlinkKernel{dialer: m.d, id: t, mon: m}}
 	}
 	return out
 }
@@ -144,7 +154,9 @@ func NewProgrammers(d Dialer, tables ...TableID) []*Programmer {
 // Table is the table the programmer converges.
 func (p *Programmer) Table() TableID { return p.id }
 
-// Close closes the programmer's connections and its monitor.
+// Close closes the programmer's connections and its monitor; a programmer
+// sharing the monitor opens it again at its next sync and reads its table
+// back once.
 func (p *Programmer) Close() { p.k.close() }
 
 // Sync makes the kernel table equal to want (see Syncer).
