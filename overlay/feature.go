@@ -47,6 +47,7 @@ func NewFeature(d role.Deps) (*Feature, error) {
 	}
 	f := &Feature{d: d, cfg: cfg, metrics: NewMetrics(), waiting: "the routes to other nodes have not been synced yet"}
 	f.nodes = WatchNodes(d, "overlay", f.sync)
+	f.nodes.TrackChanges()
 	if d.Metrics != nil {
 		if err := registerAll(d.Metrics, f.metrics); err != nil {
 			return nil, err

@@ -27,6 +27,7 @@ type Nodes struct {
 	feature  string
 	runner   *runner.Runner
 	relevant func(old, cur *Node) bool // nil: every change
+	track    bool                      // keep the names Changed returns
 
 	mu      sync.Mutex
 	changed map[string]bool // Nodes changed since the last Changed
@@ -96,16 +97,18 @@ func (n *Nodes) change(old, cur *Node) {
 	if n.relevant != nil && !n.relevant(old, cur) {
 		return
 	}
-	n.mu.Lock()
-	if n.changed == nil {
-		n.changed = map[string]bool{}
-	}
-	for _, r := range []*Node{old, cur} {
-		if r != nil {
-			n.changed[r.Name] = true
+	if n.track {
+		n.mu.Lock()
+		if n.changed == nil {
+			n.changed = map[string]bool{}
 		}
+		for _, r := range []*Node{old, cur} {
+			if r != nil {
+				n.changed[r.Name] = true
+			}
+		}
+		n.mu.Unlock()
 	}
-	n.mu.Unlock()
 	n.runner.Request()
 }
 
@@ -121,8 +124,14 @@ func recordOf(o any) *Node {
 	return nil
 }
 
+// TrackChanges keeps the names of changed Nodes for Changed; a feature
+// that never asks leaves them unkept, so they do not pile up for the life
+// of the process. Call it before Run.
+func (n *Nodes) TrackChanges() { n.track = true }
+
 // Changed are the names of the Nodes whose relevant changes requested a
-// sync since the last call; a sync that takes them covers them.
+// sync since the last call (with TrackChanges); a sync that takes them
+// covers them.
 func (n *Nodes) Changed() []string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
