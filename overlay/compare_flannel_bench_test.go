@@ -62,8 +62,7 @@ func BenchmarkPodToPodAgainstFlannel(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sink.Close()
-	go serveBench(sink)
+	framework.Serve(b, sink, answerBench)
 	dst := net.JoinHostPort(l.node(2).podIP, "9000")
 
 	paths := []podPath{{"direct", overlay.Never, "eth0"}, {"netplane", overlay.Always, overlay.DeviceV4}, {"flannel", "", "flannel.1"}}
@@ -148,7 +147,7 @@ func setPodMTU(b *testing.B, nodes []*labNode, mtu int) {
 type podRates struct{ stream, rr float64 }
 
 // measurePods runs the two measurements from the pod of from to the
-// bench server at dst (serveBench), each for podMeasure.
+// bench server at dst (answerBench), each for podMeasure.
 func measurePods(b *testing.B, from *labNode, dst string) podRates {
 	var r podRates
 	c := benchConn(b, from, dst, 's')

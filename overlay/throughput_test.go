@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/overlay"
 )
 
@@ -23,8 +24,7 @@ func BenchmarkPodToPod(b *testing.B) {
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer sink.Close()
-	go serveBench(sink)
+	framework.Serve(b, sink, answerBench)
 	results := map[string]float64{}
 	for range 3 {
 		for _, path := range []string{"direct", "vxlan"} {
@@ -99,31 +99,24 @@ func benchConn(b *testing.B, from *labNode, dst string, mode byte) net.Conn {
 	return c
 }
 
-func serveBench(l net.Listener) {
+// answerBench answers one bench connection: its first byte picks the mode,
+// 's' a stream it discards, anything else 64-byte messages it echoes.
+func answerBench(c net.Conn) {
+	mode := make([]byte, 1)
+	if _, err := io.ReadFull(c, mode); err != nil {
+		return
+	}
+	if mode[0] == 's' {
+		io.Copy(io.Discard, c)
+		return
+	}
+	buf := make([]byte, 64)
 	for {
-		c, err := l.Accept()
-		if err != nil {
+		if _, err := io.ReadFull(c, buf); err != nil {
 			return
 		}
-		go func() {
-			defer c.Close()
-			mode := make([]byte, 1)
-			if _, err := io.ReadFull(c, mode); err != nil {
-				return
-			}
-			if mode[0] == 's' {
-				io.Copy(io.Discard, c)
-				return
-			}
-			buf := make([]byte, 64)
-			for {
-				if _, err := io.ReadFull(c, buf); err != nil {
-					return
-				}
-				if _, err := c.Write(buf); err != nil {
-					return
-				}
-			}
-		}()
+		if _, err := c.Write(buf); err != nil {
+			return
+		}
 	}
 }

@@ -143,8 +143,7 @@ func (l *lab) pod(node *netns.NS, name, ip4, ip6 string) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { ln.Close() })
-		go serveTCP(ln, name)
+		framework.Serve(t, ln, answerTCP(name))
 	}
 	var pc net.PacketConn
 	if err := p.Do(func() (err error) { pc, err = net.ListenPacket("udp", ":5353"); return err }); err != nil {
@@ -156,23 +155,18 @@ func (l *lab) pod(node *netns.NS, name, ip4, ip6 string) {
 	l.pods[name] = p
 }
 
-func serveTCP(ln net.Listener, name string) {
-	for {
-		c, err := ln.Accept()
-		if err != nil {
-			return
-		}
-		go func() {
-			defer c.Close()
-			host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-			r := bufio.NewReader(c)
-			for {
-				fmt.Fprintf(c, "%s %s\n", name, host)
-				if _, err := r.ReadString('\n'); err != nil {
-					return // one answer per line received, for long-lived connections
-				}
+// answerTCP answers with the pod's name and the client's address, once
+// per line received, so that a long-lived connection can ask again.
+func answerTCP(name string) func(net.Conn) {
+	return func(c net.Conn) {
+		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
+		r := bufio.NewReader(c)
+		for {
+			fmt.Fprintf(c, "%s %s\n", name, host)
+			if _, err := r.ReadString('\n'); err != nil {
+				return
 			}
-		}()
+		}
 	}
 }
 
