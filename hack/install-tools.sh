@@ -8,7 +8,7 @@ bin=${NETPLANE_BIN_DIR:-$here/../bin}
 
 # iptables and ipset are for kube-router, the NetworkPolicy benchmark's anchor
 # (hack/build-anchors.sh); Debian 12's iptables is the nftables-based one.
-packages=(etcd-server nftables iproute2 conntrack dnsutils dnsperf containerd runc iputils-ping util-linux procps iptables ipset)
+packages=(nftables iproute2 conntrack dnsutils dnsperf containerd runc iputils-ping util-linux procps iptables ipset)
 missing=()
 # flanneld, the overlay benchmark's anchor (hack/build-anchors.sh), runs
 # iptables at start even in nftables mode, and exits without it.
@@ -22,7 +22,7 @@ if [ ${#missing[@]} -gt 0 ]; then
     exit 1
   fi
   echo "install-tools: apt-get install ${missing[*]}"
-  # Keep the packages' services (etcd, containerd) from starting: tests and
+  # Keep the packages' services (containerd) from starting: tests and
   # the lab start their own instances, on their own ports, and stop them.
   guard=""
   if [ ! -e /usr/sbin/policy-rc.d ]; then
@@ -37,3 +37,4 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 
 "$here/build-kube.sh" "$bin" kube-apiserver kube-controller-manager kube-scheduler
+"$here/build-etcd.sh" "$bin"

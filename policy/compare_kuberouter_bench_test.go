@@ -37,7 +37,11 @@ import (
 //     there are policies), p50 and p99, in rounds alternating with the
 //     open pods, which no policy selects;
 //   - the throughput of one TCP stream between the same two pairs;
-//   - VmHWM and VmRSS of both nodes' enforcer processes.
+//   - VmHWM and VmRSS of both nodes' enforcer processes;
+//   - at the largest scale, for netplane, connects and streams in the same
+//     processes alternating between the scale's policies and none
+//     (vsMeasureAlternating): the figures the first-packet and stream
+//     bounds are judged on.
 //
 // The server's node's enforcer starts first and alone, the client's once
 // the first has synced: on this machine of 2 CPUs a second enforcer would
@@ -141,15 +145,22 @@ func vsScales(pods int) []int {
 	return slices.Compact(out)
 }
 
+// vsPath is what one pod-to-pod path measured: the probe pair's connects
+// and streams, and the open pair's, which no policy selects.
+type vsPath struct {
+	lat, latOpen   []time.Duration
+	tput, tputOpen []float64 // bits per second
+}
+
 // vsResult is one enforcer's figures at one scale.
 type vsResult struct {
 	syncStart, syncCaches, syncProbe time.Duration // server's node; zero: not measured
-	lat, latOpen                     []time.Duration
-	tput, tputOpen                   []float64 // bits per second
-	mem                              [2]vsMemory
-	changes                          map[string][]time.Duration // kind → prober times
-	commits                          map[string][]time.Duration // kind → notification times (netplane)
-	writes                           map[string][]time.Duration // kind → the API writes' own round trips
+	vsPath
+	alt     [2]vsPath // without and with the scale's policies, alternating (vsMeasureAlternating)
+	mem     [2]vsMemory
+	changes map[string][]time.Duration // kind → prober times
+	commits map[string][]time.Duration // kind → notification times (netplane)
+	writes  map[string][]time.Duration // kind → the API writes' own round trips
 }
 
 var (
@@ -195,7 +206,10 @@ func runVS(b *testing.B, e vsEnforcer, c *vsCluster, n, changes int, label strin
 			b.Fatalf("%s, %d policies: the allowed connection: %v", e.name, n, err)
 		}
 	}
-	vsMeasurePath(b, top, r)
+	vsMeasurePath(b, top, &r.vsPath, 20, 5)
+	if changes > 0 && e.alternates {
+		vsMeasureAlternating(b, e, c, top, procs, n, r)
+	}
 	if changes > 0 {
 		r.mem[0] = vsMemoryOf(procs[0])
 		procs[0].Stop(10 * time.Second)
@@ -222,11 +236,11 @@ func runVS(b *testing.B, e vsEnforcer, c *vsCluster, n, changes int, label strin
 	return r
 }
 
-// vsMeasurePath measures connects and streams on the probe pair and the
-// open pair, in alternating rounds so that the machine's other load falls
-// on both alike.
-func vsMeasurePath(b *testing.B, top *vsTopology, r *vsResult) {
-	for range 20 {
+// vsMeasurePath measures connects (rounds of 100) and one-second streams
+// on the probe pair and the open pair, in alternating rounds so that the
+// machine's other load falls on both alike.
+func vsMeasurePath(b *testing.B, top *vsTopology, r *vsPath, connectRounds, streamRounds int) {
+	for range connectRounds {
 		for _, open := range []bool{false, true} {
 			ns, src, dst, into := top.client, vsClient, vsServerPort(vsAllowedPort), &r.lat
 			if open {
@@ -239,7 +253,7 @@ func vsMeasurePath(b *testing.B, top *vsTopology, r *vsResult) {
 			*into = append(*into, d...)
 		}
 	}
-	for range 5 {
+	for range streamRounds {
 		for _, open := range []bool{false, true} {
 			ns, src, dst, into := top.client, vsClient, vsServerPort(vsAllowedPort), &r.tput
 			if open {
@@ -407,6 +421,11 @@ func reportVS(b *testing.B, n int, res, base map[string]*vsResult) {
 		b.ReportMetric(float64(vsPercentile(r.lat, 50).Microseconds()), pre+name+"-connect-p50-µs")
 		b.ReportMetric(float64(vsPercentile(r.lat, 99).Microseconds()), pre+name+"-connect-p99-µs")
 		b.ReportMetric(vsMedian(r.tput)/1e9, pre+name+"-stream-Gbps")
+		if off, on := r.alt[0], r.alt[1]; len(off.lat) > 0 && len(on.lat) > 0 {
+			b.ReportMetric(vsPercentile(on.lat, 50).Seconds()/vsPercentile(off.lat, 50).Seconds(), pre+name+"-alternating-connect-p50-x")
+			b.ReportMetric(vsPercentile(on.lat, 99).Seconds()/vsPercentile(off.lat, 99).Seconds(), pre+name+"-alternating-connect-p99-x")
+			b.ReportMetric(vsMedian(on.tput)/vsMedian(off.tput), pre+name+"-alternating-stream-x")
+		}
 		if r.syncStart > 0 {
 			b.ReportMetric(r.syncStart.Seconds(), pre+name+"-full-sync-s")
 			b.ReportMetric(float64(r.mem[1].hwm)/1024, pre+name+"-VmHWM-MiB")
@@ -440,6 +459,13 @@ func reportVS(b *testing.B, n int, res, base map[string]*vsResult) {
 			name, vsMedian(r.tput)/1e9, vsMedian(r.tput)/vsMedian(r.tputOpen), vsMedian(r.tput)/vsMedian(b0.tput)))
 		lines = append(lines, fmt.Sprintf("  %s: VmHWM/VmRSS on the server's node %d/%d MiB, with no policy %d/%d MiB",
 			name, r.mem[1].hwm/1024, r.mem[1].rss/1024, b0.mem[1].hwm/1024, b0.mem[1].rss/1024))
+	}
+	for _, name := range []string{"netplane", "kube-router"} {
+		if r := res[name]; r != nil {
+			if l := vsAlternatingLine(name, n, r); l != "" {
+				lines = append(lines, "  "+l)
+			}
+		}
 	}
 	if kr != nil {
 		lines = append(lines, fmt.Sprintf("  full sync from start %v vs kube-router %v (%s), from caches synced %v vs %v (%s); VmHWM on the server's node %d vs %d MiB (%.2fx)",

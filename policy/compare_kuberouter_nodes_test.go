@@ -152,6 +152,10 @@ type vsEnforcer struct {
 	// beside the prober.
 	commitTable string
 	samples     int // of each change kind
+	// alternates: the enforcer takes a change of every policy fast enough
+	// to be measured alternating between the scale and none
+	// (vsMeasureAlternating); kube-router needs a minute for each.
+	alternates bool
 }
 
 func (e vsEnforcer) enforces() bool { return e.start != nil }
@@ -164,7 +168,7 @@ var vsNone = vsEnforcer{name: "none"}
 // netplane-policy. --v=2 logs each sync of the policy table.
 func vsNetplane(bin string, samples int) vsEnforcer {
 	return vsEnforcer{
-		name: "netplane", samples: samples, commitTable: TableName,
+		name: "netplane", samples: samples, commitTable: TableName, alternates: true,
 		start: func(b *testing.B, node *netns.NS, k int, kc string) *framework.Process {
 			dir := b.TempDir()
 			return node.Start(b, bin, "--role=node", "--v=2", "--kubeconfig="+kc, "--node-name="+vsNodeName(k),
