@@ -317,3 +317,27 @@ func TestNodeChangesAreAppliedWithoutAFullSync(t *testing.T) {
 		t.Errorf("node3 is gone but node1 still has:\n%s", got)
 	}
 }
+
+// Many Nodes changed at once (a relist, a renumbering) cost more as
+// deltas than as one full sync, which also heals what someone deleted.
+func TestManyChangedNodesTakeAFullSync(t *testing.T) {
+	l := newLab(t)
+	l.sync(t, crossSubnet)
+	n1, want := l.node(1), l.node(1).ours(t)
+	s, err := overlay.NewSyncer(n1.h, crossSubnet, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sync("node1", l.facts()); err != nil {
+		t.Fatal(err)
+	}
+	// The deltas of Nodes that did not really change write nothing: only
+	// a full sync, which reads the kernel back, puts the route back.
+	n1.show(t, "ip", "route", "del", "10.244.2.0/24")
+	if _, err := s.SyncChanged("node1", l.facts(), []string{"node2", "node3"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n1.ours(t); got != want {
+		t.Errorf("two of three Nodes changed, and node1 has:\n%s\nwant, as after a full sync:\n%s", got, want)
+	}
+}

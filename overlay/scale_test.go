@@ -142,18 +142,24 @@ func BenchmarkSync(b *testing.B) {
 					syncOrFail(b, s, nodes)
 				}
 			})
-			// A Node event: the added node's entries alone (SyncChanged).
-			b.Run("one-node-added-changed", func(b *testing.B) {
-				added := []string{nodes[len(nodes)-1].Name}
-				for b.Loop() {
-					b.StopTimer()
-					syncOrFail(b, s, nodes[:1001])
-					b.StartTimer()
-					if _, err := s.SyncChanged("self", nodes, added); err != nil {
-						b.Fatal(err)
+			// Node events: the added nodes' entries alone (SyncChanged),
+			// and past eight a full sync instead.
+			for _, k := range []int{1, 8, 16, 125} {
+				b.Run(fmt.Sprintf("%d-nodes-added-changed", k), func(b *testing.B) {
+					var added []string
+					for _, n := range nodes[len(nodes)-k:] {
+						added = append(added, n.Name)
 					}
-				}
-			})
+					for b.Loop() {
+						b.StopTimer()
+						syncOrFail(b, s, nodes[:len(nodes)-k])
+						b.StartTimer()
+						if _, err := s.SyncChanged("self", nodes, added); err != nil {
+							b.Fatal(err)
+						}
+					}
+				})
+			}
 		})
 	}
 }
