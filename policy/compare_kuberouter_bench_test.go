@@ -56,7 +56,7 @@ import (
 // NETPLANE_BENCH_POLICY_SAMPLES samples of each kind (default 20);
 // kube-router, whose every change is a full sync of about a minute at
 // 1,000 policies × 10,000 pods, NETPLANE_BENCH_KUBEROUTER_SAMPLES (default
-// 1, to keep the default run near 10 minutes). For netplane also the
+// 1, to keep the default run near a quarter of an hour). For netplane also the
 // nftables notification of the commit that first touched its table after
 // the write; kube-router has none to time: most of its change lands in
 // ipsets, which the nftables monitor does not see, and each of its syncs
