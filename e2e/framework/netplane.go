@@ -75,9 +75,13 @@ func Main(m *testing.M) {
 
 var servingLine = regexp.MustCompile(`"serving".*server="(health|metrics)" address="([^"]+)"`)
 
+// metricsBound is controller-runtime's line once its metrics server
+// listens: netplane logs the address before the manager binds it.
+const metricsBound = `"Serving metrics server"`
+
 // ServedAddresses waits until a netplane process has logged the addresses of
-// its health and metrics servers (it picks free ports for port 0) and
-// returns them.
+// its health and metrics servers (it picks free ports for port 0) and both
+// listen, and returns them.
 func ServedAddresses(t testing.TB, p *Process, timeout time.Duration) (health, metrics string) {
 	t.Helper()
 	deadline := time.Now().Add(timeout)
@@ -90,7 +94,7 @@ func ServedAddresses(t testing.TB, p *Process, timeout time.Duration) (health, m
 				metrics = m[2]
 			}
 		}
-		if health != "" && metrics != "" {
+		if health != "" && metrics != "" && strings.Contains(string(data), metricsBound) {
 			return health, metrics
 		}
 		if p.Exited() {
