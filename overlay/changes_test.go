@@ -341,3 +341,26 @@ func TestManyChangedNodesTakeAFullSync(t *testing.T) {
 		t.Errorf("two of three Nodes changed, and node1 has:\n%s\nwant, as after a full sync:\n%s", got, want)
 	}
 }
+
+// Changes a caller took but did not apply (its own Node was missing) make
+// the next SyncChanged a full sync, which also heals what was deleted.
+func TestForgottenChangesTakeAFullSync(t *testing.T) {
+	l := newLab(t)
+	l.sync(t, crossSubnet)
+	n1, want := l.node(1), l.node(1).ours(t)
+	s, err := overlay.NewSyncer(n1.h, crossSubnet, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Sync("node1", l.facts()); err != nil {
+		t.Fatal(err)
+	}
+	n1.show(t, "ip", "route", "del", "10.244.2.0/24")
+	overlay.Forget(s)
+	if _, err := s.SyncChanged("node1", l.facts(), []string{"node3"}); err != nil {
+		t.Fatal(err)
+	}
+	if got := n1.ours(t); got != want {
+		t.Errorf("after changes were forgotten, node1 has:\n%s\nwant, as after a full sync:\n%s", got, want)
+	}
+}

@@ -88,6 +88,9 @@ func (f *Feature) sync(_ context.Context, full bool) error {
 	nodes, _, found := f.nodes.List(self)
 	if !found {
 		// Not a failure of the sync: the Node may not be registered yet.
+		// The changes taken above are not applied, so the next sync must
+		// plan every Node.
+		f.syncer.forget()
 		f.wait(fmt.Sprintf("node %q is not among the %d Nodes: waiting for it (or check --node-name)", self, len(nodes)))
 		return nil
 	}

@@ -91,6 +91,10 @@ func (s *Syncer) remember(ok bool, in Input, self Node, plan Plan, tunnels map[s
 	s.last.in, s.last.plan, s.last.tunnels = in, plan, tunnels
 }
 
+// forget makes the next SyncChanged a Sync: for a caller that took
+// changes it did not apply.
+func (s *Syncer) forget() { s.last.valid = false }
+
 // manyChanged says when SyncChanged runs Sync instead: more than eight
 // changed Nodes at once (a relist after a lost watch, a renumbering), or
 // more than half of them. Each Update scans and sorts the whole plan:
