@@ -318,49 +318,41 @@ func TestNodeChangesAreAppliedWithoutAFullSync(t *testing.T) {
 	}
 }
 
-// Many Nodes changed at once (a relist, a renumbering) cost more as
-// deltas than as one full sync, which also heals what someone deleted.
-func TestManyChangedNodesTakeAFullSync(t *testing.T) {
-	l := newLab(t)
-	l.sync(t, crossSubnet)
-	n1, want := l.node(1), l.node(1).ours(t)
-	s, err := overlay.NewSyncer(n1.h, crossSubnet, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Sync("node1", l.facts()); err != nil {
-		t.Fatal(err)
-	}
-	// The deltas of Nodes that did not really change write nothing: only
-	// a full sync, which reads the kernel back, puts the route back.
-	n1.show(t, "ip", "route", "del", "10.244.2.0/24")
-	if _, err := s.SyncChanged("node1", l.facts(), []string{"node2", "node3"}); err != nil {
-		t.Fatal(err)
-	}
-	if got := n1.ours(t); got != want {
-		t.Errorf("two of three Nodes changed, and node1 has:\n%s\nwant, as after a full sync:\n%s", got, want)
-	}
-}
-
-// Changes a caller took but did not apply (its own Node was missing) make
-// the next SyncChanged a full sync, which also heals what was deleted.
-func TestForgottenChangesTakeAFullSync(t *testing.T) {
-	l := newLab(t)
-	l.sync(t, crossSubnet)
-	n1, want := l.node(1), l.node(1).ours(t)
-	s, err := overlay.NewSyncer(n1.h, crossSubnet, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if _, err := s.Sync("node1", l.facts()); err != nil {
-		t.Fatal(err)
-	}
-	n1.show(t, "ip", "route", "del", "10.244.2.0/24")
-	overlay.Forget(s)
-	if _, err := s.SyncChanged("node1", l.facts(), []string{"node3"}); err != nil {
-		t.Fatal(err)
-	}
-	if got := n1.ours(t); got != want {
-		t.Errorf("after changes were forgotten, node1 has:\n%s\nwant, as after a full sync:\n%s", got, want)
+// SyncChanged takes a full sync, which also heals what someone deleted,
+// when many Nodes changed at once (a relist, a renumbering: as deltas they
+// cost more), and when its caller took changes it did not apply (its own
+// Node was missing). A route deleted behind the syncer's back shows it:
+// only a full sync, which reads the kernel back, puts it back.
+func TestSyncChangedTakesAFullSyncWhenItMust(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		forget  bool
+		changed []string
+	}{
+		{"two of three Nodes changed", false, []string{"node2", "node3"}},
+		{"changes forgotten", true, []string{"node3"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l := newLab(t)
+			l.sync(t, crossSubnet)
+			n1, want := l.node(1), l.node(1).ours(t)
+			s, err := overlay.NewSyncer(n1.h, crossSubnet, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if _, err := s.Sync("node1", l.facts()); err != nil {
+				t.Fatal(err)
+			}
+			n1.show(t, "ip", "route", "del", "10.244.2.0/24")
+			if tc.forget {
+				overlay.Forget(s)
+			}
+			if _, err := s.SyncChanged("node1", l.facts(), tc.changed); err != nil {
+				t.Fatal(err)
+			}
+			if got := n1.ours(t); got != want {
+				t.Errorf("%s, and node1 has:\n%s\nwant, as after a full sync:\n%s", tc.name, got, want)
+			}
+		})
 	}
 }
