@@ -14,7 +14,7 @@ TEST_TIMEOUT ?= 50m
 # The image is tagged with the chart's appVersion, so the chart's defaults find it.
 IMAGE ?= netplane/netplane:$(shell awk '/^appVersion:/ {gsub(/"/, "", $$2); print $$2}' charts/netplane/Chart.yaml)
 
-.PHONY: all build image tools anchors test unit bench lint demo demo-down clean
+.PHONY: all build image tools anchors test unit bench lint demo demo-down conformance clean
 
 all: build
 
@@ -36,6 +36,7 @@ anchors: tools ## the upstream systems the benchmarks compare against
 test: ## everything: unit, integration and end-to-end; needs root
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, nftables, apt-get)" >&2; exit 1; fi
 	@$(MAKE) --no-print-directory tools build
+	@./hack/build-e2e.sh $(BIN)
 	NETPLANE_E2E_REQUIRED=1 NETPLANE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd charts && NETPLANE_E2E_REQUIRED=1 NETPLANE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 
@@ -54,6 +55,9 @@ lint: ## gofmt, go vet, staticcheck, helm lint (through the Helm SDK)
 
 demo: tools build ## the lab: a multi-node cluster in network namespaces
 	@./hack/demo.sh up
+
+conformance: tools build ## Kubernetes' own [sig-network] e2e suites against the lab (SUITES="conformance netpol network")
+	@./hack/conformance.sh $(SUITES)
 
 demo-down: ## remove everything the demo made
 	@./hack/demo.sh down

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
-# demo.sh up|down|check: the netplane lab for people (`make demo`, `make
-# demo-down`). `up` starts a multi-node cluster in network namespaces (see
-# e2e/lab), deploys examples/ and checks the Service scenarios, one line per
-# check with its timing; the cluster stays up afterwards. `down` removes
+# demo.sh up|start|down|check: the netplane lab for people (`make demo`,
+# `make demo-down`). `up` starts a multi-node cluster in network namespaces
+# (see e2e/lab), deploys examples/ and checks the Service scenarios, one line
+# per check with its timing; the cluster stays up afterwards. `start` only
+# starts the cluster (what `make conformance` runs against). `down` removes
 # everything the lab made, also after a crash. Needs root; changes nothing
 # in the machine's own network namespace.
 set -euo pipefail
@@ -26,16 +27,24 @@ build() {
 	go build -o "$LAB" ./e2e/lab/cmd/netplane-lab
 }
 
-case "${1:-}" in
-up)
+start_lab() {
 	build
 	if [ -e "$STATE_DIR/state.json" ]; then
 		echo "a lab is already recorded in $STATE_DIR; removing it first (make demo-down)"
 		"$LAB" down --state-dir="$STATE_DIR"
 	fi
-	start=$(date +%s)
+	started=$(date +%s)
 	"$LAB" up --state-dir="$STATE_DIR" --nodes="$NODES" --subnets="$SUBNETS"
-	echo "lab up in $(( $(date +%s) - start ))s; deploying examples/ and checking the scenarios:"
+	echo "lab up in $(( $(date +%s) - started ))s"
+}
+
+case "${1:-}" in
+start)
+	start_lab
+	;;
+up)
+	start_lab
+	echo "deploying examples/ and checking the scenarios:"
 	status=0
 	"$LAB" check --state-dir="$STATE_DIR" || status=$?
 	echo
@@ -61,7 +70,7 @@ down)
 	"$LAB" down --state-dir="$STATE_DIR"
 	;;
 *)
-	echo "usage: $0 up|down|check" >&2
+	echo "usage: $0 up|start|down|check" >&2
 	exit 2
 	;;
 esac

@@ -13,6 +13,10 @@ missing=()
 # flanneld, the overlay benchmark's anchor (hack/build-anchors.sh), runs
 # iptables at start even in nftables mode, and exits without it.
 packages+=(iptables)
+# The userland of upstream's test images (e2e/lab/upstream_images.go):
+# what Kubernetes' e2e tests run inside agnhost, busybox, nginx and
+# glibc-dns-testing; gcc links the pause container statically.
+packages+=(busybox-static netcat-openbsd curl socat nginx-light bash gcc libc6-dev)
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done
@@ -36,5 +40,6 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-"$here/build-kube.sh" "$bin" kube-apiserver kube-controller-manager kube-scheduler
+"$here/build-kube.sh" "$bin" kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl \
+  test/images/agnhost test/images/regression-issue-74839 build/pause/linux/pause.c
 "$here/build-etcd.sh" "$bin"

@@ -6,70 +6,115 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"fmt"
 	"os"
 	"strings"
 	"time"
 )
 
-// File is one regular file of an image layer, or a directory when Path
-// ends with a slash.
+// File is one entry of an image layer: a regular file, a directory when
+// Path ends with a slash, or a symbolic link to Link when Link is set.
 type File struct {
 	Path string // inside the image, without a leading slash
 	Data []byte
 	Mode int64
+	Link string
+}
+
+// Layer is one filesystem layer of an image; images of one archive may
+// share layers, which are then written once.
+type Layer struct {
+	Files []File
+
+	tar    []byte
+	diffID string
+}
+
+// Image is one image of an archive: its reference, its layers from the
+// bottom up, and its run-time configuration.
+type Image struct {
+	Ref        string
+	Layers     []*Layer
+	Entrypoint []string
+	Cmd        []string
+	Env        []string // PATH=/ when empty
+	WorkingDir string
 }
 
 // WriteImageArchive writes a one-layer image as a docker-archive tarball
 // (manifest.json, config JSON, layer.tar), the format `ctr images import`
 // reads, so tests can run containers without a registry.
 func WriteImageArchive(path, ref string, entrypoint []string, files []File) error {
-	var layer bytes.Buffer
-	lw := tar.NewWriter(&layer)
-	epoch := time.Unix(0, 0)
-	for _, f := range files {
-		mode := f.Mode
-		if mode == 0 {
-			mode = 0o755
-		}
-		if strings.HasSuffix(f.Path, "/") {
-			if err := lw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: f.Path, Mode: mode, ModTime: epoch}); err != nil {
-				return err
+	return WriteImagesArchive(path, []Image{{Ref: ref, Layers: []*Layer{{Files: files}}, Entrypoint: entrypoint}})
+}
+
+// WriteImagesArchive writes several images into one docker-archive
+// tarball, each shared layer once.
+func WriteImagesArchive(path string, images []Image) error {
+	type entry struct {
+		name string
+		data []byte
+	}
+	var entries []entry
+	written := map[*Layer]bool{}
+	var manifest []map[string]any
+	for i, img := range images {
+		var diffIDs, layerNames []string
+		for _, l := range img.Layers {
+			if err := l.build(); err != nil {
+				return fmt.Errorf("%s: %w", img.Ref, err)
 			}
-			continue
+			name := l.diffID[len("sha256:"):] + "/layer.tar"
+			if !written[l] {
+				written[l] = true
+				entries = append(entries, entry{name, l.tar})
+			}
+			diffIDs = append(diffIDs, l.diffID)
+			layerNames = append(layerNames, name)
 		}
-		if err := lw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: f.Path, Mode: mode, Size: int64(len(f.Data)), ModTime: epoch}); err != nil {
+		env := img.Env
+		if len(env) == 0 {
+			env = []string{"PATH=/"}
+		}
+		cfg := map[string]any{"Entrypoint": img.Entrypoint, "Env": env}
+		if img.Cmd != nil {
+			cfg["Cmd"] = img.Cmd
+		}
+		if img.WorkingDir != "" {
+			cfg["WorkingDir"] = img.WorkingDir
+		}
+		config, err := json.Marshal(map[string]any{
+			"architecture": "amd64", "os": "linux", "created": time.Unix(0, 0).UTC(),
+			"config": cfg,
+			"rootfs": map[string]any{"type": "layers", "diff_ids": diffIDs},
+		})
+		if err != nil {
 			return err
 		}
-		if _, err := lw.Write(f.Data); err != nil {
-			return err
-		}
+		configName := fmt.Sprintf("config-%d.json", i)
+		entries = append(entries, entry{configName, config})
+		manifest = append(manifest, map[string]any{"Config": configName, "RepoTags": []string{img.Ref}, "Layers": layerNames})
 	}
-	if err := lw.Close(); err != nil {
-		return err
-	}
-	sum := sha256.Sum256(layer.Bytes())
-	config, err := json.Marshal(map[string]any{
-		"architecture": "amd64", "os": "linux", "created": epoch.UTC(),
-		"config": map[string]any{"Entrypoint": entrypoint, "Env": []string{"PATH=/"}},
-		"rootfs": map[string]any{"type": "layers", "diff_ids": []string{"sha256:" + hex.EncodeToString(sum[:])}},
-	})
+	m, err := json.Marshal(manifest)
 	if err != nil {
 		return err
 	}
-	manifest, err := json.Marshal([]map[string]any{{"Config": "config.json", "RepoTags": []string{ref}, "Layers": []string{"layer.tar"}}})
-	if err != nil {
-		return err
-	}
+	entries = append(entries, entry{"manifest.json", m})
+
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
 		return err
 	}
 	tw := tar.NewWriter(f)
-	for _, e := range []struct {
-		name string
-		data []byte
-	}{{"config.json", config}, {"layer.tar", layer.Bytes()}, {"manifest.json", manifest}} {
+	epoch := time.Unix(0, 0)
+	for _, e := range entries {
+		if strings.Contains(e.name, "/") {
+			if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: e.name[:strings.Index(e.name, "/")+1], Mode: 0o755, ModTime: epoch}); err != nil {
+				f.Close()
+				return err
+			}
+		}
 		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: e.name, Mode: 0o644, Size: int64(len(e.data)), ModTime: epoch}); err != nil {
 			f.Close()
 			return err
@@ -87,4 +132,41 @@ func WriteImageArchive(path, ref string, entrypoint []string, files []File) erro
 		return err
 	}
 	return os.Rename(tmp, path)
+}
+
+// build renders the layer's tarball once.
+func (l *Layer) build() error {
+	if l.tar != nil {
+		return nil
+	}
+	var buf bytes.Buffer
+	tw := tar.NewWriter(&buf)
+	epoch := time.Unix(0, 0)
+	for _, f := range l.Files {
+		mode := f.Mode
+		if mode == 0 {
+			mode = 0o755
+		}
+		h := &tar.Header{Typeflag: tar.TypeReg, Name: f.Path, Mode: mode, Size: int64(len(f.Data)), ModTime: epoch}
+		switch {
+		case f.Link != "":
+			h = &tar.Header{Typeflag: tar.TypeSymlink, Name: f.Path, Linkname: f.Link, Mode: 0o777, ModTime: epoch}
+		case strings.HasSuffix(f.Path, "/"):
+			h = &tar.Header{Typeflag: tar.TypeDir, Name: f.Path, Mode: mode, ModTime: epoch}
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			return err
+		}
+		if h.Typeflag == tar.TypeReg {
+			if _, err := tw.Write(f.Data); err != nil {
+				return err
+			}
+		}
+	}
+	if err := tw.Close(); err != nil {
+		return err
+	}
+	sum := sha256.Sum256(buf.Bytes())
+	l.tar, l.diffID = buf.Bytes(), "sha256:"+hex.EncodeToString(sum[:])
+	return nil
 }

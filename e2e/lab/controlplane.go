@@ -35,16 +35,25 @@ func (c *controlPlane) stop() {
 	}
 }
 
-// Identities the lab gives out, one bearer token each. The lab's own
-// agents get cluster-admin rights (system:masters); the product's
-// least-privilege RBAC is the Helm chart's concern, not the lab's.
-var identities = []struct{ user, groups string }{
-	{"admin", "system:masters"},
-	{"system:kube-controller-manager", "system:masters"}, // all controllers under one identity
-	{"system:kube-scheduler", ""},
-	{"netplane-controller", "system:masters"},
-	{"lab-agent", "system:masters"},
-	{"netplane-node", "system:masters"},
+// identity is one user the lab gives a bearer token to.
+type identity struct{ user, groups string }
+
+// identities are the lab's users: its own processes get cluster-admin
+// rights (system:masters), the product's least-privilege RBAC being the
+// Helm chart's concern; each kubelet is its node, as the Node authorizer
+// expects.
+func (l *Lab) identities() []identity {
+	ids := []identity{
+		{"admin", "system:masters"},
+		{"system:kube-controller-manager", "system:masters"}, // all controllers under one identity
+		{"system:kube-scheduler", ""},
+		{"netplane-controller", "system:masters"},
+		{"netplane-node", "system:masters"},
+	}
+	for _, n := range l.Nodes {
+		ids = append(ids, identity{"system:node:" + n.Name, "system:nodes"})
+	}
+	return ids
 }
 
 // startControlPlane starts etcd, kube-apiserver (on its underlay address,
@@ -62,6 +71,9 @@ func (l *Lab) startControlPlane(ctx context.Context) error {
 	}
 	saKey := l.path("cp", "sa.key")
 	if err := writeRSAKey(saKey); err != nil {
+		return err
+	}
+	if l.pki, err = writePKI(l.path("cp", "pki")); err != nil {
 		return err
 	}
 	if err := l.startEtcdAndAPIServer(saKey); err != nil {
@@ -93,7 +105,7 @@ func (l *Lab) kubeconfigFor(user string) string {
 func (l *Lab) writeTokens() (map[string]string, error) {
 	tokens := map[string]string{}
 	var csv strings.Builder
-	for i, id := range identities {
+	for i, id := range l.identities() {
 		b := make([]byte, 16)
 		if _, err := rand.Read(b); err != nil {
 			return nil, err
@@ -120,7 +132,9 @@ func (l *Lab) startEtcdAndAPIServer(saKey string) error {
 	kas, err := l.start(l.ControlPlane, "kube-apiserver", framework.Binary("kube-apiserver"),
 		"--etcd-servers=http://127.0.0.1:2379",
 		"--bind-address="+ControlPlaneIP, "--advertise-address="+ControlPlaneIP, "--secure-port="+strconv.Itoa(APIPort),
-		"--cert-dir="+l.path("cp", "certs"),
+		"--tls-cert-file="+l.pki.APIServerCert, "--tls-private-key-file="+l.pki.APIServerKey,
+		"--kubelet-client-certificate="+l.pki.KubeletClientCert, "--kubelet-client-key="+l.pki.KubeletClientKey,
+		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--token-auth-file="+l.path("cp", "tokens.csv"),
 		"--service-account-key-file="+saKey, "--service-account-signing-key-file="+saKey,
 		"--service-account-issuer=https://kubernetes.default.svc."+ClusterDomain,
@@ -160,13 +174,6 @@ func (l *Lab) waitAPIServer(ctx context.Context, timeout time.Duration) error {
 			admin[f[1]] = f[0]
 		}
 	}
-	// kube-apiserver writes its self-signed certificate as it starts.
-	if err := l.waitFor(timeout, "the API server's certificate", func(context.Context) error {
-		_, err := os.Stat(l.path("cp", "certs", "apiserver.crt"))
-		return err
-	}); err != nil {
-		return err
-	}
 	l.Kubeconfig = l.path("kubeconfig")
 	if err := l.writeKubeconfig(l.Kubeconfig, "https://"+l.APIAddress, admin["admin"]); err != nil {
 		return err
@@ -200,15 +207,14 @@ func (l *Lab) waitAPIServer(ctx context.Context, timeout time.Duration) error {
 	}
 }
 
-// writeKubeconfig writes a kubeconfig for a bearer token. The API server's
-// certificate is self-signed for its service names, so clients verify it
-// as "kubernetes" whichever address they use.
+// writeKubeconfig writes a kubeconfig for a bearer token; the API server's
+// certificate names every address of server, so any client verifies it.
 func (l *Lab) writeKubeconfig(path, server, token string) error {
 	if err := os.MkdirAll(l.path("kubeconfigs"), 0o700); err != nil {
 		return err
 	}
 	cfg := clientcmdapi.NewConfig()
-	cfg.Clusters["lab"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: l.path("cp", "certs", "apiserver.crt"), TLSServerName: "kubernetes"}
+	cfg.Clusters["lab"] = &clientcmdapi.Cluster{Server: server, CertificateAuthority: l.pki.CA}
 	cfg.AuthInfos["user"] = &clientcmdapi.AuthInfo{Token: token}
 	cfg.Contexts["lab"] = &clientcmdapi.Context{Cluster: "lab", AuthInfo: "user"}
 	cfg.CurrentContext = "lab"
@@ -226,7 +232,7 @@ func (l *Lab) startControllers(saKey string) error {
 		"--allocate-node-cidrs", "--cluster-cidr="+ClusterCIDRs,
 		"--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64",
 		"--service-cluster-ip-range="+ServiceCIDRs,
-		"--service-account-private-key-file="+saKey, "--root-ca-file="+l.path("cp", "certs", "apiserver.crt"),
+		"--service-account-private-key-file="+saKey, "--root-ca-file="+l.pki.CA,
 		"--use-service-account-credentials=false", "--leader-elect=false",
 		"--secure-port=0", "--v=1")
 	if err != nil {

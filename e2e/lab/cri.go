@@ -64,21 +64,3 @@ func (c *CRI) RemoveAllSandboxes(ctx context.Context) error {
 	}
 	return firstErr
 }
-
-// podContainer finds a running container of the pod with the given UID
-// (the named one, or the first if name is empty).
-func (c *CRI) podContainer(ctx context.Context, podUID, name string) (string, error) {
-	resp, err := c.Runtime.ListContainers(ctx, &cri.ListContainersRequest{Filter: &cri.ContainerFilter{
-		State:         &cri.ContainerStateValue{State: cri.ContainerState_CONTAINER_RUNNING},
-		LabelSelector: map[string]string{"io.kubernetes.pod.uid": podUID},
-	}})
-	if err != nil {
-		return "", err
-	}
-	for _, ctr := range resp.Containers {
-		if name == "" || ctr.Metadata.GetName() == name {
-			return ctr.Id, nil
-		}
-	}
-	return "", fmt.Errorf("no running container %q in pod %s", name, podUID)
-}

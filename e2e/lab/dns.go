@@ -107,13 +107,15 @@ func dnsDeployment(labels map[string]string) *appsv1.Deployment {
 	}
 }
 
-// WaitReady waits until every node has netplane's CNI configuration and
-// the cluster DNS has ready endpoints, and says which is missing if not.
+// WaitReady waits until every node is Ready and the cluster DNS has ready
+// endpoints, and says which is missing if not. A kubelet reports its node
+// Ready only once containerd reports the network ready, which it does once
+// netplane --role=node has written the CNI configuration.
 func (l *Lab) WaitReady(ctx context.Context, timeout time.Duration) error {
-	return l.waitFor(timeout, "CNI configuration on every node and a ready cluster DNS", func(ctx context.Context) error {
+	return l.waitFor(timeout, "every node Ready and a ready cluster DNS", func(ctx context.Context) error {
 		for _, n := range l.Nodes {
-			if !n.hasCNIConfig() {
-				return fmt.Errorf("netplane --role=node has not written a CNI configuration into %s on %s", n.CNIConf, n.Name)
+			if err := n.ready(ctx); err != nil {
+				return err
 			}
 		}
 		d, err := l.Client.AppsV1().Deployments(DNSNamespace).Get(ctx, DNSDeployment, metav1.GetOptions{})

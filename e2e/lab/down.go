@@ -61,6 +61,16 @@ func Down(stateDir string, logf func(string, ...any)) error {
 	for _, c := range st.Containerd {
 		killShims(c)
 	}
+	for _, cg := range st.CgroupRoots {
+		if err := removeCgroup(cg); err != nil {
+			errs = append(errs, err)
+		}
+	}
+	if st.HoldsSysctls {
+		if err := releaseSysctls(stateDir); err != nil {
+			errs = append(errs, err)
+		}
+	}
 	removeCNICache(stateDir)
 	if err := unmountUnder(stateDir); err != nil {
 		errs = append(errs, err)

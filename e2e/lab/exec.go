@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -9,41 +10,38 @@ import (
 	"strings"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+	"k8s.io/client-go/kubernetes/scheme"
+	"k8s.io/client-go/tools/remotecommand"
+	utilexec "k8s.io/client-go/util/exec"
 )
 
-// Exec runs a command in a running container of a pod (the first one) as
-// `kubectl exec` would, through CRI ExecSync on the pod's node, and returns
-// its stdout; a non-zero exit is an error carrying stderr. Every pod image
-// of the lab holds /testimage, the client for HTTP, UDP and DNS checks.
+// Exec runs a command in the first container of a pod, as `kubectl exec`
+// does: through the API server's pods/exec, which reaches the pod's kubelet.
+// It returns stdout; a non-zero exit is an error carrying stderr. Every pod
+// image of the lab holds /testimage, the client for HTTP, UDP and DNS
+// checks.
 func (l *Lab) Exec(ctx context.Context, namespace, pod string, argv ...string) (string, error) {
-	p, err := l.Client.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	req := l.Client.CoreV1().RESTClient().Post().Resource("pods").Namespace(namespace).Name(pod).SubResource("exec").
+		VersionedParams(&corev1.PodExecOptions{Command: argv, Stdout: true, Stderr: true}, scheme.ParameterCodec)
+	ex, err := remotecommand.NewSPDYExecutor(l.RestConfig, "POST", req.URL())
 	if err != nil {
 		return "", err
 	}
-	n := l.Node(p.Spec.NodeName)
-	if n == nil {
-		return "", fmt.Errorf("pod %s/%s is on node %q, not one of the lab's", namespace, pod, p.Spec.NodeName)
+	ctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+	defer cancel()
+	var stdout, stderr bytes.Buffer
+	err = ex.StreamWithContext(ctx, remotecommand.StreamOptions{Stdout: &stdout, Stderr: &stderr})
+	var exit utilexec.ExitError
+	switch {
+	case errors.As(err, &exit):
+		return stdout.String(), fmt.Errorf("%s in %s/%s exited %d: %s%s", strings.Join(argv, " "), namespace, pod, exit.ExitStatus(),
+			strings.TrimSpace(stderr.String()), strings.TrimSpace(stdout.String()))
+	case err != nil:
+		return stdout.String(), fmt.Errorf("exec in %s/%s: %w", namespace, pod, err)
 	}
-	c, err := DialCRI(n.Socket)
-	if err != nil {
-		return "", err
-	}
-	defer c.Close()
-	id, err := c.podContainer(ctx, string(p.UID), "")
-	if err != nil {
-		return "", err
-	}
-	resp, err := c.Runtime.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: id, Cmd: argv, Timeout: 10})
-	if err != nil {
-		return "", fmt.Errorf("exec in %s/%s: %w", namespace, pod, err)
-	}
-	if resp.ExitCode != 0 {
-		return string(resp.Stdout), fmt.Errorf("%s in %s/%s exited %d: %s%s", strings.Join(argv, " "), namespace, pod, resp.ExitCode,
-			strings.TrimSpace(string(resp.Stderr)), strings.TrimSpace(string(resp.Stdout)))
-	}
-	return string(resp.Stdout), nil
+	return stdout.String(), nil
 }
 
 // Node is the lab node of that name, or nil.
@@ -72,6 +70,27 @@ func (l *Lab) ExternalExec(ctx context.Context, args ...string) (string, error) 
 		return string(out), fmt.Errorf("testimage %s from the external client: %s", strings.Join(args, " "), msg)
 	}
 	return string(out), ctx.Err()
+}
+
+// ready is nil when the kubelet reports the node Ready, else says why not.
+func (n *Node) ready(ctx context.Context) error {
+	node, err := n.lab.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	for _, c := range node.Status.Conditions {
+		if c.Type == corev1.NodeReady && c.Status == corev1.ConditionTrue {
+			return nil
+		}
+		if c.Type == corev1.NodeReady {
+			cni := "netplane --role=node has not written a CNI configuration into " + n.CNIConf
+			if n.hasCNIConfig() {
+				cni = "the CNI configuration is written"
+			}
+			return fmt.Errorf("node %s is not Ready (%s: %s; %s)", n.Name, c.Reason, c.Message, cni)
+		}
+	}
+	return fmt.Errorf("node %s has no Ready condition yet", n.Name)
 }
 
 func (n *Node) hasCNIConfig() bool {

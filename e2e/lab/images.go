@@ -10,30 +10,28 @@ import (
 	"github.com/netplane/netplane/e2e/framework"
 )
 
-// Images the lab builds and imports into every node's containerd; no
-// registry is involved.
+// Images the lab builds and imports into every node's containerd beside
+// upstream's test images (upstream_images.go); no registry is involved.
 const (
-	PauseImage    = "lab.local/pause:dev"
 	TestImage     = "lab.local/testimage:dev"
 	NetplaneImage = "lab.local/netplane:dev"
 )
 
 // binaries are the programs the lab builds from the working tree.
 type binaries struct {
-	dir                                               string
-	netplane, netplaneCNI, agent, testimage, loopback string
-	images                                            []string // docker-archive tars
+	dir                                        string
+	netplane, netplaneCNI, testimage, loopback string
+	images                                     []string // docker-archive tars
 }
 
-// buildBinaries builds netplane, netplane-cni, the lab agent and the test
-// program (all static, so they also run inside images) and packs the images.
+// buildBinaries builds netplane, netplane-cni and the test program (all static, so they also run inside images) and packs the images.
 func (l *Lab) buildBinaries(ctx context.Context) error {
 	dir := l.path("bin")
 	b := binaries{dir: dir,
 		netplane: filepath.Join(dir, "netplane"), netplaneCNI: filepath.Join(dir, "netplane-cni"),
-		agent: filepath.Join(dir, "lab-agent"), testimage: filepath.Join(dir, "testimage"), loopback: filepath.Join(dir, "loopback")}
+		testimage: filepath.Join(dir, "testimage"), loopback: filepath.Join(dir, "loopback")}
 	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/",
-		"./cmd/netplane", "./cmd/netplane-cni", "./e2e/lab/cmd/lab-agent", "./e2e/lab/testimage")
+		"./cmd/netplane", "./cmd/netplane-cni", "./e2e/lab/testimage")
 	cmd.Dir = framework.RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -52,7 +50,6 @@ func (l *Lab) buildBinaries(ctx context.Context) error {
 		ref, bin, name string
 		entrypoint     []string
 	}{
-		{PauseImage, b.testimage, "testimage", []string{"/testimage", "pause"}},
 		{TestImage, b.testimage, "testimage", []string{"/testimage", "serve"}},
 		// Where the product image (make image) has it, so the chart's
 		// command works with the lab's image too.
@@ -64,6 +61,11 @@ func (l *Lab) buildBinaries(ctx context.Context) error {
 		}
 		b.images = append(b.images, tarPath)
 	}
+	upstream, err := upstreamImages(l.path("images"))
+	if err != nil {
+		return fmt.Errorf("upstream test images: %w", err)
+	}
+	b.images = append(b.images, upstream)
 	l.bin = b
 	return nil
 }

@@ -12,8 +12,9 @@
 //   - a control-plane host running etcd, kube-apiserver, kube-controller-manager
 //     (node IPAM on, its EndpointSlice controllers off), kube-scheduler and
 //     netplane --role=controller;
-//   - N node hosts, each with its own containerd, the lab agent (a kubelet
-//     stand-in for networking, e2e/lab/agent) and netplane --role=node;
+//   - N node hosts, each with its own containerd, the real kubelet (built
+//     from the pinned k8s.io/kubernetes module, in its own cgroup root) and
+//     netplane --role=node;
 //   - an external client host and a fake upstream DNS server host;
 //   - a relay in the root namespace on 127.0.0.1 to the API server, the one
 //     way in from outside (a listening socket, no route or interface).
@@ -45,6 +46,8 @@ const (
 	UnderlayGateway6 = "fd00:172:30::1"
 	ControlPlaneIP   = "172.30.0.2"
 	ControlPlaneIP6  = "fd00:172:30::2"
+	ControlPlaneIPB  = "172.30.2.2" // its leg on subnet B
+	ControlPlaneIP6B = "fd00:172:30:2::2"
 	UpstreamDNSIP    = "172.30.0.53"
 	ExternalIP       = "172.30.0.100"
 	ExternalIP6      = "fd00:172:30::100"
@@ -121,6 +124,7 @@ type Lab struct {
 	BuildTime time.Duration
 
 	bin       binaries
+	pki       pki
 	roles     *Roles
 	cp        *controlPlane
 	state     *stateFile
@@ -154,7 +158,7 @@ func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, stateName)); err == nil {
 		return nil, fmt.Errorf("a lab is recorded in %s: run `netplane-lab down --state-dir=%s` (or `make demo-down`) first", cfg.StateDir, cfg.StateDir)
 	}
-	for _, tool := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "containerd", "ctr", "runc", "nsenter", "ip"} {
+	for _, tool := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd", "ctr", "runc", "nsenter", "ip"} {
 		if framework.Binary(tool) == "" {
 			return nil, fmt.Errorf("%s not found in %s or on $PATH: run `make tools` as root", tool, framework.BinDir())
 		}
@@ -193,7 +197,7 @@ func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
 	return l, nil
 }
 
-// Close stops everything in order (agents first, so none recreates a pod,
+// Close stops everything in order (kubelets first, so none recreates a pod,
 // then each node's pods through CRI, containerd, the control plane) and then
 // removes whatever is still recorded in the state directory.
 func (l *Lab) Close() error {

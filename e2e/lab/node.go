@@ -16,7 +16,7 @@ import (
 	"github.com/netplane/netplane/e2e/netns"
 )
 
-// Node is one node host: a namespace with its own containerd, the lab agent
+// Node is one node host: a namespace with its own containerd, a kubelet
 // and netplane --role=node.
 type Node struct {
 	Name    string // the Kubernetes Node name
@@ -27,14 +27,19 @@ type Node struct {
 	Socket  string // containerd's socket (CRI)
 	CNIConf string // the CNI configuration directory netplane writes
 
-	lab                          *Lab
-	mu                           sync.Mutex
-	containerd, agent, netplaneP *framework.Process
+	lab                            *Lab
+	mu                             sync.Mutex
+	containerd, kubelet, netplaneP *framework.Process
 }
 
 // startNodes brings the nodes up side by side and waits until the control
 // plane has given each one its pod CIDRs.
 func (l *Lab) startNodes(ctx context.Context) error {
+	// Before the first kubelet rewrites them.
+	l.state.update(func(s *state) { s.HoldsSysctls = true })
+	if err := holdSysctls(l.StateDir); err != nil {
+		return err
+	}
 	errs := make(chan error, len(l.Nodes))
 	for _, n := range l.Nodes {
 		n.lab = l
@@ -58,6 +63,15 @@ func (l *Lab) startNodes(ctx context.Context) error {
 				return fmt.Errorf("node %s has no pod CIDRs yet", n.Name)
 			}
 		}
+		for _, n := range l.Nodes {
+			node, err := l.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
+			if err != nil {
+				return err
+			}
+			if err := l.routePodCIDRs(n, node.Spec.PodCIDRs); err != nil {
+				return err
+			}
+		}
 		return nil
 	})
 }
@@ -69,7 +83,7 @@ func (n *Node) start(ctx context.Context) error {
 	if err := n.StartNetplane(); err != nil {
 		return fmt.Errorf("%s: %w", n.Name, err)
 	}
-	if err := n.StartAgent(); err != nil {
+	if err := n.StartKubelet(); err != nil {
 		return fmt.Errorf("%s: %w", n.Name, err)
 	}
 	return nil
@@ -159,29 +173,6 @@ func (n *Node) StartNetplane() error {
 	return err
 }
 
-// StartAgent starts the lab agent; RestartAgent stops and starts it.
-func (n *Node) StartAgent() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	p, err := n.lab.start(n.NS, n.Name+"-agent", n.lab.bin.agent,
-		"--node-name="+n.Name, "--node-ip="+n.IP+","+n.IP6,
-		"--kubeconfig="+n.lab.kubeconfigFor("lab-agent"), "--cri-socket="+n.Socket,
-		"--pod-dir="+filepath.Join(n.Dir, "pods"),
-		"--cluster-dns="+DNSServiceIP, "--cluster-domain="+ClusterDomain, "--upstream-dns="+UpstreamDNSIP)
-	n.agent = p
-	return err
-}
-
-// StopAgent stops the lab agent; its pods keep running, as a kubelet's do.
-func (n *Node) StopAgent() {
-	n.mu.Lock()
-	p := n.agent
-	n.mu.Unlock()
-	if p != nil {
-		p.Stop(10 * time.Second)
-	}
-}
-
 // StopNetplane stops netplane --role=node.
 func (n *Node) StopNetplane() {
 	n.mu.Lock()
@@ -197,7 +188,7 @@ func (n *Node) Logs(lines int) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var b strings.Builder
-	for _, p := range []*framework.Process{n.agent, n.netplaneP, n.containerd} {
+	for _, p := range []*framework.Process{n.kubelet, n.netplaneP, n.containerd} {
 		if p != nil {
 			fmt.Fprintf(&b, "--- %s ---\n%s\n", p.Name, p.Tail(lines))
 		}
@@ -205,10 +196,10 @@ func (n *Node) Logs(lines int) string {
 	return b.String()
 }
 
-// stop removes the node's pods through containerd (agent first, so it does
-// not start them again), then stops containerd and netplane.
+// stop removes the node's pods through containerd (kubelet first, so it
+// does not start them again), then stops containerd and netplane.
 func (n *Node) stop() {
-	n.StopAgent()
+	n.StopKubelet()
 	if n.containerd != nil && !n.containerd.Exited() {
 		if c, err := DialCRI(n.Socket); err == nil {
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)

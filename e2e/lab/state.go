@@ -16,6 +16,11 @@ type state struct {
 	Namespaces []string         `json:"namespaces"`
 	Pids       map[string]int   `json:"pids"`
 	Containerd []containerdInfo `json:"containerd"`
+	// CgroupRoots are the nodes' cgroups, made in every hierarchy.
+	CgroupRoots []string `json:"cgroupRoots,omitempty"`
+	// HoldsSysctls says the lab is in the machine's record of the
+	// kernel-wide settings its kubelets change (sysctls.go).
+	HoldsSysctls bool `json:"holdsSysctls,omitempty"`
 
 	// What Attach needs to use a running lab from another process.
 	Kubeconfig string     `json:"kubeconfig,omitempty"`
@@ -83,6 +88,17 @@ func (f *stateFile) addPid(name string, pid int) {
 
 func (f *stateFile) addContainerd(c containerdInfo) {
 	f.update(func(s *state) { s.Containerd = append(s.Containerd, c) })
+}
+
+func (f *stateFile) addCgroupRoot(path string) {
+	f.update(func(s *state) {
+		for _, p := range s.CgroupRoots {
+			if p == path {
+				return
+			}
+		}
+		s.CgroupRoots = append(s.CgroupRoots, path)
+	})
 }
 
 func (f *stateFile) save() {

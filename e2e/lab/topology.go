@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"strings"
 
 	"github.com/netplane/netplane/e2e/netns"
 )
@@ -39,6 +40,11 @@ func (l *Lab) buildTopology(context.Context) error {
 	}
 	if l.ControlPlane, err = l.host("cp", subnets[0], ControlPlaneIP, ControlPlaneIP6); err != nil {
 		return err
+	}
+	if l.Config.Subnets > 1 {
+		if err := l.secondLeg(l.ControlPlane, "cp", subnets[1], ControlPlaneIPB, ControlPlaneIP6B); err != nil {
+			return err
+		}
 	}
 	if l.External, err = l.host("ext", subnets[0], ExternalIP, ExternalIP6); err != nil {
 		return err
@@ -99,6 +105,41 @@ func (l *Lab) host(label string, s subnet, ip4, ip6 string) (*netns.NS, error) {
 	return ns, run(l.Underlay,
 		[]string{"ip", "link", "set", port, "master", s.bridge},
 		[]string{"ip", "link", "set", port, "up"})
+}
+
+// secondLeg plugs a host into a second subnet as eth1, with no route but
+// the subnet's own: every node is then on-link from it.
+func (l *Lab) secondLeg(ns *netns.NS, label string, s subnet, ip4, ip6 string) error {
+	port := "p-" + label + "-b"
+	if err := run(ns,
+		[]string{"ip", "link", "add", "eth1", "type", "veth", "peer", "name", port, "netns", l.Underlay.Path},
+		[]string{"ip", "link", "set", "eth1", "up"},
+		[]string{"ip", "addr", "add", ip4 + "/24", "dev", "eth1"},
+		[]string{"ip", "addr", "add", ip6 + "/64", "dev", "eth1", "nodad"},
+	); err != nil {
+		return err
+	}
+	return run(l.Underlay,
+		[]string{"ip", "link", "set", port, "master", s.bridge},
+		[]string{"ip", "link", "set", port, "up"})
+}
+
+// routePodCIDRs routes each node's pod CIDRs from the control-plane host
+// to the node's address, as a control plane without a node agent has them
+// on a routed network: the API server then reaches pods for pods/proxy,
+// services/proxy and webhooks. The control plane is on every subnet, so
+// the underlay's router keeps knowing no pod CIDR.
+func (l *Lab) routePodCIDRs(n *Node, cidrs []string) error {
+	for _, c := range cidrs {
+		via := n.IP
+		if strings.Contains(c, ":") {
+			via = n.IP6
+		}
+		if _, err := l.ControlPlane.Exec("ip", "route", "replace", c, "via", via); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // RouteToNode routes addr (a /32) from the external client to a node over

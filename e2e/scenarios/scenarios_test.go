@@ -1,7 +1,7 @@
 // Package scenarios is netplane's end-to-end suite: one 2-node lab (package
 // lab) for the whole package, the Service scenarios of `make demo` as tests
 // with assertions, and the disruptions an operator cares about: a node
-// agent restart with traffic flowing, and DNS while its pod is replaced.
+// kubelet restart with traffic flowing, and DNS while its pod is replaced.
 package scenarios
 
 import (
@@ -171,10 +171,10 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
-// TestNodeAgentRestartKeepsTrafficFlowing restarts the lab agent on every
+// TestKubeletRestartKeepsTrafficFlowing restarts the kubelet on every
 // node while a client sends requests through the ClusterIP: pods keep
 // running and not one request fails.
-func TestNodeAgentRestartKeepsTrafficFlowing(t *testing.T) {
+func TestKubeletRestartKeepsTrafficFlowing(t *testing.T) {
 	l := needReady(t)
 	ctx := ctxFor(t, 3*time.Minute)
 	if err := scenario.Apply(ctx, l, "01-clusterip.yaml"); err != nil {
@@ -194,21 +194,21 @@ func TestNodeAgentRestartKeepsTrafficFlowing(t *testing.T) {
 		return err
 	})
 	for _, n := range l.Nodes {
-		n.StopAgent()
-		load.await(10) // traffic goes on while the agent is down
-		if err := n.StartAgent(); err != nil {
+		n.StopKubelet()
+		load.await(10) // traffic goes on while the kubelet is down
+		if err := n.StartKubelet(); err != nil {
 			t.Fatal(err)
 		}
 	}
 	load.await(10)
 	if after := containerIDs(t, l); !reflect.DeepEqual(after, before) {
-		t.Errorf("the restarted agents replaced containers: before %v, after %v", before, after)
+		t.Errorf("the restarted kubelets replaced containers: before %v, after %v", before, after)
 	}
 	ok, failed, firstErr := load.stop(20)
 	if failed > 0 {
-		t.Fatalf("%d of %d requests failed during the agent restarts; first: %v", failed, ok+failed, firstErr)
+		t.Fatalf("%d of %d requests failed during the kubelet restarts; first: %v", failed, ok+failed, firstErr)
 	}
-	t.Logf("%d requests, none failed, across the agent restarts", ok)
+	t.Logf("%d requests, none failed, across the kubelet restarts", ok)
 }
 
 // TestDNSAnswersWhileItsPodIsReplaced deletes one DNS pod while a client

@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# conformance.sh [SUITE...]: runs Kubernetes' own networking end-to-end
+# tests (e2e.test, built from the pinned k8s.io/kubernetes module by
+# hack/build-e2e.sh) against the lab, unmodified. It reuses the lab in
+# $NETPLANE_LAB_DIR when one is up, else brings one up and leaves it up.
+#
+# Suites (all three by default):
+#   conformance  every [sig-network] test tagged [Conformance]
+#   netpol       the NetworkPolicy suite ([sig-network] Netpol)
+#   network      the rest of [sig-network] that a two-node lab without a
+#                cloud can run
+# Skipped patterns, each with its reason, are in e2e/conformance/skips.txt.
+# For each suite it prints passed / failed / skipped counts and keeps the
+# JUnit report and the whole log in $NETPLANE_CONFORMANCE_DIR (default
+# _output/conformance/DATE); it exits non-zero on any failure.
+#
+# NETPLANE_CONFORMANCE_FOCUS narrows a suite further (a regular
+# expression over the test names), for a named subset.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+STATE_DIR=${NETPLANE_LAB_DIR:-/var/lib/netplane-lab}
+OUT=${NETPLANE_CONFORMANCE_DIR:-$PWD/_output/conformance/$(date -u +%Y-%m-%dT%H%M%SZ)}
+BIN=${NETPLANE_BIN_DIR:-$PWD/bin}
+suites=("$@")
+[ ${#suites[@]} -gt 0 ] || suites=(conformance netpol network)
+
+./hack/build-e2e.sh "$BIN"
+if [ ! -e "$STATE_DIR/ready" ]; then
+	./hack/demo.sh start
+fi
+nodes=$(KUBECONFIG=$STATE_DIR/kubeconfig "$BIN/kubectl" get nodes --no-headers 2>/dev/null | wc -l || true)
+[ "$nodes" -gt 0 ] || nodes=${NETPLANE_LAB_NODES:-2}
+
+# skip_pattern SUITE: the skips.txt patterns that apply to SUITE, joined.
+skip_pattern() {
+	awk -v s="$1" -F'\t' '!/^#/ && NF >= 3 && ($1 == "*" || $1 == s) {print $2}' e2e/conformance/skips.txt | paste -sd'|'
+}
+
+mkdir -p "$OUT"
+status=0
+for suite in "${suites[@]}"; do
+	case $suite in
+	conformance) focus='\[sig-network\].*\[Conformance\]' ;;
+	netpol) focus='\[sig-network\] Netpol' ;;
+	network) focus='\[sig-network\]' ;;
+	*) echo "conformance.sh: unknown suite $suite (conformance, netpol, network)" >&2; exit 2 ;;
+	esac
+	[ -z "${NETPLANE_CONFORMANCE_FOCUS:-}" ] || focus="$focus.*(${NETPLANE_CONFORMANCE_FOCUS})"
+	skip=$(skip_pattern "$suite")
+	dir=$OUT/$suite
+	mkdir -p "$dir"
+	args=(--kubeconfig="$STATE_DIR/kubeconfig" --provider=skeleton --num-nodes="$nodes"
+		--kubectl-path="$BIN/kubectl" --report-dir="$dir" --ginkgo.no-color --ginkgo.timeout=3h
+		--ginkgo.focus="$focus")
+	selected=$("$BIN/e2e.test" "${args[@]}" --ginkgo.dry-run 2>/dev/null | grep -oE '^Ran [0-9]+' | grep -oE '[0-9]+' || echo 0)
+	[ -z "$skip" ] || args+=(--ginkgo.skip="$skip")
+	echo "conformance: $suite: running (log: $dir/e2e.log)"
+	start=$(date +%s)
+	rc=0
+	"$BIN/e2e.test" "${args[@]}" > "$dir/e2e.log" 2>&1 || rc=$?
+	summary=$(grep -E '^(SUCCESS|FAIL)! -- ' "$dir/e2e.log" | tail -1 || true)
+	passed=$(grep -oE '[0-9]+ Passed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+	failed=$(grep -oE '[0-9]+ Failed' <<<"$summary" | grep -oE '[0-9]+' || echo 0)
+	ran=$((passed + failed))
+	echo "conformance: $suite: $passed passed, $failed failed, $((selected - ran)) skipped of $selected in $(( $(date +%s) - start ))s"
+	if [ "$rc" != 0 ] || [ "$failed" != 0 ] || [ -z "$summary" ]; then
+		status=1
+		grep -E '^\s*\[FAIL\]' "$dir/e2e.log" | sort -u | sed 's/^/  /' || true
+		[ -n "$summary" ] || tail -20 "$dir/e2e.log"
+	fi
+done
+echo "conformance: reports in $OUT"
+exit $status
