@@ -263,6 +263,9 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 		p.metrics.conntrackDeletions.Add(float64(n))
 	}
 	if first {
+		if err := setConntrackTimeouts(p.cfg.ProcSysDir, p.cfg.Conntrack); err != nil {
+			p.log.Error(err, "setting conntrack timeouts")
+		}
 		// The initial lists' and the first build's garbage, back now
 		// rather than over the next minutes.
 		role.ReleaseStartup()

@@ -56,6 +56,7 @@ func Default() *Configuration {
 			NodeName:      hostname,
 			SyncPeriod:    duration(30 * time.Second),
 			MinSyncPeriod: duration(100 * time.Millisecond),
+			Conntrack:     Conntrack{TCPEstablishedTimeout: duration(24 * time.Hour), TCPCloseWaitTimeout: duration(time.Hour)},
 			CNIConfDir:    "/etc/cni/net.d",
 			CNIBinDir:     "/opt/cni/bin",
 			IPAMStateDir:  "/var/lib/netplane/ipam",

@@ -142,10 +142,22 @@ type Node struct {
 	// one carrying the node's address), less the VXLAN overhead when the
 	// overlay may carry pod traffic.
 	MTU int32 `json:"mtu"`
+	// Conntrack sets the node's conntrack timeouts, as kube-proxy does.
+	Conntrack Conntrack `json:"conntrack"`
 	// NetworkPolicy configures the enforcement of NetworkPolicies.
 	NetworkPolicy NetworkPolicy `json:"networkPolicy"`
 	// Overlay configures how pod traffic reaches other nodes.
 	Overlay Overlay `json:"overlay"`
+}
+
+// Conntrack holds the conntrack timeouts the node role writes into the
+// node's net.netfilter sysctls after its first sync; 0 leaves the kernel's.
+// The defaults are kube-proxy's: an idle established TCP connection through
+// a Service lives a day, one half-closed by the server an hour, where the
+// kernel's 60 s would cut a client still reading.
+type Conntrack struct {
+	TCPEstablishedTimeout metav1.Duration `json:"tcpEstablishedTimeout"`
+	TCPCloseWaitTimeout   metav1.Duration `json:"tcpCloseWaitTimeout"`
 }
 
 // NetworkPolicy configures NetworkPolicy enforcement on the node.

@@ -107,6 +107,8 @@ func (v *validator) node(c *Configuration) {
 	}
 	v.between(p.Child("syncPeriod"), n.SyncPeriod.Duration, time.Second, time.Hour)
 	v.between(p.Child("minSyncPeriod"), n.MinSyncPeriod.Duration, 0, n.SyncPeriod.Duration)
+	v.between(p.Child("conntrack", "tcpEstablishedTimeout"), n.Conntrack.TCPEstablishedTimeout.Duration, 0, 30*24*time.Hour)
+	v.between(p.Child("conntrack", "tcpCloseWaitTimeout"), n.Conntrack.TCPCloseWaitTimeout.Duration, 0, 30*24*time.Hour)
 	v.nonEmpty(p.Child("cniConfDir"), n.CNIConfDir)
 	v.nonEmpty(p.Child("cniBinDir"), n.CNIBinDir)
 	v.nonEmpty(p.Child("ipamStateDir"), n.IPAMStateDir)
