@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
-# build-anchors.sh BIN_DIR: builds the upstream systems netplane's benchmarks
-# compare against, each from its own pinned Go module under hack/tools:
+# build-anchors.sh BIN_DIR [NAME...]: builds the upstream systems netplane's
+# benchmarks compare against, and the lab's upstream stack runs (see
+# docs/conformance.md), each from its own pinned Go module under hack/tools;
+# all of them, or only the NAMEs given:
 #   kube-proxy, kube-controller-manager   (k8s.io/kubernetes, hack/tools/kube)
 #   coredns                               (github.com/coredns/coredns, hack/tools/coredns)
-#   cni/bridge, cni/host-local            (github.com/containernetworking/plugins, hack/tools/cniplugins)
+#   bridge, host-local, portmap           (github.com/containernetworking/plugins, hack/tools/cniplugins), into BIN_DIR/cni
 #   kube-router                           (github.com/cloudnativelabs/kube-router/v2, hack/tools/kuberouter)
 # kube-router v2.1.0 is the only version the Go module proxy serves, and
 # security flaws are reported against it: it is built only as the anchor the
@@ -14,7 +16,10 @@
 # edit: see build_flanneld.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
-bin=$1
+bin=$(mkdir -p "$1" && cd "$1" && pwd); shift
+only=" $* "
+# wanted NAME: whether NAME is to be built.
+wanted() { [ "$only" = "  " ] || [[ "$only" == *" $1 "* ]]; }
 
 # flanneld is built from a copy of its pinned module with one line removed
 # from main.go: the blank import of pkg/backend/tencentvpc. That backend's
@@ -61,15 +66,18 @@ build_flanneld() {
   mv "$out.tmp" "$out"
   echo "$want" > "$stamp"
 }
-build_flanneld "$bin/flanneld"
+if wanted flanneld; then build_flanneld "$bin/flanneld"; fi
 
-"$here/build-kube.sh" "$bin" kube-proxy kube-controller-manager
+for k in kube-proxy kube-controller-manager; do
+  if wanted $k; then "$here/build-kube.sh" "$bin" $k; fi
+done
 
 # build MODULE_DIR PACKAGE OUTPUT [VERSION_VAR]: go build, skipped when the
 # stamp matches; VERSION_VAR, when given, is the package variable that gets
 # the pinned version, which the binary then prints.
 build() {
   local dir=$1 pkg=$2 out=$3 versionvar=${4:-}
+  wanted "$(basename "$out")" || return 0
   local version
   version=$(cd "$here/tools/$dir" && go list -m -f '{{.Version}}' "$(awk '$1=="require" {print $2; exit}' go.mod)")
   local stamp
@@ -89,5 +97,6 @@ build() {
 build coredns github.com/coredns/coredns "$bin/coredns"
 build cniplugins github.com/containernetworking/plugins/plugins/main/bridge "$bin/cni/bridge"
 build cniplugins github.com/containernetworking/plugins/plugins/ipam/host-local "$bin/cni/host-local"
+build cniplugins github.com/containernetworking/plugins/plugins/meta/portmap "$bin/cni/portmap"
 build kuberouter github.com/cloudnativelabs/kube-router/v2/cmd/kube-router "$bin/kube-router" \
   github.com/cloudnativelabs/kube-router/v2/pkg/version.Version

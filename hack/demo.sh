@@ -14,7 +14,11 @@ NODES=${NETPLANE_LAB_NODES:-2}
 # 2 (the default) puts every second node on a second underlay subnet
 # behind a router, which pods cross through the VXLAN overlay; 1 puts every
 # node on one subnet.
-SUBNETS=${NETPLANE_LAB_SUBNETS:-2}
+# NETPLANE_LAB_STACK=upstream runs the systems netplane replaces instead
+# (docs/conformance.md), on one subnet.
+default_subnets=2
+[ "${NETPLANE_LAB_STACK:-}" != upstream ] || default_subnets=1
+SUBNETS=${NETPLANE_LAB_SUBNETS:-$default_subnets}
 LAB=bin/netplane-lab
 
 if [ "$(id -u)" != 0 ]; then
@@ -54,9 +58,9 @@ up)
 The cluster stays up for your own Services. Try:
   export KUBECONFIG=$STATE_DIR/kubeconfig
   kubectl get nodes -o wide; kubectl get pods -A -o wide; kubectl get endpointslices
-  $LAB exec --state-dir=$STATE_DIR client -- /testimage lookup nginx
-  $LAB exec --state-dir=$STATE_DIR client -- /testimage lookup --type=SRV _http._tcp.web.default.svc.cluster.local
-  $LAB exec --state-dir=$STATE_DIR client -- /testimage get http://nginx:8080/
+  bin/kubectl exec client -- /testimage lookup nginx
+  bin/kubectl exec client -- /testimage lookup --type=SRV _http._tcp.web.default.svc.cluster.local
+  bin/kubectl exec client -- /testimage get http://nginx:8080/
 Remove it with: make demo-down
 MSG
 	exit $status

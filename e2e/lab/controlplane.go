@@ -49,6 +49,7 @@ func (l *Lab) identities() []identity {
 		{"system:kube-scheduler", ""},
 		{"netplane-controller", "system:masters"},
 		{"netplane-node", "system:masters"},
+		{"system:kube-proxy", ""}, // the upstream stack's, bound to system:node-proxier by default
 	}
 	for _, n := range l.Nodes {
 		ids = append(ids, identity{"system:node:" + n.Name, "system:nodes"})
@@ -226,9 +227,13 @@ func (l *Lab) writeKubeconfig(path, server, token string) error {
 // and netplane --role=controller, then waits for what pods need: the default
 // ServiceAccount and the root CA ConfigMap.
 func (l *Lab) startControllers(saKey string) error {
+	controllers := "*,-endpointslice,-endpointslicemirroring"
+	if l.upstream() {
+		controllers = "*"
+	}
 	kcm, err := l.start(l.ControlPlane, "kube-controller-manager", framework.Binary("kube-controller-manager"),
 		"--kubeconfig="+l.kubeconfigFor("system:kube-controller-manager"),
-		"--controllers=*,-endpointslice,-endpointslicemirroring",
+		"--controllers="+controllers,
 		"--allocate-node-cidrs", "--cluster-cidr="+ClusterCIDRs,
 		"--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64",
 		"--service-cluster-ip-range="+ServiceCIDRs,
@@ -246,15 +251,17 @@ func (l *Lab) startControllers(saKey string) error {
 		return err
 	}
 	l.cp.procs = append(l.cp.procs, sched)
-	argv, env, err := l.controllerCommand()
-	if err != nil {
-		return err
+	if !l.upstream() {
+		argv, env, err := l.controllerCommand()
+		if err != nil {
+			return err
+		}
+		ctrl, err := l.startEnv(l.ControlPlane, "netplane-controller", env, argv...)
+		if err != nil {
+			return err
+		}
+		l.cp.procs = append(l.cp.procs, ctrl)
 	}
-	ctrl, err := l.startEnv(l.ControlPlane, "netplane-controller", env, argv...)
-	if err != nil {
-		return err
-	}
-	l.cp.procs = append(l.cp.procs, ctrl)
 	return l.waitFor(60*time.Second, "the default ServiceAccount and kube-root-ca.crt", func(ctx context.Context) error {
 		if _, err := l.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
 			return err

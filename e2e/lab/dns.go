@@ -23,7 +23,8 @@ const (
 )
 
 // deployDNS starts the fake upstream DNS server on its underlay host and
-// creates netplane's DNS Deployment and the kube-dns Service. It does not
+// creates the kube-dns Service and netplane's DNS Deployment (CoreDNS's
+// in the upstream stack). It does not
 // wait for the pods: WaitReady does.
 func (l *Lab) deployDNS(ctx context.Context) error {
 	up, err := l.start(l.Upstream, "upstream-dns", l.bin.testimage, "upstream", "--listen="+UpstreamDNSIP+":53")
@@ -35,7 +36,22 @@ func (l *Lab) deployDNS(ctx context.Context) error {
 		return nil
 	}
 	labels := map[string]string{"k8s-app": "kube-dns"}
-	objs := []func() error{
+	service := func() error {
+		_, err := l.Client.CoreV1().Services(DNSNamespace).Create(ctx, &corev1.Service{
+			ObjectMeta: metav1.ObjectMeta{Name: DNSService, Labels: labels},
+			Spec: corev1.ServiceSpec{ClusterIP: DNSServiceIP, Selector: labels, Ports: []corev1.ServicePort{
+				{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(53)},
+				{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(53)},
+			}}}, metav1.CreateOptions{})
+		return err
+	}
+	if l.upstream() {
+		if err := createAll(service); err != nil {
+			return err
+		}
+		return l.deployCoreDNS(ctx, labels)
+	}
+	return createAll(service,
 		func() error {
 			_, err := l.Client.CoreV1().ServiceAccounts(DNSNamespace).Create(ctx, &corev1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: DNSDeployment}}, metav1.CreateOptions{})
 			return err
@@ -54,20 +70,16 @@ func (l *Lab) deployDNS(ctx context.Context) error {
 			return err
 		},
 		func() error {
-			_, err := l.Client.CoreV1().Services(DNSNamespace).Create(ctx, &corev1.Service{
-				ObjectMeta: metav1.ObjectMeta{Name: DNSService, Labels: labels},
-				Spec: corev1.ServiceSpec{ClusterIP: DNSServiceIP, Selector: labels, Ports: []corev1.ServicePort{
-					{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(53)},
-					{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(53)},
-				}}}, metav1.CreateOptions{})
-			return err
-		},
-		func() error {
 			_, err := l.Client.AppsV1().Deployments(DNSNamespace).Create(ctx, dnsDeployment(labels), metav1.CreateOptions{})
 			return err
 		},
-	}
-	for _, create := range objs {
+	)
+}
+
+// createAll runs create calls in order; an object that exists already is
+// left as it is.
+func createAll(creates ...func() error) error {
+	for _, create := range creates {
 		if err := create(); err != nil && !apierrors.IsAlreadyExists(err) {
 			return err
 		}
@@ -118,12 +130,12 @@ func (l *Lab) WaitReady(ctx context.Context, timeout time.Duration) error {
 				return err
 			}
 		}
-		d, err := l.Client.AppsV1().Deployments(DNSNamespace).Get(ctx, DNSDeployment, metav1.GetOptions{})
+		d, err := l.Client.AppsV1().Deployments(DNSNamespace).Get(ctx, l.dnsDeploymentName(), metav1.GetOptions{})
 		if err != nil {
 			return err
 		}
 		if d.Status.ReadyReplicas < 1 {
-			return fmt.Errorf("no ready %s pod yet (%s)", DNSDeployment, l.podProblems(ctx, DNSNamespace, "k8s-app=kube-dns"))
+			return fmt.Errorf("no ready %s pod yet (%s)", l.dnsDeploymentName(), l.podProblems(ctx, DNSNamespace, "k8s-app=kube-dns"))
 		}
 		return nil
 	})

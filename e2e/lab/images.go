@@ -61,6 +61,13 @@ func (l *Lab) buildBinaries(ctx context.Context) error {
 		}
 		b.images = append(b.images, tarPath)
 	}
+	if l.upstream() {
+		tarPath := l.path("images", "coredns.tar")
+		if err := writeImage(tarPath, coreDNSImage, framework.Binary("coredns"), "coredns", []string{"/coredns"}); err != nil {
+			return fmt.Errorf("image %s: %w", coreDNSImage, err)
+		}
+		b.images = append(b.images, tarPath)
+	}
 	upstream, err := upstreamImages(l.path("images"))
 	if err != nil {
 		return fmt.Errorf("upstream test images: %w", err)

@@ -106,6 +106,9 @@ type Config struct {
 	Log func(format string, args ...any)
 	// Netplane, when set, decides how the netplane roles run (see Roles).
 	Netplane RolesHook
+	// Stack is StackNetplane (the default) or StackUpstream (see stack.go);
+	// default $NETPLANE_LAB_STACK.
+	Stack string
 }
 
 // Lab is a running lab.
@@ -138,8 +141,27 @@ func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if cfg.Nodes == 0 {
 		cfg.Nodes = 2
 	}
+	if cfg.Stack == "" {
+		cfg.Stack = os.Getenv("NETPLANE_LAB_STACK")
+	}
 	if cfg.Subnets == 0 {
 		cfg.Subnets, _ = strconv.Atoi(os.Getenv("NETPLANE_LAB_SUBNETS"))
+	}
+	tools := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd", "ctr", "runc", "nsenter", "ip"}
+	switch cfg.Stack {
+	case "", StackNetplane:
+		cfg.Stack = StackNetplane
+	case StackUpstream:
+		// Pods of other nodes are reached by host-gw routes, on one subnet.
+		if cfg.Subnets == 0 {
+			cfg.Subnets = 1
+		}
+		if cfg.Subnets != 1 {
+			return nil, fmt.Errorf("the upstream stack routes pod CIDRs host-gw, on one subnet, not %d (NETPLANE_LAB_SUBNETS)", cfg.Subnets)
+		}
+		tools = append(tools, upstreamTools...)
+	default:
+		return nil, fmt.Errorf("unknown stack %q (NETPLANE_LAB_STACK): %s or %s", cfg.Stack, StackNetplane, StackUpstream)
 	}
 	switch cfg.Subnets {
 	case 0:
@@ -158,9 +180,9 @@ func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if _, err := os.Stat(filepath.Join(cfg.StateDir, stateName)); err == nil {
 		return nil, fmt.Errorf("a lab is recorded in %s: run `netplane-lab down --state-dir=%s` (or `make demo-down`) first", cfg.StateDir, cfg.StateDir)
 	}
-	for _, tool := range []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd", "ctr", "runc", "nsenter", "ip"} {
+	for _, tool := range tools {
 		if framework.Binary(tool) == "" {
-			return nil, fmt.Errorf("%s not found in %s or on $PATH: run `make tools` as root", tool, framework.BinDir())
+			return nil, fmt.Errorf("%s not found in %s or on $PATH: run `make tools` (and `make anchors` for the upstream stack) as root", tool, framework.BinDir())
 		}
 	}
 	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {

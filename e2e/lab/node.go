@@ -53,7 +53,8 @@ func (l *Lab) startNodes(ctx context.Context) error {
 			return err
 		}
 	}
-	return l.waitFor(60*time.Second, "pod CIDRs on every node", func(ctx context.Context) error {
+	cidrs := map[string][]string{}
+	err := l.waitFor(60*time.Second, "pod CIDRs on every node", func(ctx context.Context) error {
 		for _, n := range l.Nodes {
 			node, err := l.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 			if err != nil {
@@ -62,26 +63,34 @@ func (l *Lab) startNodes(ctx context.Context) error {
 			if len(node.Spec.PodCIDRs) == 0 {
 				return fmt.Errorf("node %s has no pod CIDRs yet", n.Name)
 			}
-		}
-		for _, n := range l.Nodes {
-			node, err := l.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if err := l.routePodCIDRs(n, node.Spec.PodCIDRs); err != nil {
-				return err
-			}
+			cidrs[n.Name] = node.Spec.PodCIDRs
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	for _, n := range l.Nodes {
+		if err := l.routePodCIDRs(n, cidrs[n.Name]); err != nil {
+			return err
+		}
+		if l.upstream() {
+			if err := l.startUpstreamNodeNetwork(n, cidrs); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
 }
 
 func (n *Node) start(ctx context.Context) error {
 	if err := n.startContainerd(ctx); err != nil {
 		return fmt.Errorf("%s: %w", n.Name, err)
 	}
-	if err := n.StartNetplane(); err != nil {
-		return fmt.Errorf("%s: %w", n.Name, err)
+	if !n.lab.upstream() {
+		if err := n.StartNetplane(); err != nil {
+			return fmt.Errorf("%s: %w", n.Name, err)
+		}
 	}
 	if err := n.StartKubelet(); err != nil {
 		return fmt.Errorf("%s: %w", n.Name, err)

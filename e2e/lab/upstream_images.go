@@ -18,15 +18,16 @@ import (
 // (k8s.io/kubernetes test/utils/image/manifest.go at the pinned version),
 // built here so the suite runs unmodified and nothing is pulled.
 const (
-	PauseImage        = "registry.k8s.io/pause:3.10.2"
-	agnhostImage      = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
-	agnhostPrevImage  = "registry.k8s.io/e2e-test-images/agnhost:2.55"
-	busyboxImage      = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
-	glibcDNSImage     = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
-	nginxImage        = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
-	nginxNewImage     = "registry.k8s.io/e2e-test-images/nginx:1.28.0-2"
-	regression74839   = "registry.k8s.io/e2e-test-images/regression-issue-74839:1.5"
-	upstreamImagesTar = "upstream-images.tar"
+	PauseImage         = "registry.k8s.io/pause:3.10.2"
+	agnhostImage       = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	agnhostPrevImage   = "registry.k8s.io/e2e-test-images/agnhost:2.55"
+	busyboxImage       = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
+	glibcDNSImage      = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
+	nginxImage         = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
+	nginxNewImage      = "registry.k8s.io/e2e-test-images/nginx:1.28.0-2"
+	regression74839    = "registry.k8s.io/e2e-test-images/regression-issue-74839:1.5"
+	distrolessIPTables = "registry.k8s.io/build-image/distroless-iptables:v0.9.7"
+	upstreamImagesTar  = "upstream-images.tar"
 )
 
 // debianTools are the programs upstream's tests run inside agnhost and
@@ -37,7 +38,7 @@ var debianTools = map[string]string{
 	"bin/bash": "bash", "bin/sh": "dash", "usr/bin/curl": "curl", "usr/bin/nc": "nc.openbsd",
 	"usr/bin/dig": "dig", "usr/bin/nslookup": "nslookup", "usr/bin/host": "host",
 	"usr/bin/getent": "getent", "sbin/ip": "ip", "usr/bin/ss": "ss", "usr/bin/socat": "socat",
-	"usr/sbin/nginx": "nginx",
+	"usr/sbin/nginx": "nginx", "usr/sbin/conntrack": "conntrack", "usr/local/bin/iperf": "iperf",
 }
 
 // upstreamImages packs the test images into one docker-archive in dir:
@@ -89,6 +90,9 @@ func upstreamImages(dir string) (string, error) {
 		{Ref: glibcDNSImage, Layers: []*framework.Layer{base, debian}, Cmd: []string{"bash"}, Env: path},
 		{Ref: nginxImage, Layers: []*framework.Layer{base, debian, nginx}, Entrypoint: []string{"nginx", "-g", "daemon off;"}, Env: path},
 		{Ref: nginxNewImage, Layers: []*framework.Layer{base, debian, nginx}, Entrypoint: []string{"nginx", "-g", "daemon off;"}, Env: path},
+		// kube-proxy's own image, which a test runs on the host network
+		// to read the node's conntrack table.
+		{Ref: distrolessIPTables, Layers: []*framework.Layer{base, debian}, Cmd: []string{"sh"}, Env: path},
 		{Ref: regression74839, Layers: []*framework.Layer{base, {Files: []framework.File{{Path: "regression-issue-74839", Data: bins["regression-issue-74839"]}}}},
 			Entrypoint: []string{"/regression-issue-74839"}, Env: path},
 	}

@@ -47,13 +47,15 @@ func TestUpstreamImagesRunTheirTools(t *testing.T) {
 		{glibcDNSImage, []string{"bash", "-c", `test -n "$(getent hosts localhost)" && echo ok`}, "ok"},
 		{busyboxImage, []string{"sh", "-c", "nc 2>&1; wget --help 2>&1 | head -1"}, "BusyBox"},
 		{nginxImage, []string{"nginx", "-t"}, "syntax is ok"},
+		{distrolessIPTables, []string{"conntrack", "--version"}, "conntrack v1"},
+		{agnhostImage, []string{"iperf", "--version"}, "iperf version 2"},
 		{PauseImage, []string{"/pause", "-v"}, "pause.c"},
 	} {
 		t.Run(strings.Fields(strings.TrimPrefix(tc.image, "registry.k8s.io/"))[0]+" "+tc.argv[0], func(t *testing.T) {
 			cmd := exec.Command(tc.argv[0], tc.argv[1:]...)
 			if !strings.HasPrefix(tc.argv[0], "/") {
 				cmd.Path = "/usr/bin/env"
-				cmd.Args = append([]string{"env", "PATH=/usr/sbin:/usr/bin:/sbin:/bin"}, tc.argv...)
+				cmd.Args = append([]string{"env", "PATH=/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"}, tc.argv...)
 			}
 			cmd.SysProcAttr = &syscall.SysProcAttr{Chroot: roots[tc.image]}
 			cmd.Dir = "/"

@@ -1,7 +1,8 @@
 // Package scenarios is netplane's end-to-end suite: one 2-node lab (package
 // lab) for the whole package, the Service scenarios of `make demo` as tests
 // with assertions, and the disruptions an operator cares about: a node
-// kubelet restart with traffic flowing, and DNS while its pod is replaced.
+// kubelet restart with traffic flowing, and DNS while its pod is replaced;
+// then Kubernetes' own [sig-network] Conformance tests (upstream_test.go).
 package scenarios
 
 import (
@@ -26,8 +27,9 @@ import (
 )
 
 // budget is the longest the whole suite, lab start and teardown included
-// (compiling the binaries not), may take on a 2-core machine.
-const budget = 10 * time.Minute
+// (compiling the binaries not), may take on a 2-core machine: the lab's
+// own scenarios, then upstream's Conformance tests (about 70 s).
+const budget = 12 * time.Minute
 
 var (
 	theLab   *lab.Lab

@@ -120,7 +120,7 @@ func runLab(stateDir string, nodes, subnets int, api string) error {
 	readyErr := l.WaitReady(ctx, 3*time.Minute)
 	msg := fmt.Sprintf("lab is up: %d nodes on %d subnets\n  export KUBECONFIG=%s\n  API server relay: %s\n", nodes, l.Subnets, l.Kubeconfig, l.APIAddress)
 	for _, n := range l.Nodes {
-		msg += fmt.Sprintf("  %s (%s): nsenter --net=%s nft list table ip netplane\n", n.Name, n.IP, n.NS.Path)
+		msg += fmt.Sprintf("  %s (%s): nsenter --net=%s nft list table ip %s\n", n.Name, n.IP, n.NS.Path, l.ServiceTable())
 	}
 	msg += fmt.Sprintf("  external client: nsenter --net=%s %s get http://%s:30080/\n", l.External.Path, filepath.Join(stateDir, "bin", "testimage"), l.Nodes[0].IP)
 	if readyErr != nil {

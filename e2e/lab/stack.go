@@ -1,0 +1,238 @@
+package lab
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+
+	appsv1 "k8s.io/api/apps/v1"
+	corev1 "k8s.io/api/core/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
+
+	"github.com/netplane/netplane/e2e/framework"
+)
+
+// What runs the lab's network. StackUpstream runs, in netplane's place, the
+// systems it replaces, so that a test failing in both stacks is known to be
+// the lab's: kube-controller-manager's own EndpointSlice controllers,
+// CoreDNS, kube-proxy in nftables mode, and the reference bridge,
+// host-local and portmap CNI plugins with a route per node to every other
+// node's pod CIDRs (host-gw, so one subnet), without NetworkPolicy.
+const (
+	StackNetplane = "netplane"
+	StackUpstream = "upstream"
+)
+
+// upstreamTools are the binaries StackUpstream needs (make anchors).
+var upstreamTools = []string{"kube-proxy", "coredns", "cni/bridge", "cni/host-local", "cni/portmap", "nft", "iptables"}
+
+// CoreDNS objects of StackUpstream, named as kubeadm names them.
+const (
+	coreDNSDeployment = "coredns"
+	coreDNSImage      = "lab.local/coredns:dev"
+)
+
+func (l *Lab) upstream() bool { return l.Config.Stack == StackUpstream }
+
+// ServiceTable is the nftables table of the stack's Service proxy.
+func (l *Lab) ServiceTable() string {
+	if l.upstream() {
+		return "kube-proxy"
+	}
+	return "netplane"
+}
+
+// dnsDeploymentName is the cluster DNS Deployment of the lab's stack.
+func (l *Lab) dnsDeploymentName() string {
+	if l.upstream() {
+		return coreDNSDeployment
+	}
+	return DNSDeployment
+}
+
+// startUpstreamNodeNetwork gives node n what a kind node of the upstream
+// stack has once its pod CIDRs are allocated: the bridge conflist, a route
+// to every other node's pod CIDRs, masquerade of pod traffic leaving the
+// cluster CIDRs (kindnet's rule), and kube-proxy.
+func (l *Lab) startUpstreamNodeNetwork(n *Node, cidrs map[string][]string) error {
+	for _, p := range []string{"bridge", "host-local", "portmap"} {
+		if err := copyFile(framework.Binary("cni/"+p), filepath.Join(n.Dir, "cni", "bin", p)); err != nil {
+			return err
+		}
+	}
+	var ranges []any
+	for _, c := range cidrs[n.Name] {
+		ranges = append(ranges, []any{map[string]string{"subnet": c}})
+	}
+	conf, err := json.MarshalIndent(map[string]any{
+		"cniVersion": "1.0.0", "name": "lab-bridge",
+		"plugins": []any{
+			map[string]any{"type": "bridge", "bridge": "cni0", "isGateway": true, "hairpinMode": true,
+				"ipam": map[string]any{"type": "host-local", "ranges": ranges, "dataDir": filepath.Join(n.Dir, "cni", "ipam"),
+					"routes": []any{map[string]string{"dst": "0.0.0.0/0"}, map[string]string{"dst": "::/0"}}}},
+			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
+		},
+	}, "", "  ")
+	if err != nil {
+		return err
+	}
+	cmds := [][]string{
+		{"sysctl", "-qw", "net.bridge.bridge-nf-call-iptables=1"},
+		{"sysctl", "-qw", "net.bridge.bridge-nf-call-ip6tables=1"},
+	}
+	for _, other := range l.Nodes {
+		if other == n {
+			continue
+		}
+		for _, c := range cidrs[other.Name] {
+			via := other.IP
+			if strings.Contains(c, ":") {
+				via = other.IP6
+			}
+			cmds = append(cmds, []string{"ip", "route", "replace", c, "via", via})
+		}
+	}
+	v4, v6 := strings.Split(ClusterCIDRs, ",")[0], strings.Split(ClusterCIDRs, ",")[1]
+	cmds = append(cmds, []string{"nft", "-f", "-"})
+	masq := fmt.Sprintf(`table inet lab-masq {
+	chain postrouting {
+		type nat hook postrouting priority srcnat;
+		ip saddr %s ip daddr != %s oifname "eth0" masquerade
+		ip6 saddr %s ip6 daddr != %s oifname "eth0" masquerade
+	}
+}
+`, v4, v4, v6, v6)
+	for _, c := range cmds {
+		cmd := n.NS.Command(c[0], c[1:]...)
+		if c[0] == "nft" {
+			cmd.Stdin = strings.NewReader(masq)
+		}
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return fmt.Errorf("%s: %v: %v: %s", n.Name, c, err, out)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(n.CNIConf, "10-bridge.conflist"), conf, 0o644); err != nil {
+		return err
+	}
+	return n.startKubeProxy()
+}
+
+// kubeProxyConfig runs kube-proxy in nftables mode; maxPerCore 0 leaves
+// nf_conntrack_max alone, a machine-wide setting no namespace holds.
+const kubeProxyConfig = `apiVersion: kubeproxy.config.k8s.io/v1alpha1
+kind: KubeProxyConfiguration
+mode: nftables
+clientConnection:
+  kubeconfig: {{kubeconfig}}
+hostnameOverride: {{node}}
+clusterCIDR: {{clusterCIDRs}}
+conntrack:
+  maxPerCore: 0
+healthzBindAddress: 0.0.0.0:10256
+metricsBindAddress: 127.0.0.1:10249
+`
+
+func (n *Node) startKubeProxy() error {
+	conf := strings.NewReplacer("{{kubeconfig}}", n.lab.kubeconfigFor("system:kube-proxy"), "{{node}}", n.Name,
+		"{{clusterCIDRs}}", ClusterCIDRs).Replace(kubeProxyConfig)
+	path := filepath.Join(n.Dir, "kube-proxy.yaml")
+	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
+		return err
+	}
+	p, err := n.lab.start(n.NS, n.Name+"-kube-proxy", framework.Binary("kube-proxy"), "--config="+path, "--v=1")
+	n.mu.Lock()
+	n.netplaneP = p
+	n.mu.Unlock()
+	return err
+}
+
+// corefile is CoreDNS's configuration as kubeadm writes it, forwarding to
+// the lab's upstream DNS server.
+const corefile = `.:53 {
+    errors
+    health :8080
+    ready :8181
+    kubernetes ` + ClusterDomain + ` in-addr.arpa ip6.arpa {
+        pods insecure
+        fallthrough in-addr.arpa ip6.arpa
+        ttl 30
+    }
+    forward . ` + UpstreamDNSIP + `
+    cache 30
+    loop
+    reload
+    loadbalance
+}
+`
+
+// coreDNSObjects are CoreDNS's ServiceAccount, RBAC, Corefile and
+// Deployment; the kube-dns Service is the lab's own.
+func coreDNSObjects(labels map[string]string) (*corev1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *corev1.ConfigMap, *appsv1.Deployment) {
+	meta := metav1.ObjectMeta{Name: coreDNSDeployment, Namespace: DNSNamespace}
+	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"}, Rules: []rbacv1.PolicyRule{
+		{APIGroups: []string{""}, Resources: []string{"services", "pods", "namespaces", "endpoints"}, Verbs: []string{"list", "watch"}},
+		{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"list", "watch"}},
+	}}
+	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
+		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:coredns"},
+		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: DNSNamespace, Name: coreDNSDeployment}}}
+	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{"Corefile": corefile}}
+	d := &appsv1.Deployment{
+		ObjectMeta: metav1.ObjectMeta{Name: coreDNSDeployment, Namespace: DNSNamespace, Labels: labels},
+		Spec: appsv1.DeploymentSpec{
+			Replicas: ptr.To[int32](2),
+			Selector: &metav1.LabelSelector{MatchLabels: labels},
+			Template: corev1.PodTemplateSpec{
+				ObjectMeta: metav1.ObjectMeta{Labels: labels},
+				Spec: corev1.PodSpec{
+					ServiceAccountName: coreDNSDeployment,
+					DNSPolicy:          corev1.DNSDefault,
+					Volumes: []corev1.Volume{{Name: "config", VolumeSource: corev1.VolumeSource{ConfigMap: &corev1.ConfigMapVolumeSource{
+						LocalObjectReference: corev1.LocalObjectReference{Name: coreDNSDeployment}}}}},
+					Containers: []corev1.Container{{
+						Name: "coredns", Image: coreDNSImage, Args: []string{"-conf", "/etc/coredns/Corefile"},
+						VolumeMounts: []corev1.VolumeMount{{Name: "config", MountPath: "/etc/coredns", ReadOnly: true}},
+						Ports: []corev1.ContainerPort{{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
+							{Name: "dns-tcp", ContainerPort: 53, Protocol: corev1.ProtocolTCP}},
+						ReadinessProbe: &corev1.Probe{ProbeHandler: corev1.ProbeHandler{HTTPGet: &corev1.HTTPGetAction{Path: "/ready", Port: intstr.FromInt32(8181)}},
+							PeriodSeconds: 1, FailureThreshold: 1},
+					}},
+				},
+			},
+		},
+	}
+	return &corev1.ServiceAccount{ObjectMeta: meta}, role, binding, cm, d
+}
+
+// deployCoreDNS creates coreDNSObjects.
+func (l *Lab) deployCoreDNS(ctx context.Context, labels map[string]string) error {
+	sa, role, binding, cm, d := coreDNSObjects(labels)
+	return createAll(
+		func() error {
+			_, err := l.Client.CoreV1().ServiceAccounts(DNSNamespace).Create(ctx, sa, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := l.Client.RbacV1().ClusterRoles().Create(ctx, role, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := l.Client.RbacV1().ClusterRoleBindings().Create(ctx, binding, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := l.Client.CoreV1().ConfigMaps(DNSNamespace).Create(ctx, cm, metav1.CreateOptions{})
+			return err
+		},
+		func() error {
+			_, err := l.Client.AppsV1().Deployments(DNSNamespace).Create(ctx, d, metav1.CreateOptions{})
+			return err
+		},
+	)
+}
