@@ -50,8 +50,9 @@ type Desired struct {
 	// Health has one entry per Service with a healthCheckNodePort.
 	Health map[types.NamespacedName]HealthInfo
 	// UDP maps a UDP service address (VIP:port or node port) to the endpoint
-	// addresses it may go to; a flow to anything else is stale.
-	UDP map[netip.AddrPort]map[netip.Addr]bool
+	// addresses and target ports it may go to; a flow to anything else (a
+	// gone pod, or a port the Service no longer targets) is stale.
+	UDP map[netip.AddrPort]map[netip.AddrPort]bool
 	// NoLocalEndpoints counts ports with Local policy and no local endpoint.
 	NoLocalInternal, NoLocalExternal int
 }
@@ -71,7 +72,7 @@ func newDesired() *Desired {
 	return &Desired{
 		Tables: map[nftables.TableFamily]*nft.Table{},
 		Health: map[types.NamespacedName]HealthInfo{},
-		UDP:    map[netip.AddrPort]map[netip.Addr]bool{},
+		UDP:    map[netip.AddrPort]map[netip.AddrPort]bool{},
 	}
 }
 
@@ -284,11 +285,11 @@ func (b *builder) udp(vip netip.AddrPort, eps []endpoint) {
 	}
 	m := b.d.UDP[vip]
 	if m == nil {
-		m = map[netip.Addr]bool{}
+		m = map[netip.AddrPort]bool{}
 		b.d.UDP[vip] = m
 	}
 	for _, e := range eps {
-		m[e.Addr] = true
+		m[netip.AddrPortFrom(e.Addr, e.Port)] = true
 	}
 }
 

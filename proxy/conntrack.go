@@ -12,16 +12,18 @@ import (
 // datagrams to the endpoint it first chose, even after that endpoint is gone
 // (DNS through a Service breaks when its pods move). After the rules change,
 // entries for a Service address whose reply comes from an address that is no
-// longer one of its endpoints are deleted.
+// longer one of its endpoints are deleted; so are those answered from an
+// endpoint's port the Service no longer targets (its targetPort changed,
+// and a client sending from one source port would never leave the old one).
 
 // staleUDP decides whether one UDP flow is stale: it is addressed to a
 // service address (VIP:port or node port) and answered by something that is
 // not a current endpoint, or to a service address that no longer exists.
 type staleUDP struct {
-	now, before map[netip.AddrPort]map[netip.Addr]bool
+	now, before map[netip.AddrPort]map[netip.AddrPort]bool
 }
 
-func (s staleUDP) stale(dst netip.AddrPort, replySrc netip.Addr) bool {
+func (s staleUDP) stale(dst, replySrc netip.AddrPort) bool {
 	if eps, ok := s.now[dst]; ok {
 		return !eps[replySrc]
 	}
@@ -39,18 +41,18 @@ func (s staleUDP) MatchConntrackFlow(f *netlink.ConntrackFlow) bool {
 	if !ok1 || !ok2 {
 		return false
 	}
-	return s.stale(netip.AddrPortFrom(dst.Unmap(), f.Forward.DstPort), src.Unmap())
+	return s.stale(netip.AddrPortFrom(dst.Unmap(), f.Forward.DstPort), netip.AddrPortFrom(src.Unmap(), f.Reverse.SrcPort))
 }
 
 // udpChanged reports whether the UDP service map changed at all; only then
 // is the conntrack table walked.
-func udpChanged(a, b map[netip.AddrPort]map[netip.Addr]bool) bool {
-	return !maps.EqualFunc(a, b, func(x, y map[netip.Addr]bool) bool { return maps.Equal(x, y) })
+func udpChanged(a, b map[netip.AddrPort]map[netip.AddrPort]bool) bool {
+	return !maps.EqualFunc(a, b, func(x, y map[netip.AddrPort]bool) bool { return maps.Equal(x, y) })
 }
 
 // cleanConntrack deletes stale UDP entries of both families in the
 // caller's network namespace.
-func cleanConntrack(before, now map[netip.AddrPort]map[netip.Addr]bool) (uint, error) {
+func cleanConntrack(before, now map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error) {
 	f := staleUDP{now: now, before: before}
 	n4, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET, f)
 	if err != nil {

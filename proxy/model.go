@@ -375,7 +375,7 @@ func (m *Model) sharedElems(f *fragment) map[nftables.TableFamily][]fragElem {
 func (m *Model) summarize() {
 	d := m.d
 	d.Health = map[types.NamespacedName]HealthInfo{}
-	d.UDP = map[netip.AddrPort]map[netip.Addr]bool{}
+	d.UDP = map[netip.AddrPort]map[netip.AddrPort]bool{}
 	d.NoLocalInternal, d.NoLocalExternal = 0, 0
 	for _, f := range m.frags {
 		maps.Copy(d.Health, f.d.Health)

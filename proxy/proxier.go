@@ -40,7 +40,7 @@ type proxier struct {
 	// --sync-period (newRunner).
 	runner *runner.Runner
 	// cleanUDP deletes stale UDP conntrack entries (cleanConntrack).
-	cleanUDP func(before, now map[netip.AddrPort]map[netip.Addr]bool) (uint, error)
+	cleanUDP func(before, now map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error)
 
 	mu       sync.Mutex
 	pending  int         // changes not yet programmed
@@ -51,7 +51,7 @@ type proxier struct {
 	dirty   map[types.NamespacedName]bool
 	started time.Time // earlier trigger times are not this proxier's latency
 	synced  bool      // a sync succeeded
-	lastUDP map[netip.AddrPort]map[netip.Addr]bool
+	lastUDP map[netip.AddrPort]map[netip.AddrPort]bool
 }
 
 // newProxier reads Services, EndpointSlices and this node's Node from the

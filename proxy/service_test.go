@@ -154,19 +154,20 @@ func TestCategorizeEndpoints(t *testing.T) {
 func TestStaleUDPFlows(t *testing.T) {
 	vip := netip.MustParseAddrPort("172.30.0.10:53")
 	gone := netip.MustParseAddrPort("172.30.0.11:53")
-	a, b := netip.MustParseAddr("10.0.0.1"), netip.MustParseAddr("10.0.0.2")
-	before := map[netip.AddrPort]map[netip.Addr]bool{vip: {a: true, b: true}, gone: {a: true}}
-	now := map[netip.AddrPort]map[netip.Addr]bool{vip: {b: true}}
+	a, b := netip.MustParseAddrPort("10.0.0.1:5353"), netip.MustParseAddrPort("10.0.0.2:5353")
+	before := map[netip.AddrPort]map[netip.AddrPort]bool{vip: {a: true, b: true}, gone: {a: true}}
+	now := map[netip.AddrPort]map[netip.AddrPort]bool{vip: {b: true}}
 	s := staleUDP{now: now, before: before}
 	cases := []struct {
 		dst   netip.AddrPort
-		reply netip.Addr
+		reply netip.AddrPort
 		stale bool
 	}{
-		{vip, b, false},         // a current endpoint
-		{vip, a, true},          // an endpoint that went away
-		{vip, vip.Addr(), true}, // no DNAT: sent while there were no endpoints
-		{gone, a, true},         // the Service went away
+		{vip, b, false},  // a current endpoint
+		{vip, a, true},   // an endpoint that went away
+		{vip, vip, true}, // no DNAT: sent while there were no endpoints
+		{vip, netip.AddrPortFrom(b.Addr(), 53), true}, // the endpoint's old target port
+		{gone, a, true}, // the Service went away
 		{netip.MustParseAddrPort("10.9.9.9:53"), a, false}, // not a Service: never touched
 	}
 	for _, c := range cases {
@@ -174,7 +175,7 @@ func TestStaleUDPFlows(t *testing.T) {
 			t.Errorf("flow to %s answered by %s: stale=%v, want %v", c.dst, c.reply, got, c.stale)
 		}
 	}
-	if udpChanged(now, map[netip.AddrPort]map[netip.Addr]bool{vip: {b: true}}) {
+	if udpChanged(now, map[netip.AddrPort]map[netip.AddrPort]bool{vip: {b: true}}) {
 		t.Error("equal maps reported as changed")
 	}
 }

@@ -96,7 +96,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 		model:    NewModel(),
 		metrics:  newMetrics(prometheus.NewRegistry()),
 		started:  time.Now(),
-		cleanUDP: func(_, _ map[netip.AddrPort]map[netip.Addr]bool) (uint, error) { return 0, nil },
+		cleanUDP: func(_, _ map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error) { return 0, nil },
 	}
 	n.p.runner = n.p.newRunner()
 	n.p.health = newHealthServers(logr.Discard(), func() bool { return true })
