@@ -89,6 +89,7 @@ func AddFlags(fs *pflag.FlagSet) []flag {
 	strs("nodeport-addresses", "node.nodePortAddresses", nil, "CIDRs whose node addresses accept NodePort traffic and serve health-check node ports, or \"primary\". Empty: the node's primary IPs.")
 	dur("sync-period", "node.syncPeriod", o.SyncPeriod.Duration, "Period of full resyncs that heal rules changed by someone else.")
 	dur("min-sync-period", "node.minSyncPeriod", o.MinSyncPeriod.Duration, "Shortest time between two syncs; changes in between are batched.")
+	str("proxy-healthz-bind-address", "node.proxyHealthzBindAddress", o.ProxyHealthzBindAddress, "host:port of kube-proxy's node health server (/healthz, /livez) that cloud load balancers ask; \"\" disables.")
 	dur("conntrack-tcp-timeout-established", "node.conntrack.tcpEstablishedTimeout", o.Conntrack.TCPEstablishedTimeout.Duration, "Idle timeout of established TCP connections in conntrack (0: the kernel's).")
 	dur("conntrack-tcp-timeout-close-wait", "node.conntrack.tcpCloseWaitTimeout", o.Conntrack.TCPCloseWaitTimeout.Duration, "Conntrack timeout of TCP connections in CLOSE_WAIT (0: the kernel's).")
 	str("cni-conf-dir", "node.cniConfDir", o.CNIConfDir, "Directory the CNI configuration is written to.")

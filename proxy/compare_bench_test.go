@@ -144,6 +144,9 @@ func netplaneProxy(b *testing.B) benchProxy {
 		args: func(kc string) (string, []string) {
 			return bin, []string{"--role=node", "--v=2", "--kubeconfig=" + kc, "--node-name=node-a", "--cluster-cidr=10.244.0.0/16",
 				"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=" + benchMetricsAddr,
+				// As kube-proxy below: its health server, no conntrack sysctls.
+				"--proxy-healthz-bind-address=127.0.0.1:10256",
+				"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
 				"--cni-conf-dir=" + tmp, "--cni-bin-dir=" + tmp, "--ipam-state-dir=" + tmp, "--bridge=np-bench0"}
 		},
 		listsReceived: func(log string) time.Time { return lastLogTime(log, `"caches synced"`, `role="proxy"`) },

@@ -48,10 +48,11 @@ type proxier struct {
 	// dirty names the Services changed since the last sync; nil means
 	// anything may have (before the first sync, after a Node event or a
 	// failed sync).
-	dirty   map[types.NamespacedName]bool
-	started time.Time // earlier trigger times are not this proxier's latency
-	synced  bool      // a sync succeeded
-	lastUDP map[netip.AddrPort]map[netip.AddrPort]bool
+	dirty    map[types.NamespacedName]bool
+	started  time.Time // earlier trigger times are not this proxier's latency
+	synced   bool      // a sync succeeded
+	syncedAt time.Time // when one last did
+	lastUDP  map[netip.AddrPort]map[netip.AddrPort]bool
 }
 
 // newProxier reads Services, EndpointSlices and this node's Node from the
@@ -161,6 +162,13 @@ func (p *proxier) nodeHandler() cache.ResourceEventHandler {
 // programming longer than twice the sync period.
 func (p *proxier) healthz() error { return p.runner.Healthy(2 * p.cfg.SyncPeriod.Duration) }
 
+// lastSynced is when a sync last succeeded; zero before the first.
+func (p *proxier) lastSynced() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.syncedAt
+}
+
 // run syncs until ctx ends, as the runner decides.
 func (p *proxier) run(ctx context.Context) { p.runner.Run(ctx) }
 
@@ -250,7 +258,7 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 	p.metrics.noLocalEndpoints.WithLabelValues("external").Set(float64(d.NoLocalExternal))
 	p.mu.Lock()
 	first := !p.synced
-	p.synced = true
+	p.synced, p.syncedAt = true, now
 	before := p.lastUDP
 	p.lastUDP = d.UDP
 	p.mu.Unlock()

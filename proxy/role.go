@@ -25,6 +25,7 @@ package proxy
 
 import (
 	"context"
+	"fmt"
 	"os"
 	"time"
 
@@ -53,6 +54,11 @@ type Proxy struct {
 // New builds the proxy: it registers its views of Services,
 // EndpointSlices and this node's Node on the process's informers.
 func New(d role.Deps) (*Proxy, error) {
+	if d.MetricsHandler != nil {
+		if err := d.MetricsHandler("/proxyMode", proxyModeHandler()); err != nil {
+			return nil, err
+		}
+	}
 	return &Proxy{d: d, views: registerViews(d.Factory, d.Config.Node.NodeName)}, nil
 }
 
@@ -82,6 +88,11 @@ func (x *Proxy) Run(ctx context.Context) error {
 		synced = append(synced, h.view.Synced(), reg.HasSyncedChecker())
 	}
 	d.Checks.AddHealth("proxy", p.healthz)
+	if addr := d.Config.Node.ProxyHealthzBindAddress; addr != "" {
+		if err := p.serveNodeHealth(ctx, addr); err != nil {
+			return fmt.Errorf("node health server: %w", err)
+		}
+	}
 	if !role.WaitForSync(ctx, d, "proxy", synced...) {
 		return nil
 	}

@@ -126,7 +126,7 @@ func dnsDeployment(labels map[string]string) *appsv1.Deployment {
 func (l *Lab) WaitReady(ctx context.Context, timeout time.Duration) error {
 	return l.waitFor(timeout, "every node Ready and a ready cluster DNS", func(ctx context.Context) error {
 		for _, n := range l.Nodes {
-			if err := n.ready(ctx); err != nil {
+			if err := n.Ready(ctx); err != nil {
 				return err
 			}
 		}

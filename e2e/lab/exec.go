@@ -72,8 +72,8 @@ func (l *Lab) ExternalExec(ctx context.Context, args ...string) (string, error) 
 	return string(out), ctx.Err()
 }
 
-// ready is nil when the kubelet reports the node Ready, else says why not.
-func (n *Node) ready(ctx context.Context) error {
+// Ready is nil when the kubelet reports the node Ready, else says why not.
+func (n *Node) Ready(ctx context.Context) error {
 	node, err := n.lab.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
 	if err != nil {
 		return err

@@ -61,7 +61,7 @@ func (n *Node) nodeCommand() ([]string, []string, error) {
 		argv := []string{l.bin.netplane, "--role=node", "--node-name=" + n.Name,
 			"--kubeconfig=" + l.kubeconfigFor("netplane-node"), "--cluster-cidr=" + ClusterCIDRs, "--service-cidrs=" + ServiceCIDRs}
 		argv = append(argv, paths...)
-		return append(argv, "--health-bind-address=0.0.0.0:10256", "--metrics-bind-address=127.0.0.1:10249", "--v=2"), nil, nil
+		return append(argv, "--health-bind-address=0.0.0.0:10290", "--metrics-bind-address=127.0.0.1:10249", "--v=2"), nil, nil
 	}
 	kubeconfig := filepath.Join(n.Dir, "hook-node.kubeconfig")
 	if err := l.writeKubeconfig(kubeconfig, apiServerURL(), l.roles.Node.Token); err != nil {

@@ -45,10 +45,11 @@ var debianTools = map[string]string{
 // a busybox layer (Debian's static busybox, one link per applet), a
 // Debian layer above it with debianTools, and a small top layer per image.
 // The binaries agnhost, pause and regression-issue-74839 come from the
-// pinned module (make tools).
+// pinned module, coredns (which agnhost and glibc-dns-testing carry as
+// /coredns, for the DNS tests' own servers) from CoreDNS's (make tools).
 func upstreamImages(dir string) (string, error) {
 	bins := map[string][]byte{}
-	for _, name := range []string{"agnhost", "pause", "regression-issue-74839"} {
+	for _, name := range []string{"agnhost", "pause", "regression-issue-74839", "coredns"} {
 		p := framework.Binary(name)
 		if p == "" {
 			return "", fmt.Errorf("%s not found in %s: run `make tools` as root", name, framework.BinDir())
@@ -71,6 +72,7 @@ func upstreamImages(dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	coredns := &framework.Layer{Files: []framework.File{{Path: "coredns", Data: bins["coredns"]}}}
 	agnhost := &framework.Layer{Files: append([]framework.File{
 		{Path: "agnhost", Data: bins["agnhost"]},
 		{Path: "agnhost-2", Link: "agnhost"},
@@ -85,9 +87,9 @@ func upstreamImages(dir string) (string, error) {
 	images := []framework.Image{
 		{Ref: PauseImage, Layers: []*framework.Layer{{Files: []framework.File{{Path: "pause", Data: bins["pause"]}}}}, Entrypoint: []string{"/pause"}},
 		{Ref: busyboxImage, Layers: []*framework.Layer{base}, Cmd: []string{"sh"}, Env: path},
-		{Ref: agnhostImage, Layers: []*framework.Layer{base, debian, agnhost}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: path},
-		{Ref: agnhostPrevImage, Layers: []*framework.Layer{base, debian, agnhost}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: path},
-		{Ref: glibcDNSImage, Layers: []*framework.Layer{base, debian}, Cmd: []string{"bash"}, Env: path},
+		{Ref: agnhostImage, Layers: []*framework.Layer{base, debian, coredns, agnhost}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: path},
+		{Ref: agnhostPrevImage, Layers: []*framework.Layer{base, debian, coredns, agnhost}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: path},
+		{Ref: glibcDNSImage, Layers: []*framework.Layer{base, debian, coredns}, Cmd: []string{"bash"}, Env: path},
 		{Ref: nginxImage, Layers: []*framework.Layer{base, debian, nginx}, Entrypoint: []string{"nginx", "-g", "daemon off;"}, Env: path},
 		{Ref: nginxNewImage, Layers: []*framework.Layer{base, debian, nginx}, Entrypoint: []string{"nginx", "-g", "daemon off;"}, Env: path},
 		// kube-proxy's own image, which a test runs on the host network

@@ -21,7 +21,7 @@ import (
 // chrooted into it, so a library left out fails here, not in a pod.
 func TestUpstreamImagesRunTheirTools(t *testing.T) {
 	framework.RequireRoot(t)
-	for _, b := range []string{"agnhost", "pause", "regression-issue-74839", "busybox"} {
+	for _, b := range []string{"agnhost", "pause", "regression-issue-74839", "coredns", "busybox"} {
 		framework.RequireBinary(t, b)
 	}
 	archive, err := upstreamImages(t.TempDir())
@@ -35,6 +35,8 @@ func TestUpstreamImagesRunTheirTools(t *testing.T) {
 		want  string
 	}{
 		{agnhostImage, []string{"/agnhost", "--help"}, "netexec"},
+		{agnhostImage, []string{"/coredns", "-version"}, "CoreDNS-1."},
+		{glibcDNSImage, []string{"/coredns", "-version"}, "CoreDNS-1."},
 		{agnhostImage, []string{"/bin/sh", "-c", "seq 1 3 | tail -1"}, "3"},
 		{agnhostImage, []string{"curl", "--version"}, "curl 7"},
 		{agnhostImage, []string{"nc", "-h"}, "OpenBSD netcat"},

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 	"sync"
@@ -19,6 +20,7 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/lab"
@@ -339,4 +341,50 @@ func (l *load) stop(min int64) (ok, failed int64, firstErr error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	return l.ok.Load(), l.failed.Load(), l.firstErr
+}
+
+// TestNodeReadyFollowsThePodNetwork: the kubelet reports a node Ready only
+// while its containerd has netplane's CNI configuration. Without it (a
+// fresh node whose netplane has not started yet) the node turns NotReady
+// with the runtime's network reason, and Ready again once netplane --role=node
+// writes the configuration. Running pods are not touched.
+func TestNodeReadyFollowsThePodNetwork(t *testing.T) {
+	l := needReady(t)
+	n := l.Nodes[len(l.Nodes)-1]
+	ctx := ctxFor(t, 3*time.Minute)
+	n.StopNetplane()
+	running := false
+	t.Cleanup(func() {
+		if !running {
+			n.StartNetplane()
+		}
+	})
+	entries, err := os.ReadDir(n.CNIConf)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range entries {
+		if err := os.Remove(filepath.Join(n.CNIConf, e.Name())); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitNode := func(what string, done func(error) bool) {
+		t.Helper()
+		var last error
+		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
+			last = n.Ready(ctx)
+			return done(last), nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v (last: %v)", what, err, last)
+		}
+	}
+	waitNode("NotReady without a CNI configuration", func(err error) bool {
+		return err != nil && strings.Contains(err.Error(), "NetworkPluginNotReady")
+	})
+	if err := n.StartNetplane(); err != nil {
+		t.Fatal(err)
+	}
+	running = true
+	waitNode("Ready once netplane writes the CNI configuration", func(err error) bool { return err == nil })
 }

@@ -74,6 +74,9 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 		Checks:     checks,
 		Metrics:    metrics.Registry,
 	}
+	if cfg.MetricsBindAddress != "" {
+		deps.MetricsHandler = mgr.AddMetricsServerExtraHandler
+	}
 	deps.Factory = informer.New(deps.ProtobufClient())
 	for _, name := range cfg.Roles {
 		d := deps

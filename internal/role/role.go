@@ -9,6 +9,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"runtime/debug"
 	"sync"
@@ -41,7 +42,10 @@ type Deps struct {
 	Factory *informer.Factory
 	Checks  *Checks
 	Metrics prometheus.Registerer
-	Log     logr.Logger
+	// MetricsHandler serves a handler beside /metrics on the metrics
+	// address; call it while the role is built. Nil when metrics are off.
+	MetricsHandler func(path string, h http.Handler) error
+	Log            logr.Logger
 }
 
 // Func runs a role until ctx is cancelled (a graceful stop, returning nil) or

@@ -142,6 +142,10 @@ type Node struct {
 	// one carrying the node's address), less the VXLAN overhead when the
 	// overlay may carry pod traffic.
 	MTU int32 `json:"mtu"`
+	// ProxyHealthzBindAddress is host:port of kube-proxy's node health
+	// server (/healthz, /livez), which cloud load balancers ask before
+	// sending a node traffic; "" turns it off.
+	ProxyHealthzBindAddress string `json:"proxyHealthzBindAddress"`
 	// Conntrack sets the node's conntrack timeouts, as kube-proxy does.
 	Conntrack Conntrack `json:"conntrack"`
 	// NetworkPolicy configures the enforcement of NetworkPolicies.

@@ -107,6 +107,7 @@ func (v *validator) node(c *Configuration) {
 	}
 	v.between(p.Child("syncPeriod"), n.SyncPeriod.Duration, time.Second, time.Hour)
 	v.between(p.Child("minSyncPeriod"), n.MinSyncPeriod.Duration, 0, n.SyncPeriod.Duration)
+	v.hostPort(p.Child("proxyHealthzBindAddress"), n.ProxyHealthzBindAddress, true)
 	v.between(p.Child("conntrack", "tcpEstablishedTimeout"), n.Conntrack.TCPEstablishedTimeout.Duration, 0, 30*24*time.Hour)
 	v.between(p.Child("conntrack", "tcpCloseWaitTimeout"), n.Conntrack.TCPCloseWaitTimeout.Duration, 0, 30*24*time.Hour)
 	v.nonEmpty(p.Child("cniConfDir"), n.CNIConfDir)
