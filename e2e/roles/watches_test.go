@@ -55,12 +55,12 @@ func TestRolesInOneProcessListAndWatchEachResourceOnce(t *testing.T) {
 		}
 	}()
 	health, _ := framework.ServedAddresses(t, p, 30*time.Second)
-	framework.Eventually(t, 60*time.Second, "/readyz is 200", func() string {
+	framework.Eventually(t, 60*time.Second, "/readyz is 200", func() error {
 		code, body, err := framework.HTTPGet(http.DefaultClient, "http://"+health+"/readyz")
 		if err != nil || code != http.StatusOK {
-			return fmt.Sprintf("%d %s %v", code, body, err)
+			return fmt.Errorf("%d %s %v", code, body, err)
 		}
-		return ""
+		return nil
 	})
 	resources := []string{"endpoints", "endpointslices", "namespaces", "nodes", "pods", "services"}
 	want := map[string]int{}
