@@ -3,10 +3,13 @@ package proxy
 import (
 	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -195,7 +198,7 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		t.Logf("healed within %v", time.Since(start).Round(time.Millisecond))
 	})
 
-	t.Run("a restart keeps open connections and rules", func(t *testing.T) {
+	t.Run("a restart keeps open connections and rules, and the new process programs what changed meanwhile", func(t *testing.T) {
 		l.t = t
 		conn, err := dialNS(l.ns("a2"), hp(cip(self), 80))
 		if err != nil {
@@ -206,10 +209,20 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		l.proc.Stop(10 * time.Second)
 		talk(t, conn, "a1")
 		l.expect("a2", "tcp", hp(cip(web), 80), "10.244.1.3", "a1", "b1") // rules stay while the agent is down
+		// Created while no agent runs: only the new process can program it.
+		late := l.service("after-restart", []labEP{{pod: "b1"}})
+		l.expect("a2", "tcp", hp(cip(late), 80), "", "timeout")
 		l.start(netplaneBinary(t))
-		time.Sleep(2 * time.Second) // a few syncs of the new process
-		talk(t, conn, "a1")
+		framework.Eventually(t, 15*time.Second, "the new process's first full sync", func() error {
+			code, body := httpGet(l.node, "http://127.0.0.1:10291/metrics")
+			if code != 200 || !firstFullSync.MatchString(body) {
+				return fmt.Errorf("/metrics: %d, no full sync counted (%.200s)", code, body)
+			}
+			return nil
+		})
+		talk(t, conn, "a1") // the new process's sync kept the connection
 		l.expect("a2", "tcp", hp(cip(web), 80), "10.244.1.3", "a1", "b1")
+		l.expect("a2", "tcp", hp(cip(late), 80), "10.244.1.3", "b1")
 	})
 
 	t.Run("--masquerade-all masquerades pods reaching a ClusterIP too", func(t *testing.T) {
@@ -217,19 +230,22 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		l.proc.Stop(10 * time.Second)
 		l.args = append(l.args, "--masquerade-all")
 		l.start(netplaneBinary(t))
-		framework.Eventually(t, 15*time.Second, "the new process masquerades pod traffic in both families", func() string {
+		framework.Eventually(t, 15*time.Second, "the new process masquerades pod traffic in both families", func() error {
 			for _, addr := range []string{hp(cip(web), 80), hp(cip6(web), 80)} {
 				if got := hit(l.ns("a2"), "tcp", addr); strings.HasSuffix(got, " 10.244.1.3") || strings.HasSuffix(got, " fd00:244:1::3") || !strings.Contains(got, " ") {
-					return addr + ": " + got
+					return errors.New(addr + ": " + got)
 				}
 			}
-			return ""
+			return nil
 		})
 		l.expect("a2", "tcp", hp(cip(web), 80), "masq", "a1", "b1")
 		l.expect("a2", "tcp", hp(cip6(web), 80), "masq", "a1", "b1")
 		l.expect("ext", "tcp", hp("192.168.0.2", nodePort(loc)), "203.0.113.2", "a1") // Local policy still keeps the client address
 	})
 }
+
+// firstFullSync matches the proxy's sync counter once a full sync is done.
+var firstFullSync = regexp.MustCompile(`(?m)^netplane_proxy_sync_duration_seconds_count\{type="full"\} [1-9]`)
 
 func dialNS(ns interface{ Do(func() error) error }, addr string) (net.Conn, error) {
 	var c net.Conn
