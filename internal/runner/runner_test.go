@@ -6,6 +6,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -13,11 +14,12 @@ import (
 
 // recorder is a sync function that records its calls and fails on demand.
 type recorder struct {
-	mu    sync.Mutex
-	calls []call
-	fail  int           // the next fail calls fail
-	block chan struct{} // if set, each call waits on it
-	start time.Time
+	mu      sync.Mutex
+	entered int // syncs begun, also those waiting on block
+	calls   []call
+	fail    int           // the next fail calls fail
+	block   chan struct{} // if set, each call waits on it
+	start   time.Time
 }
 
 type call struct {
@@ -26,6 +28,9 @@ type call struct {
 }
 
 func (r *recorder) sync(ctx context.Context, full bool) error {
+	r.mu.Lock()
+	r.entered++
+	r.mu.Unlock()
 	if r.block != nil {
 		<-r.block
 	}
@@ -94,20 +99,25 @@ func TestTheFirstSyncIsFullAndImmediateAndRequestsArePartial(t *testing.T) {
 }
 
 func TestRequestsDuringASyncRunOneMoreSync(t *testing.T) {
-	rec := &recorder{block: make(chan struct{})}
-	r := run(t, rec, Options{})
-	for range 10 {
-		r.Request()
-	}
-	rec.block <- struct{}{} // the first sync ends; ten requests wait
-	rec.block <- struct{}{} // they run as one
-	rec.waitCalls(t, 2)
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case rec.block <- struct{}{}:
-		t.Errorf("a third sync ran for requests already served: %+v", rec.snapshot())
-	default:
-	}
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{block: make(chan struct{})}
+		r := run(t, rec, Options{})
+		synctest.Wait() // the first sync has begun and waits on block
+		for range 10 {
+			r.Request()
+		}
+		rec.block <- struct{}{} // the first sync ends; ten requests wait
+		rec.block <- struct{}{} // they run as one
+		// Once every goroutine of the test is blocked, the runner either
+		// waits for work or has begun a third sync, which waits on block.
+		synctest.Wait()
+		rec.mu.Lock()
+		if rec.entered != 2 {
+			t.Errorf("%d syncs began, want 2: a third ran for requests already served", rec.entered)
+		}
+		rec.mu.Unlock()
+		close(rec.block) // lets a third sync end, so the runner can stop
+	})
 }
 
 func TestMinIntervalSpacesAStreamOfRequestsAfterABurstOfTwo(t *testing.T) {
