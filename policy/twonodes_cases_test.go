@@ -509,12 +509,12 @@ func flushHealed(t *testing.T, c *twoNodes) {
 	if !c.connect(denied) {
 		t.Fatalf("%s did not get through with the table flushed", denied)
 	}
-	for !slices.Contains(c.tables(n), "inet "+TableName) {
-		if time.Since(start) > syncPeriod+time.Second {
-			t.Fatalf("no table %v after nft flush ruleset (--sync-period=%v)", time.Since(start), syncPeriod)
+	framework.EventuallyEvery(t, 20*time.Millisecond, syncPeriod+time.Second, "the table back after nft flush ruleset within --sync-period", func() error {
+		if tables := c.tables(n); !slices.Contains(tables, "inet "+TableName) {
+			return fmt.Errorf("tables %v", tables)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("table back %v after nft flush ruleset (--sync-period=%v)", time.Since(start).Round(time.Millisecond), syncPeriod)
 	c.check(t, deny("y/a", "x/a", tcp, 80))
 }

@@ -221,8 +221,6 @@ func listOwn(t *testing.T, client kubernetes.Interface, ns, name, managedBy stri
 	return out
 }
 
-// eventually polls cond until it holds or the deadline passes.
-
 // settle waits until the controller has been idle (empty queue, no sync in
 // progress) for longer than its slice-event delay, so that write counts
 // are final.
