@@ -1,11 +1,11 @@
 package overlay_test
 
 import (
-	"net"
 	"net/netip"
 	"strings"
 	"testing"
 
+	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/overlay"
 )
 
@@ -174,7 +174,7 @@ func TestConnectionsSurviveARestartOfTheShell(t *testing.T) {
 	l.sync(t, crossSubnet)
 	n1 := l.node(1)
 	before, _, _ := strings.Cut(n1.show(t, "ip", "-o", "link", "show", overlay.DeviceV4), ":")
-	var conns []net.Conn
+	var conns []*netns.EchoConn
 	for _, f := range both {
 		c, err := dial(n1.pod, l.pod(3, f))
 		if err != nil {
@@ -186,7 +186,7 @@ func TestConnectionsSurviveARestartOfTheShell(t *testing.T) {
 	// A restart: the old process leaves everything in place; the new one
 	// has its own netlink handles and syncs from scratch.
 	for _, n := range l.nodes {
-		n.h = handleIn(t, n.ns)
+		n.h = n.ns.Netlink(t)
 	}
 	l.sync(t, crossSubnet)
 	if after, _, _ := strings.Cut(n1.show(t, "ip", "-o", "link", "show", overlay.DeviceV4), ":"); after != before {
