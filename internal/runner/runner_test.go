@@ -3,6 +3,7 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
@@ -10,6 +11,8 @@ import (
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/netplane/netplane/e2e/framework"
 )
 
 // recorder is a sync function that records its calls and fails on demand.
@@ -52,12 +55,12 @@ func (r *recorder) snapshot() []call {
 
 func (r *recorder) waitCalls(t *testing.T, n int) []call {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		return len(r.snapshot()) >= n, nil
+	framework.EventuallyEvery(t, time.Millisecond, 5*time.Second, fmt.Sprintf("%d syncs", n), func() error {
+		if got := r.snapshot(); len(got) < n {
+			return fmt.Errorf("%d syncs: %+v", len(got), got)
+		}
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("got %d syncs, want %d: %+v", len(r.snapshot()), n, r.snapshot())
-	}
 	return r.snapshot()
 }
 
