@@ -2,6 +2,7 @@ package dns
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -19,7 +20,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 
@@ -119,22 +119,17 @@ func startServer(t *testing.T, c v1alpha1.DNS, client kubernetes.Interface, wait
 		s.Listeners.Shutdown(sctx)
 	})
 	if wait {
-		eventually(t, 10*time.Second, "the DNS server to sync", func() bool { return s.Ready() == nil })
+		framework.EventuallyEvery(t, 2*time.Millisecond, 10*time.Second, "the DNS server to sync", s.Ready)
 	}
 	return s, reg
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, within time.Duration, what string, cond func() bool) time.Duration {
-	t.Helper()
-	start := time.Now()
-	err := wait.PollUntilContextTimeout(context.Background(), 2*time.Millisecond, within, true, func(context.Context) (bool, error) {
-		return cond(), nil
-	})
-	if err != nil {
-		t.Fatalf("waited %v for %s", within, what)
+// wantAnswers says how m differs from an answer of n records.
+func wantAnswers(m *dns.Msg, n int) error {
+	if len(m.Answer) != n {
+		return fmt.Errorf("%d answers (rcode %s), want %d", len(m.Answer), dns.RcodeToString[m.Rcode], n)
 	}
-	return time.Since(start)
+	return nil
 }
 
 // ask sends one question over net ("udp" or "tcp"), from local if valid.
@@ -255,8 +250,8 @@ func TestLargeAnswersAreTruncatedOverUDPAndCompleteOverTCP(t *testing.T) {
 	}
 	s, _ := startServer(t, dnsConfig(t, "127.0.0.1:1"), api.Client, true)
 	name := "hdls100.big.svc.cluster.local."
-	eventually(t, 5*time.Second, "hdls100 to resolve", func() bool {
-		return len(ask(t, "tcp", s.Listeners.Addr, query(name, dns.TypeA), netip.Addr{}).Answer) == 100
+	framework.EventuallyEvery(t, 2*time.Millisecond, 5*time.Second, "hdls100 to resolve", func() error {
+		return wantAnswers(ask(t, "tcp", s.Listeners.Addr, query(name, dns.TypeA), netip.Addr{}), 100)
 	})
 	plain := ask(t, "udp", s.Listeners.Addr, query(name, dns.TypeA), netip.Addr{})
 	edns := query(name, dns.TypeA)
@@ -296,8 +291,11 @@ func TestChangesAreServedWithin100ms(t *testing.T) {
 		if _, err := api.Client.CoreV1().Services("churn").Create(ctx, svc, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		took = append(took, eventually(t, time.Second, "a new Service to resolve", func() bool {
-			return ask(t, "udp", s.Listeners.Addr, query(name+".churn.svc.cluster.local.", dns.TypeA), netip.Addr{}).Rcode == dns.RcodeSuccess
+		took = append(took, framework.EventuallyEvery(t, 2*time.Millisecond, time.Second, "a new Service to resolve", func() error {
+			if m := ask(t, "udp", s.Listeners.Addr, query(name+".churn.svc.cluster.local.", dns.TypeA), netip.Addr{}); m.Rcode != dns.RcodeSuccess {
+				return fmt.Errorf("rcode %s", dns.RcodeToString[m.Rcode])
+			}
+			return nil
 		}))
 	}
 	// An endpoint becoming unready leaves the headless answer.
@@ -310,10 +308,12 @@ func TestChangesAreServedWithin100ms(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	webA := func() int {
-		return len(ask(t, "udp", s.Listeners.Addr, query("web.churn.svc.cluster.local.", dns.TypeA), netip.Addr{}).Answer)
+	webA := func(n int) func() error {
+		return func() error {
+			return wantAnswers(ask(t, "udp", s.Listeners.Addr, query("web.churn.svc.cluster.local.", dns.TypeA), netip.Addr{}), n)
+		}
 	}
-	eventually(t, time.Second, "web to have 2 endpoints", func() bool { return webA() == 2 })
+	framework.EventuallyEvery(t, 2*time.Millisecond, time.Second, "web to have 2 endpoints", webA(2))
 	for i := range 2 {
 		created.Endpoints[i].Conditions.Ready = ptrTo(false)
 		created.Annotations[triggerTimeAnnotation] = time.Now().UTC().Format(time.RFC3339)
@@ -321,7 +321,7 @@ func TestChangesAreServedWithin100ms(t *testing.T) {
 			t.Fatal(err)
 		}
 		want := 1 - i
-		took = append(took, eventually(t, time.Second, "an unready endpoint to leave the answer", func() bool { return webA() == want }))
+		took = append(took, framework.EventuallyEvery(t, 2*time.Millisecond, time.Second, "an unready endpoint to leave the answer", webA(want)))
 	}
 	// With no ready endpoint left, the headless Service is NXDOMAIN.
 	if m := ask(t, "udp", s.Listeners.Addr, query("web.churn.svc.cluster.local.", dns.TypeA), netip.Addr{}); m.Rcode != dns.RcodeNameError {
@@ -399,9 +399,11 @@ func TestAutopathForARealPod(t *testing.T) {
 	}
 	up := startUpstream(t, map[string]func(dns.Question) *dns.Msg{"foo.example.net. A": answerA(60, "192.0.2.9")})
 	s, _ := startServer(t, dnsConfig(t, up.Addr), api.Client, true)
-	eventually(t, 5*time.Second, "the pod to be indexed", func() bool {
-		_, ok := s.Handler.Index().podNamespace(podIP)
-		return ok
+	framework.EventuallyEvery(t, 2*time.Millisecond, 5*time.Second, "the pod to be indexed", func() error {
+		if _, ok := s.Handler.Index().podNamespace(podIP); !ok {
+			return fmt.Errorf("%s not in the index", podIP)
+		}
+		return nil
 	})
 	for _, network := range []string{"udp", "tcp"} {
 		m := ask(t, network, s.Listeners.Addr, query("svc1.other.testns.svc.cluster.local.", dns.TypeA), podIP)
@@ -442,15 +444,23 @@ func TestRunIsTheRole(t *testing.T) {
 	go func() { done <- parts[0].Run(ctx) }()
 	// An answer from the cluster zone means the server started, and so its
 	// readiness check is in place.
-	eventually(t, 10*time.Second, "the dns role to answer", func() bool {
+	framework.EventuallyEvery(t, 2*time.Millisecond, 10*time.Second, "the dns role to answer", func() error {
 		c := &dns.Client{Timeout: 100 * time.Millisecond}
 		m, _, err := c.Exchange(query("dns-version.cluster.local.", dns.TypeTXT), cfg.DNS.BindAddress)
-		return err == nil && m.Rcode == dns.RcodeSuccess
+		if err == nil && m.Rcode != dns.RcodeSuccess {
+			err = fmt.Errorf("rcode %s", dns.RcodeToString[m.Rcode])
+		}
+		return err
 	})
-	eventually(t, time.Second, "the dns role to be ready", func() bool { return checks.Ready() == nil })
+	framework.EventuallyEvery(t, 2*time.Millisecond, time.Second, "the dns role to be ready", checks.Ready)
 	cancel()
 	stopped := time.Now()
-	eventually(t, time.Second, "the dns role to turn not ready", func() bool { return checks.Ready() != nil })
+	framework.EventuallyEvery(t, 2*time.Millisecond, time.Second, "the dns role to turn not ready", func() error {
+		if checks.Ready() == nil {
+			return errors.New("still ready")
+		}
+		return nil
+	})
 	c := &dns.Client{Timeout: 200 * time.Millisecond}
 	if m, _, err := c.Exchange(query("dns-version.cluster.local.", dns.TypeTXT), cfg.DNS.BindAddress); err != nil || m.Rcode != dns.RcodeSuccess {
 		t.Errorf("during the lameduck period: %v %v, want an answer", m, err)

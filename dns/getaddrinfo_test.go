@@ -2,6 +2,7 @@ package dns
 
 import (
 	"context"
+	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
@@ -66,9 +67,11 @@ func TestGetaddrinfoQueriesWithAndWithoutAutopath(t *testing.T) {
 			t.Fatal(err)
 		}
 		t.Cleanup(func() { cancel(); s.Listeners.Shutdown(context.Background()) })
-		eventually(t, 10*time.Second, "the server to sync", func() bool {
-			_, ok := s.Handler.Index().podNamespace(netip.MustParseAddr(podIP))
-			return s.Ready() == nil && (ok || !autopath)
+		framework.EventuallyEvery(t, 2*time.Millisecond, 10*time.Second, "the server to sync", func() error {
+			if _, ok := s.Handler.Index().podNamespace(netip.MustParseAddr(podIP)); !ok && autopath {
+				return fmt.Errorf("%s not in the index", podIP)
+			}
+			return s.Ready()
 		})
 		counters[addr] = func() float64 { return sumCounter(t, reg, "coredns_dns_requests_total") }
 	}

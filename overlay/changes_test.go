@@ -1,16 +1,9 @@
 package overlay_test
 
 import (
-	"net"
 	"net/netip"
-	"slices"
 	"strings"
 	"testing"
-	"time"
-
-	"github.com/vishvananda/netlink"
-	vnetns "github.com/vishvananda/netns"
-	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/overlay"
@@ -181,7 +174,7 @@ func TestConnectionsSurviveARestartOfTheShell(t *testing.T) {
 	l.sync(t, crossSubnet)
 	n1 := l.node(1)
 	before, _, _ := strings.Cut(n1.show(t, "ip", "-o", "link", "show", overlay.DeviceV4), ":")
-	var conns []net.Conn
+	var conns []*netns.EchoConn
 	for _, f := range both {
 		c, err := dial(n1.pod, l.pod(3, f))
 		if err != nil {
@@ -193,7 +186,7 @@ func TestConnectionsSurviveARestartOfTheShell(t *testing.T) {
 	// A restart: the old process leaves everything in place; the new one
 	// has its own netlink handles and syncs from scratch.
 	for _, n := range l.nodes {
-		n.h = handleIn(t, n.ns)
+		n.h = n.ns.Netlink(t)
 	}
 	l.sync(t, crossSubnet)
 	if after, _, _ := strings.Cut(n1.show(t, "ip", "-o", "link", "show", overlay.DeviceV4), ":"); after != before {
@@ -204,77 +197,6 @@ func TestConnectionsSurviveARestartOfTheShell(t *testing.T) {
 			t.Errorf("%s connection opened before the restart: server saw %q (%v)", both[i], got, err)
 		}
 	}
-}
-
-// TestHostGwRoutesOfEarlierReleasesAreAdopted: the node agent of earlier
-// releases routed other nodes' pod CIDRs host-gw style with protocol 207.
-// On upgrade the overlay takes those routes over: one to a node on the
-// subnet is the direct route it wants and is not written again, one to a
-// node that is gone is deleted.
-func TestHostGwRoutesOfEarlierReleasesAreAdopted(t *testing.T) {
-	l := newLab(t)
-	serve(t, l.node(2).pod)
-	n1 := l.node(1)
-	n1.show(t, "ip", "route", "add", "10.244.2.0/24", "via", "192.168.10.12", "proto", "207")
-	n1.show(t, "ip", "-6", "route", "add", "fd00:10:244:2::/64", "via", "fd00:a::12", "proto", "207")
-	n1.show(t, "ip", "route", "add", "10.244.9.0/24", "via", "192.168.10.99", "proto", "207")
-	// The subscription is bound when it returns, so every route change
-	// after it is reported, in order: a route of another owner added
-	// after the sync marks the end of what the sync did.
-	updates := subscribeRoutes(t, n1.ns)
-	l.sync(t, crossSubnet)
-	n1.show(t, "ip", "route", "add", "10.97.1.0/24", "dev", "eth0", "proto", "static")
-	var seen []string
-	timeout := time.After(10 * time.Second)
-	for done := false; !done; {
-		select {
-		case u := <-updates:
-			what := u.Dst.String()
-			if u.Type == unix.RTM_DELROUTE {
-				what = "Deleted " + what
-			}
-			done = what == "10.97.1.0/24"
-			seen = append(seen, what)
-		case <-timeout:
-			t.Fatalf("no report of the route added after the sync; reported before it:\n%s", strings.Join(seen, "\n"))
-		}
-	}
-	got := strings.Join(seen, "\n")
-	if slices.Contains(seen, "10.244.2.0/24") || slices.Contains(seen, "fd00:10:244:2::/64") {
-		t.Errorf("the sync rewrote the host-gw routes to node2 it could adopt; the kernel reported:\n%s", got)
-	}
-	if !slices.Contains(seen, "Deleted 10.244.9.0/24") {
-		t.Errorf("the sync left the host-gw route to a node that is gone; the kernel reported:\n%s", got)
-	}
-	for _, f := range both {
-		expectSeen(t, n1.pod, l.pod(2, f), l.pod(1, f))
-	}
-}
-
-// subscribeRoutes reports the route changes of ns from now on, until the
-// test ends; a route without destination (a default route) is left out.
-func subscribeRoutes(t *testing.T, ns *netns.NS) <-chan netlink.RouteUpdate {
-	t.Helper()
-	h, err := vnetns.GetFromPath(ns.Path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Close()
-	all, done := make(chan netlink.RouteUpdate, 256), make(chan struct{})
-	if err := netlink.RouteSubscribeWithOptions(all, done, netlink.RouteSubscribeOptions{Namespace: &h}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { close(done) })
-	out := make(chan netlink.RouteUpdate, 256)
-	go func() {
-		defer close(out)
-		for u := range all {
-			if u.Dst != nil {
-				out <- u
-			}
-		}
-	}()
-	return out
 }
 
 // TestNodeChangesAreAppliedWithoutAFullSync: a Node that comes or goes is

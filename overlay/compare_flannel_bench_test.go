@@ -1,6 +1,7 @@
 package overlay_test
 
 import (
+	"errors"
 	"io"
 	"net"
 	"os"
@@ -329,12 +330,12 @@ func deleteNodes(b *testing.B, api *framework.APIServer, nodes []overlay.Node) {
 			b.Fatal(err)
 		}
 	}
-	framework.Eventually(b, 30*time.Second, "Nodes deleted", func() string {
+	framework.Eventually(b, 30*time.Second, "Nodes deleted", func() error {
 		for _, n := range nodes {
 			if _, err := api.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{}); err == nil {
-				return "Node " + n.Name + " is still there"
+				return errors.New("Node " + n.Name + " is still there")
 			}
 		}
-		return ""
+		return nil
 	})
 }

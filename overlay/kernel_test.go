@@ -86,7 +86,7 @@ func TestCrossSubnetCarriesPodTrafficBothWaysWithThePodsOwnSource(t *testing.T) 
 	}
 	for _, pair := range [][2]int{{1, 3}, {3, 1}} {
 		for _, f := range []overlay.Family{overlay.IPv4, overlay.IPv6} {
-			if err := echoBytes(l.node(pair[0]).pod, l.pod(pair[1], f), 1<<20); err != nil {
+			if err := l.node(pair[0]).pod.EchoBytes(at(l.pod(pair[1], f)), 1<<20); err != nil {
 				t.Errorf("1 MB each way between pod%d and pod%d (%s): %v", pair[0], pair[1], f, err)
 			}
 		}

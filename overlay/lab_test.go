@@ -14,7 +14,6 @@ import (
 
 	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/overlay"
-	"github.com/netplane/netplane/overlay/overlaytest"
 )
 
 func TestMain(m *testing.M) {
@@ -99,14 +98,14 @@ func (l *lab) addNode(t testing.TB, i int, peer *netns.NS, net4, net6 string) *l
 	n.pod.Addr(t, "eth0", n.podIP6+"/64")
 	n.pod.Route(t, "default", "via", fmt.Sprintf("10.244.%d.1", i))
 	n.pod.Route(t, "default", "via", fmt.Sprintf("fd00:10:244:%d::1", i))
-	n.h = handleIn(t, n.ns)
+	n.h = n.ns.Netlink(t)
 	l.nodes = append(l.nodes, n)
 	return n
 }
 
 var (
-	newNS = overlaytest.NewNS
-	host  = overlaytest.Host
+	newNS = netns.NewNoDAD
+	host  = netns.HostNoDAD
 )
 
 // gateway is the router's address on the node's subnet.
@@ -118,8 +117,6 @@ func (n *labNode) gateway(f overlay.Family) string {
 	ip := n.IPs[0].String()
 	return ip[:strings.LastIndex(ip, ".")+1] + "254"
 }
-
-var handleIn = overlaytest.HandleIn
 
 // facts are the Node facts of every node, as an informer would give them.
 func (l *lab) facts() []overlay.Node {

@@ -72,8 +72,7 @@ const (
 )
 
 // RouteProtocol marks the routes this package owns (rtnetlink protocol
-// number). It is the number the host-gw routes of earlier releases carry,
-// so an upgrade adopts those routes instead of duplicating them.
+// number), so a restarted agent adopts them instead of duplicating them.
 const RouteProtocol = 207
 
 // Config is how the overlay is set up; the same on every node.

@@ -25,7 +25,7 @@ func scaleNS(tb testing.TB) (*netns.NS, *netlink.Handle) {
 	ns.MustExec(tb, "ip", "link", "set", "ul0-peer", "up")
 	ns.Addr(tb, "ul0", "10.0.0.1/16")
 	ns.Route(tb, "default", "via", "10.0.255.254")
-	return ns, handleIn(tb, ns)
+	return ns, ns.Netlink(tb)
 }
 
 // scaleNodes are this node and n remote nodes: with direct, on the

@@ -6,47 +6,34 @@ import (
 	"time"
 
 	"github.com/netplane/netplane/e2e/netns"
-	"github.com/netplane/netplane/overlay/overlaytest"
 )
 
-const timeout = overlaytest.Timeout
+// echoPort is where the pods' echo servers (netns.ServeEcho) listen, TCP
+// and UDP.
+const echoPort = "8080"
 
-var serve = overlaytest.Serve
+const timeout = netns.EchoTimeout
 
-// at is the address of the test servers' TCP (or UDP) port on ip.
-func at(ip, port string) string { return net.JoinHostPort(ip, port) }
+// serve runs the echo servers in ns until the test ends.
+func serve(t testing.TB, ns *netns.NS) { ns.ServeEcho(t, ":"+echoPort, ns.Name) }
+
+// at is the address of the echo servers on ip.
+func at(ip string) string { return net.JoinHostPort(ip, echoPort) }
 
 // dial opens a TCP connection from inside ns to the server on ip.
-func dial(ns *netns.NS, ip string) (net.Conn, error) {
-	return overlaytest.Dial(ns, at(ip, overlaytest.TCPPort))
-}
+func dial(ns *netns.NS, ip string) (*netns.EchoConn, error) { return ns.DialEcho(at(ip), timeout) }
 
-var whoami = overlaytest.Whoami
-
-// seenTCP is the client address the server at ip sees on a new connection.
-func seenTCP(from *netns.NS, ip string) (string, error) {
-	return overlaytest.SeenTCP(from, at(ip, overlaytest.TCPPort))
-}
-
-// seenUDP is the client address the server at ip sees in a datagram.
-func seenUDP(from *netns.NS, ip string) (string, error) {
-	return overlaytest.SeenUDP(from, at(ip, overlaytest.UDPPort))
-}
-
-// echoBytes sends size random bytes to the echo server at ip and checks
-// that the same bytes come back: a transfer of size each way.
-func echoBytes(from *netns.NS, ip string, size int) error {
-	return overlaytest.Echo(from, at(ip, overlaytest.TCPPort), size)
-}
+// whoami asks the server over c at which address it sees the client.
+func whoami(c *netns.EchoConn) (string, error) { return c.Seen() }
 
 // expectSeen checks that a TCP and a UDP exchange from `from` to ip works
 // and that the server sees want as the source.
 func expectSeen(t *testing.T, from *netns.NS, ip, want string) {
 	t.Helper()
-	if got, err := seenTCP(from, ip); err != nil || got != want {
+	if got, err := from.SeenTCP(at(ip)); err != nil || got != want {
 		t.Errorf("TCP from %s to %s: server saw %q (%v), want %s", from.Name, ip, got, err, want)
 	}
-	if got, err := seenUDP(from, ip); err != nil || got != want {
+	if got, err := from.SeenUDP(at(ip)); err != nil || got != want {
 		t.Errorf("UDP from %s to %s: server saw %q (%v), want %s", from.Name, ip, got, err, want)
 	}
 }
@@ -56,14 +43,7 @@ func expectSeen(t *testing.T, from *netns.NS, ip, want string) {
 // a connection attempt only times out; a second is plenty in namespaces.
 func expectUnreachable(t *testing.T, from *netns.NS, ip string) {
 	t.Helper()
-	err := from.Do(func() error {
-		c, err := net.DialTimeout("tcp", at(ip, overlaytest.TCPPort), time.Second)
-		if err == nil {
-			c.Close()
-		}
-		return err
-	})
-	if err == nil {
-		t.Errorf("TCP from %s to %s works; want it to fail", from.Name, ip)
+	if got, err := from.Ask("tcp", at(ip), time.Second); err == nil {
+		t.Errorf("TCP from %s to %s works (%s); want it to fail", from.Name, ip, got)
 	}
 }

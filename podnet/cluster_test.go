@@ -16,11 +16,9 @@ import (
 	current "github.com/containernetworking/cni/pkg/types/100"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
-	"github.com/netplane/netplane/overlay/overlaytest"
 	"github.com/netplane/netplane/podnet"
 )
 
@@ -148,7 +146,7 @@ func (c *cluster) start(t *testing.T, args ...string) {
 			"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0"}, args...)...)
 	}
 	for _, n := range c.nodes {
-		eventually(t, 60*time.Second, "conflist and plugin on "+n.name, func() error {
+		framework.Eventually(t, 60*time.Second, "conflist and plugin on "+n.name, func() error {
 			if n.proc.Exited() {
 				t.Fatalf("netplane on %s exited:\n%s", n.name, n.proc.Tail(30))
 			}
@@ -171,15 +169,13 @@ func (c *cluster) stop() {
 func (c *cluster) node(i int) *clusterNode { return c.nodes[i-1] }
 
 var (
-	newNS = overlaytest.NewNS
-	host  = overlaytest.Host
-	serve = overlaytest.Serve
+	newNS = netns.NewNoDAD
+	host  = netns.HostNoDAD
 )
 
-const (
-	tcpPort = overlaytest.TCPPort
-	udpPort = overlaytest.UDPPort
-)
+// echoPort is where the pods' echo servers (netns.ServeEcho) listen, TCP
+// and UDP.
+const echoPort = "8080"
 
 // pod is a pod made through the CNI plugin, with servers answering in it.
 type pod struct {
@@ -219,7 +215,7 @@ func (n *clusterNode) addPod(t *testing.T, id string, mtu int) *pod {
 		t.Fatalf("pod %s: eth0 does not have the pod MTU %d:\n%s", id, mtu, out)
 	}
 	p.ip, p.ip6 = res.IPs[0].Address.IP.String(), res.IPs[1].Address.IP.String()
-	serve(t, p.ns)
+	p.ns.ServeEcho(t, ":"+echoPort, id)
 	return p
 }
 
@@ -238,15 +234,15 @@ func (p *pod) at(fam int, port string) string { return net.JoinHostPort(p.addres
 // at which address it sees the client.
 func who(ns *netns.NS, network, addr string) (string, error) {
 	if network == "udp" {
-		return overlaytest.SeenUDP(ns, addr)
+		return ns.SeenUDP(addr)
 	}
-	return overlaytest.SeenTCP(ns, addr)
+	return ns.SeenTCP(addr)
 }
 
 // expectWho waits until the server at addr sees a client in from at want.
 func expectWho(t *testing.T, from *netns.NS, network, addr, want string) {
 	t.Helper()
-	eventually(t, 20*time.Second, fmt.Sprintf("%s to %s from %s", network, addr, from.Name), func() error {
+	framework.Eventually(t, 20*time.Second, fmt.Sprintf("%s to %s from %s", network, addr, from.Name), func() error {
 		got, err := who(from, network, addr)
 		if err != nil {
 			return err
@@ -267,14 +263,14 @@ func unreachable(t *testing.T, from *netns.NS, addr string) {
 }
 
 // hold opens a TCP connection from ns to the server at addr, kept open.
-func hold(t *testing.T, ns *netns.NS, addr string) *overlaytest.Conn {
+func hold(t *testing.T, ns *netns.NS, addr string) *netns.EchoConn {
 	t.Helper()
-	c, err := overlaytest.Dial(ns, addr)
+	c, err := ns.DialEcho(addr, netns.EchoTimeout)
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { c.Close() })
-	return &overlaytest.Conn{Conn: c}
+	return c
 }
 
 // probe counts the UDP packets a node sends to the VXLAN port, and those
@@ -308,26 +304,6 @@ func count(t *testing.T, ns *netns.NS, name string) int {
 	}
 	n, _ := strconv.Atoi(m[1])
 	return n
-}
-
-// eventually polls cond every 50 ms until it returns nil, and fails the
-// test with its last error after timeout.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	poll(t, 50*time.Millisecond, timeout, what, cond)
-}
-
-// poll is eventually with another interval.
-func poll(t *testing.T, interval, timeout time.Duration, what string, cond func() error) {
-	t.Helper()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), interval, timeout, true, func(context.Context) (bool, error) {
-		last = cond()
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not within %v: %v", what, timeout, last)
-	}
 }
 
 // shows is the output of a command in a node, with runs of spaces as one;

@@ -13,7 +13,6 @@ import (
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
-	"k8s.io/apimachinery/pkg/util/wait"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 
 	"github.com/netplane/netplane/cni/ipam"
@@ -106,13 +105,12 @@ func TestContainerdRunsASandboxThroughNetplaneCNI(t *testing.T) {
 	if s, err := store.Read(); err != nil || len(s.Attachments) != 0 {
 		t.Fatalf("IPAM after RemovePodSandbox: %+v %v", s, err)
 	}
-	var out string
-	if wait.PollUntilContextTimeout(ctx, 100*time.Millisecond, 15*time.Second, true, func(context.Context) (bool, error) {
-		out = node.MustExec(t, "ip", "-o", "link", "show", "type", "veth")
-		return strings.TrimSpace(out) == "", nil
-	}) != nil {
-		t.Fatalf("veths left after the sandbox was removed:\n%s", out)
-	}
+	framework.EventuallyEvery(t, 100*time.Millisecond, 15*time.Second, "no veth left after the sandbox was removed", func() error {
+		if out := node.MustExec(t, "ip", "-o", "link", "show", "type", "veth"); strings.TrimSpace(out) != "" {
+			return fmt.Errorf("veths:\n%s", out)
+		}
+		return nil
+	})
 }
 
 func bootID(t *testing.T) string {
@@ -172,19 +170,18 @@ func dialCRI(t *testing.T, sock string, proc *framework.Process) cri.RuntimeServ
 	}
 	t.Cleanup(func() { conn.Close() })
 	client := cri.NewRuntimeServiceClient(conn)
-	var st *cri.StatusResponse
-	if err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, 30*time.Second, true, func(ctx context.Context) (bool, error) {
+	framework.EventuallyEvery(t, 200*time.Millisecond, 30*time.Second, "containerd's CRI ready", func() error {
 		if proc.Exited() {
-			return false, fmt.Errorf("containerd exited")
+			t.Fatalf("containerd exited:\n%s", proc.Tail(30))
 		}
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 		defer cancel()
-		var err error
-		st, err = client.Status(ctx, &cri.StatusRequest{})
-		return err == nil && runtimeReady(st), nil
-	}); err != nil {
-		t.Fatalf("containerd CRI not ready: %v %v\n%s", err, st, proc.Tail(30))
-	}
+		st, err := client.Status(ctx, &cri.StatusRequest{})
+		if err == nil && !runtimeReady(st) {
+			err = fmt.Errorf("status %v", st)
+		}
+		return err
+	})
 	return client
 }
 

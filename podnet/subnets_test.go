@@ -22,7 +22,6 @@ import (
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/overlay"
-	"github.com/netplane/netplane/overlay/overlaytest"
 	"github.com/netplane/netplane/podnet"
 )
 
@@ -65,8 +64,8 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 		for _, pair := range [][2]int{{0, 1}, {1, 0}, {0, 2}, {2, 0}, {1, 2}, {2, 1}} {
 			from, to := pods[pair[0]], pods[pair[1]]
 			for _, fam := range []int{4, 6} {
-				expectWho(t, from.ns, "tcp", to.at(fam, tcpPort), from.address(fam))
-				expectWho(t, from.ns, "udp", to.at(fam, udpPort), from.address(fam))
+				expectWho(t, from.ns, "tcp", to.at(fam, echoPort), from.address(fam))
+				expectWho(t, from.ns, "udp", to.at(fam, echoPort), from.address(fam))
 			}
 		}
 	})
@@ -91,15 +90,15 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 		}
 		before := count(t, n1.ns, "vxlan")
 		for range 5 {
-			expectWho(t, pods[0].ns, "tcp", pods[1].at(4, tcpPort), pods[0].ip)
-			expectWho(t, pods[0].ns, "tcp", pods[1].at(6, tcpPort), pods[0].ip6)
+			expectWho(t, pods[0].ns, "tcp", pods[1].at(4, echoPort), pods[0].ip)
+			expectWho(t, pods[0].ns, "tcp", pods[1].at(6, echoPort), pods[0].ip6)
 		}
 		if after := count(t, n1.ns, "vxlan"); after != before {
 			t.Errorf("node1 sent %d VXLAN packets for traffic to a pod on its subnet, want none", after-before)
 		}
 		before, vni := count(t, n1.ns, "vxlan"), count(t, n1.ns, "vni")
-		expectWho(t, pods[0].ns, "tcp", pods[2].at(4, tcpPort), pods[0].ip)
-		expectWho(t, pods[0].ns, "tcp", pods[2].at(6, tcpPort), pods[0].ip6)
+		expectWho(t, pods[0].ns, "tcp", pods[2].at(4, echoPort), pods[0].ip)
+		expectWho(t, pods[0].ns, "tcp", pods[2].at(6, echoPort), pods[0].ip6)
 		if all, ours := count(t, n1.ns, "vxlan")-before, count(t, n1.ns, "vni")-vni; ours == 0 || ours != all {
 			t.Errorf("node1 sent %d packets to UDP %d with VNI %d and %d to UDP %d in all for traffic to node3's pod; want some, all with the VNI",
 				ours, vxlanPort, vxlanVNI, all, vxlanPort)
@@ -109,7 +108,7 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 	t.Run("1 MB each way across the overlay", func(t *testing.T) {
 		for _, pair := range [][2]int{{0, 2}, {2, 1}} {
 			for _, fam := range []int{4, 6} {
-				if err := overlaytest.Echo(pods[pair[0]].ns, pods[pair[1]].at(fam, tcpPort), 1<<20); err != nil {
+				if err := pods[pair[0]].ns.EchoBytes(pods[pair[1]].at(fam, echoPort), 1<<20); err != nil {
 					t.Errorf("pod-%d to pod-%d over IPv%d: %v", pair[0]+1, pair[1]+1, fam, err)
 				}
 			}
@@ -123,7 +122,7 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 		expectWho(t, pods[0].ns, "tcp", clusterIP, pods[0].ip)
 		expectWho(t, n1.ns, "tcp", clusterIP, "10.244.1.0") // the tunnel device's address
 		nodePort := strconv.Itoa(int(cluster.Spec.Ports[0].NodePort))
-		eventually(t, 20*time.Second, "NodePort of node1 from outside", func() error {
+		framework.Eventually(t, 20*time.Second, "NodePort of node1 from outside", func() error {
 			got, err := who(c.ext, "tcp", net.JoinHostPort(n1.ip, nodePort))
 			if err == nil {
 				t.Logf("the backend saw the NodePort client through node1 at %s", got)
@@ -148,11 +147,11 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 		expectWho(t, pods[0].ns, "tcp", net.JoinHostPort(svc.Spec.ClusterIP, "80"), pods[0].ip)
 	})
 
-	serve(t, c.ext)
+	c.ext.ServeEcho(t, ":"+echoPort, "ext")
 	t.Run("pod egress leaving the cluster is masqueraded", func(t *testing.T) {
-		expectWho(t, pods[0].ns, "tcp", "192.168.10.100:"+tcpPort, n1.ip)
-		expectWho(t, pods[2].ns, "tcp", "192.168.10.100:"+tcpPort, c.node(3).ip)
-		expectWho(t, pods[2].ns, "tcp", "[fd00:a::64]:"+tcpPort, c.node(3).ip6)
+		expectWho(t, pods[0].ns, "tcp", "192.168.10.100:"+echoPort, n1.ip)
+		expectWho(t, pods[2].ns, "tcp", "192.168.10.100:"+echoPort, c.node(3).ip)
+		expectWho(t, pods[2].ns, "tcp", "[fd00:a::64]:"+echoPort, c.node(3).ip6)
 	})
 
 	t.Run("a Node added, readdressed and deleted", func(t *testing.T) {
@@ -169,7 +168,7 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 		n1.ns.MustExec(t, "ip", "neigh", "del", c.node(3).ip, "dev", overlay.DeviceV4)
 		n1.ns.MustExec(t, "bridge", "fdb", "del", mac, "dev", overlay.DeviceV4, "dst", c.node(3).ip)
 		n1.ns.MustExec(t, "nft", "delete", "table", "inet", podnet.MasqTable.Name)
-		eventually(t, 10*time.Second, "node1's entries for node3 and its masquerade table", func() error {
+		framework.Eventually(t, 10*time.Second, "node1's entries for node3 and its masquerade table", func() error {
 			switch {
 			case !strings.Contains(n1.shows("ip", "route", "show", "10.244.3.0/24"), "dev netplane.vxlan"):
 				return fmt.Errorf("no route")
@@ -182,8 +181,8 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 			}
 			return nil
 		})
-		expectWho(t, pods[0].ns, "tcp", pods[2].at(4, tcpPort), pods[0].ip)
-		expectWho(t, pods[0].ns, "tcp", "192.168.10.100:"+tcpPort, n1.ip)
+		expectWho(t, pods[0].ns, "tcp", pods[2].at(4, echoPort), pods[0].ip)
+		expectWho(t, pods[0].ns, "tcp", "192.168.10.100:"+echoPort, n1.ip)
 	})
 
 	t.Run("metrics count remote nodes per path", func(t *testing.T) {
@@ -205,26 +204,26 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 	t.Run("switched to always, same-subnet traffic is encapsulated too", func(t *testing.T) {
 		c.stop()
 		c.start(t, append([]string{"--overlay=always", resyncing}, tunnelFlags...)...)
-		eventually(t, 10*time.Second, "node1's route to node2's pods through the tunnel", func() error {
+		framework.Eventually(t, 10*time.Second, "node1's route to node2's pods through the tunnel", func() error {
 			if got := n1.shows("ip", "route", "show", "10.244.2.0/24"); !strings.Contains(got, "dev netplane.vxlan") {
 				return fmt.Errorf("route %q", got)
 			}
 			return nil
 		})
 		before := count(t, n1.ns, "vni")
-		expectWho(t, pods[0].ns, "tcp", pods[1].at(4, tcpPort), pods[0].ip)
-		expectWho(t, pods[0].ns, "tcp", pods[1].at(6, tcpPort), pods[0].ip6)
-		expectWho(t, pods[1].ns, "udp", pods[0].at(4, udpPort), pods[1].ip)
+		expectWho(t, pods[0].ns, "tcp", pods[1].at(4, echoPort), pods[0].ip)
+		expectWho(t, pods[0].ns, "tcp", pods[1].at(6, echoPort), pods[0].ip6)
+		expectWho(t, pods[1].ns, "udp", pods[0].at(4, echoPort), pods[1].ip)
 		if count(t, n1.ns, "vni") == before {
 			t.Errorf("no VXLAN packet from node1 for traffic to a pod on its subnet under always")
 		}
-		expectWho(t, pods[0].ns, "tcp", pods[2].at(4, tcpPort), pods[0].ip)
+		expectWho(t, pods[0].ns, "tcp", pods[2].at(4, echoPort), pods[0].ip)
 	})
 
 	t.Run("switched to never, the router cannot carry pod traffic and the far node is reported", func(t *testing.T) {
 		c.stop()
 		c.start(t, "--overlay=never", resyncing)
-		eventually(t, 10*time.Second, "node1 without tunnel and route to node3's pods", func() error {
+		framework.Eventually(t, 10*time.Second, "node1 without tunnel and route to node3's pods", func() error {
 			if got := n1.shows("ip", "route", "show", "10.244.3.0/24"); got != "" {
 				return fmt.Errorf("route %q", got)
 			}
@@ -233,10 +232,10 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 			}
 			return nil
 		})
-		expectWho(t, pods[0].ns, "tcp", pods[1].at(4, tcpPort), pods[0].ip)
-		unreachable(t, pods[0].ns, pods[2].at(4, tcpPort))
-		unreachable(t, pods[2].ns, pods[1].at(6, tcpPort))
-		eventually(t, 20*time.Second, "PodCIDRNotRoutable event on node3", func() error {
+		expectWho(t, pods[0].ns, "tcp", pods[1].at(4, echoPort), pods[0].ip)
+		unreachable(t, pods[0].ns, pods[2].at(4, echoPort))
+		unreachable(t, pods[2].ns, pods[1].at(6, echoPort))
+		framework.Eventually(t, 20*time.Second, "PodCIDRNotRoutable event on node3", func() error {
 			evs, err := c.api.Client.CoreV1().Events("default").List(framework.Ctx(t), metav1.ListOptions{FieldSelector: "reason=PodCIDRNotRoutable"})
 			if err != nil {
 				return err
@@ -248,7 +247,7 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 			}
 			return fmt.Errorf("%d events, none about node3", len(evs.Items))
 		})
-		eventually(t, 10*time.Second, "the underlay's MTU in node1's conflist", func() error {
+		framework.Eventually(t, 10*time.Second, "the underlay's MTU in node1's conflist", func() error {
 			b, err := os.ReadFile(filepath.Join(n1.confDir(), podnet.ConflistName))
 			if err != nil || !strings.Contains(string(b), `"mtu": 1500`) {
 				return fmt.Errorf("conflist %s (%v)", b, err)
@@ -295,7 +294,7 @@ func service(t *testing.T, c *cluster, name string, local bool, backend, node st
 // the Node's event.
 func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	n1 := c.node(1)
-	h := overlaytest.HandleIn(t, n1.ns)
+	h := n1.ns.Netlink(t)
 	ctx := framework.Ctx(t)
 	cidrs := []string{"10.244.4.0/24"}
 	node, err := c.api.Client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node4"},
@@ -314,7 +313,7 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	}
 	start := time.Now()
 	c.setAddresses(t, node, "192.168.20.14")
-	poll(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods", routed("192.168.20.14"))
+	framework.EventuallyEvery(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods", routed("192.168.20.14"))
 	t.Logf("node4's InternalIP written to its route in node1's kernel: %v", time.Since(start).Round(time.Millisecond))
 	want := func(ip string) string {
 		return fmt.Sprintf("%s dst %s", overlay.MAC(netipAddr(ip)), ip)
@@ -329,7 +328,7 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	}
 	start = time.Now()
 	c.setAddresses(t, node, "192.168.20.24")
-	poll(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods via its new address", routed("192.168.20.24"))
+	framework.EventuallyEvery(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods via its new address", routed("192.168.20.24"))
 	t.Logf("node4's new InternalIP to its route in node1's kernel: %v", time.Since(start).Round(time.Millisecond))
 	fdb := n1.shows("bridge", "fdb", "show", "dev", overlay.DeviceV4)
 	neigh := n1.shows("ip", "neigh", "show", "dev", overlay.DeviceV4)
@@ -341,14 +340,14 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	if err := c.api.Client.CoreV1().Nodes().Delete(ctx, "node4", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	poll(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods gone", func() error {
+	framework.EventuallyEvery(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods gone", func() error {
 		if rs, err := h.RouteGet(netipAddr("10.244.4.7").AsSlice()); err != nil || len(rs) != 1 || rs[0].Gw.String() == "192.168.20.24" {
 			return fmt.Errorf("route to 10.244.4.7: %v (%v)", rs, err)
 		}
 		return nil
 	})
 	t.Logf("node4 deleted to its route gone from node1's kernel: %v", time.Since(start).Round(time.Millisecond))
-	eventually(t, 10*time.Second, "node1 without anything of node4", func() error {
+	framework.Eventually(t, 10*time.Second, "node1 without anything of node4", func() error {
 		for _, s := range []string{n1.shows("ip", "route", "show", "proto", "207"), n1.shows("ip", "neigh", "show", "dev", overlay.DeviceV4),
 			n1.shows("bridge", "fdb", "show", "dev", overlay.DeviceV4)} {
 			if strings.Contains(s, "10.244.4.0") || strings.Contains(s, "192.168.20.24") {
@@ -364,10 +363,10 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 // working while the agents are down and after they are back, and the new
 // agents adopt the devices instead of recreating them.
 func connectionSurvivesARestart(t *testing.T, c *cluster, pods []*pod) {
-	conn := hold(t, pods[0].ns, pods[2].at(4, tcpPort))
+	conn := hold(t, pods[0].ns, pods[2].at(4, echoPort))
 	ask := func(when string) {
 		t.Helper()
-		if got, err := conn.Whoami(); err != nil || got != pods[0].ip {
+		if got, err := conn.Seen(); err != nil || got != pods[0].ip {
 			t.Fatalf("the open connection %s: %q, %v; want the pod's address %s", when, got, err, pods[0].ip)
 		}
 	}
@@ -392,7 +391,7 @@ func connectionSurvivesARestart(t *testing.T, c *cluster, pods []*pod) {
 	c.start(t, append([]string{resyncing}, tunnelFlags...)...)
 	for _, n := range []*clusterNode{c.node(1), c.node(3)} {
 		// The first sync of an agent is a full one.
-		eventually(t, 10*time.Second, "a sync of the restarted agent on "+n.name, func() error {
+		framework.Eventually(t, 10*time.Second, "a sync of the restarted agent on "+n.name, func() error {
 			if at := lastSync(t, n); at.Before(restarted) {
 				return fmt.Errorf("last sync at %v", at)
 			}

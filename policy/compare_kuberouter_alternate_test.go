@@ -48,7 +48,7 @@ func vsAlternatingLine(name string, n int, r *vsResult) string {
 		return ""
 	}
 	ratio := func(a, b time.Duration) float64 { return a.Seconds() / b.Seconds() }
-	return fmt.Sprintf("%s: alternating %d policies and none %d times in the same processes: connect p50 %v vs %v (%.2fx), p99 %v vs %v (%.2fx) (requirement at most 1.1x); the open pair p50 %.2fx, p99 %.2fx; stream %.2f vs %.2f Gbit/s (%.3fx; requirement at least 0.95x), the open pair %.3fx",
+	return fmt.Sprintf("%s: alternating %d policies and none %d times in the same processes: connect p50 %v vs %v (%.2fx), p99 %v vs %v (%.2fx) (bound: at most 1.1x); the open pair p50 %.2fx, p99 %.2fx; stream %.2f vs %.2f Gbit/s (%.3fx; bound: at least 0.95x), the open pair %.3fx",
 		name, n, vsAlternations,
 		vsPercentile(on.lat, 50), vsPercentile(off.lat, 50), ratio(vsPercentile(on.lat, 50), vsPercentile(off.lat, 50)),
 		vsPercentile(on.lat, 99), vsPercentile(off.lat, 99), ratio(vsPercentile(on.lat, 99), vsPercentile(off.lat, 99)),

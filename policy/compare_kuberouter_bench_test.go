@@ -452,10 +452,10 @@ func reportVS(b *testing.B, n int, res, base map[string]*vsResult) {
 		if r == nil || b0 == nil || n == 0 {
 			continue
 		}
-		lines = append(lines, fmt.Sprintf("  %s: connect p50 %v, p99 %v: %s and %s its figure with no policy (%v, %v; requirement at most 1.1x at 1,000); the open pair in the same run %v, %v",
+		lines = append(lines, fmt.Sprintf("  %s: connect p50 %v, p99 %v: %s and %s its figure with no policy (%v, %v; bound: at most 1.1x at 1,000); the open pair in the same run %v, %v",
 			name, vsPercentile(r.lat, 50), vsPercentile(r.lat, 99), ratio(vsPercentile(r.lat, 50), vsPercentile(b0.lat, 50)), ratio(vsPercentile(r.lat, 99), vsPercentile(b0.lat, 99)),
 			vsPercentile(b0.lat, 50), vsPercentile(b0.lat, 99), vsPercentile(r.latOpen, 50), vsPercentile(r.latOpen, 99)))
-		lines = append(lines, fmt.Sprintf("  %s: stream %.2f Gbit/s: %.3fx the open pair in the same run, %.3fx its stream with no policy (requirement at least 0.95x)",
+		lines = append(lines, fmt.Sprintf("  %s: stream %.2f Gbit/s: %.3fx the open pair in the same run, %.3fx its stream with no policy (bound: at least 0.95x)",
 			name, vsMedian(r.tput)/1e9, vsMedian(r.tput)/vsMedian(r.tputOpen), vsMedian(r.tput)/vsMedian(b0.tput)))
 		lines = append(lines, fmt.Sprintf("  %s: VmHWM/VmRSS on the server's node %d/%d MiB, with no policy %d/%d MiB",
 			name, r.mem[1].hwm/1024, r.mem[1].rss/1024, b0.mem[1].hwm/1024, b0.mem[1].rss/1024))
@@ -477,7 +477,7 @@ func reportVS(b *testing.B, n int, res, base map[string]*vsResult) {
 			if len(d) == 0 || len(k) == 0 {
 				continue
 			}
-			lines = append(lines, fmt.Sprintf("  %s: p50 %v vs %v (%s), p99 %v vs %v (%s; requirement at most 100 ms and 0.1x)",
+			lines = append(lines, fmt.Sprintf("  %s: p50 %v vs %v (%s), p99 %v vs %v (%s; bound: at most 100 ms and 0.1x)",
 				ch.kind, vsPercentile(d, 50).Round(100*time.Microsecond), vsPercentile(k, 50).Round(time.Millisecond), ratio(vsPercentile(d, 50), vsPercentile(k, 50)),
 				vsPercentile(d, 99).Round(100*time.Microsecond), vsPercentile(k, 99).Round(time.Millisecond), ratio(vsPercentile(d, 99), vsPercentile(k, 99))))
 		}

@@ -89,43 +89,70 @@ func (f *fakeNode) setPolicy(t *testing.T, np *netv1.NetworkPolicy) {
 
 var denyX = policy("x", "deny", netv1.NetworkPolicySpec{PodSelector: *all, PolicyTypes: ingressOnly})
 
-func TestFirstSyncProgramsTheWholeTableAndLaterOnesOnlyTheChange(t *testing.T) {
+// syncedFixture is a node with the model's pods and three policies, fully
+// synced: x/* deny all ingress, x/a admits namespace y on TCP 80, x/c
+// admits x's pods labelled pod=b.
+func syncedFixture(t *testing.T) *fakeNode {
+	t.Helper()
 	f := newFakeNode(t, false)
 	f.modelWorld(t)
 	f.setPolicy(t, denyX)
-	f.setPolicy(t, policy("x", "from-y", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"),
-		Ingress: []netv1.NetworkPolicyIngressRule{ingress(peers(nsPeer(sel("ns", "y"))), port(tcp, 80))}}))
+	f.setPolicy(t, fromY(80))
+	f.setPolicy(t, policy("x", "from-b", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "c"),
+		Ingress: []netv1.NetworkPolicyIngressRule{ingress(peers(podPeer(sel("pod", "b"))))}}))
 	f.sync(t, true)
-	if !strings.Contains(f.fake.Dump(), "add element inet netplane-policy ingress-pods { 10.0.1.1 : jump ingress-") {
-		t.Fatalf("x/a is not dispatched to its chain:\n%s", f.fake.Dump())
-	}
+	return f
+}
 
+func fromY(p int32) *netv1.NetworkPolicy {
+	return policy("x", "from-y", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"),
+		Ingress: []netv1.NetworkPolicyIngressRule{ingress(peers(nsPeer(sel("ns", "y"))), port(tcp, p))}})
+}
+
+func TestFirstSyncProgramsTheWholeTable(t *testing.T) {
+	f := syncedFixture(t)
+	for _, want := range []string{
+		"add element inet netplane-policy ingress-pods { 10.0.1.1 : jump ingress-",
+		"add element inet netplane-policy ingress-pods { 10.0.1.3 : jump ingress-",
+	} {
+		if !strings.Contains(f.fake.Dump(), want) {
+			t.Fatalf("no %q:\n%s", want, f.fake.Dump())
+		}
+	}
+}
+
+// TestALaterSyncSendsOnlyTheChange: each case changes one thing on a
+// freshly synced fixture and lists the steps the partial sync sends.
+func TestALaterSyncSendsOnlyTheChange(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
-		change func(t *testing.T)
+		change func(t *testing.T, f *fakeNode)
 		want   []string // the fake's steps, hashes elided
 	}{
-		{"a pod of another node joins a selector: one element", func(t *testing.T) {
-			p := modelPod("z", "c")
-			p.Labels["ns"] = "ignored"
+		{"a namespace relabelled into a peer selector: the elements of its pods on another node", func(t *testing.T, f *fakeNode) {
 			must(t, f.ns.Update(&Namespace{Name: "z", Labels: map[string]string{"ns": "y"}}))
 		}, []string{"add sel-HASH", "add sel6-HASH"}},
-		{"a pod's labels change: its selector elements only", func(t *testing.T) {
+		{"a pod relabelled out of a peer selector: its selector elements only", func(t *testing.T, f *fakeNode) {
+			p := modelPod("x", "b")
+			p.Labels = map[string]string{"pod": "b2"}
+			must(t, f.pods.Update(PodFromAPI(p)))
+		}, []string{"delete sel-HASH", "delete sel6-HASH"}},
+		{"a label no selector reads: nothing is sent", func(t *testing.T, f *fakeNode) {
 			p := modelPod("y", "b")
 			p.Labels = map[string]string{"pod": "b", "extra": "1"}
 			must(t, f.pods.Update(PodFromAPI(p)))
 		}, nil},
-		{"a local pod goes: its map elements and selector elements", func(t *testing.T) {
+		{"a local pod in a peer selector goes: its map and selector elements, and the chain no other pod uses", func(t *testing.T, f *fakeNode) {
 			must(t, f.pods.Delete(PodFromAPI(modelPod("x", "b"))))
-		}, []string{"delete ingress-pods6", "delete ingress-pods"}},
-		{"a policy's new version: a new chain, the map elements moved, the old chain gone", func(t *testing.T) {
-			f.setPolicy(t, policy("x", "from-y", netv1.NetworkPolicySpec{PodSelector: *sel("pod", "a"),
-				Ingress: []netv1.NetworkPolicyIngressRule{ingress(peers(nsPeer(sel("ns", "y"))), port(tcp, 81))}}))
+		}, []string{"delete ingress-pods6", "delete ingress-pods", "delete sel-HASH", "delete sel6-HASH", "flush chain ingress-HASH", "delete chain ingress-HASH"}},
+		{"a policy's new version: a new chain, the map elements moved, the old chain gone", func(t *testing.T, f *fakeNode) {
+			f.setPolicy(t, fromY(81))
 		}, []string{"add chain ingress-HASH", "rewrite ingress-HASH", "delete ingress-pods", "add ingress-pods", "delete ingress-pods6", "add ingress-pods6",
 			"flush chain ingress-HASH", "delete chain ingress-HASH"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			tc.change(t)
+			f := syncedFixture(t)
+			tc.change(t, f)
 			f.sync(t, false)
 			if got := hashedSteps(f.fake.Steps()); !slices.Equal(got, tc.want) {
 				t.Errorf("steps:\n  %s\nwant:\n  %s", strings.Join(got, "\n  "), strings.Join(tc.want, "\n  "))

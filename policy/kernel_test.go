@@ -1,7 +1,7 @@
 package policy
 
 import (
-	"bytes"
+	"bufio"
 	"fmt"
 	"io"
 	"net"
@@ -94,47 +94,9 @@ func newLabVia(t testing.TB, driver bool) *lab {
 	return l
 }
 
-// serve echoes TCP and UDP on addr inside ns until the test ends; ":port"
-// serves both families.
-func serve(t testing.TB, ns *netns.NS, addr string) {
-	var tl net.Listener
-	var ul net.PacketConn
-	fam := "4"
-	if strings.HasPrefix(addr, ":") {
-		fam = ""
-	}
-	err := ns.Do(func() error {
-		var err error
-		if tl, err = net.Listen("tcp"+fam, addr); err != nil {
-			return err
-		}
-		ul, err = net.ListenPacket("udp"+fam, addr)
-		return err
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { tl.Close(); ul.Close() })
-	go func() {
-		for {
-			c, err := tl.Accept()
-			if err != nil {
-				return
-			}
-			go func() { io.Copy(c, c); c.Close() }()
-		}
-	}()
-	go func() {
-		buf := make([]byte, 64)
-		for {
-			n, from, err := ul.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			ul.WriteTo(buf[:n], from)
-		}
-	}()
-}
+// serve runs the echo servers (netns.ServeEcho) on addr inside ns until
+// the test ends; ":port" serves both families.
+func serve(t testing.TB, ns *netns.NS, addr string) { ns.ServeEcho(t, addr, ns.Name) }
 
 // load replaces the node's table with the model's, atomically, or
 // programs what changed through the driver.
@@ -185,14 +147,15 @@ func (l *lab) connect(from, network, addr string) bool {
 	return echoes(c)
 }
 
+// echoes asks the echo server over c (TCP or UDP) and says whether it
+// answered.
 func echoes(c net.Conn) bool {
 	c.SetDeadline(time.Now().Add(400 * time.Millisecond))
-	if _, err := c.Write([]byte("ping")); err != nil {
+	if _, err := io.WriteString(c, "ask\n"); err != nil {
 		return false
 	}
-	buf := make([]byte, 4)
-	_, err := io.ReadFull(c, buf)
-	return err == nil && bytes.Equal(buf, []byte("ping"))
+	line, err := bufio.NewReader(c).ReadString('\n')
+	return err == nil && line != ""
 }
 
 // kprobe is a connection and whether it must get through; to is a pod or

@@ -19,6 +19,7 @@ import (
 	netv1 "k8s.io/api/networking/v1"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/nft"
 )
@@ -153,20 +154,15 @@ func TestKernelLogsOneLinePerDeniedConnection(t *testing.T) {
 	if n, err := kernelCounters(d)(); err != nil || n[Ingress] < 5 {
 		t.Fatalf("denied ingress packets %v (%v), want at least 5: two SYNs and three datagrams", n, err)
 	}
-	deadline := time.Now().Add(3 * time.Second)
-	for {
+	framework.Eventually(t, 3*time.Second, "one log line per denied connection", func() error {
 		mu.Lock()
 		got := slices.Clone(lines)
 		mu.Unlock()
-		problem := matchLines(got, want)
-		if problem == "" {
-			return
+		if problem := matchLines(got, want); problem != "" {
+			return fmt.Errorf("%s\nlines:\n%s", problem, strings.Join(got, "\n"))
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%s\nlines:\n%s", problem, strings.Join(got, "\n"))
-		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // deniedConnections: y/a opens a TCP connection to x/a (its SYN sent

@@ -9,8 +9,8 @@ import (
 	"github.com/netplane/netplane/nft"
 )
 
-// BenchmarkFullSyncAtScale is a first sync at the requirement's scale,
-// 1,000 policies × 10,000 pods, both families: the model built from the
+// BenchmarkFullSyncAtScale is a first sync at the scale of the enforcer's
+// bounds (bench_test.go), 1,000 policies × 10,000 pods, both families: the model built from the
 // records, rendered onto the driver's table and programmed whole, on the
 // driver's fake kernel and on a real one (a fresh network namespace each
 // time). It reports each phase; ns/op is the whole.

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -224,10 +225,10 @@ func invalidPolicy(t *testing.T, c *twoNodes) {
 	bad := xaFrom("p", blockPeer("010.0.0.0/8"))
 	c.writePolicy(bad) // accepted by this API server, refused by Compile
 	c.check(t, allow("y/a", "x/a", tcp, 80), deny("z/a", "x/a", tcp, 80))
-	framework.Eventually(t, 10*time.Second, "an InvalidNetworkPolicy event on x/p from each node", func() string {
+	framework.Eventually(t, 10*time.Second, "an InvalidNetworkPolicy event on x/p from each node", func() error {
 		evs, err := c.s.Client.CoreV1().Events("x").List(c.ctx, metav1.ListOptions{FieldSelector: "reason=InvalidNetworkPolicy"})
 		if err != nil {
-			return err.Error()
+			return err
 		}
 		var hosts []string
 		for _, e := range evs.Items {
@@ -237,9 +238,9 @@ func invalidPolicy(t *testing.T, c *twoNodes) {
 			}
 		}
 		if sort.Strings(hosts); strings.Join(hosts, ",") != "node1,node2" {
-			return fmt.Sprintf("events from %v", hosts)
+			return fmt.Errorf("events from %v", hosts)
 		}
-		return ""
+		return nil
 	})
 	for _, n := range c.nodes {
 		if log, _ := os.ReadFile(n.proc.Log); !strings.Contains(string(log), `"NetworkPolicy not enforced"`) {
@@ -254,16 +255,16 @@ func observed(t *testing.T, c *twoNodes) {
 	c.setPolicies(denyIngressX)
 	c.check(t)
 	n := c.nodes[0] // x/a's
-	framework.Eventually(t, 10*time.Second, "a log line for a denied connection to x/a", func() string {
+	framework.Eventually(t, 10*time.Second, "a log line for a denied connection to x/a", func() error {
 		log, _ := os.ReadFile(n.proc.Log)
 		for _, line := range strings.Split(string(log), "\n") {
 			if strings.Contains(line, `"denied connection"`) && strings.Contains(line, `pod="x/a"`) &&
 				strings.Contains(line, `destination="`+c.pods["x/a"].ip+`:`) && strings.Contains(line, `direction="ingress"`) {
 				t.Logf("%s logs: %s", n.name, line)
-				return ""
+				return nil
 			}
 		}
-		return "none yet"
+		return errors.New("none yet")
 	})
 	health, metrics := framework.ServedAddresses(t, n.proc, 10*time.Second)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{ // the servers listen in the node
@@ -508,12 +509,12 @@ func flushHealed(t *testing.T, c *twoNodes) {
 	if !c.connect(denied) {
 		t.Fatalf("%s did not get through with the table flushed", denied)
 	}
-	for !slices.Contains(c.tables(n), "inet "+TableName) {
-		if time.Since(start) > syncPeriod+time.Second {
-			t.Fatalf("no table %v after nft flush ruleset (--sync-period=%v)", time.Since(start), syncPeriod)
+	framework.EventuallyEvery(t, 20*time.Millisecond, syncPeriod+time.Second, "the table back after nft flush ruleset within --sync-period", func() error {
+		if tables := c.tables(n); !slices.Contains(tables, "inet "+TableName) {
+			return fmt.Errorf("tables %v", tables)
 		}
-		time.Sleep(20 * time.Millisecond)
-	}
+		return nil
+	})
 	t.Logf("table back %v after nft flush ruleset (--sync-period=%v)", time.Since(start).Round(time.Millisecond), syncPeriod)
 	c.check(t, deny("y/a", "x/a", tcp, 80))
 }
@@ -524,11 +525,11 @@ func disabled(t *testing.T, c *twoNodes) {
 	n := c.nodes[1]
 	c.restart(n, nil, "--network-policy=false")
 	c.disabled[n.name] = true
-	framework.Eventually(t, 20*time.Second, "the table removed from "+n.name, func() string {
+	framework.Eventually(t, 20*time.Second, "the table removed from "+n.name, func() error {
 		if tables := c.tables(n); slices.Contains(tables, "inet "+TableName) {
-			return fmt.Sprint(tables)
+			return fmt.Errorf("%v", tables)
 		}
-		return ""
+		return nil
 	})
 	c.check(t, allow("y/a", "x/b", tcp, 80), allow("z/a", "y/a", tcp, 80), deny("y/a", "x/a", tcp, 80), deny("y/b", "x/a", tcp, 80))
 	c.restart(n, nil)

@@ -168,16 +168,16 @@ func (c *twoNodes) run(n *tnode, extra ...string) {
 }
 
 func (c *twoNodes) waitForCNI(n *tnode) {
-	framework.Eventually(c.t, 60*time.Second, "conflist and plugin on "+n.name, func() string {
+	framework.Eventually(c.t, 60*time.Second, "conflist and plugin on "+n.name, func() error {
 		if n.proc.Exited() {
 			c.t.Fatalf("netplane on %s exited:\n%s", n.name, n.proc.Tail(30))
 		}
 		for _, f := range []string{filepath.Join(n.confDir(), podnet.ConflistName), filepath.Join(n.binDir(), "netplane-cni")} {
 			if _, err := os.Stat(f); err != nil {
-				return err.Error()
+				return err
 			}
 		}
-		return ""
+		return nil
 	})
 }
 

@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"fmt"
 	"net"
@@ -121,7 +120,8 @@ func (l *lab) quiet(ns *netns.NS) {
 }
 
 // pod makes a pod namespace routed from node (no bridge: a /32 route per
-// pod), with TCP and UDP echo servers on ports 8080 and 5353.
+// pod), with echo servers (netns.ServeEcho, TCP and UDP) on ports 8080 and
+// 5353.
 func (l *lab) pod(node *netns.NS, name, ip4, ip6 string) {
 	t := l.t
 	p := l.host(name)
@@ -138,48 +138,10 @@ func (l *lab) pod(node *netns.NS, name, ip4, ip6 string) {
 	node.Route(t, ip6+"/128", "dev", "v"+name)
 	p.Route(t, "default", "via", gw4, "dev", "eth0", "onlink")
 	p.Route(t, "default", "via", gw6, "dev", "eth0", "onlink")
-	for _, addr := range []string{"[::]:8080"} { // dual-stack socket
-		ln, err := p.Listen(addr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		framework.Serve(t, ln, answerTCP(name))
-	}
-	var pc net.PacketConn
-	if err := p.Do(func() (err error) { pc, err = net.ListenPacket("udp", ":5353"); return err }); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	go serveUDP(pc, name)
+	p.ServeEcho(t, ":8080", name)
+	p.ServeEcho(t, ":5353", name)
 	l.sctp.listen(t, p, name, ip4, ip6)
 	l.pods[name] = p
-}
-
-// answerTCP answers with the pod's name and the client's address, once
-// per line received, so that a long-lived connection can ask again.
-func answerTCP(name string) func(net.Conn) {
-	return func(c net.Conn) {
-		host, _, _ := net.SplitHostPort(c.RemoteAddr().String())
-		r := bufio.NewReader(c)
-		for {
-			fmt.Fprintf(c, "%s %s\n", name, host)
-			if _, err := r.ReadString('\n'); err != nil {
-				return
-			}
-		}
-	}
-}
-
-func serveUDP(pc net.PacketConn, name string) {
-	buf := make([]byte, 512)
-	for {
-		_, from, err := pc.ReadFrom(buf)
-		if err != nil {
-			return
-		}
-		host, _, _ := net.SplitHostPort(from.String())
-		_, _ = pc.WriteTo([]byte(name+" "+host), from)
-	}
 }
 
 func (l *lab) createNode() {
@@ -223,7 +185,6 @@ func (l *lab) hit(ns *netns.NS, network, addr string) string {
 // hit connects from ns to addr and returns "<pod> <seen client>", "refused",
 // or "timeout".
 func hit(ns *netns.NS, network, addr string) string {
-	var reply string
 	timeout := time.Second
 	if strings.HasPrefix(addr, "[") {
 		// Measured here (kernel 6.18): a TCP connect to a rejected IPv6
@@ -232,23 +193,7 @@ func hit(ns *netns.NS, network, addr string) string {
 		// counters show it); IPv4 fails at once. Why is not established.
 		timeout = 2 * time.Second
 	}
-	err := ns.Do(func() error {
-		c, err := net.DialTimeout(network, addr, timeout)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(time.Second))
-		if network == "udp" {
-			if _, err := c.Write([]byte("hi\n")); err != nil {
-				return err
-			}
-		}
-		buf := make([]byte, 128)
-		n, err := c.Read(buf)
-		reply = strings.TrimSpace(string(buf[:n]))
-		return err
-	})
+	reply, err := ns.Ask(network, addr, timeout)
 	switch {
 	case err == nil:
 		return reply

@@ -1,22 +1,24 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
+	"errors"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
 	"net/netip"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/e2e/netns"
 )
 
 // TestFlowsThroughTheNodeRole runs `netplane --role=node` in a node
@@ -168,20 +170,17 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		dns := l.service("dns", []labEP{{pod: "a1"}})
 		vip := hp(cip(dns), 53)
 		const clientPort = 40053
-		var last string
-		answeredBy := func(pod string) func(context.Context) (bool, error) {
-			return func(context.Context) (bool, error) {
-				last = udpFrom(l.ns("a2"), clientPort, vip)
-				return strings.HasPrefix(last, pod+" "), nil
+		answeredBy := func(pod string) func() error {
+			return func() error {
+				if got := udpFrom(l.ns("a2"), clientPort, vip); !strings.HasPrefix(got, pod+" ") {
+					return fmt.Errorf("answered %q", got)
+				}
+				return nil
 			}
 		}
-		if err := wait.PollUntilContextTimeout(l.ctx, 100*time.Millisecond, 10*time.Second, true, answeredBy("a1")); err != nil {
-			t.Fatal("UDP through the new Service never answered")
-		}
+		framework.EventuallyEvery(t, 100*time.Millisecond, 10*time.Second, "UDP through the new Service answered by a1", answeredBy("a1"))
 		l.endpoints("dns", []labEP{{pod: "b1"}}) // a1 keeps running: only conntrack could send us there
-		if err := wait.PollUntilContextTimeout(l.ctx, 100*time.Millisecond, 10*time.Second, true, answeredBy("b1")); err != nil {
-			t.Fatalf("the same client flow still goes to %q after its endpoint moved to b1", last)
-		}
+		framework.EventuallyEvery(t, 100*time.Millisecond, 10*time.Second, "the same client flow answered by b1 after its endpoint moved there", answeredBy("b1"))
 	})
 
 	t.Run("nft flush table is healed within the sync period", func(t *testing.T) {
@@ -195,9 +194,9 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		t.Logf("healed within %v", time.Since(start).Round(time.Millisecond))
 	})
 
-	t.Run("a restart keeps open connections and rules", func(t *testing.T) {
+	t.Run("a restart keeps open connections and rules, and the new process programs what changed meanwhile", func(t *testing.T) {
 		l.t = t
-		conn, err := dialNS(l.ns("a2"), hp(cip(self), 80))
+		conn, err := l.ns("a2").DialEcho(hp(cip(self), 80), 3*time.Second)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -206,10 +205,20 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		l.proc.Stop(10 * time.Second)
 		talk(t, conn, "a1")
 		l.expect("a2", "tcp", hp(cip(web), 80), "10.244.1.3", "a1", "b1") // rules stay while the agent is down
+		// Created while no agent runs: only the new process can program it.
+		late := l.service("after-restart", []labEP{{pod: "b1"}})
+		l.expect("a2", "tcp", hp(cip(late), 80), "", "timeout")
 		l.start(netplaneBinary(t))
-		time.Sleep(2 * time.Second) // a few syncs of the new process
-		talk(t, conn, "a1")
+		framework.Eventually(t, 15*time.Second, "the new process's first full sync", func() error {
+			code, body := httpGet(l.node, "http://127.0.0.1:10291/metrics")
+			if code != 200 || !firstFullSync.MatchString(body) {
+				return fmt.Errorf("/metrics: %d, no full sync counted (%.200s)", code, body)
+			}
+			return nil
+		})
+		talk(t, conn, "a1") // the new process's sync kept the connection
 		l.expect("a2", "tcp", hp(cip(web), 80), "10.244.1.3", "a1", "b1")
+		l.expect("a2", "tcp", hp(cip(late), 80), "10.244.1.3", "b1")
 	})
 
 	t.Run("--masquerade-all masquerades pods reaching a ClusterIP too", func(t *testing.T) {
@@ -217,13 +226,13 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		l.proc.Stop(10 * time.Second)
 		l.args = append(l.args, "--masquerade-all")
 		l.start(netplaneBinary(t))
-		framework.Eventually(t, 15*time.Second, "the new process masquerades pod traffic in both families", func() string {
+		framework.Eventually(t, 15*time.Second, "the new process masquerades pod traffic in both families", func() error {
 			for _, addr := range []string{hp(cip(web), 80), hp(cip6(web), 80)} {
 				if got := hit(l.ns("a2"), "tcp", addr); strings.HasSuffix(got, " 10.244.1.3") || strings.HasSuffix(got, " fd00:244:1::3") || !strings.Contains(got, " ") {
-					return addr + ": " + got
+					return errors.New(addr + ": " + got)
 				}
 			}
-			return ""
+			return nil
 		})
 		l.expect("a2", "tcp", hp(cip(web), 80), "masq", "a1", "b1")
 		l.expect("a2", "tcp", hp(cip6(web), 80), "masq", "a1", "b1")
@@ -231,22 +240,15 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 	})
 }
 
-func dialNS(ns interface{ Do(func() error) error }, addr string) (net.Conn, error) {
-	var c net.Conn
-	err := ns.Do(func() (err error) { c, err = net.DialTimeout("tcp", addr, 2*time.Second); return err })
-	return c, err
-}
+// firstFullSync matches the proxy's sync counter once a full sync is done.
+var firstFullSync = regexp.MustCompile(`(?m)^netplane_proxy_sync_duration_seconds_count\{type="full"\} [1-9]`)
 
-// talk reads one answer on a long-lived connection and asks for the next.
-func talk(t *testing.T, c net.Conn, want string) {
+// talk asks again on a long-lived connection and wants pod want to answer.
+func talk(t *testing.T, c *netns.EchoConn, want string) {
 	t.Helper()
-	_ = c.SetDeadline(time.Now().Add(3 * time.Second))
-	line, err := bufio.NewReader(c).ReadString('\n')
-	if err != nil || !strings.HasPrefix(line, want+" ") {
-		t.Fatalf("open connection: got %q, %v; want an answer from %s", line, err, want)
-	}
-	if _, err := c.Write([]byte("again\n")); err != nil {
-		t.Fatal(err)
+	answer, err := c.Ask()
+	if name, _ := netns.SplitAnswer(answer); err != nil || name != want {
+		t.Fatalf("open connection: got %q, %v; want an answer from %s", answer, err, want)
 	}
 }
 
@@ -305,7 +307,7 @@ func udpFrom(ns interface{ Do(func() error) error }, port int, addr string) stri
 		}
 		buf := make([]byte, 128)
 		n, err := c.Read(buf)
-		reply = string(buf[:n])
+		reply = strings.TrimSpace(string(buf[:n]))
 		return err
 	})
 	return reply

@@ -3,6 +3,7 @@ package proxy
 import (
 	"context"
 	"errors"
+	"fmt"
 	"net/netip"
 	"slices"
 	"strings"
@@ -17,11 +18,11 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/nft"
 )
 
@@ -269,12 +270,12 @@ func TestProxierRetriesAFailedSyncAsAFullSync(t *testing.T) {
 	defer func() { cancel(); <-done }()
 	waitCalls := func(want ...string) {
 		t.Helper()
-		err := wait.PollUntilContextTimeout(ctx, 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-			return slices.Equal(n.calls.list(), want), nil
+		framework.EventuallyEvery(t, 10*time.Millisecond, 5*time.Second, fmt.Sprintf("calls %q", want), func() error {
+			if got := n.calls.list(); !slices.Equal(got, want) {
+				return fmt.Errorf("calls %q", got)
+			}
+			return nil
 		})
-		if err != nil {
-			t.Fatalf("calls %q, want %q", n.calls.list(), want)
-		}
 	}
 	waitCalls("full")
 	// The loop is idle now; the fakes are the test's until the next kick.

@@ -130,10 +130,6 @@ func (s *Store) slotPath(i int) string {
 	return filepath.Join(s.Dir, statePrefix+s.BootID+"."+strconv.Itoa(i))
 }
 
-// legacyPath is where the single-file table of earlier netplane-cni
-// versions was, read when this boot has no slot yet.
-func (s *Store) legacyPath() string { return filepath.Join(s.Dir, statePrefix+s.BootID+".json") }
-
 // table is this boot's table as loaded: the state, its encoded body, its
 // generation and the slot it came from (-1: none on disk yet).
 type table struct {
@@ -164,7 +160,7 @@ func (s *Store) load() (*table, error) {
 		}
 	}
 	if found == 0 {
-		return s.loadLegacy()
+		return &table{state: &State{BootID: s.BootID, Last: s.earlierCursors()}, slot: -1}, nil
 	}
 	if best == nil {
 		return nil, s.unreadable(errors.New("no slot holds a complete table"))
@@ -174,18 +170,6 @@ func (s *Store) load() (*table, error) {
 		return nil, s.unreadable(err)
 	}
 	return best, nil
-}
-
-func (s *Store) loadLegacy() (*table, error) {
-	raw, err := os.ReadFile(s.legacyPath())
-	if err != nil {
-		return &table{state: &State{BootID: s.BootID, Last: s.earlierCursors()}, slot: -1}, nil
-	}
-	st := &State{}
-	if err := json.Unmarshal(raw, st); err != nil || st.BootID != s.BootID {
-		return nil, s.unreadable(err)
-	}
-	return &table{state: st, slot: -1}, nil
 }
 
 func (s *Store) unreadable(err error) error {
@@ -201,19 +185,16 @@ func (s *Store) earlierCursors() map[string]netip.Addr {
 		if err != nil {
 			continue
 		}
-		if _, body, ok := decodeSlot(raw); ok {
-			raw = body
-		}
 		var st State
-		if json.Unmarshal(raw, &st) == nil {
+		if _, body, ok := decodeSlot(raw); ok && json.Unmarshal(body, &st) == nil {
 			return st.Last
 		}
 	}
 	return nil
 }
 
-// removeEarlier deletes the tables of earlier boots (and an earlier
-// version's single file) once this boot has a slot.
+// removeEarlier deletes the tables of earlier boots once this boot has a
+// slot.
 func (s *Store) removeEarlier() {
 	old, _ := filepath.Glob(filepath.Join(s.Dir, statePrefix+"*"))
 	for _, path := range old {

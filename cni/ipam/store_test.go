@@ -132,25 +132,6 @@ func TestASlotOverwrittenWithAShorterTableIgnoresTheOldTail(t *testing.T) {
 	}
 }
 
-func TestAnEarlierVersionsTableOfThisBootIsReadAndReplaced(t *testing.T) {
-	dir := t.TempDir()
-	s := &Store{Dir: dir, BootID: "b"}
-	os.WriteFile(s.legacyPath(), []byte(`{"bootID":"b","attachments":[{"containerID":"old","ifname":"eth0","ips":["10.0.0.2/24"]}]}`), 0o600)
-	if err := s.Update(func(st *State) error {
-		_, err := st.Allocate([]netip.Prefix{pfx("10.0.0.0/24")}, Request{ContainerID: "new", IfName: "eth0"}, "", nil)
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	st, err := s.Read()
-	if err != nil || len(st.Attachments) != 2 || st.Attachments[1].IPs[0].String() != "10.0.0.3/24" {
-		t.Fatalf("got %+v, %v; want the old attachment kept and the new one beside it", st, err)
-	}
-	if _, err := os.Stat(s.legacyPath()); !os.IsNotExist(err) {
-		t.Fatalf("the earlier version's file is still there: %v", err)
-	}
-}
-
 func TestStoreDoesNotWriteWhenUpdateFails(t *testing.T) {
 	dir := t.TempDir()
 	s := &Store{Dir: dir, BootID: "b"}

@@ -46,11 +46,6 @@ func cmdDel(args *skel.CmdArgs) error {
 	})
 }
 
-// Released is the alias earlier versions of the plugin gave a host veth on
-// DEL: they only removed the pod end's addresses and left the pair to die
-// with its netns. ADD into such a netns and GC remove these pairs.
-const Released = "netplane-cni: released"
-
 // cmdGC releases every attachment not in cni.dev/valid-attachments, and
 // removes veths on our bridge that belong to no attachment (left by a
 // plugin killed between creating a veth and recording it). It continues past
@@ -102,7 +97,7 @@ func removeStrayVeths(bridge string, keep map[string]bool) []error {
 	var errs []error
 	for _, l := range links {
 		name := l.Attrs().Name
-		if _, ok := l.(*netlink.Veth); !ok || !strings.HasPrefix(name, vethPrefix) || (keep[name] && l.Attrs().Alias != Released) || l.Attrs().MasterIndex != br.Attrs().Index {
+		if _, ok := l.(*netlink.Veth); !ok || !strings.HasPrefix(name, vethPrefix) || keep[name] || l.Attrs().MasterIndex != br.Attrs().Index {
 			continue
 		}
 		if err := deleteLink(name); err != nil {

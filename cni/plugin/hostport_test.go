@@ -1,10 +1,8 @@
 package plugin_test
 
 import (
-	"bufio"
 	"context"
 	"fmt"
-	"io"
 	"net"
 	"net/netip"
 	"strings"
@@ -13,78 +11,24 @@ import (
 
 	"github.com/containernetworking/cni/libcni"
 	"github.com/vishvananda/netlink"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netplane/netplane/cni/plugin"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
 )
 
-// echoServers answers TCP and UDP on port inside ns with "<name> <data>".
-func echoServers(t *testing.T, ns *netns.NS, name string, port int) {
-	t.Helper()
-	l, err := ns.Listen(fmt.Sprintf(":%d", port))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var pc net.PacketConn
-	if err := ns.Do(func() error {
-		var err error
-		pc, err = net.ListenPacket("udp", fmt.Sprintf(":%d", port))
-		return err
-	}); err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { pc.Close() })
-	framework.Serve(t, l, func(c net.Conn) {
-		line, _ := bufio.NewReader(c).ReadString('\n')
-		fmt.Fprintf(c, "%s %s", name, line)
-	})
-	go func() {
-		buf := make([]byte, 1500)
-		for {
-			n, from, err := pc.ReadFrom(buf)
-			if err != nil {
-				return
-			}
-			pc.WriteTo([]byte(name+" "+string(buf[:n])), from)
-		}
-	}()
-}
-
-// ask sends "ping\n" over network to addr from inside ns and returns the answer.
-func ask(ns *netns.NS, network, addr string) (string, error) {
-	var answer string
-	err := ns.Do(func() error {
-		c, err := net.DialTimeout(network, addr, 2*time.Second)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		c.SetDeadline(time.Now().Add(2 * time.Second))
-		if _, err := io.WriteString(c, "ping\n"); err != nil {
-			return err
-		}
-		buf := make([]byte, 100)
-		n, err := c.Read(buf)
-		answer = strings.TrimSpace(string(buf[:n]))
-		return err
-	})
-	return answer, err
-}
-
-// askEventually retries ask for a few seconds: the first packets to a new
-// pod may wait for neighbour resolution.
+// askEventually asks the echo server (netns.ServeEcho) at addr over
+// network from ns until the server named want answers: the first packets
+// to a new pod may wait for neighbour resolution.
 func askEventually(t *testing.T, ns *netns.NS, network, addr, want string) {
 	t.Helper()
-	var got string
-	var err error
-	if wait.PollUntilContextTimeout(context.Background(), 100*time.Millisecond, 20*time.Second, true, func(context.Context) (bool, error) {
-		got, err = ask(ns, network, addr)
-		return err == nil && got == want, nil
-	}) != nil {
-		t.Fatalf("%s %s from %s: got %q, %v; want %q", network, addr, ns.Name, got, err, want)
-	}
+	framework.Eventually(t, 20*time.Second, fmt.Sprintf("%s %s from %s answered by %s", network, addr, ns.Name, want), func() error {
+		got, err := ns.Ask(network, addr, netns.EchoTimeout)
+		if name, _ := netns.SplitAnswer(got); err != nil || name != want {
+			return fmt.Errorf("got %q, %v", got, err)
+		}
+		return nil
+	})
 }
 
 func TestHostPortsForwardTCPAndUDPFromOutsideLocalhostOtherPodsAndThePodItself(t *testing.T) {
@@ -105,7 +49,7 @@ func TestHostPortsForwardTCPAndUDPFromOutsideLocalhostOtherPodsAndThePodItself(t
 	}}
 	n.mustAdd(t, ra)
 	n.mustAdd(t, rt(b, "hp-b"))
-	echoServers(t, a, "a", 8080)
+	a.ServeEcho(t, ":8080", "a")
 
 	for _, tc := range []struct {
 		from *netns.NS
@@ -122,13 +66,13 @@ func TestHostPortsForwardTCPAndUDPFromOutsideLocalhostOtherPodsAndThePodItself(t
 		{a, "the pod itself over IPv6", "[fd00:50::1]"},
 	} {
 		t.Run(tc.who, func(t *testing.T) {
-			askEventually(t, tc.from, "tcp", tc.addr+":30080", "a ping")
-			askEventually(t, tc.from, "udp", tc.addr+":30053", "a ping")
+			askEventually(t, tc.from, "tcp", tc.addr+":30080", "a")
+			askEventually(t, tc.from, "udp", tc.addr+":30053", "a")
 		})
 	}
 	t.Run("node localhost", func(t *testing.T) {
-		askEventually(t, n.ns, "tcp", "127.0.0.1:30080", "a ping")
-		askEventually(t, n.ns, "udp", "127.0.0.1:30053", "a ping")
+		askEventually(t, n.ns, "tcp", "127.0.0.1:30080", "a")
+		askEventually(t, n.ns, "udp", "127.0.0.1:30053", "a")
 	})
 	if err := n.check(ra); err != nil {
 		t.Fatalf("CHECK: %v", err)
@@ -144,13 +88,13 @@ func TestHostPortsForwardTCPAndUDPFromOutsideLocalhostOtherPodsAndThePodItself(t
 	rc := rt(netns.New(t, "pod"), "hp-c")
 	rc.CapabilityArgs = map[string]any{"portMappings": []map[string]any{{"hostPort": 30081, "containerPort": 8080}}}
 	n.mustAdd(t, rc)
-	askEventually(t, ext, "tcp", "192.168.50.1:30080", "a ping")
+	askEventually(t, ext, "tcp", "192.168.50.1:30080", "a")
 	n.mustDel(t, rc)
 	n.mustDel(t, ra)
 	if n.hostPortTable(t) {
 		t.Fatal("hostPort table still there after the last DEL")
 	}
-	if _, err := ask(ext, "tcp", "192.168.50.1:30080"); err == nil {
+	if _, err := ext.Ask("tcp", "192.168.50.1:30080", netns.EchoTimeout); err == nil {
 		t.Fatal("hostPort still answers after DEL")
 	}
 }
@@ -168,21 +112,20 @@ func TestDualStackPodHasUsableIPv6WhenAddReturns(t *testing.T) {
 	if out := a.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0", "scope", "global"); !strings.Contains(out, "fd00:10:244:1::2/64") || strings.Contains(out, "tentative") {
 		t.Fatalf("pod IPv6 address missing or tentative right after ADD:\n%s", out)
 	}
-	var out string
-	if wait.PollUntilContextTimeout(context.Background(), 20*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		out = a.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0")
-		return !strings.Contains(out, "tentative"), nil
-	}) != nil {
-		t.Fatalf("link-local address still tentative 5 s after ADD:\n%s", out)
-	}
+	framework.EventuallyEvery(t, 20*time.Millisecond, 5*time.Second, "the link-local address usable after ADD", func() error {
+		if out := a.MustExec(t, "ip", "-6", "addr", "show", "dev", "eth0"); strings.Contains(out, "tentative") {
+			return fmt.Errorf("still tentative:\n%s", out)
+		}
+		return nil
+	})
 	resB := n.mustAdd(t, rt(b, "ds-b"))
 	v6b := addrOf(t, resB, true)
 	if v6b != netip.MustParseAddr("fd00:10:244:1::3") {
 		t.Fatalf("second pod's IPv6 %s", v6b)
 	}
-	echoServers(t, b, "b", 9000)
-	askEventually(t, a, "tcp", net.JoinHostPort(v6b.String(), "9000"), "b ping")
-	askEventually(t, a, "tcp", net.JoinHostPort(addrOf(t, resB, false).String(), "9000"), "b ping")
+	b.ServeEcho(t, ":9000", "b")
+	askEventually(t, a, "tcp", net.JoinHostPort(v6b.String(), "9000"), "b")
+	askEventually(t, a, "tcp", net.JoinHostPort(addrOf(t, resB, false).String(), "9000"), "b")
 	// The pod reaches the gateway over IPv6 too.
 	a.MustExec(t, "ping", "-6", "-c1", "-W2", "fd00:10:244:1::1")
 	routes, _ := handle(t, a).RouteList(nil, netlink.FAMILY_V6)
@@ -230,11 +173,11 @@ func TestHostPortWithHostIPForwardsOnlyOnThatAddress(t *testing.T) {
 		{"hostPort": 30090, "containerPort": 8080, "protocol": "udp", "hostIP": "192.168.50.1"},
 	}}
 	n.mustAdd(t, r)
-	echoServers(t, pod, "p", 8080)
+	pod.ServeEcho(t, ":8080", "p")
 
-	askEventually(t, ext, "tcp", "192.168.50.1:30090", "p ping")
-	askEventually(t, ext, "udp", "192.168.50.1:30090", "p ping")
-	askEventually(t, n.ns, "tcp", "192.168.50.1:30090", "p ping")
+	askEventually(t, ext, "tcp", "192.168.50.1:30090", "p")
+	askEventually(t, ext, "udp", "192.168.50.1:30090", "p")
+	askEventually(t, n.ns, "tcp", "192.168.50.1:30090", "p")
 	for _, tc := range []struct {
 		from *netns.NS
 		who  string
@@ -246,7 +189,7 @@ func TestHostPortWithHostIPForwardsOnlyOnThatAddress(t *testing.T) {
 	} {
 		t.Run(tc.who, func(t *testing.T) {
 			for _, network := range []string{"tcp", "udp"} {
-				if got, err := ask(tc.from, network, tc.addr+":30090"); err == nil {
+				if got, err := tc.from.Ask(network, tc.addr+":30090", netns.EchoTimeout); err == nil {
 					t.Errorf("%s %s:30090 answered %q; the mapping is for 192.168.50.1 only", network, tc.addr, got)
 				}
 			}

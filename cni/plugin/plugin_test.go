@@ -182,32 +182,6 @@ func TestDelInALivingNetnsRemovesThePairAndAddWorksAgain(t *testing.T) {
 	n.requireClean(t)
 }
 
-// An earlier version of the plugin left the pair in the netns on DEL, with
-// the pod end's addresses removed and the host end labelled Released. ADD
-// into that netns (a runtime reusing it) replaces the pair.
-func TestAddReplacesAPairAnEarlierVersionReleased(t *testing.T) {
-	n := newNode(t, nodeOpts{})
-	pod := netns.New(t, "pod")
-	old := rt(pod, "earlier")
-	n.mustAdd(t, old)
-	host := plugin.VethName(old.ContainerID, "eth0")
-	pod.MustExec(t, "ip", "addr", "flush", "dev", "eth0", "scope", "global")
-	n.ns.MustExec(t, "ip", "link", "set", host, "alias", plugin.Released)
-	if err := (&ipam.Store{Dir: n.stateDir, BootID: bootID(t)}).Update(func(st *ipam.State) error {
-		st.Release(old.ContainerID, "eth0")
-		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	r := rt(pod, "later")
-	n.mustAdd(t, r)
-	if v := n.veths(t); !slices.Equal(v, []string{plugin.VethName(r.ContainerID, "eth0")}) {
-		t.Fatalf("host veths %v, want only the new attachment's", v)
-	}
-	n.mustDel(t, r)
-	n.requireClean(t)
-}
-
 func TestFailureAfterAllocationLeavesNothingBehind(t *testing.T) {
 	n := newNode(t, nodeOpts{extra: map[string]any{"failAfterAllocationForTests": true}})
 	pod := netns.New(t, "pod")

@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
-	"strings"
 
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
@@ -21,14 +20,9 @@ import (
 func addVeth(br *netlink.Bridge, hostName, ifname string, mtu int, pod *podNetns) (*veth, error) {
 	v, err := createVeth(hostName, ifname, mtu, br.Attrs().Index, pod.ns)
 	if errors.Is(err, unix.EEXIST) {
-		// Leftovers of an earlier attachment: a host end of this very
-		// attachment (its name is derived from the container ID) left by a
-		// killed plugin, or a pair an earlier version's DEL released in a
-		// netns that was reused. Replace them.
+		// A host end of this very attachment (its name is derived from
+		// the container ID) left by a killed plugin: replace it.
 		if derr := deleteLink(hostName); derr != nil {
-			return nil, derr
-		}
-		if derr := deleteCutOff(pod.nl, ifname); derr != nil {
 			return nil, derr
 		}
 		v, err = createVeth(hostName, ifname, mtu, br.Attrs().Index, pod.ns)
@@ -75,23 +69,6 @@ func configurePod(pod *netlink.Handle, podIndex int, ifname string, ips []netip.
 		}
 	}
 	return nil
-}
-
-// deleteCutOff deletes the pod's ifname if it is the peer of a host veth
-// that an earlier version's DEL labelled Released.
-func deleteCutOff(pod *netlink.Handle, ifname string) error {
-	l, err := pod.LinkByName(ifname)
-	if err != nil {
-		return nil
-	}
-	if _, ok := l.(*netlink.Veth); !ok {
-		return nil
-	}
-	peer, err := host.LinkByIndex(l.Attrs().ParentIndex)
-	if err != nil || !strings.HasPrefix(peer.Attrs().Name, vethPrefix) || peer.Attrs().Alias != Released {
-		return nil
-	}
-	return deleteLink(peer.Attrs().Name)
 }
 
 // deleteLink removes a link of the node by name; a missing one is fine.

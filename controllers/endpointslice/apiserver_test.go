@@ -13,7 +13,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
@@ -222,34 +221,23 @@ func listOwn(t *testing.T, client kubernetes.Interface, ns, name, managedBy stri
 	return out
 }
 
-// eventually polls cond until it holds or the deadline passes.
-func eventually(t *testing.T, timeout time.Duration, what string, cond func() (bool, string)) {
-	t.Helper()
-	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
-		ok, detail := cond()
-		last = detail
-		return ok, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not reached within %v; last seen: %s", what, timeout, last)
-	}
-}
-
 // settle waits until the controller has been idle (empty queue, no sync in
 // progress) for longer than its slice-event delay, so that write counts
 // are final.
 func (r *running) settle(t *testing.T) {
 	t.Helper()
 	var idleSince time.Time
-	eventually(t, 30*time.Second, "controller idle", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "controller idle", func() error {
 		if !r.c.idle() {
 			idleSince = time.Time{}
-			return false, fmt.Sprintf("queue length %d", r.c.queue.Len())
+			return fmt.Errorf("queue length %d", r.c.queue.Len())
 		}
 		if idleSince.IsZero() {
 			idleSince = time.Now()
 		}
-		return time.Since(idleSince) > sliceChangeMinDelay+500*time.Millisecond, "idle"
+		if idle := time.Since(idleSince); idle <= sliceChangeMinDelay+500*time.Millisecond {
+			return fmt.Errorf("idle for %v only", idle)
+		}
+		return nil
 	})
 }

@@ -4,6 +4,7 @@ package endpointslice
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"maps"
 	"os/exec"
@@ -54,22 +55,48 @@ func TestSameSlicesAsKubeControllerManager(t *testing.T) {
 	startNetplane(t, ours, "netplane")
 
 	var got, want []string
-	same := func() (bool, string) {
+	same := func(n int) error {
 		got, want = canonicalSlices(t, ours.Client), canonicalSlices(t, theirs.Client)
-		return slices.Equal(got, want) && len(want) == 12, fmt.Sprintf("netplane %d slices, kube-controller-manager %d", len(got), len(want))
-	}
-	eventually(t, 90*time.Second, "the same slices", func() (bool, string) {
-		ok, detail := same()
-		if !ok && len(got) == len(want) {
-			detail += "\n" + firstDifference(got, want)
+		if !slices.Equal(got, want) || len(want) != n {
+			detail := fmt.Sprintf("netplane %d slices, kube-controller-manager %d, want %d", len(got), len(want), n)
+			if len(got) == len(want) {
+				detail += "\n" + firstDifference(got, want)
+			}
+			return errors.New(detail)
 		}
-		return ok, detail
-	})
-	// And they stay the same once both controllers had time for a resync.
-	time.Sleep(2 * time.Second)
-	if ok, detail := same(); !ok {
-		t.Errorf("slices diverged after converging: %s\n%s", detail, firstDifference(got, want))
+		return nil
 	}
+	framework.Eventually(t, 90*time.Second, "the same slices", func() error { return same(12) })
+
+	// And they stay so. A Service created now is a barrier: each controller
+	// has passed it once it wrote that Service's placeholder slice, and by
+	// then netplane has written none of the slices of before again.
+	before := resourceVersions(t, ours.Client)
+	for _, s := range []*framework.APIServer{ours, theirs} {
+		createService(t, s.Client, "compare", newService("barrier"))
+	}
+	framework.Eventually(t, 30*time.Second, "both controllers' slice of the Service created after they agreed", func() error { return same(13) })
+	after := resourceVersions(t, ours.Client)
+	for name, rv := range before {
+		if after[name] != rv {
+			t.Errorf("netplane wrote slice %s again after converging (resourceVersion %s, then %q)", name, rv, after[name])
+		}
+	}
+}
+
+// resourceVersions maps the name of every slice of namespace compare to
+// its resourceVersion.
+func resourceVersions(t *testing.T, c kubernetes.Interface) map[string]string {
+	t.Helper()
+	list, err := c.DiscoveryV1().EndpointSlices("compare").List(framework.Ctx(t), metav1.ListOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]string{}
+	for _, s := range list.Items {
+		out[s.Name] = s.ResourceVersion
+	}
+	return out
 }
 
 func firstDifference(got, want []string) string {

@@ -1,7 +1,6 @@
 package endpointslice
 
 import (
-	"context"
 	"errors"
 	"fmt"
 	"slices"
@@ -17,9 +16,9 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/intstr"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netplane/netplane/controllers/internal/kit"
+	"github.com/netplane/netplane/e2e/framework"
 )
 
 // TestFirstSync is the table of (Service, Pods, Nodes, max) → the slices
@@ -534,12 +533,12 @@ func TestTopologyModeAutoHints(t *testing.T) {
 	fx.c.topologyQueue.Add(topologyKey)
 	done := make(chan struct{})
 	go func() { fx.c.topologyWorker(t.Context()); close(done) }()
-	err := wait.PollUntilContextTimeout(t.Context(), time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
-		return fx.c.topologyQueue.Len() == 0, nil
+	framework.EventuallyEvery(t, time.Millisecond, 10*time.Second, "the topology worker to take its key", func() error {
+		if n := fx.c.topologyQueue.Len(); n != 0 {
+			return fmt.Errorf("%d keys queued", n)
+		}
+		return nil
 	})
-	if err != nil {
-		t.Fatal("the topology worker did not take its key")
-	}
 	fx.c.topologyQueue.ShutDown()
 	<-done
 	w := fx.sync(svc)

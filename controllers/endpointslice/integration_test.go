@@ -110,9 +110,12 @@ func TestAgainstAPIServer(t *testing.T) {
 			}
 			seed(t, s, svc, pods, tc.seedSizes)
 			r := startController(t, s, Options{MaxEndpointsPerSlice: tc.max})
-			eventually(t, 30*time.Second, "slices", func() (bool, string) {
+			framework.Eventually(t, 30*time.Second, "slices", func() error {
 				got := sizes(listOwn(t, s.Client, ns, svc.Name, ControllerName))
-				return slices.Equal(got, tc.wantSizes), fmt.Sprintf("sizes %v, want %v", got, tc.wantSizes)
+				if !slices.Equal(got, tc.wantSizes) {
+					return fmt.Errorf("sizes %v, want %v", got, tc.wantSizes)
+				}
+				return nil
 			})
 			r.settle(t)
 			if got := r.writes.get(ns); got != tc.wantWrites {

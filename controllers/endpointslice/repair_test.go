@@ -37,9 +37,12 @@ func setup(t *testing.T, n int, opts Options) (*framework.APIServer, string, *co
 // each once.
 func waitEndpoints(t *testing.T, s *framework.APIServer, ns, svc string, want int) {
 	t.Helper()
-	eventually(t, 30*time.Second, "endpoints of "+svc, func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "endpoints of "+svc, func() error {
 		names, dups := endpointNames(listOwn(t, s.Client, ns, svc, ControllerName))
-		return names.Len() == want && dups == 0, fmt.Sprintf("%d endpoints, %d duplicated, want %d", names.Len(), dups, want)
+		if !(names.Len() == want && dups == 0) {
+			return fmt.Errorf("%d endpoints, %d duplicated, want %d", names.Len(), dups, want)
+		}
+		return nil
 	})
 }
 
@@ -64,7 +67,7 @@ func TestHandEditedSliceIsCorrected(t *testing.T) {
 	if _, err := s.Client.DiscoveryV1().EndpointSlices(ns).Update(framework.Ctx(t), slice, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "slice repaired", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "slice repaired", func() error {
 		got := listOwn(t, s.Client, ns, "a", ControllerName)
 		var addrs []string
 		for _, s := range got {
@@ -73,7 +76,10 @@ func TestHandEditedSliceIsCorrected(t *testing.T) {
 			}
 		}
 		slices.Sort(addrs)
-		return slices.Equal(addrs, []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}), fmt.Sprintf("addresses %v", addrs)
+		if !slices.Equal(addrs, []string{"10.0.0.1", "10.0.0.2", "10.0.0.3"}) {
+			return fmt.Errorf("addresses %v", addrs)
+		}
+		return nil
 	})
 }
 
@@ -83,10 +89,13 @@ func TestHandDeletedSliceIsRecreated(t *testing.T) {
 	if err := s.Client.DiscoveryV1().EndpointSlices(ns).Delete(framework.Ctx(t), slice.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	eventually(t, 30*time.Second, "slice recreated", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "slice recreated", func() error {
 		got := listOwn(t, s.Client, ns, "a", ControllerName)
 		names, _ := endpointNames(got)
-		return len(got) == 1 && got[0].Name != slice.Name && names.Len() == 3, fmt.Sprintf("%d slices", len(got))
+		if !(len(got) == 1 && got[0].Name != slice.Name && names.Len() == 3) {
+			return fmt.Errorf("%d slices", len(got))
+		}
+		return nil
 	})
 }
 
@@ -130,7 +139,7 @@ func TestRecreatedServiceGetsFreshSlices(t *testing.T) {
 		t.Fatal(err)
 	}
 	svc := createService(t, s.Client, ns, newService("a"))
-	eventually(t, 30*time.Second, "slices owned by the new Service", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "slices owned by the new Service", func() error {
 		got := listOwn(t, s.Client, ns, "a", ControllerName)
 		var owners []string
 		for _, s := range got {
@@ -138,7 +147,10 @@ func TestRecreatedServiceGetsFreshSlices(t *testing.T) {
 		}
 		names, _ := endpointNames(got)
 		ok := len(got) == 1 && owners[0] == string(svc.UID) && names.Len() == 2
-		return ok, fmt.Sprintf("owners %v (old %s, new %s)", owners, old.UID, svc.UID)
+		if !ok {
+			return fmt.Errorf("owners %v (old %s, new %s)", owners, old.UID, svc.UID)
+		}
+		return nil
 	})
 }
 
@@ -191,11 +203,14 @@ func TestChurn(t *testing.T) {
 	}
 	// The fresh computation: the library on the final API state.
 	want := freshEndpoints(t, s, svc, 10)
-	eventually(t, 60*time.Second, "slices equal a fresh computation", func() (bool, string) {
+	framework.Eventually(t, 60*time.Second, "slices equal a fresh computation", func() error {
 		got := listOwn(t, s.Client, ns, "a", ControllerName)
 		_, dups := endpointNames(got)
 		g := endpointSummary(got)
-		return dups == 0 && slices.Equal(g, want), fmt.Sprintf("%d duplicates; got %d endpoints, want %d", dups, len(g), len(want))
+		if !(dups == 0 && slices.Equal(g, want)) {
+			return fmt.Errorf("%d duplicates; got %d endpoints, want %d", dups, len(g), len(want))
+		}
+		return nil
 	})
 }
 

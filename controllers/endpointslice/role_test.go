@@ -4,6 +4,7 @@ package endpointslice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -93,9 +94,12 @@ func TestTwoReplicasOnlyTheLeaderWrites(t *testing.T) {
 	withLease := func(c *v1alpha1.Controller) { c.LeaderElection.ResourceName = lease }
 	a := startReplica(t, s, testr.New(t), withLease)
 	b := startReplica(t, s, testr.New(t), withLease)
-	eventually(t, 30*time.Second, "both replicas ready", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "both replicas ready", func() error {
 		ea, eb := a.checks.Ready(), b.checks.Ready()
-		return ea == nil && eb == nil, fmt.Sprintf("a: %v; b: %v", ea, eb)
+		if !(ea == nil && eb == nil) {
+			return fmt.Errorf("a: %v; b: %v", ea, eb)
+		}
+		return nil
 	})
 
 	ns := newNamespace(t, s, "leader")
@@ -133,10 +137,16 @@ func TestALostLeaseStopsTheLeader(t *testing.T) {
 	r := startReplica(t, s, logr.Discard(), func(c *v1alpha1.Controller) { c.LeaderElection.ResourceName = name })
 	leases := s.Client.CoordinationV1().Leases("kube-system")
 	var lease *coordinationv1.Lease
-	eventually(t, 30*time.Second, "the replica to hold the Lease", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "the replica to hold the Lease", func() error {
 		var err error
 		lease, err = leases.Get(framework.Ctx(t), name, metav1.GetOptions{})
-		return err == nil && lease.Spec.HolderIdentity != nil && *lease.Spec.HolderIdentity != "", fmt.Sprint(err)
+		if err != nil {
+			return err
+		}
+		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
+			return errors.New("no holder yet")
+		}
+		return nil
 	})
 	// The replica renews every 200 ms: an update between its renewals may
 	// conflict, and is made again on the Lease as it then is.
@@ -189,10 +199,13 @@ func TestRoleMirrorsEndpoints(t *testing.T) {
 	}
 	mirrored := func(want string) {
 		t.Helper()
-		eventually(t, 30*time.Second, "mirrored slices", func() (bool, string) {
+		framework.Eventually(t, 30*time.Second, "mirrored slices", func() error {
 			got := listOwn(t, s.Client, ns, "ext", mirroring.ControllerName)
 			desc := fmt.Sprint(mirrorSummary(got))
-			return desc == want, desc
+			if desc != want {
+				return errors.New(desc)
+			}
+			return nil
 		})
 	}
 	mirrored("[IPv4 team=x 192.0.2.1:true 192.0.2.2:false]")
@@ -203,17 +216,17 @@ func TestRoleMirrorsEndpoints(t *testing.T) {
 	}
 	// At most 2 addresses per subset: the rest is skipped with an event.
 	mirrored("[IPv4 team=x 192.0.2.1:true 192.0.2.3:true]")
-	eventually(t, 30*time.Second, "TooManyAddressesToMirror event", func() (bool, string) {
+	framework.Eventually(t, 30*time.Second, "TooManyAddressesToMirror event", func() error {
 		list, err := s.Client.CoreV1().Events(ns).List(framework.Ctx(t), metav1.ListOptions{})
 		if err != nil {
-			return false, err.Error()
+			return err
 		}
 		for _, e := range list.Items {
 			if e.Reason == "TooManyAddressesToMirror" && e.InvolvedObject.Name == "ext" {
-				return true, ""
+				return nil
 			}
 		}
-		return false, fmt.Sprintf("%d events, none about skipped addresses", len(list.Items))
+		return fmt.Errorf("%d events, none about skipped addresses", len(list.Items))
 	})
 
 	ep.Labels[discovery.LabelSkipMirror] = "true"

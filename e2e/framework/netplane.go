@@ -117,16 +117,26 @@ func HTTPGet(client *http.Client, url string) (int, string, error) {
 	return resp.StatusCode, string(body), err
 }
 
-// Eventually polls cond until it returns "" or timeout passes, then fails
-// the test with the last reason cond gave.
-func Eventually(t testing.TB, timeout time.Duration, what string, cond func() string) {
+// Eventually polls cond every 50 ms until it returns nil, and returns how
+// long that took; when timeout passes first, it fails the test with what
+// was awaited and cond's last error. Every package's tests wait with it.
+func Eventually(t testing.TB, timeout time.Duration, what string, cond func() error) time.Duration {
 	t.Helper()
-	last := ""
-	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(context.Context) (bool, error) {
+	return EventuallyEvery(t, 50*time.Millisecond, timeout, what, cond)
+}
+
+// EventuallyEvery is Eventually polling at interval: a few milliseconds
+// where the test reports how long a change took to show.
+func EventuallyEvery(t testing.TB, interval, timeout time.Duration, what string, cond func() error) time.Duration {
+	t.Helper()
+	start := time.Now()
+	var last error
+	err := wait.PollUntilContextTimeout(context.Background(), interval, timeout, true, func(context.Context) (bool, error) {
 		last = cond()
-		return last == "", nil
+		return last == nil, nil
 	})
 	if err != nil {
-		t.Fatalf("%s: not true after %v: %s", what, timeout, strings.TrimSpace(last))
+		t.Fatalf("%s: not true after %v: %v", what, timeout, last)
 	}
+	return time.Since(start)
 }

@@ -3,6 +3,7 @@
 package image
 
 import (
+	"errors"
 	"fmt"
 	"os"
 	"os/exec"
@@ -55,11 +56,11 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
 		out, err := exec.Command(ctrBin, append([]string{"-a", sock, "-n", "netplane-test"}, args...)...).CombinedOutput()
 		return string(out), err
 	}
-	framework.Eventually(t, 30*time.Second, "containerd answers", func() string {
+	framework.Eventually(t, 30*time.Second, "containerd answers", func() error {
 		if out, err := ctr("version"); err != nil {
-			return out
+			return errors.New(out)
 		}
-		return ""
+		return nil
 	})
 	if out, err := ctr("images", "import", archive); err != nil {
 		t.Fatalf("ctr images import: %v\n%s", err, out)
@@ -122,11 +123,11 @@ current-context: c
 		t.Fatal(err)
 	}
 	defer p.Stop(5 * time.Second)
-	framework.Eventually(t, 30*time.Second, "the DNS role, as uid 65532, answers on port 53", func() string {
+	framework.Eventually(t, 30*time.Second, "the DNS role, as uid 65532, answers on port 53", func() error {
 		out, err := ns.Exec("dig", "+time=1", "+tries=1", "@127.0.0.1", "kubernetes.default.svc.cluster.local", "A")
 		if err != nil || !strings.Contains(out, "status: SERVFAIL") {
-			return fmt.Sprintf("dig: %v %s\n%s", err, out, p.Tail(5))
+			return fmt.Errorf("dig: %v %s\n%s", err, out, p.Tail(5))
 		}
-		return ""
+		return nil
 	})
 }

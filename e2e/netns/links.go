@@ -3,6 +3,9 @@ package netns
 import (
 	"fmt"
 	"testing"
+
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 )
 
 // Veth connects two namespaces with a veth pair, aIf in a and bIf in b, both
@@ -69,3 +72,35 @@ func isV6(s string) bool {
 
 // String names the namespace in messages.
 func (ns *NS) String() string { return fmt.Sprintf("netns %s", ns.Name) }
+
+// NewNoDAD is New with IPv6 duplicate address detection off for every
+// interface made in the namespace later, link-local addresses included:
+// with it, those stay tentative for a second or two, neighbour discovery
+// waits, and the first connections of a test time out for reasons that
+// have nothing to do with what it tests.
+func NewNoDAD(t testing.TB, label string) *NS {
+	t.Helper()
+	ns := New(t, label)
+	ns.Sysctl(t, "net.ipv6.conf.all.accept_dad", "0")
+	ns.Sysctl(t, "net.ipv6.conf.default.accept_dad", "0")
+	return ns
+}
+
+// HostNoDAD is Host made with NewNoDAD.
+func HostNoDAD(t testing.TB, label string, peer *NS, peerIf, hostIf string) *NS {
+	t.Helper()
+	h := NewNoDAD(t, label)
+	Veth(t, h, hostIf, peer, peerIf)
+	return h
+}
+
+// Netlink opens a netlink handle bound to ns; it is closed with the test.
+func (ns *NS) Netlink(t testing.TB) *netlink.Handle {
+	t.Helper()
+	var h *netlink.Handle
+	if err := ns.Do(func() (err error) { h, err = netlink.NewHandle(unix.NETLINK_ROUTE); return err }); err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(h.Close)
+	return h
+}

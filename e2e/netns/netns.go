@@ -1,6 +1,7 @@
 // Package netns gives tests throwaway network namespaces: hosts, links,
-// bridges, processes and listeners inside them, all removed when the test
-// ends, also when it fails. Nothing here touches the machine's own (root)
+// bridges, processes, listeners and the echo servers every network test
+// talks to (echo.go) inside them, all removed when the test ends, also when
+// it fails. Nothing here touches the machine's own (root)
 // network namespace: every command names its namespace explicitly.
 package netns
 

@@ -5,6 +5,7 @@ package roles
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/http"
@@ -108,12 +109,12 @@ func TestNodeRoleInANamespace(t *testing.T) {
 func checkServesAndStops(t *testing.T, p *framework.Process, client *http.Client, roles []string) {
 	t.Helper()
 	health, metrics := framework.ServedAddresses(t, p, 30*time.Second)
-	framework.Eventually(t, 60*time.Second, "/readyz is 200", func() string {
+	framework.Eventually(t, 60*time.Second, "/readyz is 200", func() error {
 		code, body, err := framework.HTTPGet(client, "http://"+health+"/readyz")
 		if err != nil || code != http.StatusOK {
-			return fmt.Sprintf("%d %s %v", code, body, err)
+			return fmt.Errorf("%d %s %v", code, body, err)
 		}
-		return ""
+		return nil
 	})
 	if code, body, err := framework.HTTPGet(client, "http://"+health+"/healthz"); err != nil || code != http.StatusOK {
 		t.Errorf("/healthz: %d %q %v", code, body, err)
@@ -180,11 +181,11 @@ func TestReadyzIsFalseUntilCachesSynced(t *testing.T) {
 	}
 	close(gate)
 	opened = true
-	framework.Eventually(t, 60*time.Second, "/readyz is 200 after the API server is reachable", func() string {
+	framework.Eventually(t, 60*time.Second, "/readyz is 200 after the API server is reachable", func() error {
 		code, body, _ := framework.HTTPGet(http.DefaultClient, "http://"+health+"/readyz")
 		if code != http.StatusOK {
-			return body
+			return errors.New(body)
 		}
-		return ""
+		return nil
 	})
 }

@@ -1,7 +1,6 @@
 package roles
 
 import (
-	"context"
 	"crypto/tls"
 	"crypto/x509"
 	"fmt"
@@ -19,7 +18,6 @@ import (
 	"testing"
 	"time"
 
-	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/clientcmd"
 	clientcmdapi "k8s.io/client-go/tools/clientcmd/api"
 
@@ -55,33 +53,30 @@ func TestRolesInOneProcessListAndWatchEachResourceOnce(t *testing.T) {
 		}
 	}()
 	health, _ := framework.ServedAddresses(t, p, 30*time.Second)
-	framework.Eventually(t, 60*time.Second, "/readyz is 200", func() string {
+	framework.Eventually(t, 60*time.Second, "/readyz is 200", func() error {
 		code, body, err := framework.HTTPGet(http.DefaultClient, "http://"+health+"/readyz")
 		if err != nil || code != http.StatusOK {
-			return fmt.Sprintf("%d %s %v", code, body, err)
+			return fmt.Errorf("%d %s %v", code, body, err)
 		}
-		return ""
+		return nil
 	})
 	resources := []string{"endpoints", "endpointslices", "namespaces", "nodes", "pods", "services"}
 	want := map[string]int{}
 	for _, r := range resources {
 		want["list "+r], want["watch "+r] = 1, 1
 	}
-	// Every watch opens just after its list: wait for all, then a while
-	// longer, in which a second informer of a resource would show.
-	err = wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, 10*time.Second, true, func(context.Context) (bool, error) {
+	// /readyz is 200 once every informer has listed, and each opens its
+	// watch right after its list: once every list has its watch, the counts
+	// are final, and a second informer of a resource is a second list.
+	framework.Eventually(t, 10*time.Second, "a watch after every list", func() error {
 		got := counter.counts()
 		for _, r := range resources {
-			if got["watch "+r] == 0 {
-				return false, nil
+			if got["list "+r] == 0 || got["watch "+r] < got["list "+r] {
+				return fmt.Errorf("lists and watches so far: %s", sorted(got))
 			}
 		}
-		return true, nil
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("not every resource watched: %v", counter.counts())
-	}
-	time.Sleep(time.Second)
 	if got := counter.counts(); !maps.Equal(got, want) {
 		t.Errorf("lists and watches reaching the API server:\n got %v\nwant %v", sorted(got), sorted(want))
 	}

@@ -7,6 +7,7 @@ package scenarios
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"net"
@@ -124,15 +125,15 @@ func ctxFor(t *testing.T, d time.Duration) context.Context {
 func TestLabControlPlaneAndNodes(t *testing.T) {
 	l := needLab(t)
 	ctx := ctxFor(t, time.Minute)
-	framework.Eventually(t, 30*time.Second, "kubernetes Service endpoint", func() string {
+	framework.Eventually(t, 30*time.Second, "kubernetes Service endpoint", func() error {
 		ep, err := l.Client.DiscoveryV1().EndpointSlices("default").Get(ctx, "kubernetes", metav1.GetOptions{})
 		if err != nil {
-			return err.Error()
+			return err
 		}
 		if len(ep.Endpoints) != 1 || ep.Endpoints[0].Addresses[0] != lab.ControlPlaneIP {
-			return fmt.Sprintf("endpoints %v, want %s", ep.Endpoints, lab.ControlPlaneIP)
+			return fmt.Errorf("endpoints %v, want %s", ep.Endpoints, lab.ControlPlaneIP)
 		}
-		return ""
+		return nil
 	})
 	for _, n := range l.Nodes {
 		node, err := l.Client.CoreV1().Nodes().Get(ctx, n.Name, metav1.GetOptions{})
@@ -235,18 +236,18 @@ func TestDNSAnswersWhileItsPodIsReplaced(t *testing.T) {
 	if err := l.Client.CoreV1().Pods(lab.DNSNamespace).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
-	framework.Eventually(t, 90*time.Second, "a replacement DNS pod ready", func() string {
+	framework.Eventually(t, 90*time.Second, "a replacement DNS pod ready", func() error {
 		d, err := l.Client.AppsV1().Deployments(lab.DNSNamespace).Get(ctx, lab.DNSDeployment, metav1.GetOptions{})
 		if err != nil {
-			return err.Error()
+			return err
 		}
 		if _, err := l.Client.CoreV1().Pods(lab.DNSNamespace).Get(ctx, victim.Name, metav1.GetOptions{}); err == nil {
-			return victim.Name + " still there"
+			return errors.New(victim.Name + " still there")
 		}
 		if d.Status.ReadyReplicas != *d.Spec.Replicas {
-			return fmt.Sprintf("%d of %d ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
+			return fmt.Errorf("%d of %d ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
 		}
-		return ""
+		return nil
 	})
 	ok, failed, firstErr := load.stop(20)
 	if failed > 0 {
@@ -307,10 +308,10 @@ func (l *load) await(n int64) {
 func containerIDs(t *testing.T, l *lab.Lab) map[string]string {
 	t.Helper()
 	out := map[string]string{}
-	framework.Eventually(t, 60*time.Second, "3 ready nginx pods", func() string {
+	framework.Eventually(t, 60*time.Second, "3 ready nginx pods", func() error {
 		pods, err := l.Client.CoreV1().Pods("default").List(context.Background(), metav1.ListOptions{LabelSelector: "app=nginx"})
 		if err != nil {
-			return err.Error()
+			return err
 		}
 		clear(out)
 		for _, p := range pods.Items {
@@ -319,9 +320,9 @@ func containerIDs(t *testing.T, l *lab.Lab) map[string]string {
 			}
 		}
 		if len(out) != 3 {
-			return fmt.Sprintf("%d ready", len(out))
+			return fmt.Errorf("%d ready", len(out))
 		}
-		return ""
+		return nil
 	})
 	return out
 }

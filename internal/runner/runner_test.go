@@ -3,21 +3,26 @@ package runner
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"k8s.io/apimachinery/pkg/util/wait"
+
+	"github.com/netplane/netplane/e2e/framework"
 )
 
 // recorder is a sync function that records its calls and fails on demand.
 type recorder struct {
-	mu    sync.Mutex
-	calls []call
-	fail  int           // the next fail calls fail
-	block chan struct{} // if set, each call waits on it
-	start time.Time
+	mu      sync.Mutex
+	entered int // syncs begun, also those waiting on block
+	calls   []call
+	fail    int           // the next fail calls fail
+	block   chan struct{} // if set, each call waits on it
+	start   time.Time
 }
 
 type call struct {
@@ -26,6 +31,9 @@ type call struct {
 }
 
 func (r *recorder) sync(ctx context.Context, full bool) error {
+	r.mu.Lock()
+	r.entered++
+	r.mu.Unlock()
 	if r.block != nil {
 		<-r.block
 	}
@@ -47,12 +55,12 @@ func (r *recorder) snapshot() []call {
 
 func (r *recorder) waitCalls(t *testing.T, n int) []call {
 	t.Helper()
-	err := wait.PollUntilContextTimeout(context.Background(), time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-		return len(r.snapshot()) >= n, nil
+	framework.EventuallyEvery(t, time.Millisecond, 5*time.Second, fmt.Sprintf("%d syncs", n), func() error {
+		if got := r.snapshot(); len(got) < n {
+			return fmt.Errorf("%d syncs: %+v", len(got), got)
+		}
+		return nil
 	})
-	if err != nil {
-		t.Fatalf("got %d syncs, want %d: %+v", len(r.snapshot()), n, r.snapshot())
-	}
 	return r.snapshot()
 }
 
@@ -94,20 +102,25 @@ func TestTheFirstSyncIsFullAndImmediateAndRequestsArePartial(t *testing.T) {
 }
 
 func TestRequestsDuringASyncRunOneMoreSync(t *testing.T) {
-	rec := &recorder{block: make(chan struct{})}
-	r := run(t, rec, Options{})
-	for range 10 {
-		r.Request()
-	}
-	rec.block <- struct{}{} // the first sync ends; ten requests wait
-	rec.block <- struct{}{} // they run as one
-	rec.waitCalls(t, 2)
-	time.Sleep(50 * time.Millisecond)
-	select {
-	case rec.block <- struct{}{}:
-		t.Errorf("a third sync ran for requests already served: %+v", rec.snapshot())
-	default:
-	}
+	synctest.Test(t, func(t *testing.T) {
+		rec := &recorder{block: make(chan struct{})}
+		r := run(t, rec, Options{})
+		synctest.Wait() // the first sync has begun and waits on block
+		for range 10 {
+			r.Request()
+		}
+		rec.block <- struct{}{} // the first sync ends; ten requests wait
+		rec.block <- struct{}{} // they run as one
+		// Once every goroutine of the test is blocked, the runner either
+		// waits for work or has begun a third sync, which waits on block.
+		synctest.Wait()
+		rec.mu.Lock()
+		if rec.entered != 2 {
+			t.Errorf("%d syncs began, want 2: a third ran for requests already served", rec.entered)
+		}
+		rec.mu.Unlock()
+		close(rec.block) // lets a third sync end, so the runner can stop
+	})
 }
 
 func TestMinIntervalSpacesAStreamOfRequestsAfterABurstOfTwo(t *testing.T) {

@@ -1,14 +1,13 @@
 package kit
 
 import (
-	"context"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 	esutil "k8s.io/endpointslice/util"
 )
 
@@ -95,31 +94,33 @@ func TestSliceEventsTellOurEchoFromForeignChanges(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			t.Parallel()
-			tracker := esutil.NewEndpointSliceTracker()
-			if c.tracked > 0 {
-				tracker.Update(slice(c.tracked, "us"))
-			}
-			var mu sync.Mutex
-			queued := 0
-			count := func() int { mu.Lock(); defer mu.Unlock(); return queued }
-			h := SliceEvents("us", tracker, func(*discoveryv1.EndpointSlice) { mu.Lock(); queued++; mu.Unlock() })
-			if c.old == nil {
-				h.OnAdd(c.event, false)
-			} else {
-				h.OnUpdate(c.old, c.event)
-			}
-			if c.learn > 0 {
-				tracker.Update(slice(c.learn, "us"))
-			}
-			// A queued change may come late on a loaded machine: wait
-			// for it; then make sure nothing more comes.
-			_ = wait.PollUntilContextTimeout(t.Context(), 10*time.Millisecond, 5*time.Second, true, func(context.Context) (bool, error) {
-				return count() >= c.want, nil
-			}) // the count is checked below
-			time.Sleep(3 * echoSettle)
-			if got := count(); got != c.want {
-				t.Errorf("queued %d times, want %d", got, c.want)
-			}
+			// In a synctest bubble the clock moves only when every
+			// goroutine waits, so the look-again after echoSettle runs at
+			// its time however loaded the machine is.
+			synctest.Test(t, func(t *testing.T) {
+				tracker := esutil.NewEndpointSliceTracker()
+				if c.tracked > 0 {
+					tracker.Update(slice(c.tracked, "us"))
+				}
+				var mu sync.Mutex
+				queued := 0
+				h := SliceEvents("us", tracker, func(*discoveryv1.EndpointSlice) { mu.Lock(); queued++; mu.Unlock() })
+				if c.old == nil {
+					h.OnAdd(c.event, false)
+				} else {
+					h.OnUpdate(c.old, c.event)
+				}
+				if c.learn > 0 {
+					tracker.Update(slice(c.learn, "us"))
+				}
+				time.Sleep(2 * echoSettle) // past every look-again
+				synctest.Wait()            // which has run to its end
+				mu.Lock()
+				defer mu.Unlock()
+				if queued != c.want {
+					t.Errorf("queued %d times, want %d", queued, c.want)
+				}
+			})
 		})
 	}
 }
