@@ -16,7 +16,7 @@ packages+=(iptables)
 # The userland of upstream's test images (e2e/lab/upstream_images.go):
 # what Kubernetes' e2e tests run inside agnhost, busybox, nginx and
 # glibc-dns-testing; gcc links the pause container statically.
-packages+=(busybox-static netcat-openbsd curl socat nginx-light iperf bash gcc libc6-dev)
+packages+=(busybox-static netcat-openbsd curl socat nginx-light iperf wget conntrack bash gcc libc6-dev)
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

@@ -39,6 +39,9 @@ var debianTools = map[string]string{
 	"usr/bin/dig": "dig", "usr/bin/nslookup": "nslookup", "usr/bin/host": "host",
 	"usr/bin/getent": "getent", "sbin/ip": "ip", "usr/bin/ss": "ss", "usr/bin/socat": "socat",
 	"usr/sbin/nginx": "nginx", "usr/sbin/conntrack": "conntrack", "usr/local/bin/iperf": "iperf",
+	// Debian's busybox 1.35 crashes in `wget -T` (its timeout), which the
+	// Service tests run in agnhost: GNU wget takes the same options.
+	"usr/bin/wget": "wget",
 }
 
 // upstreamImages packs the test images into one docker-archive in dir:

@@ -39,6 +39,7 @@ func TestUpstreamImagesRunTheirTools(t *testing.T) {
 		{glibcDNSImage, []string{"/coredns", "-version"}, "CoreDNS-1."},
 		{agnhostImage, []string{"/bin/sh", "-c", "seq 1 3 | tail -1"}, "3"},
 		{agnhostImage, []string{"curl", "--version"}, "curl 7"},
+		{agnhostImage, []string{"sh", "-c", "wget -q -O - -T 1 http://127.0.0.1:1; echo rc=$?"}, "rc=4"},
 		{agnhostImage, []string{"nc", "-h"}, "OpenBSD netcat"},
 		{agnhostImage, []string{"dig", "-v"}, "DiG 9"},
 		{agnhostImage, []string{"nslookup", "-version"}, "nslookup 9"},
