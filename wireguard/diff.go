@@ -4,6 +4,7 @@ import (
 	"net"
 	"net/netip"
 	"slices"
+	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -50,6 +51,29 @@ func Diff(current, desired []Peer) []wgtypes.PeerConfig {
 	}
 	return out
 }
+
+// Handshake makes each peer's handshake at once rather than on its first
+// packet: its persistent keepalive is turned on, which both implementations
+// answer with a keepalive (and so a handshake), and off again (WireGuard's
+// default) later in the same configuration.
+//
+// A node makes it with every peer when its device starts: the userspace
+// device's sessions died with the old process, and its peers would send
+// into them until they time out (15 s); after the handshake they switch
+// to the new session at once. Only the starting node does, never the peers
+// that add a new node: two handshakes that cross each other both fail, and
+// are retried only after 5 s.
+func Handshake(peers []Peer) []wgtypes.PeerConfig {
+	out := make([]wgtypes.PeerConfig, 0, 2*len(peers))
+	for _, on := range []*time.Duration{&keepaliveOn, &keepaliveOff} {
+		for _, p := range peers {
+			out = append(out, wgtypes.PeerConfig{PublicKey: p.PublicKey, UpdateOnly: true, PersistentKeepaliveInterval: on})
+		}
+	}
+	return out
+}
+
+var keepaliveOn, keepaliveOff = 25 * time.Second, time.Duration(0)
 
 // Heal is the configuration that turns the device as read back (dev) into
 // the plan with this node's key and port: Diff of its peers, and the key

@@ -26,6 +26,8 @@ func describe(pcs []wgtypes.PeerConfig) []string {
 		switch {
 		case pc.Remove:
 			b.WriteString("remove " + name)
+		case pc.UpdateOnly && pc.PersistentKeepaliveInterval != nil:
+			b.WriteString(fmt.Sprintf("keepalive %v %s", *pc.PersistentKeepaliveInterval, name))
 		case pc.UpdateOnly:
 			b.WriteString("update " + name)
 		default:
@@ -64,7 +66,8 @@ func TestDiffIsIncremental(t *testing.T) {
 		{"new pod CIDR: allowed IPs only", []Peer{a, b}, []Peer{a, bGrown}, []string{"update k3 allowed=10.244.2.0/24,fd00:244:2::/64"}},
 		{"re-keyed node: old removed before new added", []Peer{a, b}, []Peer{a, bRekeyed},
 			[]string{"remove k3", "add k4 endpoint=10.0.0.3:51820 allowed=10.244.2.0/24"}},
-		{"empty device", nil, []Peer{a}, []string{"add k2 endpoint=10.0.0.2:51820 allowed=10.244.1.0/24"}},
+		{"empty device", nil, []Peer{a, b}, []string{"add k2 endpoint=10.0.0.2:51820 allowed=10.244.1.0/24",
+			"add k3 endpoint=10.0.0.3:51820 allowed=10.244.2.0/24"}},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -72,6 +75,14 @@ func TestDiffIsIncremental(t *testing.T) {
 				t.Errorf("(-want +got):\n%s", diff)
 			}
 		})
+	}
+}
+
+func TestHandshakeTurnsKeepaliveOnThenOff(t *testing.T) {
+	got := describe(Handshake([]Peer{peer("a", "10.0.0.2:51820", pub(2)), peer("b", "10.0.0.3:51820", pub(3))}))
+	want := []string{"keepalive 25s k2", "keepalive 25s k3", "keepalive 0s k2", "keepalive 0s k3"}
+	if diff := cmp.Diff(want, got); diff != "" {
+		t.Errorf("(-want +got):\n%s", diff)
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
@@ -22,7 +23,7 @@ import (
 // (address .2, the router .1, its underlay interface ul0, the router's
 // side to-node<i>) with pod CIDR 10.244.i.0/24, whose first address is on
 // netplane.wg, so what the node itself sends into the tunnel leaves from
-// an address the peers allow. The routes the node role will own are made
+// an address the peers allow, and runs the echo servers. The routes the node role will own are made
 // here from the plan: every peer's allowed IPs and the plan's Drop list
 // into the device.
 //
@@ -80,6 +81,7 @@ func newLab(t testing.TB, count int) *lab {
 	}
 	for _, n := range l.nodes {
 		l.start(t, n)
+		n.ns.ServeEcho(t, net.JoinHostPort(n.podIP(), echoPort), n.name)
 	}
 	return l
 }
@@ -155,17 +157,29 @@ func (l *lab) sync(t testing.TB, n *labNode, full bool) wireguard.Plan {
 	return plan
 }
 
+// syncAll syncs every node and waits until each answers every other
+// through the tunnel. Nodes that start together make their first
+// handshakes at the same moment; crossed handshakes may leave the two
+// nodes without a common session until WireGuard's timers make a new one
+// (5 to 15 s), as they would on real nodes started together.
 func (l *lab) syncAll(t testing.TB) {
 	t.Helper()
 	for _, n := range l.nodes {
 		l.sync(t, n, true)
 	}
-}
-
-// serve runs echo servers on every node's pod address.
-func (l *lab) serve(t testing.TB) {
+	deadline := time.Now().Add(20 * time.Second)
 	for _, n := range l.nodes {
-		n.ns.ServeEcho(t, net.JoinHostPort(n.podIP(), echoPort), n.name)
+		for _, o := range l.nodes {
+			if o == n {
+				continue
+			}
+			// Each question is itself the wait: it ends at the answer.
+			for _, err := n.ns.Ask("udp", at(o.podIP()), 200*time.Millisecond); err != nil; _, err = n.ns.Ask("udp", at(o.podIP()), 200*time.Millisecond) {
+				if time.Now().After(deadline) {
+					t.Fatalf("%s gets no answer from %s through the tunnel within 20 s: %v", n.name, o.name, err)
+				}
+			}
+		}
 	}
 }
 

@@ -17,6 +17,7 @@ type Syncer struct {
 	key  wgtypes.Key // this node's private key
 	port int
 
+	started bool   // the first sync, which makes a handshake with every peer, is done
 	applied []Peer // the peers as last written
 	valid   bool   // applied is what the device holds; false: the next sync is full
 }
@@ -41,6 +42,9 @@ func (s *Syncer) Sync(in Input, full bool) (Plan, error) {
 			return plan, err
 		}
 		cfg = Heal(dev, s.key, s.port, plan)
+		if !s.started {
+			cfg.Peers = append(cfg.Peers, Handshake(plan.Peers)...)
+		}
 	} else {
 		cfg.Peers = Diff(s.applied, plan.Peers)
 	}
@@ -50,7 +54,7 @@ func (s *Syncer) Sync(in Input, full bool) (Plan, error) {
 			return plan, fmt.Errorf("%d peer changes: %w", len(cfg.Peers), err)
 		}
 	}
-	s.applied, s.valid = plan.Peers, true
+	s.applied, s.valid, s.started = plan.Peers, true, true
 	return plan, nil
 }
 

@@ -48,10 +48,11 @@ func TestSyncerWritesOnlyWhatChanged(t *testing.T) {
 		full  bool
 		peers int // peer configs written by the step
 	}{
-		{"first sync is full", func() {}, false, 3},
+		{"first sync is full, with handshakes", func() {}, false, 9}, // each peer added, keepalive on, off
 		{"nothing changed", func() {}, false, 0},
 		{"node re-addressed", func() { in.Nodes[2].IPs = []netip.Addr{netip.MustParseAddr("10.9.0.3")} }, false, 1},
 		{"node loses its key", func() { in.Nodes[3].Key = "" }, false, 1},
+		{"node re-keyed", func() { in.Nodes[1].Key = uniqueKey(99).String() }, false, 2},
 		{"node deleted", func() { in.Nodes = in.Nodes[:3] }, false, 0},
 		{"full sync of a matching device", func() {}, true, 0},
 	}
