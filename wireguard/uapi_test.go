@@ -52,7 +52,7 @@ func (b *silentBind) ParseEndpoint(s string) (conn.Endpoint, error) {
 // silentUserspace is wireguard-go itself behind the Device seam, on a
 // channel TUN with a silent bind: the configuration protocol as the
 // userspace device speaks it, without root.
-func silentUserspace(t *testing.T) *UserspaceDevice {
+func silentUserspace(t testing.TB) *UserspaceDevice {
 	u, err := newUserspace(DeviceName, tuntest.NewChannelTUN().TUN(), &silentBind{}, DefaultPort, logr.Discard())
 	if err != nil {
 		t.Fatal(err)
