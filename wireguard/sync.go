@@ -65,7 +65,7 @@ const Fresh = 3 * time.Minute
 
 // Stats are the counts an operator watches, read from a device and a plan.
 type Stats struct {
-	Up, Stale, NoKey int   // peers with a handshake within Fresh, other peers, nodes rejected
+	Up, Stale, NoKey int   // peers with a handshake within Fresh, other peers, nodes rejected (no valid key, address or a conflict)
 	TxBytes, RxBytes int64 // through the device, all peers
 }
 
