@@ -19,7 +19,7 @@ type Device interface {
 	// times and byte counts.
 	Device() (*wgtypes.Device, error)
 	// Close lets go of the device. The kernel's stays, with its peers and
-	// sessions; the userspace one ends with its TUN device.
+	// current keys; the userspace one ends with its TUN device.
 	Close() error
 }
 

@@ -57,10 +57,10 @@ func Diff(current, desired []Peer) []wgtypes.PeerConfig {
 // answer with a keepalive (and so a handshake), and off again (WireGuard's
 // default) later in the same configuration.
 //
-// A node makes it with every peer when its device starts: the userspace
-// device's sessions died with the old process, and its peers would send
-// into them until they time out (15 s); after the handshake they switch
-// to the new session at once. Only the starting node does, never the peers
+// A node makes it with every peer when its device starts: the keys of the
+// userspace device's handshakes died with the old process, and its peers
+// would send with keys it no longer has until they time out (15 s); after
+// the handshake they switch to the new keys at once. Only the starting node does, never the peers
 // that add a new node: two handshakes that cross each other both fail, and
 // are retried only after 5 s.
 func Handshake(peers []Peer) []wgtypes.PeerConfig {

@@ -62,7 +62,7 @@ func (k *KernelDevice) Device() (*wgtypes.Device, error) {
 	return d, nil
 }
 
-// Close closes the netlink client; the device and its sessions stay.
+// Close closes the netlink client; the device, its peers and their keys stay.
 func (k *KernelDevice) Close() error { return k.client.Close() }
 
 // explain turns wgctrl's "does not exist" (someone deleted the link) into

@@ -160,7 +160,7 @@ func (l *lab) sync(t testing.TB, n *labNode, full bool) wireguard.Plan {
 // syncAll syncs every node and waits until each answers every other
 // through the tunnel. Nodes that start together make their first
 // handshakes at the same moment; crossed handshakes may leave the two
-// nodes without a common session until WireGuard's timers make a new one
+// nodes without common keys until WireGuard's timers make new ones
 // (5 to 15 s), as they would on real nodes started together.
 func (l *lab) syncAll(t testing.TB) {
 	t.Helper()

@@ -59,8 +59,8 @@ func (s *Syncer) Sync(in Input, full bool) (Plan, error) {
 }
 
 // Fresh is how recent a handshake must be for a peer to count as up:
-// WireGuard renews a session's keys every 2 minutes while it carries
-// traffic, and gives up on it after 3.
+// WireGuard renews a peer's keys every 2 minutes while they carry
+// traffic, and gives up on them after 3.
 const Fresh = 3 * time.Minute
 
 // Stats are the counts an operator watches, read from a device and a plan.

@@ -15,7 +15,7 @@ import (
 // It is configured through wireguard-go's own configuration protocol,
 // in-process: no control socket is made, so nodes that share a machine
 // (tests, the lab) cannot reach each other's devices through the
-// filesystem. Its sessions end with the process.
+// filesystem. The keys of its handshakes end with the process.
 //
 // The TUN device and the UDP sockets belong to the network namespace of
 // the thread that opens the device, and of the one that configures a new
