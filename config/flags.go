@@ -104,5 +104,9 @@ func AddFlags(fs *pflag.FlagSet) []flag {
 	str("overlay", "node.overlay.mode", o.Overlay.Mode, "How pod traffic reaches other nodes: cross-subnet (direct routes within this node's subnets, VXLAN across), always (VXLAN), never (direct routes only).")
 	i32("vxlan-port", "node.overlay.vxlanPort", o.Overlay.VXLANPort, "UDP port of the VXLAN overlay.")
 	i32("vxlan-vni", "node.overlay.vxlanVNI", o.Overlay.VXLANVNI, "VXLAN network identifier of the overlay.")
+	str("encryption", "node.encryption.mode", o.Encryption.Mode, "Encryption of pod traffic between nodes: none, or wireguard (through the device netplane.wg).")
+	i32("wireguard-port", "node.encryption.wireguardPort", o.Encryption.WireGuardPort, "UDP port of the WireGuard device.")
+	str("wireguard-implementation", "node.encryption.implementation", o.Encryption.Implementation, "WireGuard implementation: auto (the kernel's when it has it, else in-process), kernel, userspace.")
+	str("wireguard-private-key-file", "node.encryption.privateKeyFile", o.Encryption.PrivateKeyFile, "This node's WireGuard private key; made on first start (mode 0600), kept across restarts; delete it to rotate the key.")
 	return table
 }

@@ -98,6 +98,9 @@ node:
 		{"bool from flag", c.DNS.Autopath, false},
 		{"list from flag", fmt.Sprint(c.Node.ServiceCIDRs), "[10.96.0.0/12 fd00:10:96::/112]"},
 		{"untouched default", c.Controller.MaxEndpointsPerSlice, int32(100)},
+		{"encryption default", c.Node.Encryption.Mode, "none"},
+		{"wireguard port default", c.Node.Encryption.WireGuardPort, int32(51820)},
+		{"wireguard defaults", c.Node.Encryption.Implementation + " " + c.Node.Encryption.PrivateKeyFile, "auto /var/lib/netplane/wireguard/private.key"},
 	}
 	for _, ch := range checks {
 		if ch.got != ch.want {
@@ -155,6 +158,10 @@ func TestValidationErrorsNameTheField(t *testing.T) {
 		{"unknown role", []string{"--role=proxy"}, nil, `roles: unknown role "proxy": valid roles are controller,dns,node`},
 		{"no role", []string{"--role="}, nil, "roles: no role given"},
 		{"bridge name", []string{"--bridge=a-very-long-bridge-name"}, nil, "node.bridge: must be an interface name"},
+		{"encryption mode", []string{"--encryption=ipsec"}, nil, "node.encryption.mode: must be one of none, wireguard"},
+		{"wireguard port", []string{"--wireguard-port=0"}, nil, "node.encryption.wireguardPort: must be between 1 and 65535"},
+		{"wireguard implementation", nil, map[string]string{"NETPLANE_WIREGUARD_IMPLEMENTATION": "boringtun"}, "node.encryption.implementation: must be one of auto, kernel, userspace"},
+		{"wireguard key file", []string{"--wireguard-private-key-file=private.key"}, nil, "node.encryption.privateKeyFile: must be an absolute path"},
 		{"lameduck outlasting the stop", []string{"--lameduck=10s", "--shutdown-timeout=5s"}, nil, "dns.lameduck: must be at least 0 and less than shutdownTimeout (5s)"},
 	}
 	for _, c := range cases {

@@ -65,6 +65,8 @@ func Default() *Configuration {
 			ProcSysDir:              "/proc/sys",
 			NetworkPolicy:           NetworkPolicy{Enabled: true},
 			Overlay:                 Overlay{Mode: OverlayCrossSubnet, VXLANPort: 4789, VXLANVNI: 1},
+			Encryption: Encryption{Mode: EncryptionNone, WireGuardPort: 51820, Implementation: WireGuardAuto,
+				PrivateKeyFile: "/var/lib/netplane/wireguard/private.key"},
 		},
 	}
 }

@@ -152,6 +152,8 @@ type Node struct {
 	NetworkPolicy NetworkPolicy `json:"networkPolicy"`
 	// Overlay configures how pod traffic reaches other nodes.
 	Overlay Overlay `json:"overlay"`
+	// Encryption configures the encryption of pod traffic between nodes.
+	Encryption Encryption `json:"encryption"`
 }
 
 // Conntrack holds the conntrack timeouts the node role writes into the
@@ -193,4 +195,36 @@ type Overlay struct {
 	VXLANPort int32 `json:"vxlanPort"`
 	// VXLANVNI is the VXLAN network identifier.
 	VXLANVNI int32 `json:"vxlanVNI"`
+}
+
+// Encryption modes.
+const (
+	// EncryptionNone sends pod traffic between nodes as the overlay routes it.
+	EncryptionNone = "none"
+	// EncryptionWireGuard sends pod traffic to other nodes through WireGuard.
+	EncryptionWireGuard = "wireguard"
+)
+
+// WireGuard implementations.
+const (
+	// WireGuardAuto uses the kernel's WireGuard when it has it, else the
+	// in-process one.
+	WireGuardAuto = "auto"
+	// WireGuardKernel uses the kernel's WireGuard only.
+	WireGuardKernel = "kernel"
+	// WireGuardUserspace uses wireguard-go in-process on a TUN device.
+	WireGuardUserspace = "userspace"
+)
+
+// Encryption configures the encryption of pod traffic between nodes.
+type Encryption struct {
+	// Mode is none or wireguard.
+	Mode string `json:"mode"`
+	// WireGuardPort is the UDP port the WireGuard device listens on.
+	WireGuardPort int32 `json:"wireguardPort"`
+	// Implementation is auto, kernel or userspace.
+	Implementation string `json:"implementation"`
+	// PrivateKeyFile holds this node's WireGuard private key; it is made
+	// on first start and kept across restarts.
+	PrivateKeyFile string `json:"privateKeyFile"`
 }

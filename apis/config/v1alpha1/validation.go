@@ -129,6 +129,17 @@ func (v *validator) node(c *Configuration) {
 	}
 	v.intRange(o.Child("vxlanPort"), int(n.Overlay.VXLANPort), 1, 65535)
 	v.intRange(o.Child("vxlanVNI"), int(n.Overlay.VXLANVNI), 0, 1<<24-1)
+	e := p.Child("encryption")
+	if !slices.Contains([]string{EncryptionNone, EncryptionWireGuard}, n.Encryption.Mode) {
+		v.invalid(e.Child("mode"), n.Encryption.Mode, "must be one of none, wireguard")
+	}
+	v.intRange(e.Child("wireguardPort"), int(n.Encryption.WireGuardPort), 1, 65535)
+	if !slices.Contains([]string{WireGuardAuto, WireGuardKernel, WireGuardUserspace}, n.Encryption.Implementation) {
+		v.invalid(e.Child("implementation"), n.Encryption.Implementation, "must be one of auto, kernel, userspace")
+	}
+	if !strings.HasPrefix(n.Encryption.PrivateKeyFile, "/") {
+		v.invalid(e.Child("privateKeyFile"), n.Encryption.PrivateKeyFile, "must be an absolute path like /var/lib/netplane/wireguard/private.key")
+	}
 }
 
 // ValidateRoles accepts a non-empty list of known roles without repeats.

@@ -1,0 +1,86 @@
+package wireguard
+
+import (
+	"fmt"
+	"time"
+
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// Syncer converges a Device to the plan of the Node facts. A full sync
+// reads the device back and heals every difference (at start, every
+// --sync-period, after a failure); any other sync writes only the
+// difference between the last plan it applied and the new one, so its
+// cost grows with the change and the device is not read.
+type Syncer struct {
+	dev  Device
+	key  wgtypes.Key // this node's private key
+	port int
+
+	started bool   // the first sync, which makes a handshake with every peer, is done
+	applied []Peer // the peers as last written
+	valid   bool   // applied is what the device holds; false: the next sync is full
+}
+
+// NewSyncer drives dev as this node's device with its private key and port.
+func NewSyncer(dev Device, key wgtypes.Key, port int) *Syncer {
+	return &Syncer{dev: dev, key: key, port: port}
+}
+
+// Sync plans the peers of in and writes them to the device; full reads
+// the device back first and heals it. The plan is returned also on error,
+// for reporting.
+func (s *Syncer) Sync(in Input, full bool) (Plan, error) {
+	in.PublicKey = s.key.PublicKey()
+	in.Port = s.port
+	plan := Desired(in)
+	var cfg wgtypes.Config
+	if full || !s.valid {
+		dev, err := s.dev.Device()
+		if err != nil {
+			s.valid = false
+			return plan, err
+		}
+		cfg = Heal(dev, s.key, s.port, plan)
+		if !s.started {
+			cfg.Peers = append(cfg.Peers, Handshake(plan.Peers)...)
+		}
+	} else {
+		cfg.Peers = Diff(s.applied, plan.Peers)
+	}
+	if !Empty(cfg) {
+		if err := s.dev.Configure(cfg); err != nil {
+			s.valid = false
+			return plan, fmt.Errorf("%d peer changes: %w", len(cfg.Peers), err)
+		}
+	}
+	s.applied, s.valid, s.started = plan.Peers, true, true
+	return plan, nil
+}
+
+// Fresh is how recent a handshake must be for a peer to count as up:
+// WireGuard renews a peer's keys every 2 minutes while they carry
+// traffic, and gives up on them after 3.
+const Fresh = 3 * time.Minute
+
+// Stats are the counts an operator watches, read from a device and a plan.
+type Stats struct {
+	Up, Stale, NoKey int   // peers with a handshake within Fresh, other peers, nodes rejected (no valid key, address or a conflict)
+	TxBytes, RxBytes int64 // through the device, all peers
+}
+
+// StatsOf counts dev's peers at now; plan gives the rejected nodes.
+func StatsOf(dev *wgtypes.Device, plan Plan, now time.Time) Stats {
+	var st Stats
+	for _, p := range dev.Peers {
+		if !p.LastHandshakeTime.IsZero() && now.Sub(p.LastHandshakeTime) < Fresh {
+			st.Up++
+		} else {
+			st.Stale++
+		}
+		st.TxBytes += p.TransmitBytes
+		st.RxBytes += p.ReceiveBytes
+	}
+	st.NoKey = len(plan.Rejected)
+	return st
+}

@@ -1,0 +1,96 @@
+package wireguard
+
+import (
+	"fmt"
+
+	"github.com/go-logr/logr"
+	"github.com/vishvananda/netlink"
+	"golang.zx2c4.com/wireguard/conn"
+	"golang.zx2c4.com/wireguard/device"
+	"golang.zx2c4.com/wireguard/tun"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+)
+
+// UserspaceDevice is wireguard-go running in this process on a TUN device.
+// It is configured through wireguard-go's own configuration protocol,
+// in-process: no control socket is made, so nodes that share a machine
+// (tests, the lab) cannot reach each other's devices through the
+// filesystem. The keys of its handshakes end with the process.
+//
+// The TUN device and the UDP sockets belong to the network namespace of
+// the thread that opens the device, and of the one that configures a new
+// listen port: in the node role that is the process's; a test that runs
+// several nodes in one process opens and configures each from inside its
+// namespace.
+type UserspaceDevice struct {
+	name string
+	tun  tun.Device
+	dev  *device.Device
+}
+
+// OpenUserspace makes the TUN device name with mtu, up, and starts
+// wireguard-go on it, listening on UDP port.
+func OpenUserspace(name string, mtu, port int, log logr.Logger) (*UserspaceDevice, error) {
+	t, err := tun.CreateTUN(name, mtu)
+	if err != nil {
+		return nil, fmt.Errorf("create TUN device %s for WireGuard: %w", name, err)
+	}
+	u, err := newUserspace(name, t, conn.NewDefaultBind(), port, log)
+	if err != nil {
+		return nil, err
+	}
+	link, err := netlink.LinkByName(name)
+	if err == nil {
+		err = netlink.LinkSetUp(link)
+	}
+	if err != nil {
+		u.Close()
+		return nil, fmt.Errorf("set %s up: %w", name, err)
+	}
+	return u, nil
+}
+
+// newUserspace runs wireguard-go on t, sending through bind.
+func newUserspace(name string, t tun.Device, bind conn.Bind, port int, log logr.Logger) (*UserspaceDevice, error) {
+	l := log.WithValues("device", name)
+	logger := &device.Logger{
+		Verbosef: func(format string, args ...any) { l.V(4).Info(fmt.Sprintf(format, args...)) },
+		Errorf:   func(format string, args ...any) { l.Info(fmt.Sprintf(format, args...)) },
+	}
+	d := device.NewDevice(t, bind, logger)
+	u := &UserspaceDevice{name: name, tun: t, dev: d}
+	// Up here, not on the TUN's "up" event, so that the sockets are opened
+	// by this thread, in its namespace, on their port at once.
+	if err := d.IpcSet(fmt.Sprintf("listen_port=%d\n", port)); err != nil {
+		u.Close()
+		return nil, fmt.Errorf("WireGuard on %s: listen on UDP port %d: %w", name, port, err)
+	}
+	if err := d.Up(); err != nil {
+		u.Close()
+		return nil, fmt.Errorf("start WireGuard on %s: %w", name, err)
+	}
+	return u, nil
+}
+
+// Configure applies cfg through the configuration protocol.
+func (u *UserspaceDevice) Configure(cfg wgtypes.Config) error {
+	if err := u.dev.IpcSet(encodeUAPI(cfg)); err != nil {
+		return fmt.Errorf("configure WireGuard device %s: %w", u.name, err)
+	}
+	return nil
+}
+
+// Device reads the device back.
+func (u *UserspaceDevice) Device() (*wgtypes.Device, error) {
+	text, err := u.dev.IpcGet()
+	if err != nil {
+		return nil, fmt.Errorf("read WireGuard device %s: %w", u.name, err)
+	}
+	return decodeUAPI(u.name, text)
+}
+
+// Close stops wireguard-go; the TUN device goes with it.
+func (u *UserspaceDevice) Close() error {
+	u.dev.Close() // closes the TUN device too
+	return nil
+}
