@@ -1,12 +1,15 @@
 package lab
 
 import (
+	"bytes"
 	"context"
 	"fmt"
+	"strings"
 	"time"
 
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
 )
 
@@ -63,4 +66,42 @@ func (c *CRI) RemoveAllSandboxes(ctx context.Context) error {
 		}
 	}
 	return firstErr
+}
+
+// ExecCRI runs a command in the first running container of a pod through
+// its node's containerd (CRI ExecSync), not through the kubelet: for load
+// that must go on while a kubelet is down or has just restarted and not yet
+// re-listed its pods. It returns stdout; a non-zero exit is an error.
+func (l *Lab) ExecCRI(ctx context.Context, namespace, pod string, argv ...string) (string, error) {
+	p, err := l.Client.CoreV1().Pods(namespace).Get(ctx, pod, metav1.GetOptions{})
+	if err != nil {
+		return "", err
+	}
+	n := l.Node(p.Spec.NodeName)
+	if n == nil {
+		return "", fmt.Errorf("pod %s/%s is on no lab node (%q)", namespace, pod, p.Spec.NodeName)
+	}
+	c, err := DialCRI(n.Socket)
+	if err != nil {
+		return "", err
+	}
+	defer c.Close()
+	list, err := c.Runtime.ListContainers(ctx, &cri.ListContainersRequest{Filter: &cri.ContainerFilter{
+		State:         &cri.ContainerStateValue{State: cri.ContainerState_CONTAINER_RUNNING},
+		LabelSelector: map[string]string{"io.kubernetes.pod.namespace": namespace, "io.kubernetes.pod.name": pod},
+	}})
+	if err != nil {
+		return "", err
+	}
+	if len(list.Containers) == 0 {
+		return "", fmt.Errorf("no running container of %s/%s on %s", namespace, pod, n.Name)
+	}
+	resp, err := c.Runtime.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: list.Containers[0].Id, Cmd: argv, Timeout: 30})
+	if err != nil {
+		return "", fmt.Errorf("exec in %s/%s: %w", namespace, pod, err)
+	}
+	if resp.ExitCode != 0 {
+		return string(resp.Stdout), fmt.Errorf("%s in %s/%s exited %d: %s", strings.Join(argv, " "), namespace, pod, resp.ExitCode, bytes.TrimSpace(resp.Stderr))
+	}
+	return string(resp.Stdout), nil
 }

@@ -194,8 +194,9 @@ func TestKubeletRestartKeepsTrafficFlowing(t *testing.T) {
 	if len(before) < 3 {
 		t.Fatalf("want the 3 nginx pods running first, have %v", before)
 	}
+	// Through containerd: kubectl exec needs the kubelet this test stops.
 	load := startLoad(ctx, func() error {
-		_, err := l.Exec(ctx, "default", "client", "/testimage", "get", url)
+		_, err := l.ExecCRI(ctx, "default", "client", "/testimage", "get", url)
 		return err
 	})
 	for _, n := range l.Nodes {
@@ -224,8 +225,10 @@ func TestDNSAnswersWhileItsPodIsReplaced(t *testing.T) {
 	if err := scenario.Apply(ctx, l, "01-clusterip.yaml"); err != nil {
 		t.Fatal(err)
 	}
+	// Through containerd, so a kubelet that is busy replacing the pod
+	// does not fail a lookup the DNS answered.
 	load := startLoad(ctx, func() error {
-		_, err := l.Exec(ctx, "default", "client", "/testimage", "lookup", "nginx")
+		_, err := l.ExecCRI(ctx, "default", "client", "/testimage", "lookup", "nginx")
 		return err
 	})
 	pods, err := l.Client.CoreV1().Pods(lab.DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
