@@ -75,6 +75,9 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 		Metrics:    metrics.Registry,
 	}
 	deps.Factory = informer.New(deps.ProtobufClient())
+	if err := deps.Factory.Gate().Register(metrics.Registry); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+		return err
+	}
 	for _, name := range cfg.Roles {
 		d := deps
 		d.Role, d.Log = name, klog.Background().WithName(name)

@@ -1,0 +1,68 @@
+package informer
+
+import (
+	"context"
+	"time"
+
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	"k8s.io/apimachinery/pkg/util/wait"
+	"k8s.io/apimachinery/pkg/watch"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/clock"
+
+	"github.com/netplane/netplane/internal/outage"
+)
+
+// resume is every informer's watch error handler. A reflector whose list
+// or watch met an outage (outage.ErrUnavailable, from its lister-watcher)
+// waits at the gate and, once the probe found the API server back and its
+// share of the spread passed, lists and watches again at once, here,
+// instead of returning to its backoff: after a long outage that backoff is
+// 30–60 s, and client-go's shared informer takes no other (its reflector's
+// Backoff option is not passed through). Other errors take client-go's
+// usual way.
+func resume(m *outage.Member) cache.WatchErrorHandlerWithContext {
+	return func(ctx context.Context, r *cache.Reflector, err error) {
+		for outage.IsUnavailable(err) {
+			if m.Wait(ctx) != nil {
+				return
+			}
+			err = r.ListAndWatchWithContext(ctx)
+		}
+		if err != nil {
+			cache.DefaultWatchErrorHandler(ctx, r, err)
+		}
+	}
+}
+
+// runReflector runs r as Reflector.RunWithContext does, with client-go's
+// backoff (0.8 s doubling to 30 s, full jitter, reset after 2 minutes),
+// but with onErr as its watch error handler, which a lone reflector cannot
+// be given.
+func runReflector(ctx context.Context, r *cache.Reflector, onErr cache.WatchErrorHandlerWithContext) {
+	b := wait.Backoff{Duration: 800 * time.Millisecond, Cap: 30 * time.Second, Steps: 38, Factor: 2, Jitter: 1}
+	_ = b.DelayWithReset(clock.RealClock{}, 2*time.Minute).Until(ctx, true, true, func(ctx context.Context) (bool, error) {
+		if err := r.ListAndWatchWithContext(ctx); err != nil {
+			onErr(ctx, r, err)
+		}
+		return false, nil
+	})
+}
+
+// watchThrough passes w's events on, but takes an error event saying the
+// API server or its etcd is away (which ends the watch) to the gate and
+// drops it: the reflector then watches again through the gate, which
+// sends nothing until the probe found it back, rather than relisting on
+// its own backoff.
+func watchThrough(ctx context.Context, m *outage.Member, w watch.Interface) watch.Interface {
+	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
+		if e.Type != watch.Error {
+			return e, true
+		}
+		if err := apierrors.FromObject(e.Object); outage.Unavailable(err) {
+			m.Lost(ctx, err)
+			return e, false
+		}
+		return e, true
+	})
+}
