@@ -124,10 +124,21 @@ func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *ro
 			}
 		}
 	})
+	// The health server binds first, so the free port found for the
+	// metrics server is never the one the health server then takes.
+	var health net.Listener
+	if cfg.HealthBindAddress != "" {
+		l, err := net.Listen("tcp", cfg.HealthBindAddress)
+		if err != nil {
+			return nil, fmt.Errorf("health server: %w", err)
+		}
+		health = l
+	}
 	metricsAddr := "0" // the manager's word for "off"
 	if cfg.MetricsBindAddress != "" {
 		addr, err := freePort(cfg.MetricsBindAddress)
 		if err != nil {
+			closeListener(health)
 			return nil, fmt.Errorf("metrics server: %w", err)
 		}
 		metricsAddr = addr
@@ -156,21 +167,18 @@ func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *ro
 	}
 	mgr, err := manager.New(rest.CopyConfig(restConfig), opts)
 	if err != nil {
+		closeListener(health)
 		return nil, err
 	}
-	if cfg.HealthBindAddress == "" {
-		log.Info("server disabled", "server", "health")
-	} else {
-		l, err := net.Listen("tcp", cfg.HealthBindAddress)
-		if err != nil {
-			return nil, fmt.Errorf("health server: %w", err)
-		}
+	if health != nil {
 		srv := &http.Server{Handler: healthHandler(checks), ReadHeaderTimeout: 5 * time.Second}
-		if err := mgr.Add(&manager.Server{Name: "health", Server: srv, Listener: l}); err != nil {
-			l.Close()
+		if err := mgr.Add(&manager.Server{Name: "health", Server: srv, Listener: health}); err != nil {
+			health.Close()
 			return nil, err
 		}
-		log.Info("serving", "server", "health", "address", l.Addr().String())
+		log.Info("serving", "server", "health", "address", health.Addr().String())
+	} else {
+		log.Info("server disabled", "server", "health")
 	}
 	if metricsAddr == "0" {
 		log.Info("server disabled", "server", "metrics")
@@ -182,6 +190,12 @@ func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *ro
 }
 
 var setupOnce sync.Once
+
+func closeListener(l net.Listener) {
+	if l != nil {
+		l.Close()
+	}
+}
 
 // freePort returns addr with port 0 replaced by a port free now. The
 // manager binds the metrics address itself and logs only what it was
