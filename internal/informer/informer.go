@@ -97,7 +97,12 @@ type Handle struct {
 // lists, a client that asks for protobuf), whose informers live through
 // API server outages at one gate probing the API server's /readyz.
 func New(client kubernetes.Interface) *Factory {
-	gate := outage.New(outage.DefaultPolicy, outage.Readyz(client.Discovery().RESTClient()), klog.Background().WithName("apiserver"))
+	return NewWithGate(client, outage.New(outage.DefaultPolicy, outage.Readyz(client.Discovery().RESTClient()), klog.Background().WithName("apiserver")))
+}
+
+// NewWithGate is New with the gate given: the process's, whose transport
+// client passes through (outage.Gate.Config).
+func NewWithGate(client kubernetes.Interface, gate *outage.Gate) *Factory {
 	return &Factory{client: client, gate: gate, resources: map[Kind]*resource{}}
 }
 
@@ -142,7 +147,7 @@ func (f *Factory) Start(ctx context.Context) {
 
 func (f *Factory) start(ctx context.Context, r *resource) {
 	k := kinds[r.kind]
-	m := f.gate.Member()
+	m := f.gate.Member(ctx)
 	if len(r.views) == 1 {
 		h := r.views[0]
 		h.alone = true

@@ -62,7 +62,7 @@ func listWatch(c kubernetes.Interface, m *outage.Member, k kind, ls labels.Selec
 			if err != nil {
 				return nil, err
 			}
-			return watchThrough(ctx, m, w), nil
+			return watchThrough(m, w), nil
 		},
 	}, c)
 }

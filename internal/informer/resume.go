@@ -54,13 +54,13 @@ func runReflector(ctx context.Context, r *cache.Reflector, onErr cache.WatchErro
 // drops it: the reflector then watches again through the gate, which
 // sends nothing until the probe found it back, rather than relisting on
 // its own backoff.
-func watchThrough(ctx context.Context, m *outage.Member, w watch.Interface) watch.Interface {
+func watchThrough(m *outage.Member, w watch.Interface) watch.Interface {
 	return watch.Filter(w, func(e watch.Event) (watch.Event, bool) {
 		if e.Type != watch.Error {
 			return e, true
 		}
 		if err := apierrors.FromObject(e.Object); outage.Unavailable(err) {
-			m.Lost(ctx, err)
+			m.Lost(err)
 			return e, false
 		}
 		return e, true

@@ -97,27 +97,42 @@ func (g *Gate) Register(reg prometheus.Registerer) error {
 // Member is one informer's place at the gate.
 type Member struct {
 	g   *Gate
-	out bool // met the current outage and not relisted yet; under g.mu
+	ctx context.Context // the informer's life, which bounds the probes it starts
+	out bool            // met the current outage and not relisted yet; under g.mu
 }
 
-// Member adds an informer.
-func (g *Gate) Member() *Member { return &Member{g: g} }
+// Member adds an informer running until ctx ends.
+func (g *Gate) Member(ctx context.Context) *Member { return &Member{g: g, ctx: ctx} }
+
+// closed reports whether an outage is on and no probe found the API
+// server back yet.
+func (g *Gate) closed() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cur != nil && !isClosed(g.cur.back)
+}
 
 // Closed reports whether the member should not send a request now: an
 // outage is on and no probe has found the API server back yet.
-func (m *Member) Closed() bool {
-	m.g.mu.Lock()
-	defer m.g.mu.Unlock()
-	return m.g.cur != nil && !isClosed(m.g.cur.back)
-}
+func (m *Member) Closed() bool { return m.g.closed() }
 
 // Lost tells the gate the member's request failed with err, which
 // Unavailable: an outage begins (or one found over too soon goes on) and
-// a probe runs until ctx ends or the API server answers.
-func (m *Member) Lost(ctx context.Context, err error) {
+// a probe runs until the API server answers or the member's life ends.
+func (m *Member) Lost(err error) {
 	g := m.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
+	e := g.lose(m.ctx, err)
+	if !m.out {
+		m.out = true
+		e.waiting++
+	}
+}
+
+// lose begins an outage or goes on with the current one, and has a probe
+// run until ctx ends or the API server answers. Under g.mu.
+func (g *Gate) lose(ctx context.Context, err error) *episode {
 	e := g.cur
 	if e == nil {
 		e = &episode{lostAt: g.clock.Now(), cause: err, back: make(chan struct{})}
@@ -128,14 +143,11 @@ func (m *Member) Lost(ctx context.Context, err error) {
 		e.back = make(chan struct{})
 		e.probes++
 	}
-	if !m.out {
-		m.out = true
-		e.waiting++
-	}
 	if !e.probing {
 		e.probing = true
 		go g.probeUntilBack(ctx, e, e.back)
 	}
+	return e
 }
 
 // Wait blocks while the gate is closed, then for the member's share of the
@@ -169,15 +181,17 @@ func (m *Member) Wait(ctx context.Context) error {
 func (m *Member) Do(ctx context.Context, call func() error) error {
 	if m.Closed() {
 		err := errors.New("waiting for the API server's readiness probe")
-		m.Lost(ctx, err)
+		m.Lost(err)
 		return ErrUnavailable(err)
 	}
 	err := call()
 	switch {
 	case err == nil:
 		m.Back()
+	case IsUnavailable(err): // the transport's (Transport) word
+		m.Lost(err)
 	case Unavailable(err) && ctx.Err() == nil:
-		m.Lost(ctx, err)
+		m.Lost(err)
 		return ErrUnavailable(err)
 	}
 	return err
@@ -195,9 +209,13 @@ func (m *Member) Back() {
 	m.out = false
 	e := g.cur
 	e.waiting--
-	if e.waiting > 0 || !isClosed(e.back) {
-		return
+	if e.waiting == 0 && isClosed(e.back) {
+		g.finish(e)
 	}
+}
+
+// finish ends the outage: every member that met it is back. Under g.mu.
+func (g *Gate) finish(e *episode) {
 	g.cur = nil
 	took := g.clock.Since(e.readyAt)
 	g.catchUp.Observe(took.Seconds())
@@ -216,6 +234,9 @@ func (g *Gate) probeUntilBack(ctx context.Context, e *episode, back chan struct{
 		select {
 		case <-g.clock.After(wait):
 		case <-ctx.Done():
+			g.mu.Lock()
+			e.probing = false
+			g.mu.Unlock()
 			return
 		}
 		pctx, cancel := context.WithTimeout(ctx, g.policy.ProbeTimeout)
@@ -229,12 +250,17 @@ func (g *Gate) probeUntilBack(ctx context.Context, e *episode, back chan struct{
 			}
 			e.probing = false
 			close(back)
+			if e.waiting == 0 { // no informer's request met it but the transport's
+				g.finish(e)
+			}
 			g.mu.Unlock()
 			return
 		}
 		e.probes++
+		stop := ctx.Err() != nil
+		e.probing = !stop
 		g.mu.Unlock()
-		if ctx.Err() != nil {
+		if stop {
 			return
 		}
 	}

@@ -82,7 +82,7 @@ func TestGateProbesOnceForAllInformersAndReleasesThemSpread(t *testing.T) {
 			log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
 			g := newGate(DefaultPolicy, func(context.Context) error { return <-answers }, clk, func() float64 { return 0.5 }, log)
 			ctx := context.Background()
-			a, b := g.Member(), g.Member()
+			a, b := g.Member(ctx), g.Member(ctx)
 
 			calls := 0
 			call := func(err error) func() error { return func() error { calls++; return err } }
@@ -144,7 +144,7 @@ func TestGateLostAgainAfterProbeGoesOnAsOneOutage(t *testing.T) {
 	log := funcr.New(func(string, string) { lines++ }, funcr.Options{})
 	g := newGate(DefaultPolicy, func(context.Context) error { return <-answers }, clk, func() float64 { return 0 }, log)
 	ctx := context.Background()
-	m := g.Member()
+	m := g.Member(ctx)
 	_ = m.Do(ctx, func() error { return refused })
 	done := make(chan error)
 	go func() { done <- m.Wait(ctx) }()

@@ -41,6 +41,7 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/kube"
+	"github.com/netplane/netplane/internal/outage"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/internal/version"
 )
@@ -74,8 +75,8 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 		Checks:     checks,
 		Metrics:    metrics.Registry,
 	}
-	deps.Factory = informer.New(deps.ProtobufClient())
-	if err := deps.Factory.Gate().Register(metrics.Registry); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+	deps.Factory, err = informers(ctx, restConfig, log)
+	if err != nil {
 		return err
 	}
 	for _, name := range cfg.Roles {
@@ -103,6 +104,25 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 	}
 	log.Info("stopped")
 	return nil
+}
+
+// informers is the process's informer factory: protobuf, and through an
+// outage gate probing the API server's /readyz, its metrics registered.
+func informers(ctx context.Context, restConfig *rest.Config, log logr.Logger) (*informer.Factory, error) {
+	cfg := role.ProtobufConfig(restConfig)
+	probe, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	gate := outage.New(outage.DefaultPolicy, outage.Readyz(probe.Discovery().RESTClient()), log.WithName("apiserver"))
+	if err := gate.Register(metrics.Registry); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(gate.Config(ctx, cfg))
+	if err != nil {
+		return nil, err
+	}
+	return informer.NewWithGate(client, gate), nil
 }
 
 // NewManager returns the manager the roles run on, set from cfg: metrics on
