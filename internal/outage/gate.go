@@ -188,7 +188,7 @@ func (m *Member) Do(ctx context.Context, call func() error) error {
 	switch {
 	case err == nil:
 		m.Back()
-	case IsUnavailable(err): // the transport's (Transport) word
+	case IsUnavailable(err): // from the transport: closed, or the connection failed
 		m.Lost(err)
 	case Unavailable(err) && ctx.Err() == nil:
 		m.Lost(err)
