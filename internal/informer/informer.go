@@ -157,7 +157,7 @@ func (f *Factory) start(ctx context.Context, r *resource) {
 			s := newSinkStore(h)
 			rf := cache.NewReflectorWithOptions(lw, k.example, s, cache.ReflectorOptions{Name: v.Name + " " + string(r.kind)})
 			h.setSynced(s)
-			go runReflector(ctx, rf, resume(m))
+			go runReflector(ctx, rf, m)
 			return
 		}
 		inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: h.indexers()})

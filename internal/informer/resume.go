@@ -13,40 +13,43 @@ import (
 	"github.com/netplane/netplane/internal/outage"
 )
 
-// resume is every informer's watch error handler. A reflector whose list
-// or watch met an outage (outage.ErrUnavailable, from its lister-watcher)
-// waits at the gate and, once the probe found the API server back and its
-// share of the spread passed, lists and watches again at once, here,
-// instead of returning to its backoff: after a long outage that backoff is
-// 30–60 s, and client-go's shared informer takes no other (its reflector's
-// Backoff option is not passed through). Other errors take client-go's
-// usual way.
+// resume is every informer's watch error handler, and from the first
+// error on it runs the reflector itself. A reflector whose list or watch
+// met an outage (outage.ErrUnavailable, from its lister-watcher) waits at
+// the gate and, once the probe found the API server back and its share of
+// the spread passed, lists and watches again at once, instead of returning
+// to its backoff: after a long outage that backoff is 30–60 s, and
+// client-go's shared informer takes no other (its reflector's Backoff
+// option is not passed through). After another error, or a watch that
+// just ended, it backs off as client-go does (0.8 s doubling to 30 s, full
+// jitter, reset after 2 minutes), but a gate closing meanwhile cuts that
+// short: the reflector then comes back with the others.
 func resume(m *outage.Member) cache.WatchErrorHandlerWithContext {
 	return func(ctx context.Context, r *cache.Reflector, err error) {
-		for outage.IsUnavailable(err) {
-			if m.Wait(ctx) != nil {
-				return
+		b := wait.Backoff{Duration: 800 * time.Millisecond, Cap: 30 * time.Second, Steps: 38, Factor: 2, Jitter: 1}
+		delay := b.DelayWithReset(clock.RealClock{}, 2*time.Minute)
+		for ctx.Err() == nil {
+			if outage.IsUnavailable(err) {
+				if m.Wait(ctx) != nil {
+					return
+				}
+			} else {
+				if err != nil {
+					cache.DefaultWatchErrorHandler(ctx, r, err)
+				}
+				if m.Sleep(ctx, delay()) != nil {
+					return
+				}
 			}
 			err = r.ListAndWatchWithContext(ctx)
-		}
-		if err != nil {
-			cache.DefaultWatchErrorHandler(ctx, r, err)
 		}
 	}
 }
 
-// runReflector runs r as Reflector.RunWithContext does, with client-go's
-// backoff (0.8 s doubling to 30 s, full jitter, reset after 2 minutes),
-// but with onErr as its watch error handler, which a lone reflector cannot
-// be given.
-func runReflector(ctx context.Context, r *cache.Reflector, onErr cache.WatchErrorHandlerWithContext) {
-	b := wait.Backoff{Duration: 800 * time.Millisecond, Cap: 30 * time.Second, Steps: 38, Factor: 2, Jitter: 1}
-	_ = b.DelayWithReset(clock.RealClock{}, 2*time.Minute).Until(ctx, true, true, func(ctx context.Context) (bool, error) {
-		if err := r.ListAndWatchWithContext(ctx); err != nil {
-			onErr(ctx, r, err)
-		}
-		return false, nil
-	})
+// runReflector runs a lone reflector, which cannot be given a watch error
+// handler, as a shared informer runs its own with resume.
+func runReflector(ctx context.Context, r *cache.Reflector, m *outage.Member) {
+	resume(m)(ctx, r, r.ListAndWatchWithContext(ctx))
 }
 
 // watchThrough passes w's events on, but takes an error event saying the

@@ -27,8 +27,9 @@ type Gate struct {
 	outages, probes prometheus.Counter
 	catchUp         prometheus.Histogram
 
-	mu  sync.Mutex
-	cur *episode // nil between outages
+	mu      sync.Mutex
+	cur     *episode      // nil between outages
+	closing chan struct{} // closed (and replaced) whenever the gate closes
 }
 
 // episode is one outage.
@@ -55,7 +56,7 @@ type timers interface {
 
 func newGate(p Policy, probe func(context.Context) error, c timers, r func() float64, log logr.Logger) *Gate {
 	return &Gate{
-		policy: p, probe: probe, clock: c, rand: r, log: log,
+		policy: p, probe: probe, clock: c, rand: r, log: log, closing: make(chan struct{}),
 		outages: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "netplane_apiserver_outages_total",
 			Help: "Times the API server was found away (a list or watch refused, cut, timed out, 5xx or 429).",
@@ -134,15 +135,20 @@ func (m *Member) Lost(err error) {
 // run until ctx ends or the API server answers. Under g.mu.
 func (g *Gate) lose(ctx context.Context, err error) *episode {
 	e := g.cur
-	if e == nil {
+	switch {
+	case e == nil:
 		e = &episode{lostAt: g.clock.Now(), cause: err, back: make(chan struct{})}
 		g.cur = e
 		g.outages.Inc()
-	} else if isClosed(e.back) {
+	case isClosed(e.back):
 		// The probe answered, yet requests fail: back off further.
 		e.back = make(chan struct{})
 		e.probes++
+	default:
+		return e // closed already
 	}
+	close(g.closing)
+	g.closing = make(chan struct{})
 	if !e.probing {
 		e.probing = true
 		go g.probeUntilBack(ctx, e, e.back)
@@ -175,14 +181,44 @@ func (m *Member) Wait(ctx context.Context) error {
 	}
 }
 
+// Sleep waits d, as a reflector backs off between lists, unless the gate
+// closes meanwhile: the member then waits at the gate with the others
+// (Wait) rather than sleeping on past the API server's return.
+func (m *Member) Sleep(ctx context.Context, d time.Duration) error {
+	g := m.g
+	g.mu.Lock()
+	closing, closed := g.closing, g.cur != nil && !isClosed(g.cur.back)
+	g.mu.Unlock()
+	if !closed {
+		select {
+		case <-g.clock.After(d):
+			return nil
+		case <-closing: // maybe open again by now: Wait then only spreads
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+	m.join()
+	return m.Wait(ctx)
+}
+
+// join counts the member among those the current outage waits for.
+func (m *Member) join() {
+	m.g.mu.Lock()
+	defer m.g.mu.Unlock()
+	if e := m.g.cur; e != nil && !m.out {
+		m.out = true
+		e.waiting++
+	}
+}
+
 // Do sends a request through the gate: none while it is closed (the
 // member then waits with the others), and one that fails Unavailable
 // closes it. Either way the error is then ErrUnavailable's.
 func (m *Member) Do(ctx context.Context, call func() error) error {
 	if m.Closed() {
-		err := errors.New("waiting for the API server's readiness probe")
-		m.Lost(err)
-		return ErrUnavailable(err)
+		m.Lost(errGateClosed)
+		return ErrUnavailable(errGateClosed)
 	}
 	err := call()
 	switch {

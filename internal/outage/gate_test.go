@@ -8,6 +8,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/funcr"
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
@@ -167,5 +168,30 @@ func TestGateLostAgainAfterProbeGoesOnAsOneOutage(t *testing.T) {
 	}
 	if got := value(g.outages); got != 1 || lines != 1 {
 		t.Errorf("%v outages counted and %d lines logged, want 1 and 1", got, lines)
+	}
+}
+
+// A member backing off after a watch that just ended (client-go's delay
+// of up to 60 s) is cut short when the gate closes: it comes back with the
+// others once the probe answers, not when its delay ends.
+func TestSleepGivesWayToTheGateClosing(t *testing.T) {
+	clk := &signalClock{now: time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC), timers: make(chan timer)}
+	g := newGate(DefaultPolicy, func(context.Context) error { return nil }, clk, func() float64 { return 0.5 }, logr.Discard())
+	ctx := context.Background()
+	sleeper, other := g.Member(ctx), g.Member(ctx)
+	woke := make(chan error)
+	go func() { woke <- sleeper.Sleep(ctx, 45*time.Second) }()
+	long := <-clk.timers // the 45 s backoff, never fired
+	if long.d != 45*time.Second {
+		t.Fatalf("backoff timer of %v, want 45s", long.d)
+	}
+	_ = other.Do(ctx, func() error { return refused })
+	clk.next(t, 250*time.Millisecond) // the probe's wait; it answers
+	clk.next(t, 500*time.Millisecond) // the sleeper's share of the spread
+	if err := <-woke; err != nil {
+		t.Fatal(err)
+	}
+	if err := sleeper.Do(ctx, func() error { return nil }); err != nil {
+		t.Fatal(err)
 	}
 }
