@@ -214,7 +214,7 @@ func (s *APIServer) WriteKubeconfig(path, server, token string) error {
 func (s *APIServer) waitReady(timeout time.Duration) error {
 	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{TLSClientConfig: &tls.Config{InsecureSkipVerify: true}}}
 	var last string
-	err := wait.PollUntilContextTimeout(context.Background(), 200*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
+	err := wait.PollUntilContextTimeout(context.Background(), 50*time.Millisecond, timeout, true, func(ctx context.Context) (bool, error) {
 		if s.apiserver.Exited() {
 			return false, fmt.Errorf("kube-apiserver exited")
 		}
@@ -239,6 +239,36 @@ func (s *APIServer) waitReady(timeout time.Duration) error {
 		return fmt.Errorf("kube-apiserver not ready after %v: %s", timeout, last)
 	}
 	return nil
+}
+
+// KillAPIServer kills kube-apiserver (SIGKILL), leaving etcd running.
+func (s *APIServer) KillAPIServer() { s.apiserver.Kill() }
+
+// RestartAPIServer starts kube-apiserver again on the same port with the
+// same etcd, and returns once its /readyz answers ok, with that moment.
+func (s *APIServer) RestartAPIServer(timeout time.Duration) (time.Time, error) {
+	return s.restart(&s.apiserver, timeout)
+}
+
+// KillEtcd kills etcd (SIGKILL), leaving kube-apiserver running.
+func (s *APIServer) KillEtcd() { s.etcd.Kill() }
+
+// RestartEtcd starts etcd again with its data and ports, and returns once
+// kube-apiserver's /readyz answers ok again, with that moment.
+func (s *APIServer) RestartEtcd(timeout time.Duration) (time.Time, error) {
+	return s.restart(&s.etcd, timeout)
+}
+
+func (s *APIServer) restart(p **Process, timeout time.Duration) (time.Time, error) {
+	again, err := (*p).Again()
+	if err != nil {
+		return time.Time{}, err
+	}
+	*p = again
+	if err := s.waitReady(timeout); err != nil {
+		return time.Time{}, fmt.Errorf("%w\nkube-apiserver log:\n%s", err, s.apiserver.Tail(20))
+	}
+	return time.Now(), nil
 }
 
 // Stop stops kube-apiserver, then etcd.

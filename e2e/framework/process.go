@@ -25,6 +25,24 @@ func StartProcess(name string, cmd *exec.Cmd, logPath string) (*Process, error) 
 	if err != nil {
 		return nil, err
 	}
+	return start(name, cmd, f)
+}
+
+// Again starts p's command anew, once p has ended: same arguments,
+// environment and folder, its output appended to the same log.
+func (p *Process) Again() (*Process, error) {
+	<-p.done
+	f, err := os.OpenFile(p.Log, os.O_APPEND|os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	cmd := exec.Command(p.Cmd.Path, p.Cmd.Args[1:]...)
+	cmd.Env, cmd.Dir = p.Cmd.Env, p.Cmd.Dir
+	return start(p.Name, cmd, f)
+}
+
+func start(name string, cmd *exec.Cmd, f *os.File) (*Process, error) {
+	logPath := f.Name()
 	cmd.Stdout, cmd.Stderr = f, f
 	if cmd.SysProcAttr == nil {
 		cmd.SysProcAttr = &syscall.SysProcAttr{}
@@ -74,6 +92,14 @@ func (p *Process) Stop(grace time.Duration) {
 		return
 	}
 	_ = p.Cmd.Process.Kill()
+	<-p.done
+}
+
+// Kill ends the process at once (SIGKILL), as a crash would, and waits.
+func (p *Process) Kill() {
+	if !p.Exited() {
+		_ = p.Cmd.Process.Kill()
+	}
 	<-p.done
 }
 

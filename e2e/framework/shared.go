@@ -1,6 +1,7 @@
 package framework
 
 import (
+	"fmt"
 	"os"
 	"sync"
 	"testing"
@@ -39,6 +40,31 @@ func RunShared(m *testing.M) {
 	if shared != nil {
 		shared.Close()
 	}
+	RemoveBinaries()
+	os.Exit(code)
+}
+
+// RunWithAPIServer is a TestMain body for a package whose tests share one
+// API server they may also stop and start (*api): it exits 0 without the
+// binaries (1 under `make test`), starts it, runs the tests, and removes
+// it and the binaries they built.
+func RunWithAPIServer(m *testing.M, opts Options, api **APIServer) {
+	if Binary("etcd") == "" || Binary("kube-apiserver") == "" {
+		if os.Getenv(RequiredEnv) == "1" {
+			fmt.Fprintln(os.Stderr, "etcd or kube-apiserver missing: run `make tools`")
+			os.Exit(1)
+		}
+		fmt.Fprintln(os.Stderr, "skipping: etcd or kube-apiserver missing (make tools)")
+		os.Exit(0)
+	}
+	s, err := StartAPIServerMain(opts)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	*api = s
+	code := m.Run()
+	s.Close()
 	RemoveBinaries()
 	os.Exit(code)
 }

@@ -9,7 +9,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strings"
@@ -26,25 +25,7 @@ import (
 
 var api *framework.APIServer
 
-func TestMain(m *testing.M) {
-	if framework.Binary("etcd") == "" || framework.Binary("kube-apiserver") == "" {
-		if os.Getenv(framework.RequiredEnv) == "1" {
-			fmt.Fprintln(os.Stderr, "etcd or kube-apiserver missing: run `make tools`")
-			os.Exit(1)
-		}
-		fmt.Fprintln(os.Stderr, "skipping: etcd or kube-apiserver missing (make tools)")
-		os.Exit(0)
-	}
-	var err error
-	if api, err = framework.StartAPIServerMain(framework.Options{}); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
-	}
-	code := m.Run()
-	api.Close()
-	framework.RemoveBinaries()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { framework.RunWithAPIServer(m, framework.Options{}, &api) }
 
 // roleArgs are the flags every test process gets: free loopback ports and
 // nothing that reaches outside the test.

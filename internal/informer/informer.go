@@ -11,7 +11,9 @@
 // (shared.go); each view still sees only its own records, through
 // View.Indexer and View.AddEventHandler, and the selectors are applied here.
 // Lists are paged and slimmed page by page (list.go), so a first list never
-// holds every object of a large cluster decoded at once.
+// holds every object of a large cluster decoded at once. Every informer
+// goes through the factory's outage gate, so after an API server outage
+// all of them are back within seconds (resume.go).
 package informer
 
 import (
@@ -25,6 +27,9 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+	"k8s.io/klog/v2"
+
+	"github.com/netplane/netplane/internal/outage"
 )
 
 // View is one consumer's reading of a resource.
@@ -58,6 +63,7 @@ type View struct {
 // Factory makes the informers of one process.
 type Factory struct {
 	client kubernetes.Interface
+	gate   *outage.Gate
 
 	mu        sync.Mutex
 	resources map[Kind]*resource
@@ -88,10 +94,20 @@ type Handle struct {
 }
 
 // New returns a factory listing and watching through client (for large
-// lists, a client that asks for protobuf).
+// lists, a client that asks for protobuf), whose informers live through
+// API server outages at one gate probing the API server's /readyz.
 func New(client kubernetes.Interface) *Factory {
-	return &Factory{client: client, resources: map[Kind]*resource{}}
+	return NewWithGate(client, outage.New(outage.DefaultPolicy, outage.Readyz(client.Discovery().RESTClient()), klog.Background().WithName("apiserver")))
 }
+
+// NewWithGate is New with the gate given: the process's, whose transport
+// client passes through (outage.Gate.Config).
+func NewWithGate(client kubernetes.Interface, gate *outage.Gate) *Factory {
+	return &Factory{client: client, gate: gate, resources: map[Kind]*resource{}}
+}
+
+// Gate is the factory's outage gate, for its metrics.
+func (f *Factory) Gate() *outage.Gate { return f.gate }
 
 // Register adds a view. Every view of a resource must be registered before
 // the factory starts that resource (Start); registering one later is a
@@ -131,29 +147,32 @@ func (f *Factory) Start(ctx context.Context) {
 
 func (f *Factory) start(ctx context.Context, r *resource) {
 	k := kinds[r.kind]
+	m := f.gate.Member(ctx)
 	if len(r.views) == 1 {
 		h := r.views[0]
 		h.alone = true
 		v := h.view
-		lw := listWatch(f.client, k, v.Labels, v.Fields, h.record)
+		lw := listWatch(f.client, m, k, v.Labels, v.Fields, h.record)
 		if v.Sink != nil {
 			s := newSinkStore(h)
 			rf := cache.NewReflectorWithOptions(lw, k.example, s, cache.ReflectorOptions{Name: v.Name + " " + string(r.kind)})
 			h.setSynced(s)
-			go rf.RunWithContext(ctx)
+			go runReflector(ctx, rf, m)
 			return
 		}
 		inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: h.indexers()})
 		_ = inf.SetTransform(transformFunc(k.example, h.record)) // cannot fail before Run
+		_ = inf.SetWatchErrorHandlerWithContext(resume(m))
 		r.informer = inf
 		h.setSynced(inf.HasSyncedChecker())
 		go inf.RunWithContext(ctx)
 		return
 	}
 	r.shared = true
-	lw := listWatch(f.client, k, nil, nil, r.entryOf)
+	lw := listWatch(f.client, m, k, nil, nil, r.entryOf)
 	inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: r.indexers()})
 	_ = inf.SetTransform(transformFunc(k.example, r.entryOf))
+	_ = inf.SetWatchErrorHandlerWithContext(resume(m))
 	r.informer = inf
 	for _, h := range r.views {
 		if h.view.Sink != nil {

@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
+
+	"github.com/netplane/netplane/internal/outage"
 )
 
 // listPageSize bounds how many whole objects a list holds decoded at once.
@@ -24,7 +26,10 @@ const listPageSize = 500
 // would first decode the whole list, which for the pods of a large cluster
 // is hundreds of megabytes at once, however little of it the store keeps.
 // Watch events still carry whole objects, one at a time.
-func listWatch(c kubernetes.Interface, k kind, ls labels.Selector, fs fields.Selector, keep func(runtime.Object) any) cache.ListerWatcher {
+//
+// Every request goes through m, the informer's place at the process's
+// outage gate (resume.go).
+func listWatch(c kubernetes.Interface, m *outage.Member, k kind, ls labels.Selector, fs fields.Selector, keep func(runtime.Object) any) cache.ListerWatcher {
 	list, watchFn := k.calls(c)
 	narrow := func(o *metav1.ListOptions) {
 		if ls != nil && !ls.Empty() {
@@ -37,11 +42,27 @@ func listWatch(c kubernetes.Interface, k kind, ls labels.Selector, fs fields.Sel
 	return cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{
 		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
 			narrow(&o)
-			return pagedList(ctx, o, list, keep)
+			var l *slimList
+			err := m.Do(ctx, func() (err error) {
+				l, err = pagedList(ctx, o, list, keep)
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			return l, nil
 		},
 		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
 			narrow(&o)
-			return watchFn(ctx, o)
+			var w watch.Interface
+			err := m.Do(ctx, func() (err error) {
+				w, err = watchFn(ctx, o)
+				return err
+			})
+			if err != nil {
+				return nil, err
+			}
+			return watchThrough(m, w), nil
 		},
 	}, c)
 }

@@ -41,6 +41,7 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/kube"
+	"github.com/netplane/netplane/internal/outage"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/internal/version"
 )
@@ -77,7 +78,10 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 	if cfg.MetricsBindAddress != "" {
 		deps.MetricsHandler = mgr.AddMetricsServerExtraHandler
 	}
-	deps.Factory = informer.New(deps.ProtobufClient())
+	deps.Factory, err = informers(ctx, restConfig, log)
+	if err != nil {
+		return err
+	}
 	for _, name := range cfg.Roles {
 		d := deps
 		d.Role, d.Log = name, klog.Background().WithName(name)
@@ -105,6 +109,25 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 	return nil
 }
 
+// informers is the process's informer factory: protobuf, and through an
+// outage gate probing the API server's /readyz, its metrics registered.
+func informers(ctx context.Context, restConfig *rest.Config, log logr.Logger) (*informer.Factory, error) {
+	cfg := role.ProtobufConfig(restConfig)
+	probe, err := kubernetes.NewForConfig(cfg)
+	if err != nil {
+		return nil, err
+	}
+	gate := outage.New(outage.DefaultPolicy, outage.Readyz(probe.Discovery().RESTClient()), log.WithName("apiserver"))
+	if err := gate.Register(metrics.Registry); err != nil && !errors.As(err, &prometheus.AlreadyRegisteredError{}) {
+		return nil, err
+	}
+	client, err := kubernetes.NewForConfig(gate.Config(ctx, cfg))
+	if err != nil {
+		return nil, err
+	}
+	return informer.NewWithGate(client, gate), nil
+}
+
 // NewManager returns the manager the roles run on, set from cfg: metrics on
 // metricsBindAddress, /healthz and /readyz from checks on
 // healthBindAddress, leader election when the controller role runs with
@@ -124,10 +147,21 @@ func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *ro
 			}
 		}
 	})
+	// The health server binds first, so the free port found for the
+	// metrics server is never the one the health server then takes.
+	var health net.Listener
+	if cfg.HealthBindAddress != "" {
+		l, err := net.Listen("tcp", cfg.HealthBindAddress)
+		if err != nil {
+			return nil, fmt.Errorf("health server: %w", err)
+		}
+		health = l
+	}
 	metricsAddr := "0" // the manager's word for "off"
 	if cfg.MetricsBindAddress != "" {
 		addr, err := freePort(cfg.MetricsBindAddress)
 		if err != nil {
+			closeListener(health)
 			return nil, fmt.Errorf("metrics server: %w", err)
 		}
 		metricsAddr = addr
@@ -156,21 +190,18 @@ func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *ro
 	}
 	mgr, err := manager.New(rest.CopyConfig(restConfig), opts)
 	if err != nil {
+		closeListener(health)
 		return nil, err
 	}
-	if cfg.HealthBindAddress == "" {
-		log.Info("server disabled", "server", "health")
-	} else {
-		l, err := net.Listen("tcp", cfg.HealthBindAddress)
-		if err != nil {
-			return nil, fmt.Errorf("health server: %w", err)
-		}
+	if health != nil {
 		srv := &http.Server{Handler: healthHandler(checks), ReadHeaderTimeout: 5 * time.Second}
-		if err := mgr.Add(&manager.Server{Name: "health", Server: srv, Listener: l}); err != nil {
-			l.Close()
+		if err := mgr.Add(&manager.Server{Name: "health", Server: srv, Listener: health}); err != nil {
+			health.Close()
 			return nil, err
 		}
-		log.Info("serving", "server", "health", "address", l.Addr().String())
+		log.Info("serving", "server", "health", "address", health.Addr().String())
+	} else {
+		log.Info("server disabled", "server", "health")
 	}
 	if metricsAddr == "0" {
 		log.Info("server disabled", "server", "metrics")
@@ -182,6 +213,12 @@ func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *ro
 }
 
 var setupOnce sync.Once
+
+func closeListener(l net.Listener) {
+	if l != nil {
+		l.Close()
+	}
+}
 
 // freePort returns addr with port 0 replaced by a port free now. The
 // manager binds the metrics address itself and logs only what it was

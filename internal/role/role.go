@@ -141,12 +141,17 @@ func (d Deps) ProtobufClient() kubernetes.Interface {
 	if d.RestConfig == nil {
 		return d.Client
 	}
-	cfg := rest.CopyConfig(d.RestConfig)
-	cfg.ContentType = "application/vnd.kubernetes.protobuf"
-	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
-	c, err := kubernetes.NewForConfig(cfg)
+	c, err := kubernetes.NewForConfig(ProtobufConfig(d.RestConfig))
 	if err != nil {
 		return d.Client
 	}
 	return c
+}
+
+// ProtobufConfig is a copy of c asking for protobuf.
+func ProtobufConfig(c *rest.Config) *rest.Config {
+	cfg := rest.CopyConfig(c)
+	cfg.ContentType = "application/vnd.kubernetes.protobuf"
+	cfg.AcceptContentTypes = "application/vnd.kubernetes.protobuf,application/json"
+	return cfg
 }
