@@ -1,7 +1,8 @@
-// Package link holds the kernel-facing pieces the plugin and the node agent
-// share: the node bridge with its gateway addresses, the MTU of the node's
-// uplink, and per-namespace sysctls. Every function is idempotent, so both
-// sides may call it on every run.
+// Package link holds the netlink pieces the CNI plugin and the node role's
+// features share: the node bridge with its gateway addresses, the interface
+// that carries an address, the MTU of the node's uplink, per-namespace
+// sysctls, and retries of interrupted dumps. Every function is idempotent,
+// so each side may call it on every run.
 package link
 
 import (
