@@ -178,3 +178,33 @@ func IsDefault(dst *net.IPNet) bool {
 	ones, _ := dst.Mask.Size()
 	return ones == 0
 }
+
+// Interface is a network interface as netlink lists it.
+type Interface struct {
+	Index int
+	Name  string
+	MTU   int
+}
+
+// InterfaceOf is the interface that has the address ip; false when none has.
+func InterfaceOf(h *netlink.Handle, ip netip.Addr) (Interface, bool, error) {
+	fam := netlink.FAMILY_V4
+	if ip.Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	addrs, err := Retry(func() ([]netlink.Addr, error) { return h.AddrList(nil, fam) })
+	if err != nil {
+		return Interface{}, false, fmt.Errorf("list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if p, ok := netipx.FromStdIPNet(a.IPNet); !ok || p.Addr() != ip {
+			continue
+		}
+		l, err := h.LinkByIndex(a.LinkIndex)
+		if err != nil {
+			return Interface{}, false, fmt.Errorf("interface of %s: %w", ip, err)
+		}
+		return Interface{Index: l.Attrs().Index, Name: l.Attrs().Name, MTU: l.Attrs().MTU}, true, nil
+	}
+	return Interface{}, false, nil
+}

@@ -9,6 +9,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"go4.org/netipx"
 	"golang.org/x/sys/unix"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // changes are the writes that take the kernel's entries to the plan's:
@@ -69,7 +71,7 @@ func kernelRoute(w Route, tunnels map[string]int) netlink.Route {
 
 // kernelNeighbour is the permanent neighbour n on the device of index idx.
 func kernelNeighbour(n Neighbour, idx int) netlink.Neigh {
-	return netlink.Neigh{LinkIndex: idx, Family: families[familyOf(n.IP)],
+	return netlink.Neigh{LinkIndex: idx, Family: families[nodeview.FamilyOf(n.IP)],
 		State: netlink.NUD_PERMANENT, IP: n.IP.AsSlice(), HardwareAddr: n.MAC}
 }
 

@@ -15,6 +15,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Feature is the overlay as a feature of the node role: it keeps the
@@ -25,7 +26,7 @@ import (
 type Feature struct {
 	d       role.Deps
 	cfg     Config
-	nodes   *Nodes
+	nodes   *nodeview.Nodes
 	metrics *Metrics
 
 	syncer   *Syncer
@@ -46,7 +47,7 @@ func NewFeature(d role.Deps) (*Feature, error) {
 		return nil, err
 	}
 	f := &Feature{d: d, cfg: cfg, metrics: NewMetrics(), waiting: "the routes to other nodes have not been synced yet"}
-	f.nodes = WatchNodes(d, "overlay", f.sync)
+	f.nodes = nodeview.Watch(d, "overlay", f.sync)
 	f.nodes.TrackChanges()
 	if d.Metrics != nil {
 		if err := registerAll(d.Metrics, f.metrics); err != nil {

@@ -12,15 +12,16 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/link"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // families are the netlink families of the underlay families.
-var families = map[Family]int{IPv4: netlink.FAMILY_V4, IPv6: netlink.FAMILY_V6}
+var families = map[nodeview.Family]int{nodeview.IPv4: netlink.FAMILY_V4, nodeview.IPv6: netlink.FAMILY_V6}
 
 // mainRoutes dumps the main table of both families.
 func mainRoutes(h *netlink.Handle) ([]netlink.Route, error) {
 	var all []netlink.Route
-	for _, f := range []Family{IPv4, IPv6} {
+	for _, f := range []nodeview.Family{nodeview.IPv4, nodeview.IPv6} {
 		rs, err := link.Retry(func() ([]netlink.Route, error) { return h.RouteList(nil, families[f]) })
 		if err != nil {
 			return nil, fmt.Errorf("list %s routes: %w", f, err)
@@ -60,23 +61,15 @@ func ConnectedPrefixes(routes []netlink.Route, skip map[int]bool) []netip.Prefix
 // underlays finds, for each InternalIP of self, the interface that has it.
 // An address on no interface gives no underlay: the plan then reports the
 // nodes it would have tunnelled to.
-func underlays(h *netlink.Handle, self Node) ([]Underlay, error) {
+func underlays(h *netlink.Handle, self nodeview.Node) ([]Underlay, error) {
 	var out []Underlay
 	for _, ip := range self.IPs {
-		addrs, err := link.Retry(func() ([]netlink.Addr, error) { return h.AddrList(nil, families[familyOf(ip)]) })
+		i, ok, err := link.InterfaceOf(h, ip)
 		if err != nil {
-			return nil, fmt.Errorf("list addresses: %w", err)
+			return nil, fmt.Errorf("underlay of InternalIP %s: %w", ip, err)
 		}
-		for _, a := range addrs {
-			if p, ok := netipx.FromStdIPNet(a.IPNet); !ok || p.Addr() != ip {
-				continue
-			}
-			l, err := h.LinkByIndex(a.LinkIndex)
-			if err != nil {
-				return nil, fmt.Errorf("interface of InternalIP %s: %w", ip, err)
-			}
-			out = append(out, Underlay{Addr: ip, Index: l.Attrs().Index, Name: l.Attrs().Name, MTU: l.Attrs().MTU})
-			break
+		if ok {
+			out = append(out, Underlay{Addr: ip, Index: i.Index, Name: i.Name, MTU: i.MTU})
 		}
 	}
 	return out, nil
@@ -164,9 +157,9 @@ func createDevice(h *netlink.Handle, d Device) (netlink.Link, error) {
 // ensureDeviceAddr leaves exactly d.Addr on the device, besides the IPv6
 // link-local address the kernel gives every interface.
 func ensureDeviceAddr(h *netlink.Handle, l netlink.Link, d Device) error {
-	fam := families[IPv4]
+	fam := families[nodeview.IPv4]
 	if d.Addr.IsValid() {
-		fam = families[familyOf(d.Addr.Addr())]
+		fam = families[nodeview.FamilyOf(d.Addr.Addr())]
 	}
 	have, err := link.Retry(func() ([]netlink.Addr, error) { return h.AddrList(l, netlink.FAMILY_ALL) })
 	if err != nil {
@@ -212,31 +205,4 @@ func deleteDevice(h *netlink.Handle, name string) error {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	return nil
-}
-
-// LocalPodMTU is PodMTU on this node: the underlay is the interface that
-// carries self's InternalIP (the smaller MTU where the two families' differ),
-// or, when no local interface has one yet, the default route's interface.
-func LocalPodMTU(h *netlink.Handle, explicit int, mode Mode, self Node) (int, error) {
-	if explicit > 0 {
-		return explicit, nil
-	}
-	us, err := underlays(h, self)
-	if err != nil {
-		return 0, err
-	}
-	mtu, fams := 0, []Family{}
-	for _, u := range us {
-		if mtu == 0 || u.MTU < mtu {
-			mtu = u.MTU
-		}
-		fams = append(fams, familyOf(u.Addr))
-	}
-	if mtu == 0 {
-		mtu = link.DefaultRouteMTU(h)
-		for _, ip := range self.IPs {
-			fams = append(fams, familyOf(ip))
-		}
-	}
-	return PodMTU(0, mode, mtu, fams...), nil
 }

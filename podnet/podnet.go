@@ -7,9 +7,10 @@
 // flushing the table are healed by the next sync.
 //
 // Routes to other nodes' pods are not here: they are the overlay's
-// (package overlay), a feature of its own beside this one. The pod MTU is
-// the one thing shared: it is the underlay's, less the VXLAN overhead
-// whenever the overlay's mode may tunnel (overlay.LocalPodMTU).
+// (package overlay), a feature of its own beside this one. What the two
+// share is in package nodeview: the Node view, and the pod MTU, the
+// underlay's less the VXLAN overhead whenever the overlay's mode may
+// tunnel (nodeview.LocalPodMTU).
 package podnet
 
 import (
@@ -24,15 +25,16 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nft"
-	"github.com/netplane/netplane/overlay"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Feature is the pod network as a feature of the node role.
 type Feature struct {
 	d          role.Deps
-	nodes      *overlay.Nodes
+	nodes      *nodeview.Nodes
 	metrics    metrics
 	pluginPath string
 	host       *netlink.Handle
@@ -54,8 +56,8 @@ func New(d role.Deps) (*Feature, error) {
 	if f.pluginPath == "" {
 		f.pluginPath = defaultPluginPath()
 	}
-	f.nodes = overlay.WatchNodes(d, "podnet", f.sync)
-	f.nodes.Relevant(func(old, cur *overlay.Node) bool { return relevant(cfg.NodeName, len(cfg.ClusterCIDRs) > 0, old, cur) })
+	f.nodes = nodeview.Watch(d, "podnet", f.sync)
+	f.nodes.Relevant(func(old, cur *nodeview.Node) bool { return relevant(cfg.NodeName, len(cfg.ClusterCIDRs) > 0, old, cur) })
 	return f, nil
 }
 
@@ -64,9 +66,9 @@ func New(d role.Deps) (*Feature, error) {
 // for the MTU); of another node's, only a change of its pod CIDRs, and
 // only when they make the masquerade exemptions (no --cluster-cidr).
 // Old is nil for a new Node, cur nil for a deleted one.
-func relevant(self string, clusterCIDRs bool, old, cur *overlay.Node) bool {
+func relevant(self string, clusterCIDRs bool, old, cur *nodeview.Node) bool {
 	var before, after []netip.Prefix
-	for _, n := range []*overlay.Node{old, cur} {
+	for _, n := range []*nodeview.Node{old, cur} {
 		if n != nil && n.Name == self {
 			return true
 		}
@@ -144,7 +146,7 @@ func (f *Feature) syncOnce(full bool) error {
 	if !found || len(me.PodCIDRs) == 0 {
 		return errWaiting{fmt.Sprintf("node %q has no spec.podCIDRs yet: waiting for the controller that assigns them (or check --node-name)", cfg.NodeName)}
 	}
-	mtu, err := overlay.LocalPodMTU(f.host, int(cfg.MTU), overlay.Mode(cfg.Overlay.Mode), me)
+	mtu, err := nodeview.LocalPodMTU(f.host, int(cfg.MTU), cfg.Overlay.Mode != v1alpha1.OverlayNever, me)
 	if err != nil {
 		return err
 	}
