@@ -14,6 +14,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/internal/runner"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // TestTriggerTimesCountOnlyAfterStart: network programming latency is
@@ -52,7 +53,14 @@ func TestEventsMarkTheServicesAPartialSyncReads(t *testing.T) {
 	if !maps.Equal(p.dirty, want) {
 		t.Errorf("dirty %v, want %v", p.dirty, want)
 	}
-	p.nodeHandler().OnUpdate(&v1.Node{}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: p.cfg.NodeName}})
+	self := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: p.cfg.NodeName}}
+	before := nodeview.Record(self, nodeKeep)
+	self.Labels = map[string]string{v1.LabelTopologyZone: "z2"}
+	p.nodeHandler().OnUpdate(before, before) // a heartbeat: nothing the proxy reads
+	if p.dirty == nil {
+		t.Errorf("after a Node update that changed nothing the proxy reads, everything is dirty")
+	}
+	p.nodeHandler().OnUpdate(before, nodeview.Record(self, nodeKeep))
 	if p.dirty != nil {
 		t.Errorf("after a Node event dirty is %v, want nil (everything)", p.dirty)
 	}

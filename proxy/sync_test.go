@@ -18,12 +18,12 @@ import (
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // fakeNode is a proxier whose tables are nft fakes and whose informer
@@ -92,7 +92,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 		cfg:      v1alpha1.Node{NodeName: testNode.Name, SyncPeriod: metav1.Duration{Duration: time.Hour}, MinSyncPeriod: metav1.Duration{Duration: time.Millisecond}},
 		services: cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc),
 		slices:   cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{byService: sliceServiceIndex}),
-		nodes:    corelisters.NewNodeLister(n.nodes),
+		nodes:    n.nodes,
 		syncers:  syncers,
 		model:    NewModel(),
 		metrics:  newMetrics(prometheus.NewRegistry()),
@@ -202,8 +202,9 @@ func TestProxierSyncsItsTablesThroughTheProgrammer(t *testing.T) {
 		change: func(n *fakeNode) {
 			node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode.Name, Labels: map[string]string{v1.LabelTopologyZone: "z1"}},
 				Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.2"}}}}
-			n.must(n.nodes.Add(node))
-			n.p.nodeHandler().OnAdd(node, false)
+			rec := nodeview.Record(node, nodeKeep)
+			n.must(n.nodes.Add(rec))
+			n.p.nodeHandler().OnAdd(rec, false)
 		},
 		calls: []string{"whole"},
 	}} {
