@@ -81,7 +81,6 @@ func New(d role.Deps) (*Enforcer, error) {
 	rec := b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "netplane-node", Host: cfg.NodeName})
 	e := newEnforcer(d.Log.WithName("network-policy"), cfg, nft.NewProgrammer(nft.Dialer{}, TableID), newMetrics(d.Metrics), rec)
 	e.deps, e.stop = d, b.Shutdown
-	e.metrics.denied.read = kernelCounters(nft.Dialer{})
 	for _, v := range []informer.View{
 		{Kind: informer.Pods, Name: "network-policy", Record: func(o runtime.Object) any { return PodFromAPI(o.(*v1.Pod)) }},
 		{Kind: informer.Namespaces, Name: "network-policy", Record: func(o runtime.Object) any { return NamespaceFromAPI(o.(*v1.Namespace)) }},
@@ -105,6 +104,9 @@ func newEnforcer(log logr.Logger, cfg v1alpha1.Node, syncer nft.Syncer, m *metri
 	e := &Enforcer{log: log, cfg: cfg, syncer: syncer, metrics: m, recorder: rec, model: model,
 		render: newRenderer(model.Table()), invalid: map[types.NamespacedName]string{}}
 	e.runner = runner.New(e.sync, runner.Options{MinInterval: cfg.MinSyncPeriod.Duration, FullInterval: cfg.SyncPeriod.Duration})
+	if pc, ok := syncer.(nft.PacketCounter); ok && m != nil {
+		m.denied.read = deniedPackets(pc)
+	}
 	return e
 }
 

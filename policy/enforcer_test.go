@@ -340,6 +340,40 @@ func TestDeniedPacketsCountAcrossARewrittenChain(t *testing.T) {
 	}
 }
 
+// The deny chains' counters are read through the driver that programs the
+// table: none before the table is there, the chains' counts after.
+func TestDeniedPacketsAreReadThroughTheDriver(t *testing.T) {
+	f := newFakeNode(t, false)
+	f.fake.Count(denyChain(Ingress), 4)
+	f.fake.Count(denyChain(Egress), 2)
+	for _, tc := range []struct {
+		name string
+		sync bool
+		want map[string]float64
+	}{
+		{"no table yet", false, map[string]float64{"ingress": 0, "egress": 0}},
+		{"after a sync", true, map[string]float64{"ingress": 4, "egress": 2}},
+	} {
+		if tc.sync {
+			f.modelWorld(t)
+			f.sync(t, true)
+		}
+		mfs, err := f.reg.Gather()
+		must(t, err)
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() == "netplane_network_policy_denied_packets_total" {
+				for _, m := range mf.Metric {
+					got[m.Label[0].GetValue()] = m.Counter.GetValue()
+				}
+			}
+		}
+		if !maps.Equal(got, tc.want) {
+			t.Errorf("%s: denied %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestDisabledRemovesTheTable(t *testing.T) {
 	f := newFakeNode(t, false)
 	f.modelWorld(t)

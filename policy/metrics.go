@@ -5,8 +5,6 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/netplane/netplane/nft"
@@ -91,32 +89,21 @@ func (c *deniedCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// kernelCounters reads the packets the deny chains of the table in the
-// namespace of d counted.
-func kernelCounters(d nft.Dialer) func() ([2]uint64, error) {
+// deniedPackets reads the packets the deny chains counted, through the
+// driver that programs the table.
+func deniedPackets(pc nft.PacketCounter) func() ([2]uint64, error) {
 	return func() ([2]uint64, error) {
 		var out [2]uint64
-		var opts []nftables.ConnOption
-		if d.NetNS != 0 {
-			opts = append(opts, nftables.WithNetNSFd(d.NetNS))
+		chains := make([]string, len(directions))
+		for i, d := range directions {
+			chains[i] = denyChain(d)
 		}
-		c, err := nftables.New(opts...)
+		n, err := pc.Packets(chains...)
 		if err != nil {
-			return out, err
+			return out, fmt.Errorf("reading the deny chains' counters: %w", err)
 		}
-		t := &nftables.Table{Family: TableID.Family, Name: TableID.Name}
-		for _, dir := range directions {
-			rules, err := c.GetRules(t, &nftables.Chain{Name: denyChain(dir), Table: t})
-			if err != nil {
-				return out, fmt.Errorf("reading chain %s: %w", denyChain(dir), err)
-			}
-			for _, r := range rules {
-				for _, e := range r.Exprs {
-					if n, ok := e.(*expr.Counter); ok {
-						out[dir] += n.Packets
-					}
-				}
-			}
+		for _, d := range directions {
+			out[d] = n[denyChain(d)]
 		}
 		return out, nil
 	}

@@ -151,7 +151,7 @@ func TestKernelLogsOneLinePerDeniedConnection(t *testing.T) {
 		`"direction"="ingress" "protocol"="udp" "source"="10.244.0.4:` + udpPort + `" "destination"="10.244.0.3:81" "port"=81 "pod"="x/b"`,
 		`"direction"="egress" "protocol"="tcp" "source"="10.244.0.5:` + `*" "destination"="10.244.0.4:81" "port"=81 "pod"="y/b"`,
 	}
-	if n, err := kernelCounters(d)(); err != nil || n[Ingress] < 5 {
+	if n, err := deniedPackets(namespaceCounter{d})(); err != nil || n[Ingress] < 5 {
 		t.Fatalf("denied ingress packets %v (%v), want at least 5: two SYNs and three datagrams", n, err)
 	}
 	framework.Eventually(t, 3*time.Second, "one log line per denied connection", func() error {
