@@ -38,7 +38,7 @@ type Feature struct {
 	metrics    metrics
 	pluginPath string
 	host       *netlink.Handle
-	lastMasq   string // the masquerade table last written, as nft text
+	masq       nft.Syncer // the masquerade table's
 	// pluginStamp is stampOf the plugin and its installed copy when they
 	// were last found equal; "" when not.
 	pluginStamp string
@@ -52,7 +52,7 @@ type Feature struct {
 func New(d role.Deps) (*Feature, error) {
 	cfg := d.Config.Node
 	f := &Feature{d: d, metrics: newMetrics(d.Metrics), pluginPath: cfg.CNIPluginPath,
-		lastErr: errWaiting{"the pod network has not been set up yet"}}
+		masq: nft.NewProgrammer(nft.Dialer{}, MasqTable), lastErr: errWaiting{"the pod network has not been set up yet"}}
 	if f.pluginPath == "" {
 		f.pluginPath = defaultPluginPath()
 	}
@@ -93,6 +93,7 @@ func (f *Feature) Run(ctx context.Context) error {
 		return fmt.Errorf("open netlink: %w", err)
 	}
 	defer h.Close()
+	defer f.masq.Close()
 	f.host = h
 	f.d.Checks.AddReady("podnet-setup", f.ready)
 	return f.nodes.Run(ctx)
@@ -138,8 +139,8 @@ func (f *Feature) sync(_ context.Context, full bool) error {
 	return err
 }
 
-// syncOnce converges the node; full also rewrites the masquerade table
-// when it is unchanged, healing a flush by someone else.
+// syncOnce converges the node; full also reads back the masquerade table
+// when someone else changed it, healing a flush.
 func (f *Feature) syncOnce(full bool) error {
 	cfg := f.d.Config.Node
 	nodes, me, found := f.nodes.List(cfg.NodeName)
@@ -153,16 +154,18 @@ func (f *Feature) syncOnce(full bool) error {
 	if err := setUpNode(f.host, cfg.Bridge, cfg.ProcSysDir, mtu, me.PodCIDRs); err != nil {
 		return err // no conflist before the bridge and forwarding are in place
 	}
-	var errs []error
-	if t := masqueradeTable(planMasquerade(me.PodCIDRs, cfg.ClusterCIDRs, nodes)); full || t.Dump() != f.lastMasq {
-		if err := nft.Replace(nft.Dialer{}, t); err != nil {
-			errs = append(errs, err)
-		} else {
-			f.lastMasq = t.Dump()
-		}
+	return errors.Join(f.syncMasquerade(me, nodes, full), f.writeCNIFiles(me.PodCIDRs, mtu, full))
+}
+
+// syncMasquerade converges the masquerade table through its syncer, which
+// sends only what differs from what it wrote; full also reads the table
+// back when someone else changed it, and repairs it.
+func (f *Feature) syncMasquerade(me nodeview.Node, nodes []nodeview.Node, full bool) error {
+	t := masqueradeTable(planMasquerade(me.PodCIDRs, f.d.Config.Node.ClusterCIDRs, nodes))
+	if _, err := f.masq.Sync(t, full); err != nil {
+		return fmt.Errorf("masquerade table %s: %w", MasqTable, err)
 	}
-	errs = append(errs, f.writeCNIFiles(me.PodCIDRs, mtu, full))
-	return errors.Join(errs...)
+	return nil
 }
 
 // writeCNIFiles installs the plugin and writes the conflist. The plugin's
