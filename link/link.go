@@ -186,8 +186,15 @@ type Interface struct {
 	MTU   int
 }
 
+// Addrs is what InterfaceOf reads: a *netlink.Handle, or a fake of a
+// feature's.
+type Addrs interface {
+	AddrList(l netlink.Link, family int) ([]netlink.Addr, error)
+	LinkByIndex(index int) (netlink.Link, error)
+}
+
 // InterfaceOf is the interface that has the address ip; false when none has.
-func InterfaceOf(h *netlink.Handle, ip netip.Addr) (Interface, bool, error) {
+func InterfaceOf(h Addrs, ip netip.Addr) (Interface, bool, error) {
 	fam := netlink.FAMILY_V4
 	if ip.Is6() {
 		fam = netlink.FAMILY_V6

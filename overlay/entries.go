@@ -150,7 +150,7 @@ func fdbEntry(idx int, mac net.HardwareAddr, dst netip.Addr) netlink.Neigh {
 
 // apply writes the changes in their order; a failed write is reported and
 // the others still made.
-func (c *changes) apply(h *netlink.Handle) error {
+func (c *changes) apply(h Kernel) error {
 	var errs []error
 	for _, n := range c.setFDB {
 		if err := h.NeighSet(&n); err != nil {

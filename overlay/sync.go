@@ -13,8 +13,8 @@ import (
 	"github.com/netplane/netplane/nodeview"
 )
 
-// Syncer converges the kernel of one network namespace (that of its
-// netlink handle) to the plan. Sync reads the kernel afresh and rewrites
+// Syncer converges the kernel of one network namespace (its Kernel: a
+// netlink handle, or FakeKernel) to the plan. Sync reads the kernel afresh and rewrites
 // only what differs: the first sync and the periodic full resync that
 // heals entries someone else deleted. SyncChanged applies the change of a
 // few Nodes from the plan of the last sync, without reading the kernel.
@@ -22,7 +22,7 @@ import (
 // stay, and connections through them survive a restart. Not safe for
 // concurrent use: one caller loop owns it.
 type Syncer struct {
-	h       *netlink.Handle
+	h       Kernel
 	cfg     Config
 	metrics *Metrics // nil: none
 
@@ -38,7 +38,7 @@ type Syncer struct {
 
 // NewSyncer checks cfg (after Defaults) and returns a Syncer writing
 // through h. metrics may be nil.
-func NewSyncer(h *netlink.Handle, cfg Config, metrics *Metrics) (*Syncer, error) {
+func NewSyncer(h Kernel, cfg Config, metrics *Metrics) (*Syncer, error) {
 	cfg = cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
