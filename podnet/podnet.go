@@ -47,12 +47,15 @@ type Feature struct {
 	lastErr error // of the last sync; also the readiness check
 }
 
-// New builds the feature and registers its view of the Nodes; the process
-// calls it before any informer starts.
+// New builds the feature and registers its metrics and its view of the
+// Nodes; the process calls it before any informer starts.
 func New(d role.Deps) (*Feature, error) {
 	cfg := d.Config.Node
-	f := &Feature{d: d, metrics: newMetrics(d.Metrics), pluginPath: cfg.CNIPluginPath,
+	f := &Feature{d: d, metrics: newMetrics(), pluginPath: cfg.CNIPluginPath,
 		masq: nft.NewProgrammer(nft.Dialer{}, MasqTable), lastErr: errWaiting{"the pod network has not been set up yet"}}
+	if err := d.Register(f.metrics.collectors()...); err != nil {
+		return nil, err
+	}
 	if f.pluginPath == "" {
 		f.pluginPath = defaultPluginPath()
 	}

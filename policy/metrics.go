@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
@@ -21,8 +20,9 @@ type metrics struct {
 	denied       *deniedCollector
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// newMetrics makes the metrics, unregistered (collectors).
+func newMetrics() *metrics {
+	return &metrics{
 		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "netplane_network_policy_sync_duration_seconds",
 			Help:    "Time one sync of the NetworkPolicy table took, by type (full or partial).",
@@ -47,15 +47,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		denied: &deniedCollector{desc: prometheus.NewDesc("netplane_network_policy_denied_packets_total",
 			"Packets dropped by NetworkPolicy on this node, by direction, read from the table's counters.", []string{"direction"}, nil)},
 	}
-	for _, c := range []prometheus.Collector{m.syncDuration, m.syncFailures, m.policies, m.isolated, m.invalid, m.denied} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				panic(err) // a programming error: two metrics with one name
-			}
-		}
-	}
-	return m
+}
+
+// collectors are the metrics to register.
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.syncDuration, m.syncFailures, m.policies, m.isolated, m.invalid, m.denied}
 }
 
 // deniedCollector reads the deny chains' counters from the kernel when

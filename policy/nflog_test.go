@@ -14,7 +14,6 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/mdlayher/netlink"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 	netv1 "k8s.io/api/networking/v1"
 
@@ -127,7 +126,7 @@ func TestKernelLogsOneLinePerDeniedConnection(t *testing.T) {
 	cfg := v1alpha1.Node{NodeName: "n1", NetworkPolicy: v1alpha1.NetworkPolicy{Enabled: true, LogDenied: true}}
 	prog := nft.NewProgrammer(d, TableID)
 	defer prog.Close()
-	e := newEnforcer(log, cfg, prog, newMetrics(prometheus.NewRegistry()), nil)
+	e := newFeature(log, cfg, prog, newMetrics(), nil)
 	e.dialer = d
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

@@ -58,7 +58,7 @@ type proxier struct {
 
 // newProxier reads Services, EndpointSlices and this node's Node from the
 // proxy's views and programs its tables through syncers.
-func newProxier(d role.Deps, v views, syncers map[nftables.TableFamily]nft.Syncer) *proxier {
+func newProxier(d role.Deps, v views, m *metrics, syncers map[nftables.TableFamily]nft.Syncer) *proxier {
 	p := &proxier{
 		log:      d.Log,
 		cfg:      d.Config.Node,
@@ -67,7 +67,7 @@ func newProxier(d role.Deps, v views, syncers map[nftables.TableFamily]nft.Synce
 		nodes:    v.nodes.Indexer(),
 		syncers:  syncers,
 		model:    NewModel(),
-		metrics:  newMetrics(d.Metrics),
+		metrics:  m,
 		started:  time.Now(),
 		cleanUDP: cleanConntrack,
 	}

@@ -7,7 +7,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -23,7 +22,7 @@ import (
 // (the initial list's, maybe days old) do not.
 func TestTriggerTimesCountOnlyAfterStart(t *testing.T) {
 	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	p := &proxier{started: start, metrics: newMetrics(prometheus.NewRegistry()), runner: idleRunner()}
+	p := &proxier{started: start, metrics: newMetrics(), runner: idleRunner()}
 	at := func(d time.Duration) *sliceRecord { return &sliceRecord{trigger: start.Add(d)} }
 	p.changed(at(-time.Hour))
 	p.changed(&sliceRecord{})
@@ -42,7 +41,7 @@ func TestTriggerTimesCountOnlyAfterStart(t *testing.T) {
 // slice's Service, both Services of a slice that moved, and a Node makes
 // everything dirty.
 func TestEventsMarkTheServicesAPartialSyncReads(t *testing.T) {
-	p := &proxier{metrics: newMetrics(prometheus.NewRegistry()), runner: idleRunner(), dirty: map[types.NamespacedName]bool{}}
+	p := &proxier{metrics: newMetrics(), runner: idleRunner(), dirty: map[types.NamespacedName]bool{}}
 	h := p.eventHandler()
 	h.OnAdd(&serviceRecord{recordMeta: recordMeta{namespace: "ns", name: "a"}}, false)
 	h.OnUpdate(&sliceRecord{recordMeta: recordMeta{namespace: "ns", name: "s1"}, service: "b"},

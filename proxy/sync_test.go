@@ -14,7 +14,6 @@ import (
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
 	"github.com/google/nftables"
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -95,7 +94,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 		nodes:    n.nodes,
 		syncers:  syncers,
 		model:    NewModel(),
-		metrics:  newMetrics(prometheus.NewRegistry()),
+		metrics:  newMetrics(),
 		started:  time.Now(),
 		cleanUDP: func(_, _ map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error) { return 0, nil },
 	}

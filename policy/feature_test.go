@@ -27,7 +27,7 @@ import (
 // runner would run them.
 
 type fakeNode struct {
-	e        *Enforcer
+	e        *Feature
 	fake     *nft.Fake
 	reg      *prometheus.Registry
 	events   *record.FakeRecorder
@@ -42,7 +42,9 @@ func newFakeNode(t *testing.T, logDenied bool) *fakeNode {
 	cfg := v1alpha1.Node{NodeName: "n1", NetworkPolicy: v1alpha1.NetworkPolicy{Enabled: true, LogDenied: logDenied}}
 	cfg.SyncPeriod.Duration, cfg.MinSyncPeriod.Duration = time.Minute, 0
 	f := &fakeNode{fake: nft.NewFake(TableID), reg: prometheus.NewRegistry(), events: record.NewFakeRecorder(10)}
-	f.e = newEnforcer(logr.Discard(), cfg, f.fake, newMetrics(f.reg), f.events)
+	m := newMetrics()
+	f.reg.MustRegister(m.collectors()...)
+	f.e = newFeature(logr.Discard(), cfg, f.fake, m, f.events)
 	f.pods, f.ns, f.policies = &sink{f.e, informer.Pods}, &sink{f.e, informer.Namespaces}, &sink{f.e, informer.NetworkPolicies}
 	return f
 }
@@ -379,7 +381,7 @@ func TestDisabledRemovesTheTable(t *testing.T) {
 	f.modelWorld(t)
 	f.setPolicy(t, denyX)
 	f.sync(t, true)
-	off := &Enforcer{log: logr.Discard(), cfg: v1alpha1.Node{NetworkPolicy: v1alpha1.NetworkPolicy{Enabled: false}},
+	off := &Feature{log: logr.Discard(), cfg: v1alpha1.Node{NetworkPolicy: v1alpha1.NetworkPolicy{Enabled: false}},
 		deleteTable: func() error { f.fake.Edit(func(*nft.Table) *nft.Table { return nil }); return nil }}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
