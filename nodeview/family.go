@@ -43,12 +43,12 @@ func (f Family) Of(as []netip.Addr) []netip.Addr {
 	return out
 }
 
-// Prefixes are the prefixes of ps of family f, in order.
+// Prefixes are the prefixes of ps of family f, in order, masked.
 func (f Family) Prefixes(ps []netip.Prefix) []netip.Prefix {
 	var out []netip.Prefix
 	for _, p := range ps {
 		if FamilyOf(p.Addr()) == f {
-			out = append(out, p)
+			out = append(out, p.Masked())
 		}
 	}
 	return out

@@ -12,7 +12,6 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -30,10 +29,10 @@ import (
 type proxier struct {
 	log      logr.Logger
 	cfg      v1alpha1.Node
-	services cache.Store                         // of *serviceRecord
-	slices   cache.Indexer                       // of *sliceRecord, indexed byService
-	nodes    cache.KeyGetter                     // this node's Node, slim (nodeview)
-	syncers  map[nftables.TableFamily]nft.Syncer // the tables, by family
+	services cache.Store                    // of *serviceRecord
+	slices   cache.Indexer                  // of *sliceRecord, indexed byService
+	nodes    cache.KeyGetter                // this node's Node, slim (nodeview)
+	syncers  map[nodeview.Family]nft.Syncer // the tables, by family
 	model    *Model
 	health   *healthServers
 	metrics  *metrics
@@ -58,7 +57,7 @@ type proxier struct {
 
 // newProxier reads Services, EndpointSlices and this node's Node from the
 // proxy's views and programs its tables through syncers.
-func newProxier(d role.Deps, v views, m *metrics, syncers map[nftables.TableFamily]nft.Syncer) *proxier {
+func newProxier(d role.Deps, v views, m *metrics, syncers map[nodeview.Family]nft.Syncer) *proxier {
 	p := &proxier{
 		log:      d.Log,
 		cfg:      d.Config.Node,
@@ -231,7 +230,7 @@ func (p *proxier) sync(full bool) error {
 	touched := p.model.TakeTouched()
 	built := time.Now()
 	var errs []error
-	for _, fam := range Families {
+	for _, fam := range nodeview.Families {
 		var err error
 		if full || touched == nil {
 			_, err = p.syncers[fam].Sync(d.Tables[fam], full)

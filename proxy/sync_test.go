@@ -13,7 +13,6 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/nftables"
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -31,7 +30,7 @@ import (
 type fakeNode struct {
 	t     *testing.T
 	p     *proxier
-	fakes map[nftables.TableFamily]*nft.Fake
+	fakes map[nodeview.Family]*nft.Fake
 	calls *syncCalls
 	nodes cache.Indexer // the Node lister's
 }
@@ -53,7 +52,7 @@ func (c *syncCalls) list() []string {
 // recorder is a Syncer that notes each call in calls.
 type recorder struct {
 	nft.Syncer
-	fam   nftables.TableFamily
+	fam   nodeview.Family
 	calls *syncCalls
 }
 
@@ -69,7 +68,7 @@ func (r recorder) SyncTouched(want *nft.Table, touched *nft.Touched) (nft.Stats,
 }
 
 func (r recorder) note(call string, touched *nft.Touched) {
-	if r.fam != nftables.TableFamilyIPv4 {
+	if r.fam != nodeview.IPv4 {
 		return // both families are synced alike: the IPv4 table's calls say it
 	}
 	r.calls.mu.Lock()
@@ -79,12 +78,12 @@ func (r recorder) note(call string, touched *nft.Touched) {
 }
 
 func newFakeNode(t *testing.T) *fakeNode {
-	n := &fakeNode{t: t, fakes: map[nftables.TableFamily]*nft.Fake{}, calls: &syncCalls{},
+	n := &fakeNode{t: t, fakes: map[nodeview.Family]*nft.Fake{}, calls: &syncCalls{},
 		nodes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
-	syncers := map[nftables.TableFamily]nft.Syncer{}
-	for _, id := range tableIDs() {
-		f := nft.NewFake(id)
-		n.fakes[id.Family], syncers[id.Family] = f, recorder{Syncer: f, fam: id.Family, calls: n.calls}
+	syncers := map[nodeview.Family]nft.Syncer{}
+	for i, id := range tableIDs() {
+		f, fam := nft.NewFake(id), nodeview.Families[i]
+		n.fakes[fam], syncers[fam] = f, recorder{Syncer: f, fam: fam, calls: n.calls}
 	}
 	n.p = &proxier{
 		log:      logr.Discard(),
@@ -279,7 +278,7 @@ func TestProxierRetriesAFailedSyncAsAFullSync(t *testing.T) {
 	}
 	waitCalls("full")
 	// The loop is idle now; the fakes are the test's until the next kick.
-	n.fakes[nftables.TableFamilyIPv4].Fail(errors.New("the kernel refused it"))
+	n.fakes[nodeview.IPv4].Fail(errors.New("the kernel refused it"))
 	old := n.sliceOf("ns1", "svc1")
 	s := withEndpoint(old, "10.180.2.1")
 	n.must(n.p.slices.Update(s))
