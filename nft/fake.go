@@ -101,9 +101,10 @@ type fakeKernel struct {
 	steps   []string
 	// tx is the transaction being applied: a copy of t, or of nothing
 	// (txSet) when the table is deleted.
-	tx    *fakeTable
-	txSet bool
-	txErr error
+	tx     *fakeTable
+	txSet  bool
+	txErr  error
+	counts fakeCounts
 }
 
 type fakeTable struct {

@@ -108,6 +108,8 @@ type kernel interface {
 	readBack(table TableID) (*kernelTable, error)
 	// send runs the plan's steps in transactions.
 	send(p *plan) (Stats, error)
+	// packets reads the counters of the table's chains (Packets).
+	packets(chains []string) (map[string]uint64, error)
 	// reset drops the connection after a failure: replies to a failed
 	// batch may be left on it.
 	reset()

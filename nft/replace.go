@@ -58,13 +58,9 @@ func sendOnce(d Dialer, table TableID, p *plan) error {
 // A table or chain the kernel does not have is an error that
 // errors.Is(err, fs.ErrNotExist).
 func RuleFingerprints(d Dialer, table TableID, chains ...string) (map[string][]string, error) {
-	var opts []nftables.ConnOption
-	if d.NetNS != 0 {
-		opts = append(opts, nftables.WithNetNSFd(d.NetNS))
-	}
-	c, err := nftables.New(opts...)
+	c, err := d.conn()
 	if err != nil {
-		return nil, fmt.Errorf("opening an nftables netlink socket: %w", err)
+		return nil, err
 	}
 	// A dump of the rules of a table or chain that is not there is empty,
 	// not an error: the chains are looked up first.

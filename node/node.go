@@ -10,9 +10,13 @@
 //	         netplane.vxlan and netplane.vxlan6 and their entries
 //	policy   NetworkPolicy for this node's pods: table inet netplane-policy
 //
-// A feature is built when the process builds its roles, which is when it
-// registers the informer views it reads (before any informer starts), and
-// then runs until the process stops. When one fails, the others are
+// Each feature is built the same way, New(role.Deps) (*Feature, error),
+// when the process builds its roles: that is when it registers its metrics
+// (Deps.Register) and the informer views it reads (before any informer
+// starts); it writes events through Deps.Recorder, and then runs until the
+// process stops. What the features share (the Node view, the address
+// family, the pod MTU) is in package nodeview, the netlink helpers in
+// package link: no feature imports another. When one fails, the others are
 // stopped too and the role fails. A stop leaves every table, route and link
 // in place, so the node keeps forwarding while the agent is restarted.
 package node
@@ -46,7 +50,7 @@ func features(d role.Deps) ([]Feature, error) {
 	for _, build := range []func(role.Deps) (Feature, error){
 		construct(proxy.New),
 		construct(podnet.New),
-		construct(overlay.NewFeature),
+		construct(overlay.New),
 		construct(policy.New),
 	} {
 		f, err := build(d)

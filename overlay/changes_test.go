@@ -6,10 +6,11 @@ import (
 	"testing"
 
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 )
 
-var both = []overlay.Family{overlay.IPv4, overlay.IPv6}
+var both = []nodeview.Family{nodeview.IPv4, nodeview.IPv6}
 
 func TestSameSubnetTrafficIsEncapsulatedOnlyUnderAlways(t *testing.T) {
 	l := newLab(t)
@@ -126,9 +127,9 @@ func TestRemovedAndChangedNodesAreFollowed(t *testing.T) {
 		!strings.Contains(got, "10.244.30.0/24 via 192.168.20.23 dev netplane.vxlan") || !strings.Contains(got, "fd00:b::23") {
 		t.Errorf("node3 moved to 192.168.20.23, fd00:b::23, 10.244.30.0/24; node1 has:\n%s", got)
 	}
-	expectSeen(t, n1.pod, "10.244.30.2", l.pod(1, overlay.IPv4))
-	expectSeen(t, n1.pod, l.pod(3, overlay.IPv6), l.pod(1, overlay.IPv6))
-	expectSeen(t, n3.pod, l.pod(1, overlay.IPv4), "10.244.30.2")
+	expectSeen(t, n1.pod, "10.244.30.2", l.pod(1, nodeview.IPv4))
+	expectSeen(t, n1.pod, l.pod(3, nodeview.IPv6), l.pod(1, nodeview.IPv6))
+	expectSeen(t, n3.pod, l.pod(1, nodeview.IPv4), "10.244.30.2")
 }
 
 func TestModeSwitchesConvergeAndKeepPodConnections(t *testing.T) {
@@ -137,7 +138,7 @@ func TestModeSwitchesConvergeAndKeepPodConnections(t *testing.T) {
 	serve(t, l.node(3).pod)
 	n1 := l.node(1)
 	l.sync(t, never)
-	c, err := dial(n1.pod, l.pod(2, overlay.IPv4))
+	c, err := dial(n1.pod, l.pod(2, nodeview.IPv4))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -159,7 +160,7 @@ func TestModeSwitchesConvergeAndKeepPodConnections(t *testing.T) {
 				expectSeen(t, n1.pod, l.pod(3, f), l.pod(1, f))
 			}
 		}
-		if got, err := whoami(c); err != nil || got != l.pod(1, overlay.IPv4) {
+		if got, err := whoami(c); err != nil || got != l.pod(1, nodeview.IPv4) {
 			t.Errorf("%s: the connection opened under never answers %q (%v)", step.cfg.Mode, got, err)
 		}
 		if t.Failed() {

@@ -18,6 +18,7 @@ import (
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 )
 
@@ -34,7 +35,7 @@ const flannelPrefix = "flannel.alpha.coreos.com/"
 // netplane's MAC of the node's address, so that both contenders program
 // the same FDB entry); without, only what a kubelet writes, and one
 // annotation of it, since flanneld fails on a Node without any.
-func flannelNode(n overlay.Node, annotations bool) *v1.Node {
+func flannelNode(n nodeview.Node, annotations bool) *v1.Node {
 	ip := n.IPs[0]
 	obj := &v1.Node{
 		ObjectMeta: metav1.ObjectMeta{Name: n.Name, Annotations: map[string]string{"node.alpha.kubernetes.io/ttl": "0"}},
@@ -217,7 +218,7 @@ func watchKernel(tb testing.TB, ns *netns.NS) *kernelWatch {
 // to its pod CIDR, a permanent IPv4 neighbour with its tunnel MAC, and an
 // FDB entry of that MAC to its address. It returns when the first and the
 // last of them were reported.
-func (w *kernelWatch) appeared(nodes []overlay.Node, timeout time.Duration) (first, last time.Time, err error) {
+func (w *kernelWatch) appeared(nodes []nodeview.Node, timeout time.Duration) (first, last time.Time, err error) {
 	pending := map[string]bool{}
 	for _, n := range nodes {
 		mac := overlay.MAC(n.IPs[0]).String()

@@ -14,6 +14,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 )
 
@@ -51,10 +52,10 @@ func BenchmarkPodToPodAgainstFlannel(b *testing.B) {
 	api := framework.StartAPIServer(b, framework.Options{})
 	l := newLab(b)
 	two := []*labNode{l.node(1), l.node(2)}
-	var facts []overlay.Node
+	var facts []nodeview.Node
 	var agents []*agent
 	for _, n := range two {
-		f := overlay.Node{Name: n.Name, IPs: n.IPs[:1], PodCIDRs: n.PodCIDRs[:1]} // IPv4, as Flannel here
+		f := nodeview.Node{Name: n.Name, IPs: n.IPs[:1], PodCIDRs: n.PodCIDRs[:1]} // IPv4, as Flannel here
 		facts = append(facts, f)
 		createNode(b, api, flannelNode(f, false))
 		agents = append(agents, newAgent(b, api, n.ns))
@@ -80,7 +81,7 @@ func BenchmarkPodToPodAgainstFlannel(b *testing.B) {
 				}
 			}
 			waitRoutes(b, facts, agents, p)
-			mtu := overlay.PodMTU(0, p.mode, 1500, overlay.IPv4)
+			mtu := nodeview.PodMTU(0, p.mode != overlay.Never, 1500, nodeview.IPv4)
 			if p.mode == "" {
 				mtu = agents[0].flannelMTU(b)
 			}
@@ -111,7 +112,7 @@ type podPath struct {
 
 // waitRoutes waits until each node's route to the other's pod CIDR goes
 // through p.dev, and fails early when an agent's process ends.
-func waitRoutes(b *testing.B, facts []overlay.Node, agents []*agent, p podPath) {
+func waitRoutes(b *testing.B, facts []nodeview.Node, agents []*agent, p podPath) {
 	for i, a := range agents {
 		other := facts[1-i].PodCIDRs[0].String()
 		deadline := time.Now().Add(time.Minute)
@@ -287,7 +288,7 @@ func BenchmarkNodeToKernelAgainstFlannel(b *testing.B) {
 				start := time.Now()
 				createNode(b, api, flannelNode(n, true))
 				creates[c.name] = append(creates[c.name], time.Since(start))
-				_, at, err := w.appeared([]overlay.Node{n}, 30*time.Second)
+				_, at, err := w.appeared([]nodeview.Node{n}, 30*time.Second)
 				if err != nil {
 					b.Fatalf("%s, Node %s: %v; %s", c.name, n.Name, err, a.proc.Tail(20))
 				}
@@ -323,7 +324,7 @@ func percentiles(ds []time.Duration) [3]time.Duration {
 func ratio(a, b time.Duration) float64 { return float64(a) / float64(b) }
 
 // deleteNodes deletes the Nodes of nodes and waits until they are gone.
-func deleteNodes(b *testing.B, api *framework.APIServer, nodes []overlay.Node) {
+func deleteNodes(b *testing.B, api *framework.APIServer, nodes []nodeview.Node) {
 	ctx := framework.Ctx(b)
 	for _, n := range nodes {
 		if err := api.Client.CoreV1().Nodes().Delete(ctx, n.Name, metav1.DeleteOptions{}); err != nil {

@@ -9,6 +9,8 @@ import (
 	"github.com/vishvananda/netlink"
 	"go4.org/netipx"
 	"golang.org/x/sys/unix"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // changes are the writes that take the kernel's entries to the plan's:
@@ -69,7 +71,7 @@ func kernelRoute(w Route, tunnels map[string]int) netlink.Route {
 
 // kernelNeighbour is the permanent neighbour n on the device of index idx.
 func kernelNeighbour(n Neighbour, idx int) netlink.Neigh {
-	return netlink.Neigh{LinkIndex: idx, Family: families[familyOf(n.IP)],
+	return netlink.Neigh{LinkIndex: idx, Family: families[nodeview.FamilyOf(n.IP)],
 		State: netlink.NUD_PERMANENT, IP: n.IP.AsSlice(), HardwareAddr: n.MAC}
 }
 
@@ -148,7 +150,7 @@ func fdbEntry(idx int, mac net.HardwareAddr, dst netip.Addr) netlink.Neigh {
 
 // apply writes the changes in their order; a failed write is reported and
 // the others still made.
-func (c *changes) apply(h *netlink.Handle) error {
+func (c *changes) apply(h Kernel) error {
 	var errs []error
 	for _, n := range c.setFDB {
 		if err := h.NeighSet(&n); err != nil {

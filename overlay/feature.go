@@ -5,16 +5,14 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Feature is the overlay as a feature of the node role: it keeps the
@@ -25,7 +23,7 @@ import (
 type Feature struct {
 	d       role.Deps
 	cfg     Config
-	nodes   *Nodes
+	nodes   *nodeview.Nodes
 	metrics *Metrics
 
 	syncer   *Syncer
@@ -36,22 +34,20 @@ type Feature struct {
 	waiting string // why the last sync had nothing to do; "" once it had
 }
 
-// NewFeature builds the feature from the node role's configuration and
-// registers its view of the Nodes; the process calls it before any
-// informer starts.
-func NewFeature(d role.Deps) (*Feature, error) {
+// New builds the feature from the node role's configuration and
+// registers its metrics and its view of the Nodes; the process calls it
+// before any informer starts.
+func New(d role.Deps) (*Feature, error) {
 	o := d.Config.Node.Overlay
 	cfg := Config{Mode: Mode(o.Mode), Port: int(o.VXLANPort), VNI: int(o.VXLANVNI)}.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
 	f := &Feature{d: d, cfg: cfg, metrics: NewMetrics(), waiting: "the routes to other nodes have not been synced yet"}
-	f.nodes = WatchNodes(d, "overlay", f.sync)
+	f.nodes = nodeview.Watch(d, "overlay", f.sync)
 	f.nodes.TrackChanges()
-	if d.Metrics != nil {
-		if err := registerAll(d.Metrics, f.metrics); err != nil {
-			return nil, err
-		}
+	if err := d.Register(f.metrics.Collectors()...); err != nil {
+		return nil, err
 	}
 	return f, nil
 }
@@ -69,7 +65,11 @@ func (f *Feature) Run(ctx context.Context) error {
 		return err
 	}
 	f.d.Checks.AddReady("overlay-setup", f.ready)
-	f.recorder = newRecorder(ctx, f.d)
+	// Events name the Node, as the node agent of this node (kubelet's
+	// convention: a Node's UID in a reference is its name).
+	var stop func()
+	f.recorder, stop = f.d.Recorder("netplane-node", f.d.Config.Node.NodeName)
+	defer stop()
 	f.d.Log.Info("overlay starting", "mode", f.cfg.Mode, "vxlanPort", f.cfg.Port, "vxlanVNI", f.cfg.VNI)
 	if err := f.nodes.Run(ctx); err != nil {
 		return err
@@ -137,24 +137,6 @@ func (f *Feature) ready() error {
 	defer f.mu.Unlock()
 	if f.waiting != "" {
 		return fmt.Errorf("%s", f.waiting)
-	}
-	return nil
-}
-
-// newRecorder records events as the node agent of this node (kubelet's
-// convention: the Node's UID in a reference is its name).
-func newRecorder(ctx context.Context, d role.Deps) record.EventRecorder {
-	b := record.NewBroadcaster(record.WithContext(ctx))
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events("")})
-	go func() { <-ctx.Done(); b.Shutdown() }()
-	return b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "netplane-node", Host: d.Config.Node.NodeName})
-}
-
-func registerAll(reg prometheus.Registerer, m *Metrics) error {
-	for _, c := range m.Collectors() {
-		if err := reg.Register(c); err != nil {
-			return fmt.Errorf("register overlay metrics: %w", err)
-		}
 	}
 	return nil
 }

@@ -11,16 +11,49 @@ import (
 	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
-	"github.com/netplane/netplane/cni/link"
+	"github.com/netplane/netplane/link"
+	"github.com/netplane/netplane/nodeview"
 )
 
+// Kernel is what the overlay reads and writes of one network namespace:
+// its links, addresses, routes, neighbour and FDB entries. A
+// *netlink.Handle is one; FakeKernel is one in memory, for tests.
+type Kernel interface {
+	LinkByName(name string) (netlink.Link, error)
+	LinkByIndex(index int) (netlink.Link, error)
+	LinkAdd(l netlink.Link) error
+	LinkDel(l netlink.Link) error
+	LinkSetMTU(l netlink.Link, mtu int) error
+	LinkSetHardwareAddr(l netlink.Link, mac net.HardwareAddr) error
+	LinkSetUp(l netlink.Link) error
+	AddrList(l netlink.Link, family int) ([]netlink.Addr, error)
+	AddrAdd(l netlink.Link, a *netlink.Addr) error
+	AddrDel(l netlink.Link, a *netlink.Addr) error
+	RouteList(l netlink.Link, family int) ([]netlink.Route, error)
+	RouteReplace(r *netlink.Route) error
+	RouteDel(r *netlink.Route) error
+	NeighList(linkIndex, family int) ([]netlink.Neigh, error)
+	NeighSet(n *netlink.Neigh) error
+	NeighDel(n *netlink.Neigh) error
+}
+
+var _ Kernel = (*netlink.Handle)(nil)
+
+// linkMissing says whether err is the kernel's answer for a link that is
+// not there: netlink's LinkNotFoundError, or ENODEV as it comes from the
+// kernel (and from FakeKernel).
+func linkMissing(err error) bool {
+	var notFound netlink.LinkNotFoundError
+	return errors.As(err, &notFound) || errors.Is(err, unix.ENODEV)
+}
+
 // families are the netlink families of the underlay families.
-var families = map[Family]int{IPv4: netlink.FAMILY_V4, IPv6: netlink.FAMILY_V6}
+var families = map[nodeview.Family]int{nodeview.IPv4: netlink.FAMILY_V4, nodeview.IPv6: netlink.FAMILY_V6}
 
 // mainRoutes dumps the main table of both families.
-func mainRoutes(h *netlink.Handle) ([]netlink.Route, error) {
+func mainRoutes(h Kernel) ([]netlink.Route, error) {
 	var all []netlink.Route
-	for _, f := range []Family{IPv4, IPv6} {
+	for _, f := range []nodeview.Family{nodeview.IPv4, nodeview.IPv6} {
 		rs, err := link.Retry(func() ([]netlink.Route, error) { return h.RouteList(nil, families[f]) })
 		if err != nil {
 			return nil, fmt.Errorf("list %s routes: %w", f, err)
@@ -60,36 +93,27 @@ func ConnectedPrefixes(routes []netlink.Route, skip map[int]bool) []netip.Prefix
 // underlays finds, for each InternalIP of self, the interface that has it.
 // An address on no interface gives no underlay: the plan then reports the
 // nodes it would have tunnelled to.
-func underlays(h *netlink.Handle, self Node) ([]Underlay, error) {
+func underlays(h Kernel, self nodeview.Node) ([]Underlay, error) {
 	var out []Underlay
 	for _, ip := range self.IPs {
-		addrs, err := link.Retry(func() ([]netlink.Addr, error) { return h.AddrList(nil, families[familyOf(ip)]) })
+		i, ok, err := link.InterfaceOf(h, ip)
 		if err != nil {
-			return nil, fmt.Errorf("list addresses: %w", err)
+			return nil, fmt.Errorf("underlay of InternalIP %s: %w", ip, err)
 		}
-		for _, a := range addrs {
-			if p, ok := netipx.FromStdIPNet(a.IPNet); !ok || p.Addr() != ip {
-				continue
-			}
-			l, err := h.LinkByIndex(a.LinkIndex)
-			if err != nil {
-				return nil, fmt.Errorf("interface of InternalIP %s: %w", ip, err)
-			}
-			out = append(out, Underlay{Addr: ip, Index: l.Attrs().Index, Name: l.Attrs().Name, MTU: l.Attrs().MTU})
-			break
+		if ok {
+			out = append(out, Underlay{Addr: ip, Index: i.Index, Name: i.Name, MTU: i.MTU})
 		}
 	}
 	return out, nil
 }
 
 // tunnelIndexes are the indexes of the tunnel devices that exist.
-func tunnelIndexes(h *netlink.Handle) (map[string]int, error) {
+func tunnelIndexes(h Kernel) (map[string]int, error) {
 	out := map[string]int{}
 	for _, name := range []string{DeviceV4, DeviceV6} {
 		l, err := h.LinkByName(name)
-		var notFound netlink.LinkNotFoundError
 		switch {
-		case errors.As(err, &notFound):
+		case linkMissing(err):
 		case err != nil:
 			return nil, fmt.Errorf("look up %s: %w", name, err)
 		default:
@@ -103,10 +127,9 @@ func tunnelIndexes(h *netlink.Handle) (map[string]int, error) {
 // address. A device whose VNI, port, underlay or local address differs is
 // recreated: the kernel cannot change those in place. It says whether the
 // device was (re)created, which drops the routes through it.
-func ensureDevice(h *netlink.Handle, d Device) (created bool, err error) {
+func ensureDevice(h Kernel, d Device) (created bool, err error) {
 	l, err := h.LinkByName(d.Name)
-	var notFound netlink.LinkNotFoundError
-	if err != nil && !errors.As(err, &notFound) {
+	if err != nil && !linkMissing(err) {
 		return false, fmt.Errorf("look up %s: %w", d.Name, err)
 	}
 	if vx, ok := l.(*netlink.Vxlan); err != nil || !ok || !sameTunnel(vx, d) {
@@ -144,7 +167,7 @@ func sameTunnel(vx *netlink.Vxlan, d Device) bool {
 		vx.SrcAddr.Equal(d.Local.AsSlice()) && !vx.Learning
 }
 
-func createDevice(h *netlink.Handle, d Device) (netlink.Link, error) {
+func createDevice(h Kernel, d Device) (netlink.Link, error) {
 	attrs := netlink.NewLinkAttrs()
 	attrs.Name = d.Name
 	attrs.MTU = d.MTU
@@ -163,10 +186,10 @@ func createDevice(h *netlink.Handle, d Device) (netlink.Link, error) {
 
 // ensureDeviceAddr leaves exactly d.Addr on the device, besides the IPv6
 // link-local address the kernel gives every interface.
-func ensureDeviceAddr(h *netlink.Handle, l netlink.Link, d Device) error {
-	fam := families[IPv4]
+func ensureDeviceAddr(h Kernel, l netlink.Link, d Device) error {
+	fam := families[nodeview.IPv4]
 	if d.Addr.IsValid() {
-		fam = families[familyOf(d.Addr.Addr())]
+		fam = families[nodeview.FamilyOf(d.Addr.Addr())]
 	}
 	have, err := link.Retry(func() ([]netlink.Addr, error) { return h.AddrList(l, netlink.FAMILY_ALL) })
 	if err != nil {
@@ -199,10 +222,9 @@ func ensureDeviceAddr(h *netlink.Handle, l netlink.Link, d Device) error {
 }
 
 // deleteDevice removes a tunnel device that the plan no longer has.
-func deleteDevice(h *netlink.Handle, name string) error {
+func deleteDevice(h Kernel, name string) error {
 	l, err := h.LinkByName(name)
-	var notFound netlink.LinkNotFoundError
-	if errors.As(err, &notFound) {
+	if linkMissing(err) {
 		return nil
 	}
 	if err != nil {
@@ -212,31 +234,4 @@ func deleteDevice(h *netlink.Handle, name string) error {
 		return fmt.Errorf("delete %s: %w", name, err)
 	}
 	return nil
-}
-
-// LocalPodMTU is PodMTU on this node: the underlay is the interface that
-// carries self's InternalIP (the smaller MTU where the two families' differ),
-// or, when no local interface has one yet, the default route's interface.
-func LocalPodMTU(h *netlink.Handle, explicit int, mode Mode, self Node) (int, error) {
-	if explicit > 0 {
-		return explicit, nil
-	}
-	us, err := underlays(h, self)
-	if err != nil {
-		return 0, err
-	}
-	mtu, fams := 0, []Family{}
-	for _, u := range us {
-		if mtu == 0 || u.MTU < mtu {
-			mtu = u.MTU
-		}
-		fams = append(fams, familyOf(u.Addr))
-	}
-	if mtu == 0 {
-		mtu = link.DefaultRouteMTU(h)
-		for _, ip := range self.IPs {
-			fams = append(fams, familyOf(ip))
-		}
-	}
-	return PodMTU(0, mode, mtu, fams...), nil
 }

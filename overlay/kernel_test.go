@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 )
 
@@ -50,8 +51,8 @@ func count(t *testing.T, ns *netns.NS, name string) int {
 }
 
 // pods are the pods' addresses of family f by node number.
-func (l *lab) pod(i int, f overlay.Family) string {
-	if f == overlay.IPv6 {
+func (l *lab) pod(i int, f nodeview.Family) string {
+	if f == nodeview.IPv6 {
 		return l.node(i).podIP6
 	}
 	return l.node(i).podIP
@@ -66,7 +67,7 @@ func TestNeverRoutesOnlyWithinTheSubnetAndReportsTheNodeBehindTheRouter(t *testi
 	if u := p.Unroutable(); len(u) != 2 || u[0].Node != "node3" || u[1].Node != "node3" {
 		t.Errorf("unroutable from node1: %v, want node3 in both families", u)
 	}
-	for _, f := range []overlay.Family{overlay.IPv4, overlay.IPv6} {
+	for _, f := range []nodeview.Family{nodeview.IPv4, nodeview.IPv6} {
 		expectSeen(t, l.node(1).pod, l.pod(2, f), l.pod(1, f))
 		expectUnreachable(t, l.node(1).pod, l.pod(3, f))
 		expectUnreachable(t, l.node(3).pod, l.pod(2, f))
@@ -79,13 +80,13 @@ func TestCrossSubnetCarriesPodTrafficBothWaysWithThePodsOwnSource(t *testing.T) 
 		serve(t, n.pod)
 	}
 	l.sync(t, crossSubnet)
-	for _, f := range []overlay.Family{overlay.IPv4, overlay.IPv6} {
+	for _, f := range []nodeview.Family{nodeview.IPv4, nodeview.IPv6} {
 		for _, pair := range [][2]int{{1, 2}, {2, 1}, {1, 3}, {3, 1}, {2, 3}, {3, 2}} {
 			expectSeen(t, l.node(pair[0]).pod, l.pod(pair[1], f), l.pod(pair[0], f))
 		}
 	}
 	for _, pair := range [][2]int{{1, 3}, {3, 1}} {
-		for _, f := range []overlay.Family{overlay.IPv4, overlay.IPv6} {
+		for _, f := range []nodeview.Family{nodeview.IPv4, nodeview.IPv6} {
 			if err := l.node(pair[0]).pod.EchoBytes(at(l.pod(pair[1], f)), 1<<20); err != nil {
 				t.Errorf("1 MB each way between pod%d and pod%d (%s): %v", pair[0], pair[1], f, err)
 			}
@@ -103,7 +104,7 @@ func TestNodeReachesRemotePodsFromItsTunnelAddress(t *testing.T) {
 	l.sync(t, crossSubnet)
 	// Through the tunnel the node speaks from its pod network's address,
 	// so the reply comes back through the tunnel; directly, from its own.
-	expectSeen(t, l.node(1).ns, l.pod(3, overlay.IPv4), "10.244.1.0")
-	expectSeen(t, l.node(1).ns, l.pod(3, overlay.IPv6), "fd00:10:244:1::")
-	expectSeen(t, l.node(1).ns, l.pod(2, overlay.IPv4), "192.168.10.11")
+	expectSeen(t, l.node(1).ns, l.pod(3, nodeview.IPv4), "10.244.1.0")
+	expectSeen(t, l.node(1).ns, l.pod(3, nodeview.IPv6), "fd00:10:244:1::")
+	expectSeen(t, l.node(1).ns, l.pod(2, nodeview.IPv4), "192.168.10.11")
 }

@@ -13,6 +13,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 )
 
@@ -36,7 +37,7 @@ type lab struct {
 }
 
 type labNode struct {
-	overlay.Node
+	nodeview.Node
 	ns, pod *netns.NS
 	h       *netlink.Handle
 	podIP   string
@@ -76,7 +77,7 @@ func (l *lab) addNode(t testing.TB, i int, peer *netns.NS, net4, net6 string) *l
 	n := &labNode{ns: host(t, name, peer, "u-"+name, "eth0")}
 	ip, ip6 := fmt.Sprintf("%s.1%d", net4, i), fmt.Sprintf("%s:1%d", net6, i)
 	cidr, cidr6 := fmt.Sprintf("10.244.%d.0/24", i), fmt.Sprintf("fd00:10:244:%d::/64", i)
-	n.Node = overlay.Node{Name: name, IPs: []netip.Addr{netip.MustParseAddr(ip), netip.MustParseAddr(ip6)},
+	n.Node = nodeview.Node{Name: name, IPs: []netip.Addr{netip.MustParseAddr(ip), netip.MustParseAddr(ip6)},
 		PodCIDRs: []netip.Prefix{netip.MustParsePrefix(cidr), netip.MustParsePrefix(cidr6)}}
 	n.ns.Addr(t, "eth0", ip+"/24")
 	n.ns.Addr(t, "eth0", ip6+"/64")
@@ -90,7 +91,7 @@ func (l *lab) addNode(t testing.TB, i int, peer *netns.NS, net4, net6 string) *l
 	n.ns.Addr(t, "cni0", fmt.Sprintf("fd00:10:244:%d::1/64", i))
 	n.pod = host(t, "pod"+strconv.Itoa(i), n.ns, "vpod", "eth0")
 	n.ns.Attach(t, "vpod", "cni0")
-	mtu := strconv.Itoa(overlay.PodMTU(0, overlay.CrossSubnet, 1500, overlay.IPv4, overlay.IPv6))
+	mtu := strconv.Itoa(nodeview.PodMTU(0, true, 1500, nodeview.IPv4, nodeview.IPv6))
 	n.ns.MustExec(t, "ip", "link", "set", "vpod", "mtu", mtu)
 	n.pod.MustExec(t, "ip", "link", "set", "eth0", "mtu", mtu)
 	n.podIP, n.podIP6 = fmt.Sprintf("10.244.%d.2", i), fmt.Sprintf("fd00:10:244:%d::2", i)
@@ -109,8 +110,8 @@ var (
 )
 
 // gateway is the router's address on the node's subnet.
-func (n *labNode) gateway(f overlay.Family) string {
-	if f == overlay.IPv6 {
+func (n *labNode) gateway(f nodeview.Family) string {
+	if f == nodeview.IPv6 {
 		ip := n.IPs[1].String()
 		return ip[:strings.LastIndex(ip, ":")+1] + "fe"
 	}
@@ -119,8 +120,8 @@ func (n *labNode) gateway(f overlay.Family) string {
 }
 
 // facts are the Node facts of every node, as an informer would give them.
-func (l *lab) facts() []overlay.Node {
-	var out []overlay.Node
+func (l *lab) facts() []nodeview.Node {
+	var out []nodeview.Node
 	for _, n := range l.nodes {
 		out = append(out, n.Node)
 	}
@@ -134,11 +135,11 @@ func (l *lab) sync(t testing.TB, cfg overlay.Config) overlay.Plan {
 	return l.syncFacts(t, cfg, l.facts())
 }
 
-func (l *lab) syncFacts(t testing.TB, cfg overlay.Config, facts []overlay.Node) overlay.Plan {
+func (l *lab) syncFacts(t testing.TB, cfg overlay.Config, facts []nodeview.Node) overlay.Plan {
 	t.Helper()
 	var first overlay.Plan
 	for i, n := range l.nodes {
-		if !slices.ContainsFunc(facts, func(f overlay.Node) bool { return f.Name == n.Name }) {
+		if !slices.ContainsFunc(facts, func(f nodeview.Node) bool { return f.Name == n.Name }) {
 			continue // a node whose Node is gone runs no agent
 		}
 		s, err := overlay.NewSyncer(n.h, cfg, nil)

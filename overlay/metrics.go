@@ -4,6 +4,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Metrics are what an operator watches of the overlay; the caller
@@ -43,7 +45,7 @@ func (m *Metrics) Collectors() []prometheus.Collector {
 
 func (m *Metrics) observe(p Plan, err error, start time.Time) {
 	counts := map[[2]string]int{}
-	for _, f := range []Family{IPv4, IPv6} {
+	for _, f := range []nodeview.Family{nodeview.IPv4, nodeview.IPv6} {
 		for _, path := range []Path{Direct, VXLAN, None} {
 			counts[[2]string{string(path), f.String()}] = 0
 		}

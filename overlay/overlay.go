@@ -8,8 +8,8 @@
 // main table with route protocol 207, and the neighbour and FDB entries on
 // those two devices. It touches nothing else.
 //
-// The core (Desired) is a pure function of the Node facts and a few facts
-// of the kernel; the shell (Syncer) converges the kernel to it. Everything
+// The core (Desired) is a pure function of the Node facts (package
+// nodeview, which the pod network reads too) and a few facts of the kernel; the shell (Syncer) converges the kernel to it. Everything
 // a node needs to reach another is computed from the other node's Node
 // object alone (its InternalIP and spec.podCIDRs): the tunnel MAC of a node
 // is derived from its address, so nothing is written to the API server.
@@ -39,10 +39,8 @@ package overlay
 
 import (
 	"fmt"
-	"net/netip"
-	"slices"
 
-	v1 "k8s.io/api/core/v1"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Mode says which remote nodes are reached through the tunnel.
@@ -112,107 +110,10 @@ func (c Config) Validate() error {
 	return nil
 }
 
-// Node is what the overlay needs of a Node object.
-type Node struct {
-	Name     string
-	IPs      []netip.Addr   // InternalIP, at most one per family
-	PodCIDRs []netip.Prefix // spec.podCIDRs, masked
-}
-
-// NodeOf reads the facts of n: its first InternalIP of each family and its
-// pod CIDRs (spec.podCIDR when spec.podCIDRs is empty). Unparsable values
-// are dropped; the plan then says what the node lacks.
-func NodeOf(n *v1.Node) Node {
-	out := Node{Name: n.Name}
-	cidrs := n.Spec.PodCIDRs
-	if len(cidrs) == 0 && n.Spec.PodCIDR != "" {
-		cidrs = []string{n.Spec.PodCIDR}
-	}
-	for _, c := range cidrs {
-		if p, err := netip.ParsePrefix(c); err == nil {
-			out.PodCIDRs = append(out.PodCIDRs, p.Masked())
-		}
-	}
-	for _, a := range n.Status.Addresses {
-		ip, err := netip.ParseAddr(a.Address)
-		if a.Type != v1.NodeInternalIP || err != nil {
-			continue
-		}
-		ip = ip.Unmap()
-		if !slices.ContainsFunc(out.IPs, func(h netip.Addr) bool { return h.Is4() == ip.Is4() }) {
-			out.IPs = append(out.IPs, ip)
-		}
-	}
-	return out
-}
-
-// ip is n's InternalIP of family f, if any.
-func (n Node) ip(f Family) (netip.Addr, bool) {
-	for _, a := range n.IPs {
-		if familyOf(a) == f {
-			return a, true
-		}
-	}
-	return netip.Addr{}, false
-}
-
-// Family is an address family: 4 or 6.
-type Family int
-
-const (
-	IPv4 Family = 4
-	IPv6 Family = 6
-)
-
-func (f Family) String() string {
-	switch f {
-	case IPv4:
-		return "IPv4"
-	case IPv6:
-		return "IPv6"
-	}
-	return "-"
-}
-
-func familyOf(a netip.Addr) Family {
-	if a.Unmap().Is4() {
-		return IPv4
-	}
-	return IPv6
-}
-
 // DeviceName is the tunnel device of an underlay family.
-func DeviceName(f Family) string {
-	if f == IPv6 {
+func DeviceName(f nodeview.Family) string {
+	if f == nodeview.IPv6 {
 		return DeviceV6
 	}
 	return DeviceV4
-}
-
-// overhead is what VXLAN adds to a packet: outer IP, UDP (8), VXLAN (8)
-// and inner Ethernet (14) headers.
-func overhead(f Family) int {
-	if f == IPv6 {
-		return 40 + 8 + 8 + 14
-	}
-	return 20 + 8 + 8 + 14
-}
-
-// PodMTU is the MTU pods get. An explicit MTU wins. Otherwise, when the
-// mode may send pod traffic through the tunnel, the underlay's MTU less the
-// largest encapsulation overhead of the underlay families in use (50 for
-// IPv4, 70 for IPv6: one MTU serves both families of a dual-stack pod);
-// the underlay's MTU when it never does.
-func PodMTU(explicit int, mode Mode, underlayMTU int, families ...Family) int {
-	if explicit > 0 {
-		return explicit
-	}
-	if mode == Never {
-		return underlayMTU
-	}
-	worst := overhead(IPv4)
-	for _, f := range families {
-		worst = max(worst, overhead(f))
-	}
-	return underlayMTU - worst
 }

@@ -8,9 +8,6 @@ import (
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
-
-	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 )
 
 func TestMACIsStableLocallyAdministeredUnicastAndDistinct(t *testing.T) {
@@ -51,26 +48,6 @@ func TestGatewayIsTheInternalIPOrTheLinkLocalAddressOfTheTunnelMAC(t *testing.T)
 	}
 }
 
-func TestPodMTU(t *testing.T) {
-	for _, tc := range []struct {
-		name     string
-		explicit int
-		mode     Mode
-		families []Family
-		want     int
-	}{
-		{"an explicit MTU wins", 1400, CrossSubnet, []Family{IPv6}, 1400},
-		{"never tunnels: the underlay's", 0, Never, []Family{IPv4}, 1500},
-		{"cross-subnet over IPv4 leaves room for 50 bytes", 0, CrossSubnet, []Family{IPv4}, 1450},
-		{"always over IPv6 leaves room for 70 bytes", 0, Always, []Family{IPv6}, 1430},
-		{"dual stack takes the larger overhead", 0, CrossSubnet, []Family{IPv4, IPv6}, 1430},
-	} {
-		if got := PodMTU(tc.explicit, tc.mode, 1500, tc.families...); got != tc.want {
-			t.Errorf("%s: PodMTU = %d, want %d", tc.name, got, tc.want)
-		}
-	}
-}
-
 func TestConfigDefaultsAndValidate(t *testing.T) {
 	if d := (Config{}).Defaults(); d != (Config{Mode: CrossSubnet, Port: 4789, VNI: 1}) || d.Validate() != nil {
 		t.Errorf("defaults %+v (valid: %v), want cross-subnet 4789 1", d, d.Validate())
@@ -79,26 +56,6 @@ func TestConfigDefaultsAndValidate(t *testing.T) {
 		if bad.Validate() == nil {
 			t.Errorf("%+v is accepted", bad)
 		}
-	}
-}
-
-func TestNodeOfTakesInternalIPsPerFamilyAndPodCIDRs(t *testing.T) {
-	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "n"},
-		Spec: v1.NodeSpec{PodCIDR: "10.244.1.0/24", PodCIDRs: []string{"10.244.1.7/24", "fd00:10:244:1::/64", "bogus"}},
-		Status: v1.NodeStatus{Addresses: []v1.NodeAddress{
-			{Type: v1.NodeExternalIP, Address: "203.0.113.1"},
-			{Type: v1.NodeInternalIP, Address: "192.168.10.11"},
-			{Type: v1.NodeInternalIP, Address: "192.168.10.99"},
-			{Type: v1.NodeInternalIP, Address: "fd00:a::11"},
-			{Type: v1.NodeHostName, Address: "n"},
-		}}}
-	got := fmt.Sprint(NodeOf(n))
-	if want := "{n [192.168.10.11 fd00:a::11] [10.244.1.0/24 fd00:10:244:1::/64]}"; got != want {
-		t.Errorf("NodeOf = %s, want %s", got, want)
-	}
-	n.Spec.PodCIDRs = nil
-	if got := NodeOf(n).PodCIDRs; len(got) != 1 || got[0].String() != "10.244.1.0/24" {
-		t.Errorf("without spec.podCIDRs: %v, want spec.podCIDR", got)
 	}
 }
 

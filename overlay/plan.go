@@ -7,13 +7,15 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Input is everything the plan depends on.
 type Input struct {
 	Config Config
-	Self   string // this node's name
-	Nodes  []Node // all nodes, this one included
+	Self   string          // this node's name
+	Nodes  []nodeview.Node // all nodes, this one included
 	// Connected are this node's connected subnets: see ConnectedPrefixes.
 	Connected []netip.Prefix
 	// Underlays are the interfaces that carry this node's InternalIPs, at
@@ -42,7 +44,7 @@ const (
 // pod CIDRs has one decision of family 0.
 type Decision struct {
 	Node   string
-	Family Family
+	Family nodeview.Family
 	Path   Path
 	Reason string // why the path is None; empty otherwise
 	// conflict: None because another node has an overlapping pod CIDR or
@@ -53,7 +55,7 @@ type Decision struct {
 // Device is a tunnel device.
 type Device struct {
 	Name     string
-	Family   Family
+	Family   nodeview.Family
 	VNI      int
 	Port     int
 	Underlay int        // index of the underlay interface
@@ -126,7 +128,7 @@ func (p Plan) Count() map[Path]int {
 func Changed(prev, cur []Decision) []Decision {
 	type key struct {
 		node string
-		fam  Family
+		fam  nodeview.Family
 	}
 	old := map[key]Decision{}
 	for _, d := range prev {
@@ -152,11 +154,11 @@ func Changed(prev, cur []Decision) []Decision {
 // the routes, neighbours and FDB entries of the path the mode chooses.
 func Desired(in Input) Plan {
 	var p Plan
-	b := builder{in: in, plan: &p, devices: map[Family]*Device{}, macs: map[string]string{},
+	b := builder{in: in, plan: &p, devices: map[nodeview.Family]*Device{}, macs: map[string]string{},
 		claimed: map[netip.Prefix]string{}, within: map[netip.Prefix]string{}}
 	b.addDevices()
 	nodes := slices.Clone(in.Nodes)
-	slices.SortFunc(nodes, func(a, b Node) int { return strings.Compare(a.Name, b.Name) })
+	slices.SortFunc(nodes, func(a, b nodeview.Node) int { return strings.Compare(a.Name, b.Name) })
 	for _, n := range nodes {
 		if n.Name == in.Self {
 			continue
@@ -170,8 +172,8 @@ func Desired(in Input) Plan {
 type builder struct {
 	in      Input
 	plan    *Plan
-	self    Node
-	devices map[Family]*Device
+	self    nodeview.Node
+	devices map[nodeview.Family]*Device
 	claimed map[netip.Prefix]string // pod CIDR → node that has it
 	within  map[netip.Prefix]string // every prefix wider than a claimed one → its node
 	macs    map[string]string       // tunnel MAC → node that has it
@@ -192,14 +194,14 @@ func (b *builder) addDevices() {
 		return
 	}
 	for _, u := range b.in.Underlays {
-		f := familyOf(u.Addr)
+		f := nodeview.FamilyOf(u.Addr)
 		if _, dup := b.devices[f]; dup || !u.Addr.IsValid() {
 			continue
 		}
 		d := Device{Name: DeviceName(f), Family: f, VNI: b.in.Config.VNI, Port: b.in.Config.Port,
-			Underlay: u.Index, Local: u.Addr.Unmap(), MAC: MAC(u.Addr), MTU: u.MTU - overhead(f)}
+			Underlay: u.Index, Local: u.Addr.Unmap(), MAC: MAC(u.Addr), MTU: u.MTU - nodeview.VXLANOverhead(f)}
 		for _, c := range b.self.PodCIDRs {
-			if familyOf(c.Addr()) == f {
+			if nodeview.FamilyOf(c.Addr()) == f {
 				d.Addr = netip.PrefixFrom(c.Addr(), c.Addr().BitLen())
 				break
 			}
@@ -210,15 +212,15 @@ func (b *builder) addDevices() {
 	}
 }
 
-func (b *builder) addNode(n Node) {
+func (b *builder) addNode(n nodeview.Node) {
 	if len(n.PodCIDRs) == 0 {
 		b.decide(n.Name, 0, None, "has no spec.podCIDRs")
 		return
 	}
-	for _, f := range []Family{IPv4, IPv6} {
+	for _, f := range []nodeview.Family{nodeview.IPv4, nodeview.IPv6} {
 		var cidrs []netip.Prefix
 		for _, c := range n.PodCIDRs {
-			if familyOf(c.Addr()) == f {
+			if nodeview.FamilyOf(c.Addr()) == f {
 				cidrs = append(cidrs, c)
 			}
 		}
@@ -229,13 +231,13 @@ func (b *builder) addNode(n Node) {
 }
 
 // addFamily plans the path to n's pod CIDRs of family f.
-func (b *builder) addFamily(n Node, f Family, cidrs []netip.Prefix) {
-	ip, ok := n.ip(f)
+func (b *builder) addFamily(n nodeview.Node, f nodeview.Family, cidrs []netip.Prefix) {
+	ip, ok := n.IP(f)
 	if !ok {
 		b.decide(n.Name, f, None, fmt.Sprintf("has %s pod CIDRs but no %s InternalIP", f, f))
 		return
 	}
-	if own, ok := b.self.ip(f); ok && own == ip {
+	if own, ok := b.self.IP(f); ok && own == ip {
 		b.decide(n.Name, f, None, fmt.Sprintf("has this node's InternalIP %s", ip))
 		return
 	}
@@ -277,7 +279,7 @@ func (b *builder) addFamily(n Node, f Family, cidrs []netip.Prefix) {
 }
 
 // choose is the mode's path to a node at ip.
-func (b *builder) choose(f Family, ip netip.Addr) (Path, string) {
+func (b *builder) choose(f nodeview.Family, ip netip.Addr) (Path, string) {
 	connected := slices.ContainsFunc(b.in.Connected, func(p netip.Prefix) bool { return p.Contains(ip) })
 	mode := b.in.Config.Mode
 	if connected && mode != Always {
@@ -317,7 +319,7 @@ func (b *builder) overlapping(c netip.Prefix) string {
 	return ""
 }
 
-func (b *builder) decide(node string, f Family, path Path, reason string) {
+func (b *builder) decide(node string, f nodeview.Family, path Path, reason string) {
 	b.plan.Decisions = append(b.plan.Decisions, Decision{Node: node, Family: f, Path: path, Reason: reason})
 }
 

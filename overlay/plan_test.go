@@ -4,11 +4,13 @@ import (
 	"net/netip"
 	"strings"
 	"testing"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // node builds a Node from addresses and pod CIDRs in any order.
-func node(name string, facts ...string) Node {
-	n := Node{Name: name}
+func node(name string, facts ...string) nodeview.Node {
+	n := nodeview.Node{Name: name}
 	for _, f := range facts {
 		if strings.Contains(f, "/") {
 			n.PodCIDRs = append(n.PodCIDRs, netip.MustParsePrefix(f))
@@ -45,7 +47,7 @@ var desiredCases = []struct {
 	want string
 }{{
 	name: "cross-subnet routes directly on the subnet and tunnels to the node behind the router",
-	in:   Input{Config: cs, Self: "node1", Nodes: []Node{self, peer, far}, Connected: subnet, Underlays: []Underlay{eth0v4}},
+	in:   Input{Config: cs, Self: "node1", Nodes: []nodeview.Node{self, peer, far}, Connected: subnet, Underlays: []Underlay{eth0v4}},
 	want: `
 link netplane.vxlan vxlan id 1 dstport 4789 dev #2 local 192.168.10.11 nolearning address 0e:6e:c0:a8:0a:0b mtu 1450 addr 10.244.1.0/32
 route 10.244.2.0/24 via 192.168.10.12 (node2)
@@ -57,7 +59,7 @@ node node3 IPv4 vxlan
 `,
 }, {
 	name: "always tunnels to every node, also on the same subnet, with the port and VNI given",
-	in: Input{Config: Config{Mode: Always, Port: 8472, VNI: 42}, Self: "node1", Nodes: []Node{far, peer, self},
+	in: Input{Config: Config{Mode: Always, Port: 8472, VNI: 42}, Self: "node1", Nodes: []nodeview.Node{far, peer, self},
 		Connected: subnet, Underlays: []Underlay{eth0v4}},
 	want: `
 link netplane.vxlan vxlan id 42 dstport 8472 dev #2 local 192.168.10.11 nolearning address 0e:6e:c0:a8:0a:0b mtu 1450 addr 10.244.1.0/32
@@ -72,7 +74,7 @@ node node3 IPv4 vxlan
 `,
 }, {
 	name: "never has no device and reports the node behind the router",
-	in:   Input{Config: Config{Mode: Never}.Defaults(), Self: "node1", Nodes: []Node{self, peer, far}, Connected: subnet, Underlays: []Underlay{eth0v4}},
+	in:   Input{Config: Config{Mode: Never}.Defaults(), Self: "node1", Nodes: []nodeview.Node{self, peer, far}, Connected: subnet, Underlays: []Underlay{eth0v4}},
 	want: `
 route 10.244.2.0/24 via 192.168.10.12 (node2)
 node node2 IPv4 direct
@@ -81,7 +83,7 @@ node node3 IPv4 none: InternalIP 192.168.20.13 is on no connected subnet of this
 }, {
 	name: "dual stack decides each family on its own connected subnets",
 	in: Input{Config: cs, Self: "node1",
-		Nodes: []Node{
+		Nodes: []nodeview.Node{
 			node("node1", "192.168.10.11", "fd00:a::11", "10.244.1.0/24", "fd00:10:244:1::/64"),
 			node("node2", "192.168.10.12", "fd00:b::12", "10.244.2.0/24", "fd00:10:244:2::/64"),
 		},
@@ -99,7 +101,7 @@ node node2 IPv6 vxlan
 }, {
 	name: "nodes lacking facts are skipped with a reason",
 	in: Input{Config: cs, Self: "node1", Connected: subnet, Underlays: []Underlay{eth0v4},
-		Nodes: []Node{self, node("a-noip", "10.244.5.0/24"), node("b-nocidr", "192.168.10.15"),
+		Nodes: []nodeview.Node{self, node("a-noip", "10.244.5.0/24"), node("b-nocidr", "192.168.10.15"),
 			node("c-v6cidr", "192.168.10.16", "fd00:10:244:6::/64"), node("d-v6far", "fd00:b::17", "fd00:10:244:7::/64")}},
 	want: `
 link netplane.vxlan vxlan id 1 dstport 4789 dev #2 local 192.168.10.11 nolearning address 0e:6e:c0:a8:0a:0b mtu 1450 addr 10.244.1.0/32
@@ -111,7 +113,7 @@ node d-v6far IPv6 none: needs the IPv6 tunnel but this node has no IPv6 Internal
 }, {
 	name: "overlapping pod CIDRs and a duplicate address are not routed; the first by name keeps its route",
 	in: Input{Config: cs, Self: "node1", Connected: subnet, Underlays: []Underlay{eth0v4},
-		Nodes: []Node{self, node("a-ownaddr", "192.168.10.11", "10.244.9.0/24"), node("b-selfcidr", "192.168.10.20", "10.244.1.128/25"),
+		Nodes: []nodeview.Node{self, node("a-ownaddr", "192.168.10.11", "10.244.9.0/24"), node("b-selfcidr", "192.168.10.20", "10.244.1.128/25"),
 			node("c-wide", "192.168.10.21", "10.244.16.0/20"), node("d-inside", "192.168.10.22", "10.244.17.0/24"),
 			node("e-outside", "192.168.10.23", "10.244.0.0/16")}},
 	want: `
@@ -125,7 +127,7 @@ node e-outside IPv4 none: pod CIDR 10.244.0.0/16 overlaps one of node node1
 `,
 }, {
 	name: "this node without pod CIDRs still gets a device, without address",
-	in: Input{Config: cs, Self: "node1", Nodes: []Node{node("node1", "192.168.10.11"), far},
+	in: Input{Config: cs, Self: "node1", Nodes: []nodeview.Node{node("node1", "192.168.10.11"), far},
 		Connected: subnet, Underlays: []Underlay{eth0v4}},
 	want: `
 link netplane.vxlan vxlan id 1 dstport 4789 dev #2 local 192.168.10.11 nolearning address 0e:6e:c0:a8:0a:0b mtu 1450
@@ -137,7 +139,7 @@ node node3 IPv4 vxlan
 }, {
 	name: "a node with two pod CIDRs of a family gets a route each and one neighbour",
 	in: Input{Config: Config{Mode: Always}.Defaults(), Self: "node1", Underlays: []Underlay{eth0v4},
-		Nodes: []Node{self, node("node4", "192.168.20.14", "10.244.4.0/24", "10.245.4.0/24")}},
+		Nodes: []nodeview.Node{self, node("node4", "192.168.20.14", "10.244.4.0/24", "10.245.4.0/24")}},
 	want: `
 link netplane.vxlan vxlan id 1 dstport 4789 dev #2 local 192.168.10.11 nolearning address 0e:6e:c0:a8:0a:0b mtu 1450 addr 10.244.1.0/32
 route 10.244.4.0/24 via 192.168.20.14 dev netplane.vxlan onlink (node4)
@@ -160,7 +162,7 @@ func TestDesired(t *testing.T) {
 }
 
 func TestUnroutableAndCountSummariseDecisions(t *testing.T) {
-	p := Desired(Input{Config: Config{Mode: Never}.Defaults(), Self: "node1", Nodes: []Node{self, peer, far}, Connected: subnet})
+	p := Desired(Input{Config: Config{Mode: Never}.Defaults(), Self: "node1", Nodes: []nodeview.Node{self, peer, far}, Connected: subnet})
 	if u := p.Unroutable(); len(u) != 1 || u[0].Node != "node3" {
 		t.Errorf("unroutable: %v, want node3 only", u)
 	}
@@ -170,10 +172,10 @@ func TestUnroutableAndCountSummariseDecisions(t *testing.T) {
 }
 
 func TestChangedReportsNewChangedAndGoneDecisions(t *testing.T) {
-	prev := []Decision{{Node: "a", Family: IPv4, Path: Direct}, {Node: "b", Family: IPv4, Path: Direct}, {Node: "c", Family: IPv4, Path: VXLAN}}
-	cur := []Decision{{Node: "a", Family: IPv4, Path: Direct}, {Node: "b", Family: IPv4, Path: VXLAN}, {Node: "d", Family: IPv6, Path: VXLAN}}
+	prev := []Decision{{Node: "a", Family: nodeview.IPv4, Path: Direct}, {Node: "b", Family: nodeview.IPv4, Path: Direct}, {Node: "c", Family: nodeview.IPv4, Path: VXLAN}}
+	cur := []Decision{{Node: "a", Family: nodeview.IPv4, Path: Direct}, {Node: "b", Family: nodeview.IPv4, Path: VXLAN}, {Node: "d", Family: nodeview.IPv6, Path: VXLAN}}
 	got := Changed(prev, cur)
-	want := []Decision{{Node: "b", Family: IPv4, Path: VXLAN}, {Node: "d", Family: IPv6, Path: VXLAN}, {Node: "c", Family: IPv4, Path: None, Reason: "gone"}}
+	want := []Decision{{Node: "b", Family: nodeview.IPv4, Path: VXLAN}, {Node: "d", Family: nodeview.IPv6, Path: VXLAN}, {Node: "c", Family: nodeview.IPv4, Path: None, Reason: "gone"}}
 	if len(got) != len(want) {
 		t.Fatalf("changed: %v\nwant: %v", got, want)
 	}
@@ -189,13 +191,13 @@ func TestChangedReportsNewChangedAndGoneDecisions(t *testing.T) {
 // leave it to Desired over every node.
 var updateCases = []struct {
 	name   string
-	before []Node
-	change Node
+	before []nodeview.Node
+	change nodeview.Node
 	gone   bool
 	want   string
 }{{
 	name:   "a new node behind the router gets its route, neighbour and FDB entry only",
-	before: []Node{self, peer},
+	before: []nodeview.Node{self, peer},
 	change: far,
 	want: `
 route 10.244.3.0/24 via 192.168.20.13 dev netplane.vxlan onlink (node3)
@@ -204,14 +206,14 @@ fdb 0e:6e:c0:a8:14:0d dst 192.168.20.13 dev netplane.vxlan
 `,
 }, {
 	name:   "a new node on the subnet gets a direct route only",
-	before: []Node{self, far},
+	before: []nodeview.Node{self, far},
 	change: peer,
 	want: `
 route 10.244.2.0/24 via 192.168.10.12 (node2)
 `,
 }, {
 	name:   "a deleted node loses its route, neighbour and FDB entry",
-	before: []Node{self, peer, far},
+	before: []nodeview.Node{self, peer, far},
 	change: far,
 	gone:   true,
 	want: `
@@ -221,7 +223,7 @@ del fdb 0e:6e:c0:a8:14:0d dst 192.168.20.13 dev netplane.vxlan
 `,
 }, {
 	name:   "a node that moves behind the router goes from the direct route to the tunnel",
-	before: []Node{self, peer, far},
+	before: []nodeview.Node{self, peer, far},
 	change: node("node2", "192.168.20.12", "10.244.2.0/24"),
 	want: `
 route 10.244.2.0/24 via 192.168.20.12 dev netplane.vxlan onlink (node2)
@@ -230,7 +232,7 @@ fdb 0e:6e:c0:a8:14:0c dst 192.168.20.12 dev netplane.vxlan
 `,
 }, {
 	name:   "a new pod CIDR changes only the routes",
-	before: []Node{self, peer, far},
+	before: []nodeview.Node{self, peer, far},
 	change: node("node3", "192.168.20.13", "10.244.30.0/24"),
 	want: `
 route 10.244.30.0/24 via 192.168.20.13 dev netplane.vxlan onlink (node3)
@@ -238,23 +240,23 @@ del route 10.244.3.0/24 via 192.168.20.13 dev netplane.vxlan onlink (node3)
 `,
 }, {
 	name:   "an unchanged node writes nothing",
-	before: []Node{self, peer, far},
+	before: []nodeview.Node{self, peer, far},
 	change: far,
 	want:   "\n",
 }, {
 	name:   "a node whose pod CIDR overlaps another's needs the whole plan",
-	before: []Node{self, peer, far},
+	before: []nodeview.Node{self, peer, far},
 	change: node("node4", "192.168.10.14", "10.244.2.128/25"),
 	want:   "full",
 }, {
 	name:   "deleting a node while another is unroutable by overlap needs the whole plan",
-	before: []Node{self, peer, node("node4", "192.168.10.14", "10.244.2.128/25")},
+	before: []nodeview.Node{self, peer, node("node4", "192.168.10.14", "10.244.2.128/25")},
 	change: peer,
 	gone:   true,
 	want:   "full",
 }, {
 	name:   "a change of this node needs the whole plan",
-	before: []Node{self, peer},
+	before: []nodeview.Node{self, peer},
 	change: node("node1", "192.168.10.11", "10.244.11.0/24"),
 	want:   "full",
 }}
@@ -268,7 +270,7 @@ func TestUpdateChangesOnlyTheNodesEntriesAndAgreesWithDesired(t *testing.T) {
 			all := in
 			all.Nodes = tc.before
 			prev := Desired(all)
-			in.Nodes = []Node{self}
+			in.Nodes = []nodeview.Node{self}
 			next, d, ok := Update(prev, in, tc.change, tc.gone)
 			got := "\n" + d.String()
 			if !ok {
@@ -280,7 +282,7 @@ func TestUpdateChangesOnlyTheNodesEntriesAndAgreesWithDesired(t *testing.T) {
 			if !ok {
 				return
 			}
-			var after []Node
+			var after []nodeview.Node
 			for _, n := range tc.before {
 				if n.Name != tc.change.Name {
 					after = append(after, n)

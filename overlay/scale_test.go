@@ -10,6 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 )
 
@@ -31,22 +32,22 @@ func scaleNS(tb testing.TB) (*netns.NS, *netlink.Handle) {
 // scaleNodes are this node and n remote nodes: with direct, on the
 // underlay's subnet (10.0.0.0/16), else on another (10.1.0.0/16). Node i
 // has pod CIDR 172.16.0.0/12's i-th /24.
-func scaleNodes(n int, direct bool) []overlay.Node {
-	nodes := []overlay.Node{{Name: "self", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")},
+func scaleNodes(n int, direct bool) []nodeview.Node {
+	nodes := []nodeview.Node{{Name: "self", IPs: []netip.Addr{netip.MustParseAddr("10.0.0.1")},
 		PodCIDRs: []netip.Prefix{netip.MustParsePrefix("172.16.0.0/24")}}}
 	second := 1
 	if direct {
 		second = 0
 	}
 	for i := 1; i <= n; i++ {
-		nodes = append(nodes, overlay.Node{Name: fmt.Sprintf("node%04d", i),
+		nodes = append(nodes, nodeview.Node{Name: fmt.Sprintf("node%04d", i),
 			IPs:      []netip.Addr{netip.AddrFrom4([4]byte{10, byte(second), byte(1 + i/250), byte(1 + i%250)})},
 			PodCIDRs: []netip.Prefix{netip.PrefixFrom(netip.AddrFrom4([4]byte{172, byte(16 + i>>8), byte(i), 0}), 24)}})
 	}
 	return nodes
 }
 
-func syncOrFail(tb testing.TB, s *overlay.Syncer, nodes []overlay.Node) overlay.Plan {
+func syncOrFail(tb testing.TB, s *overlay.Syncer, nodes []nodeview.Node) overlay.Plan {
 	tb.Helper()
 	p, err := s.Sync("self", nodes)
 	if err != nil {

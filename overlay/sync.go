@@ -9,11 +9,12 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
-	"github.com/netplane/netplane/cni/link"
+	"github.com/netplane/netplane/link"
+	"github.com/netplane/netplane/nodeview"
 )
 
-// Syncer converges the kernel of one network namespace (that of its
-// netlink handle) to the plan. Sync reads the kernel afresh and rewrites
+// Syncer converges the kernel of one network namespace (its Kernel: a
+// netlink handle, or FakeKernel) to the plan. Sync reads the kernel afresh and rewrites
 // only what differs: the first sync and the periodic full resync that
 // heals entries someone else deleted. SyncChanged applies the change of a
 // few Nodes from the plan of the last sync, without reading the kernel.
@@ -21,7 +22,7 @@ import (
 // stay, and connections through them survive a restart. Not safe for
 // concurrent use: one caller loop owns it.
 type Syncer struct {
-	h       *netlink.Handle
+	h       Kernel
 	cfg     Config
 	metrics *Metrics // nil: none
 
@@ -37,7 +38,7 @@ type Syncer struct {
 
 // NewSyncer checks cfg (after Defaults) and returns a Syncer writing
 // through h. metrics may be nil.
-func NewSyncer(h *netlink.Handle, cfg Config, metrics *Metrics) (*Syncer, error) {
+func NewSyncer(h Kernel, cfg Config, metrics *Metrics) (*Syncer, error) {
 	cfg = cfg.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
@@ -49,7 +50,7 @@ func NewSyncer(h *netlink.Handle, cfg Config, metrics *Metrics) (*Syncer, error)
 // returns the plan: its Decisions say the path to every other node, and
 // Unroutable the nodes the caller should warn about. On error the plan is
 // still returned; whatever could be written was.
-func (s *Syncer) Sync(self string, nodes []Node) (Plan, error) {
+func (s *Syncer) Sync(self string, nodes []nodeview.Node) (Plan, error) {
 	start := time.Now()
 	routes, err := mainRoutes(s.h)
 	if err != nil {
@@ -60,7 +61,7 @@ func (s *Syncer) Sync(self string, nodes []Node) (Plan, error) {
 		return Plan{}, err
 	}
 	in := Input{Config: s.cfg, Self: self, Nodes: nodes}
-	i := slices.IndexFunc(nodes, func(n Node) bool { return n.Name == self })
+	i := slices.IndexFunc(nodes, func(n nodeview.Node) bool { return n.Name == self })
 	if i < 0 {
 		// Without this node's facts there is no underlay, and the plan
 		// would remove the tunnels: more likely a cache not yet filled or a
@@ -85,9 +86,9 @@ func (s *Syncer) Sync(self string, nodes []Node) (Plan, error) {
 	return plan, err
 }
 
-func (s *Syncer) remember(ok bool, in Input, self Node, plan Plan, tunnels map[string]int) {
+func (s *Syncer) remember(ok bool, in Input, self nodeview.Node, plan Plan, tunnels map[string]int) {
 	s.last.valid = ok
-	in.Nodes = []Node{self}
+	in.Nodes = []nodeview.Node{self}
 	s.last.in, s.last.plan, s.last.tunnels = in, plan, tunnels
 }
 
@@ -110,7 +111,7 @@ func manyChanged(changed, nodes int) bool {
 // It falls back to Sync when Update needs the whole plan, when this
 // node's facts changed, when many Nodes changed (manyChanged), and when
 // the last sync failed or there was none.
-func (s *Syncer) SyncChanged(self string, nodes []Node, changed []string) (Plan, error) {
+func (s *Syncer) SyncChanged(self string, nodes []nodeview.Node, changed []string) (Plan, error) {
 	start := time.Now()
 	byName := make(map[string]int, len(nodes))
 	for i, n := range nodes {
@@ -123,7 +124,7 @@ func (s *Syncer) SyncChanged(self string, nodes []Node, changed []string) (Plan,
 	plan := s.last.plan
 	for _, name := range changed {
 		j, present := byName[name]
-		n := Node{Name: name}
+		n := nodeview.Node{Name: name}
 		if present {
 			n = nodes[j]
 		}
@@ -144,7 +145,7 @@ func (s *Syncer) SyncChanged(self string, nodes []Node, changed []string) (Plan,
 	return plan, err
 }
 
-func sameNode(a, b Node) bool {
+func sameNode(a, b nodeview.Node) bool {
 	return a.Name == b.Name && slices.Equal(a.IPs, b.IPs) && slices.Equal(a.PodCIDRs, b.PodCIDRs)
 }
 

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 )
 
@@ -48,7 +49,7 @@ func benchPath(b *testing.B, l *lab, path string) map[string]float64 {
 		cfg = always
 	}
 	l.sync(b, cfg)
-	mtu := strconv.Itoa(overlay.PodMTU(0, cfg.Mode, 1500, overlay.IPv4))
+	mtu := strconv.Itoa(nodeview.PodMTU(0, cfg.Mode != overlay.Never, 1500, nodeview.IPv4))
 	for _, n := range []*labNode{l.node(1), l.node(2)} {
 		n.ns.MustExec(b, "ip", "link", "set", "vpod", "mtu", mtu)
 		n.pod.MustExec(b, "ip", "link", "set", "eth0", "mtu", mtu)

@@ -5,6 +5,8 @@ import (
 	"net/netip"
 	"slices"
 	"strings"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Update is the plan after one Node changed, computed from that Node alone
@@ -17,13 +19,13 @@ import (
 // (its addresses and pod CIDRs shape every path), a pod CIDR overlap or a
 // tunnel MAC shared with another node (who keeps the route depends on
 // both), or prev holding such a conflict (this change may resolve it).
-func Update(prev Plan, in Input, n Node, gone bool) (next Plan, d Delta, ok bool) {
+func Update(prev Plan, in Input, n nodeview.Node, gone bool) (next Plan, d Delta, ok bool) {
 	if n.Name == in.Self || slices.ContainsFunc(prev.Decisions, func(d Decision) bool { return d.conflict }) {
 		return Plan{}, Delta{}, false
 	}
 	var cur Plan
 	if !gone {
-		b := builder{in: in, plan: &cur, devices: map[Family]*Device{}, macs: map[string]string{},
+		b := builder{in: in, plan: &cur, devices: map[nodeview.Family]*Device{}, macs: map[string]string{},
 			claimed: map[netip.Prefix]string{}, within: map[netip.Prefix]string{}}
 		if !b.seed(prev, n) {
 			return Plan{}, Delta{}, false
@@ -47,8 +49,8 @@ func Update(prev Plan, in Input, n Node, gone bool) (next Plan, d Delta, ok bool
 // what n could clash with: the devices, this node's pod CIDRs, the routed
 // pod CIDRs that overlap one of n's, the tunnel MACs equal to one of n's.
 // A scan of prev, so no index of every node is built per change.
-func (b *builder) seed(prev Plan, n Node) bool {
-	i := slices.IndexFunc(b.in.Nodes, func(m Node) bool { return m.Name == b.in.Self })
+func (b *builder) seed(prev Plan, n nodeview.Node) bool {
+	i := slices.IndexFunc(b.in.Nodes, func(m nodeview.Node) bool { return m.Name == b.in.Self })
 	if i < 0 {
 		return false
 	}

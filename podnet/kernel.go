@@ -10,7 +10,7 @@ import (
 
 	"github.com/vishvananda/netlink"
 
-	"github.com/netplane/netplane/cni/link"
+	"github.com/netplane/netplane/link"
 )
 
 // bridgeNetfilter are the sysctls that send bridged IPv4 and IPv6 traffic

@@ -13,8 +13,9 @@ type metrics struct {
 	errors   prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) metrics {
-	m := metrics{
+// newMetrics makes the metrics, unregistered (collectors).
+func newMetrics() metrics {
+	return metrics{
 		duration: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "netplane_podnetwork_sync_duration_seconds", Help: "Time of one pod-network sync (bridge, sysctls, masquerade, CNI files).",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 14),
@@ -23,10 +24,11 @@ func newMetrics(reg prometheus.Registerer) metrics {
 			Name: "netplane_podnetwork_sync_errors_total", Help: "Pod-network syncs that failed; the log says why.",
 		}),
 	}
-	if reg != nil {
-		reg.MustRegister(m.duration, m.errors)
-	}
-	return m
+}
+
+// collectors are the metrics to register.
+func (m metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.duration, m.errors}
 }
 
 // start times a sync; the returned function records its end.

@@ -9,7 +9,7 @@ import (
 
 	"github.com/netplane/netplane/cni/conflist"
 	"github.com/netplane/netplane/nft"
-	"github.com/netplane/netplane/overlay"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // ConflistName sorts first in the CNI configuration directory, so runtimes
@@ -30,7 +30,7 @@ type masqPlan struct {
 	Exempt  []netip.Prefix
 }
 
-func planMasquerade(podCIDRs, clusterCIDRs []netip.Prefix, nodes []overlay.Node) masqPlan {
+func planMasquerade(podCIDRs, clusterCIDRs []netip.Prefix, nodes []nodeview.Node) masqPlan {
 	p := masqPlan{Sources: podCIDRs, Exempt: slices.Clone(clusterCIDRs)}
 	if len(clusterCIDRs) == 0 {
 		for _, n := range nodes {

@@ -10,7 +10,7 @@ import (
 	"testing"
 
 	"github.com/netplane/netplane/cni/conflist"
-	"github.com/netplane/netplane/overlay"
+	"github.com/netplane/netplane/nodeview"
 )
 
 func prefixes(ss ...string) []netip.Prefix {
@@ -22,12 +22,12 @@ func prefixes(ss ...string) []netip.Prefix {
 }
 
 func TestMasqueradeExemptsClusterCIDROrElseEveryNodesPodCIDRs(t *testing.T) {
-	self := overlay.Node{Name: "self", PodCIDRs: prefixes("10.244.0.0/24")}
-	other := overlay.Node{Name: "o", PodCIDRs: prefixes("10.244.1.0/24")}
-	if got := fmt.Sprint(planMasquerade(self.PodCIDRs, prefixes("10.244.0.0/16"), []overlay.Node{self, other})); got != "{[10.244.0.0/24] [10.244.0.0/16]}" {
+	self := nodeview.Node{Name: "self", PodCIDRs: prefixes("10.244.0.0/24")}
+	other := nodeview.Node{Name: "o", PodCIDRs: prefixes("10.244.1.0/24")}
+	if got := fmt.Sprint(planMasquerade(self.PodCIDRs, prefixes("10.244.0.0/16"), []nodeview.Node{self, other})); got != "{[10.244.0.0/24] [10.244.0.0/16]}" {
 		t.Errorf("with --cluster-cidr: %s", got)
 	}
-	if got := fmt.Sprint(planMasquerade(self.PodCIDRs, nil, []overlay.Node{other, self})); got != "{[10.244.0.0/24] [10.244.0.0/24 10.244.1.0/24]}" {
+	if got := fmt.Sprint(planMasquerade(self.PodCIDRs, nil, []nodeview.Node{other, self})); got != "{[10.244.0.0/24] [10.244.0.0/24 10.244.1.0/24]}" {
 		t.Errorf("without --cluster-cidr: %s", got)
 	}
 }
@@ -158,14 +158,14 @@ func TestInstallPluginCopiesExecutableOnlyWhenChanged(t *testing.T) {
 }
 
 func TestOnlyChangesOfThisNodeOrOfExemptPodCIDRsAreRelevant(t *testing.T) {
-	me := &overlay.Node{Name: "node1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}}
-	other := &overlay.Node{Name: "node2", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}}
-	moved := &overlay.Node{Name: "node2", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.20.0/24")}}
-	readdressed := &overlay.Node{Name: "node2", PodCIDRs: other.PodCIDRs, IPs: []netip.Addr{netip.MustParseAddr("192.168.10.2")}}
+	me := &nodeview.Node{Name: "node1", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.1.0/24")}}
+	other := &nodeview.Node{Name: "node2", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.2.0/24")}}
+	moved := &nodeview.Node{Name: "node2", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.20.0/24")}}
+	readdressed := &nodeview.Node{Name: "node2", PodCIDRs: other.PodCIDRs, IPs: []netip.Addr{netip.MustParseAddr("192.168.10.2")}}
 	for _, tc := range []struct {
 		name         string
 		clusterCIDRs bool
-		old, cur     *overlay.Node
+		old, cur     *nodeview.Node
 		want         bool
 	}{
 		{"this node's Node appears", true, nil, me, true},

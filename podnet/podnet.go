@@ -7,9 +7,10 @@
 // flushing the table are healed by the next sync.
 //
 // Routes to other nodes' pods are not here: they are the overlay's
-// (package overlay), a feature of its own beside this one. The pod MTU is
-// the one thing shared: it is the underlay's, less the VXLAN overhead
-// whenever the overlay's mode may tunnel (overlay.LocalPodMTU).
+// (package overlay), a feature of its own beside this one. What the two
+// share is in package nodeview: the Node view, and the pod MTU, the
+// underlay's less the VXLAN overhead whenever the overlay's mode may
+// tunnel (nodeview.LocalPodMTU).
 package podnet
 
 import (
@@ -24,19 +25,20 @@ import (
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
 
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nft"
-	"github.com/netplane/netplane/overlay"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Feature is the pod network as a feature of the node role.
 type Feature struct {
 	d          role.Deps
-	nodes      *overlay.Nodes
+	nodes      *nodeview.Nodes
 	metrics    metrics
 	pluginPath string
 	host       *netlink.Handle
-	lastMasq   string // the masquerade table last written, as nft text
+	masq       nft.Syncer // the masquerade table's
 	// pluginStamp is stampOf the plugin and its installed copy when they
 	// were last found equal; "" when not.
 	pluginStamp string
@@ -45,17 +47,20 @@ type Feature struct {
 	lastErr error // of the last sync; also the readiness check
 }
 
-// New builds the feature and registers its view of the Nodes; the process
-// calls it before any informer starts.
+// New builds the feature and registers its metrics and its view of the
+// Nodes; the process calls it before any informer starts.
 func New(d role.Deps) (*Feature, error) {
 	cfg := d.Config.Node
-	f := &Feature{d: d, metrics: newMetrics(d.Metrics), pluginPath: cfg.CNIPluginPath,
-		lastErr: errWaiting{"the pod network has not been set up yet"}}
+	f := &Feature{d: d, metrics: newMetrics(), pluginPath: cfg.CNIPluginPath,
+		masq: nft.NewProgrammer(nft.Dialer{}, MasqTable), lastErr: errWaiting{"the pod network has not been set up yet"}}
+	if err := d.Register(f.metrics.collectors()...); err != nil {
+		return nil, err
+	}
 	if f.pluginPath == "" {
 		f.pluginPath = defaultPluginPath()
 	}
-	f.nodes = overlay.WatchNodes(d, "podnet", f.sync)
-	f.nodes.Relevant(func(old, cur *overlay.Node) bool { return relevant(cfg.NodeName, len(cfg.ClusterCIDRs) > 0, old, cur) })
+	f.nodes = nodeview.Watch(d, "podnet", f.sync)
+	f.nodes.Relevant(func(old, cur *nodeview.Node) bool { return relevant(cfg.NodeName, len(cfg.ClusterCIDRs) > 0, old, cur) })
 	return f, nil
 }
 
@@ -64,9 +69,9 @@ func New(d role.Deps) (*Feature, error) {
 // for the MTU); of another node's, only a change of its pod CIDRs, and
 // only when they make the masquerade exemptions (no --cluster-cidr).
 // Old is nil for a new Node, cur nil for a deleted one.
-func relevant(self string, clusterCIDRs bool, old, cur *overlay.Node) bool {
+func relevant(self string, clusterCIDRs bool, old, cur *nodeview.Node) bool {
 	var before, after []netip.Prefix
-	for _, n := range []*overlay.Node{old, cur} {
+	for _, n := range []*nodeview.Node{old, cur} {
 		if n != nil && n.Name == self {
 			return true
 		}
@@ -91,6 +96,7 @@ func (f *Feature) Run(ctx context.Context) error {
 		return fmt.Errorf("open netlink: %w", err)
 	}
 	defer h.Close()
+	defer f.masq.Close()
 	f.host = h
 	f.d.Checks.AddReady("podnet-setup", f.ready)
 	return f.nodes.Run(ctx)
@@ -136,31 +142,33 @@ func (f *Feature) sync(_ context.Context, full bool) error {
 	return err
 }
 
-// syncOnce converges the node; full also rewrites the masquerade table
-// when it is unchanged, healing a flush by someone else.
+// syncOnce converges the node; full also reads back the masquerade table
+// when someone else changed it, healing a flush.
 func (f *Feature) syncOnce(full bool) error {
 	cfg := f.d.Config.Node
 	nodes, me, found := f.nodes.List(cfg.NodeName)
 	if !found || len(me.PodCIDRs) == 0 {
 		return errWaiting{fmt.Sprintf("node %q has no spec.podCIDRs yet: waiting for the controller that assigns them (or check --node-name)", cfg.NodeName)}
 	}
-	mtu, err := overlay.LocalPodMTU(f.host, int(cfg.MTU), overlay.Mode(cfg.Overlay.Mode), me)
+	mtu, err := nodeview.LocalPodMTU(f.host, int(cfg.MTU), cfg.Overlay.Mode != v1alpha1.OverlayNever, me)
 	if err != nil {
 		return err
 	}
 	if err := setUpNode(f.host, cfg.Bridge, cfg.ProcSysDir, mtu, me.PodCIDRs); err != nil {
 		return err // no conflist before the bridge and forwarding are in place
 	}
-	var errs []error
-	if t := masqueradeTable(planMasquerade(me.PodCIDRs, cfg.ClusterCIDRs, nodes)); full || t.Dump() != f.lastMasq {
-		if err := nft.Replace(nft.Dialer{}, t); err != nil {
-			errs = append(errs, err)
-		} else {
-			f.lastMasq = t.Dump()
-		}
+	return errors.Join(f.syncMasquerade(me, nodes, full), f.writeCNIFiles(me.PodCIDRs, mtu, full))
+}
+
+// syncMasquerade converges the masquerade table through its syncer, which
+// sends only what differs from what it wrote; full also reads the table
+// back when someone else changed it, and repairs it.
+func (f *Feature) syncMasquerade(me nodeview.Node, nodes []nodeview.Node, full bool) error {
+	t := masqueradeTable(planMasquerade(me.PodCIDRs, f.d.Config.Node.ClusterCIDRs, nodes))
+	if _, err := f.masq.Sync(t, full); err != nil {
+		return fmt.Errorf("masquerade table %s: %w", MasqTable, err)
 	}
-	errs = append(errs, f.writeCNIFiles(me.PodCIDRs, mtu, full))
-	return errors.Join(errs...)
+	return nil
 }
 
 // writeCNIFiles installs the plugin and writes the conflist. The plugin's

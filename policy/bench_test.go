@@ -12,6 +12,8 @@ import (
 	"golang.org/x/sys/unix"
 	netv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // The scale at which the enforcer's bounds are stated: 1,000 policies ×
@@ -98,7 +100,7 @@ func scalePolicy(ns string, i, k int) *netv1.NetworkPolicy {
 }
 
 func (s *scale) build(node string) *Model {
-	m := NewModel(Config{Node: node, Families: []Family{IPv4}})
+	m := NewModel(Config{Node: node, Families: []nodeview.Family{nodeview.IPv4}})
 	s.addTo(m)
 	return m
 }

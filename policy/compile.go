@@ -13,6 +13,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Policy is a NetworkPolicy compiled: selectors parsed, defaults applied,
@@ -58,7 +60,7 @@ type PeerSelector struct {
 
 // Block is an ipBlock: CIDR less its exceptions, as address ranges.
 type Block struct {
-	Family Family
+	Family nodeview.Family
 	Ranges []netipx.IPRange
 	Key    string // canonical form, shared like PeerSelector.Key
 }
@@ -207,9 +209,9 @@ func compileBlock(b *netv1.IPBlock) (*Block, error) {
 	}
 	slices.Sort(excepts)
 	excepts = slices.Compact(excepts)
-	fam := IPv4
+	fam := nodeview.IPv4
 	if cidr.Addr().Is6() {
-		fam = IPv6
+		fam = nodeview.IPv6
 	}
 	return &Block{Family: fam, Ranges: set.Ranges(), Key: cidr.String() + " except " + strings.Join(excepts, ",")}, nil
 }

@@ -6,6 +6,8 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // This file turns policies into the chains a local pod's traffic goes
@@ -180,7 +182,7 @@ func (m *Model) appendNamedEgress(pol *policyState, items []item, peer Peer, por
 		if !slices.Contains(m.fams, peer.Block.Family) {
 			return items
 		}
-		ps, fams = allPods, []Family{peer.Block.Family}
+		ps, fams = allPods, []nodeview.Family{peer.Block.Family}
 		bl = m.acquireBlock(peer.Block)
 		pol.blocks = append(pol.blocks, bl)
 	case ps == nil:
@@ -343,7 +345,7 @@ func (m *Model) syncAddr(a netip.Addr) {
 		if want == have {
 			continue
 		}
-		set := mapName(d, familyOf(a))
+		set := mapName(d, nodeview.FamilyOf(a))
 		if have != "" {
 			m.delElem(set, Element{Addr: a, Chain: have})
 			delete(m.vmap[d], a)
@@ -355,7 +357,7 @@ func (m *Model) syncAddr(a netip.Addr) {
 	}
 }
 
-func mapName(d Direction, f Family) string { return d.String() + "-pods" + f.suffix() }
+func mapName(d Direction, f nodeview.Family) string { return d.String() + "-pods" + suffix(f) }
 
 func denyChain(d Direction) string { return "deny-" + d.String() }
 
@@ -366,7 +368,7 @@ func CounterName(d Direction) string { return "denied-" + d.String() }
 // on forward and input, the deny chains, the verdict maps, the counters.
 func (m *Model) baseChains() {
 	first := []Rule{{Established: true, Verdict: Verdict{Kind: Accept}}}
-	if slices.Contains(m.fams, IPv6) {
+	if slices.Contains(m.fams, nodeview.IPv6) {
 		// Without neighbour discovery no IPv6 packet reaches a pod, allowed or not.
 		first = append(first, Rule{NeighborDiscovery: true, Verdict: Verdict{Kind: Accept}})
 	}

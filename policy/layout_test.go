@@ -11,6 +11,8 @@ import (
 	netv1 "k8s.io/api/networking/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Properties of the layout beyond the verdicts: what is shared, what is
@@ -133,7 +135,7 @@ func TestNeighborDiscoveryIsNotJudged(t *testing.T) {
 // app=web pods and an ipBlock on sql; with egress, it may reach sql of
 // any pod and nothing else.
 func dbModel(t *testing.T, egressToo bool) *Model {
-	m := NewModel(Config{Node: "n1", Families: []Family{IPv4}})
+	m := NewModel(Config{Node: "n1", Families: []nodeview.Family{nodeview.IPv4}})
 	m.UpsertNamespace(&Namespace{Name: "x", Labels: map[string]string{"team": "a"}})
 	m.UpsertPod(&Pod{Namespace: "x", Name: "a", Node: "n1", Labels: map[string]string{"app": "db"},
 		IPs: []netip.Addr{netip.MustParseAddr("10.0.0.2")}, Ports: []NamedPort{{Name: "sql", Protocol: unix.IPPROTO_TCP, Port: 5432}}})

@@ -1,12 +1,9 @@
 package policy
 
 import (
-	"errors"
 	"fmt"
 	"sync"
 
-	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/netplane/netplane/nft"
@@ -23,8 +20,9 @@ type metrics struct {
 	denied       *deniedCollector
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// newMetrics makes the metrics, unregistered (collectors).
+func newMetrics() *metrics {
+	return &metrics{
 		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "netplane_network_policy_sync_duration_seconds",
 			Help:    "Time one sync of the NetworkPolicy table took, by type (full or partial).",
@@ -49,15 +47,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		denied: &deniedCollector{desc: prometheus.NewDesc("netplane_network_policy_denied_packets_total",
 			"Packets dropped by NetworkPolicy on this node, by direction, read from the table's counters.", []string{"direction"}, nil)},
 	}
-	for _, c := range []prometheus.Collector{m.syncDuration, m.syncFailures, m.policies, m.isolated, m.invalid, m.denied} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				panic(err) // a programming error: two metrics with one name
-			}
-		}
-	}
-	return m
+}
+
+// collectors are the metrics to register.
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.syncDuration, m.syncFailures, m.policies, m.isolated, m.invalid, m.denied}
 }
 
 // deniedCollector reads the deny chains' counters from the kernel when
@@ -91,32 +85,21 @@ func (c *deniedCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// kernelCounters reads the packets the deny chains of the table in the
-// namespace of d counted.
-func kernelCounters(d nft.Dialer) func() ([2]uint64, error) {
+// deniedPackets reads the packets the deny chains counted, through the
+// driver that programs the table.
+func deniedPackets(pc nft.PacketCounter) func() ([2]uint64, error) {
 	return func() ([2]uint64, error) {
 		var out [2]uint64
-		var opts []nftables.ConnOption
-		if d.NetNS != 0 {
-			opts = append(opts, nftables.WithNetNSFd(d.NetNS))
+		chains := make([]string, len(directions))
+		for i, d := range directions {
+			chains[i] = denyChain(d)
 		}
-		c, err := nftables.New(opts...)
+		n, err := pc.Packets(chains...)
 		if err != nil {
-			return out, err
+			return out, fmt.Errorf("reading the deny chains' counters: %w", err)
 		}
-		t := &nftables.Table{Family: TableID.Family, Name: TableID.Name}
-		for _, dir := range directions {
-			rules, err := c.GetRules(t, &nftables.Chain{Name: denyChain(dir), Table: t})
-			if err != nil {
-				return out, fmt.Errorf("reading chain %s: %w", denyChain(dir), err)
-			}
-			for _, r := range rules {
-				for _, e := range r.Exprs {
-					if n, ok := e.(*expr.Counter); ok {
-						out[dir] += n.Packets
-					}
-				}
-			}
+		for _, d := range directions {
+			out[d] = n[denyChain(d)]
 		}
 		return out, nil
 	}

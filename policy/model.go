@@ -8,6 +8,8 @@ import (
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Direction is ingress or egress.
@@ -29,9 +31,9 @@ func (d Direction) String() string {
 
 // Config is what the model needs of its node.
 type Config struct {
-	Node     string   // pods of this node are enforced
-	Families []Family // nil: both
-	Priority int      // of the forward and input base chains
+	Node     string            // pods of this node are enforced
+	Families []nodeview.Family // nil: both
+	Priority int               // of the forward and input base chains
 	// Log, when set, logs denied packets (NFLOG, rate-limited) before
 	// they are counted and dropped.
 	Log Log
@@ -46,7 +48,7 @@ type Config struct {
 // safe for concurrent use.
 type Model struct {
 	cfg      Config
-	fams     []Family
+	fams     []nodeview.Family
 	t        *Table
 	touched  *Touched
 	ns       map[string]*nsState
@@ -113,7 +115,7 @@ func NewModel(cfg Config) *Model {
 		vmap:     [2]map[netip.Addr]string{{}, {}},
 	}
 	if m.fams == nil {
-		m.fams = Families
+		m.fams = nodeview.Families
 	}
 	m.baseChains()
 	return m

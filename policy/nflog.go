@@ -44,7 +44,7 @@ const seenFor = time.Minute
 
 // logDenied listens to the NFLOG group until ctx ends. Enforcement does
 // not depend on it: if the group cannot be had, it says so and returns.
-func (e *Enforcer) logDenied(ctx context.Context) {
+func (e *Feature) logDenied(ctx context.Context) {
 	c, err := listenNFLOG(e.dialer, LogGroup)
 	if err != nil {
 		e.log.Error(err, "denied connections are not logged", "nflogGroup", LogGroup)
@@ -83,7 +83,7 @@ func (e *Enforcer) logDenied(ctx context.Context) {
 	}
 }
 
-func (e *Enforcer) logPacket(p deniedPacket) {
+func (e *Feature) logPacket(p deniedPacket) {
 	protected := p.Dst.Addr()
 	if p.Dir == Egress {
 		protected = p.Src.Addr()

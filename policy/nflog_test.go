@@ -14,7 +14,6 @@ import (
 
 	"github.com/go-logr/logr/funcr"
 	"github.com/mdlayher/netlink"
-	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/sys/unix"
 	netv1 "k8s.io/api/networking/v1"
 
@@ -127,7 +126,7 @@ func TestKernelLogsOneLinePerDeniedConnection(t *testing.T) {
 	cfg := v1alpha1.Node{NodeName: "n1", NetworkPolicy: v1alpha1.NetworkPolicy{Enabled: true, LogDenied: true}}
 	prog := nft.NewProgrammer(d, TableID)
 	defer prog.Close()
-	e := newEnforcer(log, cfg, prog, newMetrics(prometheus.NewRegistry()), nil)
+	e := newFeature(log, cfg, prog, newMetrics(), nil)
 	e.dialer = d
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
@@ -151,7 +150,7 @@ func TestKernelLogsOneLinePerDeniedConnection(t *testing.T) {
 		`"direction"="ingress" "protocol"="udp" "source"="10.244.0.4:` + udpPort + `" "destination"="10.244.0.3:81" "port"=81 "pod"="x/b"`,
 		`"direction"="egress" "protocol"="tcp" "source"="10.244.0.5:` + `*" "destination"="10.244.0.4:81" "port"=81 "pod"="y/b"`,
 	}
-	if n, err := kernelCounters(d)(); err != nil || n[Ingress] < 5 {
+	if n, err := deniedPackets(namespaceCounter{d})(); err != nil || n[Ingress] < 5 {
 		t.Fatalf("denied ingress packets %v (%v), want at least 5: two SYNs and three datagrams", n, err)
 	}
 	framework.Eventually(t, 3*time.Second, "one log line per denied connection", func() error {

@@ -14,6 +14,8 @@ import (
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // This file holds the reference: a straight reading of the NetworkPolicy
@@ -27,10 +29,10 @@ type cluster struct {
 	pods       map[types.NamespacedName]*v1.Pod
 	policies   map[types.NamespacedName]*netv1.NetworkPolicy
 	models     map[string]*Model // by node
-	fams       []Family
+	fams       []nodeview.Family
 }
 
-func newCluster(nodes []string, fams []Family) *cluster {
+func newCluster(nodes []string, fams []nodeview.Family) *cluster {
 	c := &cluster{namespaces: map[string]*v1.Namespace{}, pods: map[types.NamespacedName]*v1.Pod{},
 		policies: map[types.NamespacedName]*netv1.NetworkPolicy{}, models: map[string]*Model{}, fams: fams}
 	for _, n := range nodes {

@@ -5,7 +5,7 @@
 // sets and verdict maps, element by element) and reports what changed
 // since it was last asked, so a sync programs only that; it knows no
 // kernel and no API server, and is tested without either. Around it, the
-// node role's feature (enforcer.go): informer sinks feeding the model,
+// node role's feature (feature.go): informer sinks feeding the model,
 // the rendering onto the nft driver (render.go), the sync loop, metrics
 // and the denied-connection log. SEMANTICS.md says what is enforced where,
 // README.md how it is built.

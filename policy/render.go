@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // This file renders the model's Table onto the nft driver's typed table,
@@ -117,7 +118,7 @@ func (r *renderer) set(s *Set) *nft.Set {
 
 func setSpec(s *Set) nft.SetSpec {
 	addr := nftables.TypeIPAddr
-	if s.Family == IPv6 {
+	if s.Family == nodeview.IPv6 {
 		addr = nftables.TypeIP6Addr
 	}
 	switch s.Kind {
@@ -171,7 +172,7 @@ func (r *renderer) rule(rl Rule) (nft.Rule, bool) {
 			&expr.Range{Op: expr.CmpOpEq, Register: nft.Reg, FromData: []byte{133}, ToData: []byte{136}})
 	}
 	if rl.Family != AnyFamily {
-		b.NFProto(rl.Family == IPv6)
+		b.NFProto(rl.Family == nodeview.IPv6)
 	}
 	field := nft.Saddr
 	if rl.Field == Daddr {

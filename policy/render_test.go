@@ -10,14 +10,15 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 func TestRenderedRulesReadLikeNft(t *testing.T) {
 	core := &Table{Sets: map[string]*Set{
-		"cidr-one":  {Name: "cidr-one", Family: IPv4, Kind: RangeSet, Elements: map[Element]int{{Addr: mustAddr("192.0.2.0"), End: mustAddr("192.0.2.255")}: 1}},
-		"cidr-many": {Name: "cidr-many", Family: IPv4, Kind: RangeSet, Elements: map[Element]int{{Addr: mustAddr("0.0.0.0"), End: mustAddr("9.255.255.255")}: 1, {Addr: mustAddr("11.0.0.0"), End: mustAddr("11.0.0.3")}: 1}},
-		"cidr-none": {Name: "cidr-none", Family: IPv4, Kind: RangeSet, Elements: map[Element]int{}},
-		"sel6-ab":   {Name: "sel6-ab", Family: IPv6, Kind: AddrSet, Elements: map[Element]int{}},
+		"cidr-one":  {Name: "cidr-one", Family: nodeview.IPv4, Kind: RangeSet, Elements: map[Element]int{{Addr: mustAddr("192.0.2.0"), End: mustAddr("192.0.2.255")}: 1}},
+		"cidr-many": {Name: "cidr-many", Family: nodeview.IPv4, Kind: RangeSet, Elements: map[Element]int{{Addr: mustAddr("0.0.0.0"), End: mustAddr("9.255.255.255")}: 1, {Addr: mustAddr("11.0.0.0"), End: mustAddr("11.0.0.3")}: 1}},
+		"cidr-none": {Name: "cidr-none", Family: nodeview.IPv4, Kind: RangeSet, Elements: map[Element]int{}},
+		"sel6-ab":   {Name: "sel6-ab", Family: nodeview.IPv6, Kind: AddrSet, Elements: map[Element]int{}},
 	}}
 	r := newRenderer(core)
 	for _, tc := range []struct {
@@ -28,19 +29,19 @@ func TestRenderedRulesReadLikeNft(t *testing.T) {
 		{"established first", Rule{Established: true, Verdict: Verdict{Kind: Accept}}, "ct state established,related accept"},
 		{"neighbour discovery", Rule{NeighborDiscovery: true, Verdict: Verdict{Kind: Accept}},
 			"meta nfproto ipv6 meta l4proto ipv6-icmp icmpv6 type 133-136 accept"},
-		{"egress dispatch", Rule{Family: IPv4, Field: Saddr, Vmap: "egress-pods"}, "meta nfproto ipv4 ip saddr vmap @egress-pods"},
-		{"ingress dispatch IPv6", Rule{Family: IPv6, Field: Daddr, Vmap: "ingress-pods6"}, "meta nfproto ipv6 ip6 daddr vmap @ingress-pods6"},
-		{"pods of a selector on a port", Rule{Family: IPv6, Field: Saddr, Set: "sel6-ab", Proto: unix.IPPROTO_TCP, PortFrom: 80, PortTo: 80, Verdict: Verdict{Kind: Return}},
+		{"egress dispatch", Rule{Family: nodeview.IPv4, Field: Saddr, Vmap: "egress-pods"}, "meta nfproto ipv4 ip saddr vmap @egress-pods"},
+		{"ingress dispatch IPv6", Rule{Family: nodeview.IPv6, Field: Daddr, Vmap: "ingress-pods6"}, "meta nfproto ipv6 ip6 daddr vmap @ingress-pods6"},
+		{"pods of a selector on a port", Rule{Family: nodeview.IPv6, Field: Saddr, Set: "sel6-ab", Proto: unix.IPPROTO_TCP, PortFrom: 80, PortTo: 80, Verdict: Verdict{Kind: Return}},
 			"meta nfproto ipv6 ip6 saddr @sel6-ab meta l4proto tcp th dport 80 return"},
-		{"an ipBlock of one prefix", Rule{Family: IPv4, Field: Daddr, Set: "cidr-one", Verdict: Verdict{Kind: Return}},
+		{"an ipBlock of one prefix", Rule{Family: nodeview.IPv4, Field: Daddr, Set: "cidr-one", Verdict: Verdict{Kind: Return}},
 			"meta nfproto ipv4 ip daddr 192.0.2.0/24 return"},
-		{"an ipBlock less its exceptions", Rule{Family: IPv4, Field: Saddr, Set: "cidr-many", Proto: unix.IPPROTO_UDP, Verdict: Verdict{Kind: Return}},
+		{"an ipBlock less its exceptions", Rule{Family: nodeview.IPv4, Field: Saddr, Set: "cidr-many", Proto: unix.IPPROTO_UDP, Verdict: Verdict{Kind: Return}},
 			"meta nfproto ipv4 ip saddr { 0.0.0.0/5, 8.0.0.0/7, 11.0.0.0/30 } meta l4proto udp return"},
-		{"an ipBlock its exceptions cover is left out", Rule{Family: IPv4, Field: Saddr, Set: "cidr-none", Verdict: Verdict{Kind: Return}}, ""},
+		{"an ipBlock its exceptions cover is left out", Rule{Family: nodeview.IPv4, Field: Saddr, Set: "cidr-none", Verdict: Verdict{Kind: Return}}, ""},
 		{"a port range", Rule{Proto: unix.IPPROTO_SCTP, PortFrom: 80, PortTo: 81, Verdict: Verdict{Kind: Return}}, "meta l4proto sctp th dport 80-81 return"},
-		{"a named port to pods", Rule{Family: IPv4, Proto: unix.IPPROTO_UDP, PortSet: "nport-cd", Verdict: Verdict{Kind: Return}},
+		{"a named port to pods", Rule{Family: nodeview.IPv4, Proto: unix.IPPROTO_UDP, PortSet: "nport-cd", Verdict: Verdict{Kind: Return}},
 			"meta nfproto ipv4 meta l4proto udp ip daddr . meta l4proto . th dport @nport-cd return"},
-		{"a named port in an ipBlock", Rule{Family: IPv4, Field: Daddr, Set: "cidr-one", Proto: unix.IPPROTO_TCP, PortSet: "nport-cd", Verdict: Verdict{Kind: Return}},
+		{"a named port in an ipBlock", Rule{Family: nodeview.IPv4, Field: Daddr, Set: "cidr-one", Proto: unix.IPPROTO_TCP, PortSet: "nport-cd", Verdict: Verdict{Kind: Return}},
 			"meta nfproto ipv4 ip daddr 192.0.2.0/24 meta l4proto tcp ip daddr . meta l4proto . th dport @nport-cd return"},
 		{"every peer", Rule{Verdict: Verdict{Kind: Return}}, "return"},
 		{"end of a group chain", Rule{Verdict: Verdict{Kind: Goto, Chain: "deny-ingress"}}, "goto deny-ingress"},

@@ -4,6 +4,8 @@ import (
 	"maps"
 	"net/netip"
 	"slices"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // This file keeps the address sets of peers: one set per family for each
@@ -38,7 +40,9 @@ type block struct {
 	refs int
 }
 
-func setName(kind string, f Family, hash string) string { return kind + f.suffix() + "-" + hash }
+func setName(kind string, f nodeview.Family, hash string) string {
+	return kind + suffix(f) + "-" + hash
+}
 
 func (m *Model) acquireSel(ps *PeerSelector) *selector {
 	if s := m.sels[ps.Key]; s != nil {
@@ -146,7 +150,7 @@ func (m *Model) leave(s *selector, p *podState, rec *Pod) {
 func (m *Model) podElems(s *selector, rec *Pod, fn func(string, Element)) {
 	for _, a := range rec.IPs {
 		if m.family(a) {
-			fn(setName("sel", familyOf(a), s.hash), Element{Addr: a})
+			fn(setName("sel", nodeview.FamilyOf(a), s.hash), Element{Addr: a})
 		}
 	}
 	for _, n := range s.named {
@@ -161,14 +165,14 @@ func (n *namedSet) podElems(m *Model, rec *Pod, fn func(string, Element)) {
 		}
 		for _, a := range rec.IPs {
 			if m.family(a) {
-				fn(setName("nport", familyOf(a), n.hash), Element{Addr: a, Proto: port.Protocol, Port: port.Port})
+				fn(setName("nport", nodeview.FamilyOf(a), n.hash), Element{Addr: a, Proto: port.Protocol, Port: port.Port})
 			}
 		}
 	}
 }
 
 // family: rules and sets are made for a's family.
-func (m *Model) family(a netip.Addr) bool { return slices.Contains(m.fams, familyOf(a)) }
+func (m *Model) family(a netip.Addr) bool { return slices.Contains(m.fams, nodeview.FamilyOf(a)) }
 
 func (m *Model) acquireNamed(s *selector, port string) *namedSet {
 	if n := s.named[port]; n != nil {

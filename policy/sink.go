@@ -11,7 +11,7 @@ import (
 // writes go into the model, which keeps only what policy needs of each
 // object, so the informers keep nothing. Every write asks for a sync.
 type sink struct {
-	e    *Enforcer
+	e    *Feature
 	kind informer.Kind
 }
 
@@ -74,7 +74,7 @@ func recordKey(obj any) types.NamespacedName {
 
 // records are stand-ins for the records of kind the model holds, enough
 // to remove them (remove reads only their keys). Called with mu held.
-func (e *Enforcer) records(kind informer.Kind) []any {
+func (e *Feature) records(kind informer.Kind) []any {
 	var out []any
 	switch kind {
 	case informer.Pods:

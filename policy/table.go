@@ -11,48 +11,33 @@ import (
 	"go4.org/netipx"
 
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // TableName is the inet table policy owns; nothing outside it is touched.
 const TableName = "netplane-policy"
 
-// Family is the address family a rule or set is about; AnyFamily for a
-// rule that reads no address.
-type Family uint8
-
-const (
-	AnyFamily Family = 0
-	IPv4      Family = 4
-	IPv6      Family = 6
-)
-
-// Families are both, in the order rules and sets are made.
-var Families = []Family{IPv4, IPv6}
-
-func familyOf(a netip.Addr) Family {
-	if a.Is4() {
-		return IPv4
-	}
-	return IPv6
-}
+// AnyFamily is the Family of a rule that reads no address.
+const AnyFamily nodeview.Family = 0
 
 // suffix names a set's twin of the family: "" for IPv4, "6" for IPv6.
-func (f Family) suffix() string {
-	if f == IPv6 {
+func suffix(f nodeview.Family) string {
+	if f == nodeview.IPv6 {
 		return "6"
 	}
 	return ""
 }
 
-func (f Family) word() string {
-	if f == IPv6 {
+// word is the family's payload expression in nft's words.
+func word(f nodeview.Family) string {
+	if f == nodeview.IPv6 {
 		return "ip6"
 	}
 	return "ip"
 }
 
-func (f Family) addrType() string {
-	if f == IPv6 {
+func addrType(f nodeview.Family) string {
+	if f == nodeview.IPv6 {
 		return "ipv6_addr"
 	}
 	return "ipv4_addr"
@@ -144,10 +129,10 @@ type Rule struct {
 	// NeighborDiscovery: ICMPv6 router and neighbour solicitations and
 	// advertisements, which conntrack does not track.
 	NeighborDiscovery bool
-	Family            Family // of the address read by Set, PortSet or Vmap
-	Field             Field  // the address Set and Vmap read
-	Set               string // the address is in this named set (AddrSet, RangeSet)
-	Proto             uint8  // meta l4proto; 0 for any
+	Family            nodeview.Family // of the address read by Set, PortSet or Vmap
+	Field             Field           // the address Set and Vmap read
+	Set               string          // the address is in this named set (AddrSet, RangeSet)
+	Proto             uint8           // meta l4proto; 0 for any
 	// PortFrom..PortTo: th dport in this range (Proto is set); 0 for any.
 	PortFrom, PortTo uint16
 	PortSet          string // daddr . l4proto . th dport is in this named set
@@ -167,7 +152,7 @@ func (r Rule) Text() string {
 		parts = append(parts, "icmpv6 type { nd-router-solicit, nd-router-advert, nd-neighbor-solicit, nd-neighbor-advert }")
 	}
 	if r.Set != "" {
-		parts = append(parts, fmt.Sprintf("%s %s @%s", r.Family.word(), r.Field, r.Set))
+		parts = append(parts, fmt.Sprintf("%s %s @%s", word(r.Family), r.Field, r.Set))
 	}
 	if r.Proto != 0 {
 		parts = append(parts, "meta l4proto "+nft.ProtoName(r.Proto))
@@ -180,10 +165,10 @@ func (r Rule) Text() string {
 		parts = append(parts, "th dport "+p)
 	}
 	if r.PortSet != "" {
-		parts = append(parts, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s", r.Family.word(), r.PortSet))
+		parts = append(parts, fmt.Sprintf("%s daddr . meta l4proto . th dport @%s", word(r.Family), r.PortSet))
 	}
 	if r.Vmap != "" {
-		parts = append(parts, fmt.Sprintf("%s %s vmap @%s", r.Family.word(), r.Field, r.Vmap))
+		parts = append(parts, fmt.Sprintf("%s %s vmap @%s", word(r.Family), r.Field, r.Vmap))
 	}
 	if r.Counter != "" {
 		parts = append(parts, "counter name "+strconv.Quote(r.Counter))
@@ -212,7 +197,7 @@ const (
 // selectors of one named-port set); the kernel holds it while any is left.
 type Set struct {
 	Name     string
-	Family   Family
+	Family   nodeview.Family
 	Kind     SetKind
 	Elements map[Element]int
 }
@@ -227,20 +212,20 @@ type Element struct {
 	Chain     string
 }
 
-func newSet(name string, fam Family, kind SetKind) *Set {
+func newSet(name string, fam nodeview.Family, kind SetKind) *Set {
 	return &Set{Name: name, Family: fam, Kind: kind, Elements: map[Element]int{}}
 }
 
 func (s *Set) typeText() string {
 	switch s.Kind {
 	case RangeSet:
-		return "type " + s.Family.addrType() + " ; flags interval ;"
+		return "type " + addrType(s.Family) + " ; flags interval ;"
 	case AddrProtoPortSet:
-		return "type " + s.Family.addrType() + " . inet_proto . inet_service ;"
+		return "type " + addrType(s.Family) + " . inet_proto . inet_service ;"
 	case AddrVerdictMap:
-		return "type " + s.Family.addrType() + " : verdict ;"
+		return "type " + addrType(s.Family) + " : verdict ;"
 	}
-	return "type " + s.Family.addrType() + " ;"
+	return "type " + addrType(s.Family) + " ;"
 }
 
 // ElementText is an element as nft prints it in a set of this kind.

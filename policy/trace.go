@@ -7,6 +7,8 @@ import (
 	"slices"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Packet is the first packet of a connection, or a later one
@@ -101,7 +103,7 @@ func (t *Table) match(r Rule, p Packet) (Verdict, bool) {
 	if r.NeighborDiscovery && (p.Proto != unix.IPPROTO_ICMPV6 || p.ICMPType < 133 || p.ICMPType > 136) {
 		return Verdict{}, false
 	}
-	if r.Family != AnyFamily && familyOf(p.Src) != r.Family {
+	if r.Family != AnyFamily && nodeview.FamilyOf(p.Src) != r.Family {
 		return Verdict{}, false
 	}
 	addr := p.Src

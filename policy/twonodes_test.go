@@ -367,7 +367,7 @@ func (c *twoNodes) denied(n *tnode) [2]uint64 {
 		c.t.Fatal(err)
 	}
 	defer closeNS()
-	got, err := kernelCounters(d)()
+	got, err := deniedPackets(namespaceCounter{d})()
 	if err != nil {
 		c.t.Fatal(err)
 	}

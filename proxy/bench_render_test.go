@@ -6,11 +6,10 @@ import (
 	"slices"
 	"testing"
 
-	"github.com/google/nftables"
-
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // BenchmarkRender measures the programmer alone in a throwaway namespace, at
@@ -24,7 +23,7 @@ func BenchmarkRender(b *testing.B) {
 		b.Run(fmt.Sprint(n), func(b *testing.B) {
 			in := scaleInput(n)
 			m := NewModel()
-			want := m.Build(in).Tables[nftables.TableFamilyIPv4]
+			want := m.Build(in).Tables[nodeview.IPv4]
 			b.Run("from-empty", func(b *testing.B) {
 				for b.Loop() {
 					dial := benchNS(b)
@@ -58,14 +57,14 @@ func BenchmarkRender(b *testing.B) {
 					s.endpoints = slices.Clone(s.endpoints)
 					s.endpoints[0].addr = netip.AddrFrom4([4]byte{10, 99, byte(i / 250 % 200), byte(i%250 + 1)})
 					in.Slices[key] = []*sliceRecord{&s}
-					mustSync(b, r, m.Build(in).Tables[nftables.TableFamilyIPv4], false)
+					mustSync(b, r, m.Build(in).Tables[nodeview.IPv4], false)
 				}
 			})
 		})
 	}
 }
 
-var ip4Table = nft.TableID{Family: nftables.TableFamilyIPv4, Name: TableName}
+var ip4Table = tableIDs()[0]
 
 func mustSync(b *testing.B, r nft.Syncer, want *nft.Table, full bool) nft.Stats {
 	b.Helper()

@@ -14,6 +14,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // NodeFacts are the facts about this node the rules depend on.
@@ -46,7 +47,7 @@ type Input struct {
 // Desired is the ruleset for both families plus what the health-check
 // server, the conntrack cleaner and the metrics need from the same pass.
 type Desired struct {
-	Tables map[nftables.TableFamily]*nft.Table
+	Tables map[nodeview.Family]*nft.Table
 	// Health has one entry per Service with a healthCheckNodePort.
 	Health map[types.NamespacedName]HealthInfo
 	// UDP maps a UDP service address (VIP:port or node port) to the endpoint
@@ -70,38 +71,14 @@ func Build(in Input) *Desired { return NewModel().Build(in) }
 
 func newDesired() *Desired {
 	return &Desired{
-		Tables: map[nftables.TableFamily]*nft.Table{},
+		Tables: map[nodeview.Family]*nft.Table{},
 		Health: map[types.NamespacedName]HealthInfo{},
 		UDP:    map[netip.AddrPort]map[netip.AddrPort]bool{},
 	}
 }
 
-func isFamily(a netip.Addr, fam nftables.TableFamily) bool {
-	return a.Is4() == (fam == nftables.TableFamilyIPv4)
-}
-
-func familyAddrs(as []netip.Addr, fam nftables.TableFamily) []netip.Addr {
-	var out []netip.Addr
-	for _, a := range as {
-		if isFamily(a, fam) {
-			out = append(out, a)
-		}
-	}
-	return out
-}
-
-func familyPrefixes(ps []netip.Prefix, fam nftables.TableFamily) []netip.Prefix {
-	var out []netip.Prefix
-	for _, p := range ps {
-		if isFamily(p.Addr(), fam) {
-			out = append(out, p.Masked())
-		}
-	}
-	return out
-}
-
-func familyEndpoints(eps []endpoint, fam nftables.TableFamily) []endpoint {
-	return filter(eps, func(e endpoint) bool { return isFamily(e.Addr, fam) })
+func familyEndpoints(eps []endpoint, fam nodeview.Family) []endpoint {
+	return filter(eps, func(e endpoint) bool { return nodeview.FamilyOf(e.Addr) == fam })
 }
 
 // builder writes the chains and elements of one servicePort in one family.
@@ -142,8 +119,8 @@ func protoNumber(p v1.Protocol) uint8 {
 }
 
 func (b *builder) build(eps []endpoint) {
-	f, sp := b.t.Family, b.sp
-	cips := familyAddrs(sp.ClusterIPs, f)
+	f, sp := b.t.fam, b.sp
+	cips := f.Of(sp.ClusterIPs)
 	if len(cips) == 0 {
 		return // a single-stack Service of the other family
 	}
@@ -202,13 +179,13 @@ func (b *builder) build(eps []endpoint) {
 		b.vip(ip, proto, internalChain, verdict(len(internal) > 0))
 		b.udp(netip.AddrPortFrom(ip, sp.Port), internal)
 	}
-	for _, ip := range familyAddrs(append(append([]netip.Addr{}, sp.ExternalIPs...), sp.LoadBalancer...), f) {
+	for _, ip := range f.Of(append(append([]netip.Addr{}, sp.ExternalIPs...), sp.LoadBalancer...)) {
 		b.vip(ip, proto, externalChain, verdict(len(external) > 0))
 		b.udp(netip.AddrPortFrom(ip, sp.Port), cat.Cluster)
 	}
 	if sp.NodePort != 0 {
 		b.nodePort(proto, externalChain, verdict(len(external) > 0))
-		for _, ip := range familyAddrs(b.node.NodePortIPs, f) {
+		for _, ip := range f.Of(b.node.NodePortIPs) {
 			b.udp(netip.AddrPortFrom(ip, sp.NodePort), cat.Cluster)
 		}
 	}
@@ -238,11 +215,11 @@ func (b *builder) nodePort(proto uint8, chain string, noEndpoints *expr.Verdict)
 // in kube-proxy, when a range holds a node address the LB IPs themselves
 // are allowed too, for traffic the load balancer SNATs to its own IP.
 func (b *builder) firewall(proto uint8) {
-	f, sp := b.t.Family, b.sp
-	lbs := familyAddrs(sp.LoadBalancer, f)
+	f, sp := b.t.fam, b.sp
+	lbs := f.Of(sp.LoadBalancer)
 	var ranges []netip.Prefix
 	for _, r := range sp.SourceRanges {
-		if r.Addr().Is4() == (f == nftables.TableFamilyIPv4) {
+		if nodeview.FamilyOf(r.Addr()) == f {
 			ranges = append(ranges, r)
 		}
 	}
@@ -259,7 +236,7 @@ func (b *builder) firewall(proto uint8) {
 	}
 	name := b.chainName("firewall")
 	b.t.Chain(name, nil)
-	r := nft.NewRule(f)
+	r := nft.NewRule(tableFamily(f))
 	if len(ranges) > 0 {
 		r.InPrefixes(nft.Saddr, ranges, true)
 	}
@@ -293,8 +270,8 @@ func (b *builder) udp(vip netip.AddrPort, eps []endpoint) {
 	}
 }
 
-func (b *builder) counts(sp *servicePort, cat categorized, f nftables.TableFamily) {
-	if f != nftables.TableFamilyIPv4 && len(familyAddrs(sp.ClusterIPs, nftables.TableFamilyIPv4)) > 0 {
+func (b *builder) counts(sp *servicePort, cat categorized, f nodeview.Family) {
+	if f != nodeview.IPv4 && len(nodeview.IPv4.Of(sp.ClusterIPs)) > 0 {
 		return // count each Service once, in its first family
 	}
 	if cat.Any && len(cat.Local) == 0 {
@@ -323,13 +300,13 @@ func (b *builder) counts(sp *servicePort, cat categorized, f nftables.TableFamil
 // mark, then the choice of endpoint and its DNAT; its endpoints' slots
 // start at offset (see endpointShards).
 func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint, offset uint32) {
-	f, sp, t := b.t.Family, b.sp, b.t
+	f, sp, t := b.t.fam, b.sp, b.t
 	t.Chain(name, nil)
 	for _, cip := range cips {
 		if b.node.MasqueradeAll {
-			t.AddRule(name, nft.NewRule(f).MatchPrefix(nft.Daddr, netip.PrefixFrom(cip, cip.BitLen()), false).MarkSet(masqBit).Rule())
-		} else if cidrs := familyPrefixes(b.node.ClusterCIDRs, f); len(cidrs) > 0 {
-			t.AddRule(name, nft.NewRule(f).MatchPrefix(nft.Daddr, netip.PrefixFrom(cip, cip.BitLen()), false).
+			t.AddRule(name, nft.NewRule(tableFamily(f)).MatchPrefix(nft.Daddr, netip.PrefixFrom(cip, cip.BitLen()), false).MarkSet(masqBit).Rule())
+		} else if cidrs := f.Prefixes(b.node.ClusterCIDRs); len(cidrs) > 0 {
+			t.AddRule(name, nft.NewRule(tableFamily(f)).MatchPrefix(nft.Daddr, netip.PrefixFrom(cip, cip.BitLen()), false).
 				MatchPrefixes(nft.Saddr, cidrs, true).MarkSet(masqBit).Rule())
 		}
 	}
@@ -342,14 +319,14 @@ func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint, of
 		return
 	}
 	if len(eps) == 1 {
-		t.AddRule(name, nft.NewRule(f).L4Proto(proto).DNATTo(eps[0].addrPort()).Rule())
+		t.AddRule(name, nft.NewRule(tableFamily(f)).L4Proto(proto).DNATTo(eps[0].addrPort()).Rule())
 		return
 	}
 	set := endpointShard(sp)
 	for i, e := range eps {
 		t.addElement(set, b.slot.elemID(offset+uint32(i), e.addrPort()))
 	}
-	t.AddRule(name, dnatSlot(nft.NewRule(f).L4Proto(proto), b.slot, len(eps), offset, set).Rule())
+	t.AddRule(name, dnatSlot(nft.NewRule(tableFamily(f)).L4Proto(proto), b.slot, len(eps), offset, set).Rule())
 }
 
 // maxPickRules is the most endpoint chains an affinity Service chooses
@@ -361,9 +338,9 @@ const maxPickRules = 16
 // affinity sends a client that chose an endpoint in the last timeout back to
 // it: one dynamic set of client addresses and one chain per endpoint.
 func (b *builder) affinity(name string, proto uint8, eps []endpoint) {
-	f, sp, t := b.t.Family, b.sp, b.t
+	f, sp, t := b.t.fam, b.sp, b.t
 	addr := nftables.TypeIPAddr
-	if f == nftables.TableFamilyIPv6 {
+	if f == nodeview.IPv6 {
 		addr = nftables.TypeIP6Addr
 	}
 	chains := make([]string, len(eps))
@@ -373,16 +350,16 @@ func (b *builder) affinity(name string, proto uint8, eps []endpoint) {
 		chains[i] = chain
 		t.Set(set, nft.SetSpec{Key: addr, Dynamic: true, Timeout: sp.Affinity})
 		t.Chain(chain, nil)
-		t.AddRule(chain, nft.NewRule(f).Update(set, nft.Saddr, sp.Affinity).Rule())
-		t.AddRule(chain, nft.NewRule(f).L4Proto(proto).DNATTo(e.addrPort()).Rule())
-		t.AddRule(name, nft.NewRule(f).Lookup(set, nft.Saddr).Goto(chain).Rule())
+		t.AddRule(chain, nft.NewRule(tableFamily(f)).Update(set, nft.Saddr, sp.Affinity).Rule())
+		t.AddRule(chain, nft.NewRule(tableFamily(f)).L4Proto(proto).DNATTo(e.addrPort()).Rule())
+		t.AddRule(name, nft.NewRule(tableFamily(f)).Lookup(set, nft.Saddr).Goto(chain).Rule())
 	}
 	if len(chains) > maxPickRules {
-		t.AddRule(name, nft.NewRule(f).NumgenVmap(chains).Rule())
+		t.AddRule(name, nft.NewRule(tableFamily(f)).NumgenVmap(chains).Rule())
 		return
 	}
 	for i, c := range chains {
-		r := nft.NewRule(f)
+		r := nft.NewRule(tableFamily(f))
 		if left := len(chains) - i; left > 1 {
 			r.PickOneOf(left)
 		}
@@ -393,13 +370,13 @@ func (b *builder) affinity(name string, proto uint8, eps []endpoint) {
 // externalChain writes the external- chain NodePorts, externalIPs and LB
 // IPs lead to, and returns its name.
 func (b *builder) externalChain(clusterChain, localChain string, cat categorized) string {
-	f, t := b.t.Family, b.t
+	f, t := b.t.fam, b.t
 	name := b.chainName("external")
 	t.Chain(name, nil)
 	if !b.sp.ExternalLocal {
 		// The reply must come back through this node to be un-DNATed.
-		t.AddRule(name, nft.NewRule(f).MarkSet(masqBit).Rule())
-		t.AddRule(name, nft.NewRule(f).Goto(clusterChain).Rule())
+		t.AddRule(name, nft.NewRule(tableFamily(f)).MarkSet(masqBit).Rule())
+		t.AddRule(name, nft.NewRule(tableFamily(f)).Goto(clusterChain).Rule())
 		return name
 	}
 	// Local policy keeps the client's address and uses only local endpoints,
@@ -409,12 +386,12 @@ func (b *builder) externalChain(clusterChain, localChain string, cat categorized
 	if !b.sp.usesClusterEndpoints() || len(cat.Cluster) == 0 {
 		short = localChain
 	}
-	if cidrs := familyPrefixes(b.node.ClusterCIDRs, f); len(cidrs) > 0 {
-		t.AddRule(name, nft.NewRule(f).MatchPrefixes(nft.Saddr, cidrs, false).Goto(short).Rule())
+	if cidrs := f.Prefixes(b.node.ClusterCIDRs); len(cidrs) > 0 {
+		t.AddRule(name, nft.NewRule(tableFamily(f)).MatchPrefixes(nft.Saddr, cidrs, false).Goto(short).Rule())
 	}
-	t.AddRule(name, nft.NewRule(f).FibLocal(nft.Saddr).MarkSet(masqBit).Rule())
-	t.AddRule(name, nft.NewRule(f).FibLocal(nft.Saddr).Goto(short).Rule())
-	t.AddRule(name, nft.NewRule(f).Goto(localChain).Rule())
+	t.AddRule(name, nft.NewRule(tableFamily(f)).FibLocal(nft.Saddr).MarkSet(masqBit).Rule())
+	t.AddRule(name, nft.NewRule(tableFamily(f)).FibLocal(nft.Saddr).Goto(short).Rule())
+	t.AddRule(name, nft.NewRule(tableFamily(f)).Goto(localChain).Rule())
 	return name
 }
 
@@ -425,6 +402,7 @@ func (b *builder) externalChain(clusterChain, localChain string, cat categorized
 // was a fifth of a build's allocations.
 type fragTable struct {
 	*nft.Table
+	fam    nodeview.Family // of the addresses; Table.Family is nftables'
 	shared []*nft.Chain
 	elems  []fragElem
 }
@@ -432,8 +410,8 @@ type fragTable struct {
 // fragElem is an element the Service adds to a shared set.
 type fragElem struct{ set, id string }
 
-func newFragTable(fam nftables.TableFamily) *fragTable {
-	return &fragTable{Table: nft.NewTable(fam, TableName)}
+func newFragTable(fam nodeview.Family) *fragTable {
+	return &fragTable{Table: nft.NewTable(tableFamily(fam), TableName), fam: fam}
 }
 
 // addElement adds an element to a shared set.

@@ -11,7 +11,6 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/nftables"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -19,6 +18,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 var update = flag.Bool("update", false, "rewrite the golden files in testdata/")
@@ -188,8 +188,8 @@ func overall() Input {
 
 func TestOverallRulesetMatchesGoldenDump(t *testing.T) {
 	d := Build(overall())
-	golden(t, "overall-ip.nft", d.Tables[nftables.TableFamilyIPv4].Dump())
-	golden(t, "overall-ip6.nft", d.Tables[nftables.TableFamilyIPv6].Dump())
+	golden(t, "overall-ip.nft", d.Tables[nodeview.IPv4].Dump())
+	golden(t, "overall-ip6.nft", d.Tables[nodeview.IPv6].Dump())
 	want := map[types.NamespacedName]HealthInfo{{Namespace: "ns2", Name: "svc2"}: {Port: 30000, LocalEndpoints: 1}}
 	if diff := cmp.Diff(want, d.Health); diff != "" {
 		t.Errorf("health-check node ports (-want +got):\n%s", diff)
@@ -205,7 +205,7 @@ func TestMasqueradeAllGolden(t *testing.T) {
 	n.ClusterCIDRs = nil
 	in := overall()
 	in.Node = n
-	golden(t, "masquerade-all-ip.nft", Build(in).Tables[nftables.TableFamilyIPv4].Dump())
+	golden(t, "masquerade-all-ip.nft", Build(in).Tables[nodeview.IPv4].Dump())
 }
 
 // kube-proxy's local detector takes a list: a pod in any cluster CIDR is
@@ -216,8 +216,8 @@ func TestMasqueradeDecisionUsesEveryClusterCIDR(t *testing.T) {
 	in := overall()
 	in.Node = n
 	d := Build(in)
-	wants := map[nftables.TableFamily][]string{
-		nftables.TableFamilyIPv4: {
+	wants := map[nodeview.Family][]string{
+		nodeview.IPv4: {
 			"add rule ip netplane pick-tcp-2-pool-20 ip saddr != { 10.0.0.0/8, 100.64.0.0/10 } meta mark set meta mark | 0x4000",
 			"add rule ip netplane service-42NFTM6N-ns2/svc2/tcp/p80 ip daddr 172.30.0.42 ip saddr != { 10.0.0.0/8, 100.64.0.0/10 } meta mark set meta mark | 0x4000",
 			"add rule ip netplane external-42NFTM6N-ns2/svc2/tcp/p80 ip saddr { 10.0.0.0/8, 100.64.0.0/10 } goto service-42NFTM6N-ns2/svc2/tcp/p80",
@@ -241,7 +241,7 @@ func TestUnallocatedServiceIPsAreDroppedOnlyWithServiceCIDRs(t *testing.T) {
 		for _, r := range tbl.Chains[chClusterIPsCheck].Rules {
 			got = append(got, r.Text)
 		}
-		if want := []string{map[nftables.TableFamily]string{nftables.TableFamilyIPv4: "ip", nftables.TableFamilyIPv6: "ip6"}[fam] + " daddr @cluster-ips reject"}; !cmp.Equal(got, want) {
+		if want := []string{map[nodeview.Family]string{nodeview.IPv4: "ip", nodeview.IPv6: "ip6"}[fam] + " daddr @cluster-ips reject"}; !cmp.Equal(got, want) {
 			t.Errorf("without --service-cidrs, %v cluster-ips-check is %q; want only %q", fam, got, want)
 		}
 	}
@@ -303,7 +303,7 @@ func TestHairpinSetHoldsEndpointsThatCanComeBackHere(t *testing.T) {
 				}),
 				slice("ns/s", "s-a", map[string]int32{"p": 8080}, v1.ProtocolTCP, ep{ip: "10.9.0.1", node: c.node}, ep{ip: "10.9.0.2", node: "node-a"}))
 			a := netip.MustParseAddr("10.9.0.1")
-			hp := Build(in).Tables[nftables.TableFamilyIPv4].Sets[setHairpin]
+			hp := Build(in).Tables[nodeview.IPv4].Sets[setHairpin]
 			if got := hp != nil && hp.Elements[hairpinID(a)] != 0; got != c.want {
 				t.Errorf("10.9.0.1 in the hairpin set: %v, want %v", got, c.want)
 			}

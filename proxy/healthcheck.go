@@ -120,29 +120,6 @@ func listenAddrs(addrs []netip.Addr, port uint16) []listenAddr {
 	return out
 }
 
-// healthCheckIPs resolves where health-check node ports listen, as
-// kube-proxy does: the node-port addresses, but every address of a family
-// whose --nodeport-addresses include 0.0.0.0/0 or ::/0.
-func healthCheckIPs(spec []string, nodePortIPs []netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	for _, fam := range []netip.Addr{netip.IPv4Unspecified(), netip.IPv6Unspecified()} {
-		all := slices.ContainsFunc(spec, func(s string) bool {
-			p, err := netip.ParsePrefix(s)
-			return err == nil && p.Bits() == 0 && p.Addr().Is4() == fam.Is4()
-		})
-		if all {
-			out = append(out, fam)
-			continue
-		}
-		for _, a := range nodePortIPs {
-			if a.Is4() == fam.Is4() {
-				out = append(out, a)
-			}
-		}
-	}
-	return out
-}
-
 func (h *healthServers) handler(svc types.NamespacedName) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 		h.mu.Lock()

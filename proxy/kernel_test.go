@@ -7,12 +7,12 @@ import (
 	"testing"
 	"time"
 
-	"github.com/google/nftables"
 	v1 "k8s.io/api/core/v1"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // kernelNS is a throwaway namespace and a way to connect to its nftables.
@@ -31,7 +31,7 @@ func kernelNS(t *testing.T) (*netns.NS, nft.Dialer) {
 	return ns, d
 }
 
-func syncAll(t *testing.T, rs map[nftables.TableFamily]nft.Syncer, d *Desired, full bool) int {
+func syncAll(t *testing.T, rs map[nodeview.Family]nft.Syncer, d *Desired, full bool) int {
 	t.Helper()
 	n := 0
 	for fam, r := range rs {
@@ -46,7 +46,7 @@ func syncAll(t *testing.T, rs map[nftables.TableFamily]nft.Syncer, d *Desired, f
 
 // kernelSyncers are the programmers of the proxy's tables in the namespace of
 // dial, closed when the test ends.
-func kernelSyncers(t *testing.T, dial nft.Dialer) map[nftables.TableFamily]nft.Syncer {
+func kernelSyncers(t *testing.T, dial nft.Dialer) map[nodeview.Family]nft.Syncer {
 	rs := programmers(dial)
 	t.Cleanup(func() {
 		for _, r := range rs {
@@ -156,9 +156,9 @@ func nsName(ns, name string) (k struct{ Namespace, Name string }) {
 func TestABigSyncIsSplitIntoTransactions(t *testing.T) {
 	_, conn := kernelNS(t)
 	d := Build(scaleInput(1000))
-	r := kernelSyncers(t, conn)[nftables.TableFamilyIPv4]
+	r := kernelSyncers(t, conn)[nodeview.IPv4]
 	start := time.Now()
-	st, err := r.Sync(d.Tables[nftables.TableFamilyIPv4], true)
+	st, err := r.Sync(d.Tables[nodeview.IPv4], true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -167,7 +167,7 @@ func TestABigSyncIsSplitIntoTransactions(t *testing.T) {
 		t.Errorf("%d messages went in %d transaction(s); want them split", st.Messages, st.Transactions)
 	}
 	start = time.Now()
-	st, err = kernelSyncers(t, conn)[nftables.TableFamilyIPv4].Sync(d.Tables[nftables.TableFamilyIPv4], true)
+	st, err = kernelSyncers(t, conn)[nodeview.IPv4].Sync(d.Tables[nodeview.IPv4], true)
 	if err != nil || st.Messages != 0 {
 		t.Errorf("adopting: %d messages, %v; want 0 and no error", st.Messages, err)
 	}
@@ -182,7 +182,7 @@ func TestFullSyncReadsBackOnlyWhenOthersChangedTheTable(t *testing.T) {
 	ns, conn := kernelNS(t)
 	d := Build(overall())
 	rs := kernelSyncers(t, conn)
-	ip4 := rs[nftables.TableFamilyIPv4]
+	ip4 := rs[nodeview.IPv4]
 	syncAll(t, rs, d, true)
 	steps := []struct {
 		name     string
@@ -200,10 +200,10 @@ func TestFullSyncReadsBackOnlyWhenOthersChangedTheTable(t *testing.T) {
 		if s.cmd != nil {
 			ns.MustExec(t, "nft", s.cmd...)
 		}
-		if _, err := rs[nftables.TableFamilyIPv6].Sync(d.Tables[nftables.TableFamilyIPv6], true); err != nil {
+		if _, err := rs[nodeview.IPv6].Sync(d.Tables[nodeview.IPv6], true); err != nil {
 			t.Fatal(err)
 		}
-		st, err := ip4.Sync(d.Tables[nftables.TableFamilyIPv4], true)
+		st, err := ip4.Sync(d.Tables[nodeview.IPv4], true)
 		if err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
@@ -305,9 +305,9 @@ func TestChangesMakeBeforeBreak(t *testing.T) {
 	}} {
 		t.Run(c.name, func(t *testing.T) {
 			in := overall()
-			before := Build(in).Tables[nftables.TableFamilyIPv4]
+			before := Build(in).Tables[nodeview.IPv4]
 			c.change(&in)
-			after := Build(in).Tables[nftables.TableFamilyIPv4]
+			after := Build(in).Tables[nodeview.IPv4]
 			if got, want := planSteps(t, before, after, nil), c.want(in); !slices.Equal(got, want) {
 				t.Errorf("steps %q, want %q", got, want)
 			}
@@ -354,7 +354,7 @@ func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 	ns, conn := kernelNS(t)
 	m := NewModel()
 	rs := kernelSyncers(t, conn)
-	r := rs[nftables.TableFamilyIPv4]
+	r := rs[nodeview.IPv4]
 	list := func() string { return ns.MustExec(t, "nft", "list", "table", "ip", TableName) }
 	// input is n pooled Services and NodePort Services np<i> for nodePorts
 	// (each with a chain of its own).
@@ -378,14 +378,14 @@ func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 		touched := m.TakeTouched()
 		var err error
 		if full || touched == nil {
-			_, err = r.Sync(d.Tables[nftables.TableFamilyIPv4], full)
+			_, err = r.Sync(d.Tables[nodeview.IPv4], full)
 		} else {
-			_, err = r.SyncTouched(d.Tables[nftables.TableFamilyIPv4], touched[nftables.TableFamilyIPv4])
+			_, err = r.SyncTouched(d.Tables[nodeview.IPv4], touched[nodeview.IPv4])
 		}
 		if err != nil {
 			t.Fatalf("%d Services: %v", len(in.Services), err)
 		}
-		st, err := kernelSyncers(t, conn)[nftables.TableFamilyIPv4].Sync(d.Tables[nftables.TableFamilyIPv4], true)
+		st, err := kernelSyncers(t, conn)[nodeview.IPv4].Sync(d.Tables[nodeview.IPv4], true)
 		if err != nil || st.Messages != 0 {
 			t.Fatalf("%d Services: a restart sent %d messages (%v); want 0", len(in.Services), st.Messages, err)
 		}
@@ -409,7 +409,7 @@ func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 	// byHand makes the map under name, empty: a replacement cut short.
 	byHand := func(name, size string) {
 		ns.MustExec(t, "nft", "add", "map", "ip", TableName, name, "{ type ipv4_addr . inet_proto . inet_service : verdict ;"+size+" }")
-		r = kernelSyncers(t, conn)[nftables.TableFamilyIPv4]
+		r = kernelSyncers(t, conn)[nodeview.IPv4]
 	}
 	sync(input(100, 0, 1, 2), false)
 	has("service-ips", 192)
@@ -433,7 +433,7 @@ func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 	// The bigger is one without a size: kept, and sized by the next full
 	// sync, under a name neither had.
 	byHand("service-ips-b", "")
-	want := m.Build(input(400, 0)).Tables[nftables.TableFamilyIPv4]
+	want := m.Build(input(400, 0)).Tables[nodeview.IPv4]
 	if _, err := r.Sync(want, true); err != nil {
 		t.Fatal(err)
 	}
@@ -449,12 +449,12 @@ func TestSetsAreSizedAndReplacedWhenOutgrown(t *testing.T) {
 // after every other chain, then the old set deleted.
 func TestOutgrownSetIsFilledBeforeItsReadersSwitch(t *testing.T) {
 	in := overall()
-	before := Build(in).Tables[nftables.TableFamilyIPv4]
+	before := Build(in).Tables[nodeview.IPv4]
 	in.Services = append(in.Services, serviceRecordOf(svc("ns9", "new", func(s *v1.Service) {
 		s.Spec.ClusterIP = "172.30.9.9"
 		s.Spec.Ports = []v1.ServicePort{tcp("p", 80)}
 	})))
-	after := Build(in).Tables[nftables.TableFamilyIPv4]
+	after := Build(in).Tables[nodeview.IPv4]
 	full := uint32(len(before.Sets[setClusterIPs].Elements))
 	steps := planSteps(t, before, after, map[string]uint32{setClusterIPs: full})
 	at := func(what string) int {

@@ -1,10 +1,6 @@
 package proxy
 
-import (
-	"errors"
-
-	"github.com/prometheus/client_golang/prometheus"
-)
+import "github.com/prometheus/client_golang/prometheus"
 
 // metrics are the proxier's Prometheus metrics, named after kube-proxy's
 // with the netplane_proxy_ prefix.
@@ -18,8 +14,9 @@ type metrics struct {
 	conntrackDeletions prometheus.Counter
 }
 
-func newMetrics(reg prometheus.Registerer) *metrics {
-	m := &metrics{
+// newMetrics makes the metrics, unregistered (collectors).
+func newMetrics() *metrics {
+	return &metrics{
 		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "netplane_proxy_sync_duration_seconds",
 			Help:    "Time one sync of the nftables rules took, by type (full or partial).",
@@ -53,13 +50,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "UDP conntrack entries deleted because their endpoint went away.",
 		}),
 	}
-	for _, c := range []prometheus.Collector{m.syncDuration, m.programming, m.pendingChanges, m.syncFailures, m.noLocalEndpoints, m.lastSync, m.conntrackDeletions} {
-		if err := reg.Register(c); err != nil {
-			var are prometheus.AlreadyRegisteredError
-			if !errors.As(err, &are) {
-				panic(err) // a programming error: two metrics with one name
-			}
-		}
-	}
-	return m
+}
+
+// collectors are the metrics to register.
+func (m *metrics) collectors() []prometheus.Collector {
+	return []prometheus.Collector{m.syncDuration, m.programming, m.pendingChanges, m.syncFailures, m.noLocalEndpoints, m.lastSync, m.conntrackDeletions}
 }

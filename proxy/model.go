@@ -11,10 +11,10 @@ import (
 	"sync"
 	"sync/atomic"
 
-	"github.com/google/nftables"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Model builds desired rulesets incrementally. It remembers each Service's
@@ -28,21 +28,21 @@ type Model struct {
 	node    NodeFacts
 	frags   map[types.NamespacedName]*fragment
 	// shared counts the Services using each shared chain, per family.
-	shared map[nftables.TableFamily]map[string]int
+	shared map[nodeview.Family]map[string]int
 	picks  *pickCache
 	d      *Desired
 	// touched is what changed in the merged tables since TakeTouched:
 	// chains, sets of one Service (affinity) and elements of shared sets.
 	// nil means everything (a reset).
-	touched map[nftables.TableFamily]*nft.Touched
+	touched map[nodeview.Family]*nft.Touched
 }
 
 // TakeTouched returns, per family, what changed since the last call, and
 // forgets it; nil after a reset (the node's facts changed: all is new).
-func (m *Model) TakeTouched() map[nftables.TableFamily]*nft.Touched {
+func (m *Model) TakeTouched() map[nodeview.Family]*nft.Touched {
 	t := m.touched
-	m.touched = map[nftables.TableFamily]*nft.Touched{}
-	for _, fam := range Families {
+	m.touched = map[nodeview.Family]*nft.Touched{}
+	for _, fam := range nodeview.Families {
 		m.touched[fam] = nft.NewTouched()
 	}
 	if t == nil || m.frags == nil {
@@ -66,7 +66,7 @@ type fragment struct {
 // than a Table's maps: at 10,000 Services the maps of the fragments' own
 // tables were a fifth of the model's memory.
 type fragPart struct {
-	fam    nftables.TableFamily
+	fam    nodeview.Family
 	chains []*nft.Chain
 	shared []*nft.Chain // shared chains it uses (pickChain)
 	sets   []*nft.Set   // the Service's own sets (affinity)
@@ -153,13 +153,13 @@ func (m *Model) reset(key string, node NodeFacts) {
 	m.nodeKey, m.node = key, node
 	m.touched = nil
 	m.frags = map[types.NamespacedName]*fragment{}
-	m.shared = map[nftables.TableFamily]map[string]int{}
+	m.shared = map[nodeview.Family]map[string]int{}
 	m.picks = newPickCache(node)
 	m.d = newDesired()
-	for _, fam := range Families {
+	for _, fam := range nodeview.Families {
 		m.shared[fam] = map[string]int{}
-		t := nft.NewTable(fam, TableName)
-		baseRules(t, node) // declares the shared sets
+		t := nft.NewTable(tableFamily(fam), TableName)
+		baseRules(t, fam, node) // declares the shared sets
 		m.d.Tables[fam] = t
 	}
 }
@@ -198,11 +198,11 @@ var parallelFrom = 256
 
 func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts, picks *pickCache) *fragment {
 	d := newDesired()
-	var tables [2]*fragTable // by the index of the family in Families
-	for i, fam := range Families {
+	var tables [2]*fragTable // by the index of the family in nodeview.Families
+	for i, fam := range nodeview.Families {
 		// Only a family the Service has ClusterIPs of gets rules (build).
 		if slices.ContainsFunc(svc.ports, func(sp servicePort) bool {
-			return slices.ContainsFunc(sp.ClusterIPs, func(a netip.Addr) bool { return isFamily(a, fam) })
+			return slices.ContainsFunc(sp.ClusterIPs, func(a netip.Addr) bool { return nodeview.FamilyOf(a) == fam })
 		}) {
 			tables[i] = newFragTable(fam)
 		}
@@ -213,7 +213,7 @@ func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts, picks
 		for _, t := range tables {
 			if t != nil {
 				b := &builder{t: t, d: d, node: node, sp: sp, picks: picks}
-				b.build(familyEndpoints(spEps, t.Family))
+				b.build(familyEndpoints(spEps, t.fam))
 			}
 		}
 	}
@@ -225,7 +225,7 @@ func buildFragment(svc *serviceRecord, eps []*sliceRecord, node NodeFacts, picks
 		// An element added twice (a ClusterIP per port) is kept once.
 		elems := t.elems
 		slices.SortFunc(elems, func(a, b fragElem) int { return cmp.Or(strings.Compare(a.set, b.set), strings.Compare(a.id, b.id)) })
-		f.parts = append(f.parts, fragPart{fam: t.Family, chains: slices.Collect(maps.Values(t.Chains)), shared: t.shared,
+		f.parts = append(f.parts, fragPart{fam: t.fam, chains: slices.Collect(maps.Values(t.Chains)), shared: t.shared,
 			sets: slices.Collect(maps.Values(t.Sets)), elems: slices.Compact(elems)})
 	}
 	d.Tables = nil
@@ -317,7 +317,7 @@ func (m *Model) touch(part fragPart) {
 // elements are built again first, on all CPUs when many go at once (a
 // relist gives every record a new pointer).
 func (m *Model) removeAll(frags []*fragment) {
-	elems := make([]map[nftables.TableFamily][]fragElem, len(frags))
+	elems := make([]map[nodeview.Family][]fragElem, len(frags))
 	parallel(len(frags), func(i int) { elems[i] = m.sharedElems(frags[i]) })
 	for i, f := range frags {
 		m.remove(f, elems[i])
@@ -326,7 +326,7 @@ func (m *Model) removeAll(frags []*fragment) {
 
 // remove takes a fragment's chains and its shared elements out of the
 // model's tables.
-func (m *Model) remove(f *fragment, elems map[nftables.TableFamily][]fragElem) {
+func (m *Model) remove(f *fragment, elems map[nodeview.Family][]fragElem) {
 	for _, part := range f.parts {
 		part.elems = elems[part.fam]
 		t := m.d.Tables[part.fam]
@@ -362,8 +362,8 @@ func (m *Model) remove(f *fragment, elems map[nftables.TableFamily][]fragElem) {
 // sharedElems are the elements a merged fragment added to shared sets,
 // built again from its records: the same records and node facts give the
 // same elements, and a change of the node's facts resets the model.
-func (m *Model) sharedElems(f *fragment) map[nftables.TableFamily][]fragElem {
-	out := map[nftables.TableFamily][]fragElem{}
+func (m *Model) sharedElems(f *fragment) map[nodeview.Family][]fragElem {
+	out := map[nodeview.Family][]fragElem{}
 	for _, part := range buildFragment(f.svc, f.slices, m.node, m.picks).parts {
 		out[part.fam] = part.elems
 	}

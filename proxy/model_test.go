@@ -9,8 +9,9 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/nftables"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // TestIncrementalModelEqualsAFreshBuild changes Services and slices at
@@ -84,7 +85,7 @@ func TestIncrementalModelEqualsAFreshBuild(t *testing.T) {
 			delta[name] = c
 		}
 		applied := ma.Apply(delta)
-		for _, fam := range []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6} {
+		for _, fam := range []nodeview.Family{nodeview.IPv4, nodeview.IPv6} {
 			if diff := cmp.Diff(want.Tables[fam].Dump(), got.Tables[fam].Dump()); diff != "" {
 				t.Fatalf("step %d: incremental model differs from a fresh build (-fresh +incremental):\n%s", step, diff)
 			}
@@ -107,7 +108,7 @@ func TestParallelBuildEqualsASequentialOne(t *testing.T) {
 	defer func(n int) { parallelFrom = n }(parallelFrom)
 	parallelFrom = 1 << 30
 	sequential := Build(in)
-	for _, fam := range Families {
+	for _, fam := range nodeview.Families {
 		if diff := cmp.Diff(sequential.Tables[fam].Dump(), parallel.Tables[fam].Dump()); diff != "" {
 			t.Fatalf("parallel build differs (-sequential +parallel):\n%s", diff)
 		}

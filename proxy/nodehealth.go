@@ -7,7 +7,7 @@ import (
 	"net/http"
 	"time"
 
-	v1 "k8s.io/api/core/v1"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // The proxy's node health server is kube-proxy's (its --healthz-bind-address,
@@ -33,7 +33,7 @@ type nodeHealthReport struct {
 
 // nodeHealth decides an answer: /healthz is 200 only when the proxy is
 // healthy and the node eligible, /livez when the proxy is healthy.
-func nodeHealth(path string, healthy bool, lastUpdated, now time.Time, node *v1.Node) (int, nodeHealthReport) {
+func nodeHealth(path string, healthy bool, lastUpdated, now time.Time, node *nodeview.Node) (int, nodeHealthReport) {
 	r := nodeHealthReport{CurrentTime: now.UTC().Format(time.RFC3339Nano)}
 	if !lastUpdated.IsZero() {
 		r.LastUpdated = lastUpdated.UTC().Format(time.RFC3339Nano)
@@ -56,14 +56,14 @@ func nodeHealth(path string, healthy bool, lastUpdated, now time.Time, node *v1.
 // nodeEligible is false for a node being deleted or drained by the cluster
 // autoscaler; an unknown node (not listed yet) counts as eligible, as in
 // kube-proxy.
-func nodeEligible(node *v1.Node) bool {
+func nodeEligible(node *nodeview.Node) bool {
 	if node == nil {
 		return true
 	}
-	if node.DeletionTimestamp != nil {
+	if node.Deleting {
 		return false
 	}
-	for _, t := range node.Spec.Taints {
+	for _, t := range node.Taints {
 		if t.Key == toBeDeletedTaint {
 			return false
 		}
@@ -80,7 +80,10 @@ func (p *proxier) serveNodeHealth(ctx context.Context, addr string) error {
 	mux := http.NewServeMux()
 	for _, path := range []string{"/healthz", "/livez"} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, _ *http.Request) {
-			node, _ := p.nodes.Get(p.cfg.NodeName)
+			var node *nodeview.Node
+			if n, ok := nodeview.Get(p.nodes, p.cfg.NodeName); ok {
+				node = &n
+			}
 			code, body := nodeHealth(path, p.healthz() == nil, p.lastSynced(), time.Now(), node)
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("X-Content-Type-Options", "nosniff")

@@ -6,30 +6,31 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
-	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // The answers cloud load balancers and kube-proxy's users rely on.
 func TestNodeHealthAnswersAsKubeProxy(t *testing.T) {
 	now := time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC)
 	synced := now.Add(-time.Second)
-	deleting := &v1.Node{ObjectMeta: metav1.ObjectMeta{DeletionTimestamp: &metav1.Time{Time: now}}}
-	draining := &v1.Node{Spec: v1.NodeSpec{Taints: []v1.Taint{{Key: toBeDeletedTaint, Effect: v1.TaintEffectNoSchedule}}}}
+	deleting := &nodeview.Node{Deleting: true}
+	draining := &nodeview.Node{Taints: []v1.Taint{{Key: toBeDeletedTaint, Effect: v1.TaintEffectNoSchedule}}}
 	for _, tc := range []struct {
 		name     string
 		path     string
 		healthy  bool
-		node     *v1.Node
+		node     *nodeview.Node
 		code     int
 		eligible *bool
 	}{
-		{"healthy node", "/healthz", true, &v1.Node{}, http.StatusOK, ptrTo(true)},
-		{"rules behind", "/healthz", false, &v1.Node{}, http.StatusServiceUnavailable, ptrTo(true)},
+		{"healthy node", "/healthz", true, &nodeview.Node{}, http.StatusOK, ptrTo(true)},
+		{"rules behind", "/healthz", false, &nodeview.Node{}, http.StatusServiceUnavailable, ptrTo(true)},
 		{"node being deleted", "/healthz", true, deleting, http.StatusServiceUnavailable, ptrTo(false)},
 		{"node drained by the autoscaler", "/healthz", true, draining, http.StatusServiceUnavailable, ptrTo(false)},
 		{"node not listed yet", "/healthz", true, nil, http.StatusOK, ptrTo(true)},
 		{"livez ignores the node", "/livez", true, deleting, http.StatusOK, nil},
-		{"livez follows the rules", "/livez", false, &v1.Node{}, http.StatusServiceUnavailable, nil},
+		{"livez follows the rules", "/livez", false, &nodeview.Node{}, http.StatusServiceUnavailable, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			code, r := nodeHealth(tc.path, tc.healthy, synced, now, tc.node)

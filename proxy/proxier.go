@@ -5,23 +5,23 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"reflect"
 	"slices"
 	"strings"
 	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
-	"github.com/google/nftables"
 	"github.com/vishvananda/netlink"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/internal/runner"
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // proxier is the level-triggered sync loop: any event marks the state dirty,
@@ -29,10 +29,10 @@ import (
 type proxier struct {
 	log      logr.Logger
 	cfg      v1alpha1.Node
-	services cache.Store   // of *serviceRecord
-	slices   cache.Indexer // of *sliceRecord, indexed byService
-	nodes    corelisters.NodeLister
-	syncers  map[nftables.TableFamily]nft.Syncer // the tables, by family
+	services cache.Store                    // of *serviceRecord
+	slices   cache.Indexer                  // of *sliceRecord, indexed byService
+	nodes    cache.KeyGetter                // this node's Node, slim (nodeview)
+	syncers  map[nodeview.Family]nft.Syncer // the tables, by family
 	model    *Model
 	health   *healthServers
 	metrics  *metrics
@@ -57,16 +57,16 @@ type proxier struct {
 
 // newProxier reads Services, EndpointSlices and this node's Node from the
 // proxy's views and programs its tables through syncers.
-func newProxier(d role.Deps, v views, syncers map[nftables.TableFamily]nft.Syncer) *proxier {
+func newProxier(d role.Deps, v views, m *metrics, syncers map[nodeview.Family]nft.Syncer) *proxier {
 	p := &proxier{
 		log:      d.Log,
 		cfg:      d.Config.Node,
 		services: v.services.Indexer(),
 		slices:   v.slices.Indexer(),
-		nodes:    corelisters.NewNodeLister(v.nodes.Indexer()),
+		nodes:    v.nodes.Indexer(),
 		syncers:  syncers,
 		model:    NewModel(),
-		metrics:  newMetrics(d.Metrics),
+		metrics:  m,
 		started:  time.Now(),
 		cleanUDP: cleanConntrack,
 	}
@@ -144,17 +144,29 @@ func (p *proxier) eventHandler() cache.ResourceEventHandler {
 	}
 }
 
-// nodeHandler reacts to this node only (its addresses and zone).
+// nodeHandler reacts to this node only (its addresses and zone), and only
+// to a change of what the proxy reads of it: not to kubelet heartbeats.
 func (p *proxier) nodeHandler() cache.ResourceEventHandler {
-	return cache.FilteringResourceEventHandler{
-		FilterFunc: func(obj any) bool {
-			if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-				obj = t.Obj
+	own := func(obj any) bool {
+		n := nodeview.RecordOf(obj)
+		return n != nil && n.Name == p.cfg.NodeName
+	}
+	return cache.ResourceEventHandlerFuncs{
+		AddFunc: func(obj any) {
+			if own(obj) {
+				p.changed(obj)
 			}
-			n, ok := obj.(*v1.Node)
-			return ok && n.Name == p.cfg.NodeName
 		},
-		Handler: p.eventHandler(),
+		UpdateFunc: func(old, obj any) {
+			if own(obj) && !reflect.DeepEqual(old, obj) {
+				p.changedFrom(old, obj)
+			}
+		},
+		DeleteFunc: func(obj any) {
+			if own(obj) {
+				p.changed(obj)
+			}
+		},
 	}
 }
 
@@ -218,7 +230,7 @@ func (p *proxier) sync(full bool) error {
 	touched := p.model.TakeTouched()
 	built := time.Now()
 	var errs []error
-	for _, fam := range Families {
+	for _, fam := range nodeview.Families {
 		var err error
 		if full || touched == nil {
 			_, err = p.syncers[fam].Sync(d.Tables[fam], full)
@@ -348,60 +360,19 @@ func (p *proxier) input(node NodeFacts) (Input, error) {
 func (p *proxier) nodeFacts() NodeFacts {
 	nf := NodeFacts{Name: p.cfg.NodeName, MasqueradeAll: p.cfg.MasqueradeAll}
 	nf.ClusterCIDRs, nf.ServiceCIDRs = p.cfg.ClusterCIDRs, p.cfg.ServiceCIDRs
-	node, err := p.nodes.Get(p.cfg.NodeName)
-	if err != nil {
+	node, ok := nodeview.Get(p.nodes, p.cfg.NodeName)
+	if !ok {
 		p.log.V(1).Info("own Node not found; no zone and no primary node IPs for NodePorts until it exists", "node", p.cfg.NodeName)
 		return nf
 	}
 	nf.Zone = node.Labels[v1.LabelTopologyZone]
-	nf.NodePortIPs = nodePortIPs(p.cfg.NodePortAddresses, node, localAddrs)
+	nf.NodePortIPs = nodePortIPs(p.cfg.NodePortAddresses, node.PrimaryIPs(), localAddrs)
 	nf.HealthCheckIPs = healthCheckIPs(p.cfg.NodePortAddresses, nf.NodePortIPs)
 	return nf
 }
 
-// nodePortIPs resolves --nodeport-addresses: empty or "primary" means the
-// Node's primary IPs (first InternalIP, else ExternalIP, per family); CIDRs
-// select the node's own interface addresses.
-func nodePortIPs(spec []string, node *v1.Node, local func() []netip.Addr) []netip.Addr {
-	var out []netip.Addr
-	var cidrs []netip.Prefix
-	for _, s := range spec {
-		if pr, err := netip.ParsePrefix(s); err == nil {
-			cidrs = append(cidrs, pr.Masked())
-		}
-	}
-	if len(spec) == 0 || slices.Contains(spec, "primary") {
-		out = append(out, primaryIPs(node)...)
-	}
-	if len(cidrs) > 0 {
-		for _, a := range local() {
-			if !a.IsLoopback() && slices.ContainsFunc(cidrs, func(c netip.Prefix) bool { return c.Contains(a) }) && !slices.Contains(out, a) {
-				out = append(out, a)
-			}
-		}
-	}
-	return out
-}
-
-func primaryIPs(node *v1.Node) []netip.Addr {
-	var out []netip.Addr
-	for _, fam := range Families {
-		for _, typ := range []v1.NodeAddressType{v1.NodeInternalIP, v1.NodeExternalIP} {
-			found := false
-			for _, a := range node.Status.Addresses {
-				if ip, err := netip.ParseAddr(a.Address); err == nil && a.Type == typ && isFamily(ip.Unmap(), fam) {
-					out, found = append(out, ip.Unmap()), true
-					break
-				}
-			}
-			if found {
-				break
-			}
-		}
-	}
-	return out
-}
-
+// localAddrs are the addresses of the node's interfaces, which
+// --nodeport-addresses CIDRs select from.
 func localAddrs() []netip.Addr {
 	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
 	if err != nil {

@@ -7,13 +7,13 @@ import (
 	"testing"
 	"time"
 
-	"github.com/prometheus/client_golang/prometheus"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/internal/runner"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // TestTriggerTimesCountOnlyAfterStart: network programming latency is
@@ -22,7 +22,7 @@ import (
 // (the initial list's, maybe days old) do not.
 func TestTriggerTimesCountOnlyAfterStart(t *testing.T) {
 	start := time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)
-	p := &proxier{started: start, metrics: newMetrics(prometheus.NewRegistry()), runner: idleRunner()}
+	p := &proxier{started: start, metrics: newMetrics(), runner: idleRunner()}
 	at := func(d time.Duration) *sliceRecord { return &sliceRecord{trigger: start.Add(d)} }
 	p.changed(at(-time.Hour))
 	p.changed(&sliceRecord{})
@@ -41,7 +41,7 @@ func TestTriggerTimesCountOnlyAfterStart(t *testing.T) {
 // slice's Service, both Services of a slice that moved, and a Node makes
 // everything dirty.
 func TestEventsMarkTheServicesAPartialSyncReads(t *testing.T) {
-	p := &proxier{metrics: newMetrics(prometheus.NewRegistry()), runner: idleRunner(), dirty: map[types.NamespacedName]bool{}}
+	p := &proxier{metrics: newMetrics(), runner: idleRunner(), dirty: map[types.NamespacedName]bool{}}
 	h := p.eventHandler()
 	h.OnAdd(&serviceRecord{recordMeta: recordMeta{namespace: "ns", name: "a"}}, false)
 	h.OnUpdate(&sliceRecord{recordMeta: recordMeta{namespace: "ns", name: "s1"}, service: "b"},
@@ -52,7 +52,14 @@ func TestEventsMarkTheServicesAPartialSyncReads(t *testing.T) {
 	if !maps.Equal(p.dirty, want) {
 		t.Errorf("dirty %v, want %v", p.dirty, want)
 	}
-	p.nodeHandler().OnUpdate(&v1.Node{}, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: p.cfg.NodeName}})
+	self := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: p.cfg.NodeName}}
+	before := nodeview.Record(self, nodeKeep)
+	self.Labels = map[string]string{v1.LabelTopologyZone: "z2"}
+	p.nodeHandler().OnUpdate(before, before) // a heartbeat: nothing the proxy reads
+	if p.dirty == nil {
+		t.Errorf("after a Node update that changed nothing the proxy reads, everything is dirty")
+	}
+	p.nodeHandler().OnUpdate(before, nodeview.Record(self, nodeKeep))
 	if p.dirty != nil {
 		t.Errorf("after a Node event dirty is %v, want nil (everything)", p.dirty)
 	}

@@ -45,26 +45,32 @@ const gcPercent = 50
 // collection (role.StartupHeadroom); at 10,000 the heap has it anyway.
 const startupHeadroom = 16 << 20
 
-// Proxy is the proxy half of the node role.
-type Proxy struct {
-	d     role.Deps
-	views views
+// Feature is the Service proxy as a feature of the node role.
+type Feature struct {
+	d       role.Deps
+	views   views
+	metrics *metrics
 }
 
-// New builds the proxy: it registers its views of Services,
-// EndpointSlices and this node's Node on the process's informers.
-func New(d role.Deps) (*Proxy, error) {
+// New builds the proxy: it registers its metrics, and its views of
+// Services, EndpointSlices and this node's Node on the process's
+// informers.
+func New(d role.Deps) (*Feature, error) {
 	if d.MetricsHandler != nil {
 		if err := d.MetricsHandler("/proxyMode", proxyModeHandler()); err != nil {
 			return nil, err
 		}
 	}
-	return &Proxy{d: d, views: registerViews(d.Factory, d.Config.Node.NodeName)}, nil
+	m := newMetrics()
+	if err := d.Register(m.collectors()...); err != nil {
+		return nil, err
+	}
+	return &Feature{d: d, views: registerViews(d.Factory, d.Config.Node.NodeName), metrics: m}, nil
 }
 
 // Run programs Services until ctx ends. A graceful stop leaves the rules in
 // place, so Services keep working while the agent is restarted or upgraded.
-func (x *Proxy) Run(ctx context.Context) error {
+func (x *Feature) Run(ctx context.Context) error {
 	d := x.d
 	if _, err := os.Stat("/proc/net/netfilter"); err != nil {
 		d.Log.Info("no /proc/net/netfilter: is nf_tables available in this kernel?")
@@ -72,7 +78,7 @@ func (x *Proxy) Run(ctx context.Context) error {
 	// The model is the role's big, long-lived state (proxy/README.md).
 	role.DefaultGCPercent(gcPercent)
 	d.Factory.Start(ctx)
-	p := newProxier(d, x.views, programmers(nft.Dialer{}))
+	p := newProxier(d, x.views, x.metrics, programmers(nft.Dialer{}))
 	defer p.close()
 	var synced []cache.DoneChecker
 	for _, h := range []struct {

@@ -10,6 +10,8 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/utils/ptr"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 func TestEndpointsAreMappedByPortNamePerSliceAndMergedWhenDuplicated(t *testing.T) {
@@ -201,7 +203,7 @@ func TestNodePortAddresses(t *testing.T) {
 	}
 	for _, c := range cases {
 		var got []string
-		for _, a := range nodePortIPs(c.spec, node, local) {
+		for _, a := range nodePortIPs(c.spec, nodeview.Of(node, nodeview.Keep{}).PrimaryIPs(), local) {
 			got = append(got, a.String())
 		}
 		if !slices.Equal(got, c.want) {

@@ -5,9 +5,8 @@ import (
 	"hash/fnv"
 	"sync"
 
-	"github.com/google/nftables"
-
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // This file is where endpoints live: shared maps instead of a map per
@@ -41,7 +40,7 @@ func (b *builder) pickChain(eps []endpoint) string {
 		}
 		t.addElement(set, b.slot.elemID(uint32(i), e.addrPort()))
 	}
-	c := b.picks.chain(t.Family, protoNumber(sp.Protocol), len(eps), set)
+	c := b.picks.chain(t.fam, protoNumber(sp.Protocol), len(eps), set)
 	t.useShared(c)
 	return c.Name
 }
@@ -88,25 +87,25 @@ func portHash(sp *servicePort) uint32 {
 // fragment using it, and is never changed. Fragments are built in
 // parallel, hence the sync.Map.
 type pickCache struct {
-	masq   map[nftables.TableFamily]*nft.Rule // nil: no masquerade rule
-	chains sync.Map                           // pickKey → *nft.Chain
+	masq   map[nodeview.Family]*nft.Rule // nil: no masquerade rule
+	chains sync.Map                      // pickKey → *nft.Chain
 }
 
 type pickKey struct {
-	fam   nftables.TableFamily
+	fam   nodeview.Family
 	proto uint8
 	n     int
 	set   string
 }
 
 func newPickCache(node NodeFacts) *pickCache {
-	c := &pickCache{masq: map[nftables.TableFamily]*nft.Rule{}}
-	for _, f := range Families {
+	c := &pickCache{masq: map[nodeview.Family]*nft.Rule{}}
+	for _, f := range nodeview.Families {
 		var r nft.Rule
 		if node.MasqueradeAll {
-			r = nft.NewRule(f).MarkSet(masqBit).Rule()
-		} else if cidrs := familyPrefixes(node.ClusterCIDRs, f); len(cidrs) > 0 {
-			r = nft.NewRule(f).MatchPrefixes(nft.Saddr, cidrs, true).MarkSet(masqBit).Rule()
+			r = nft.NewRule(tableFamily(f)).MarkSet(masqBit).Rule()
+		} else if cidrs := f.Prefixes(node.ClusterCIDRs); len(cidrs) > 0 {
+			r = nft.NewRule(tableFamily(f)).MatchPrefixes(nft.Saddr, cidrs, true).MarkSet(masqBit).Rule()
 		} else {
 			continue
 		}
@@ -117,7 +116,7 @@ func newPickCache(node NodeFacts) *pickCache {
 
 // chain is "pick-tcp-3-pool-24": the ClusterIP masquerade mark, then the
 // DNAT to one of n endpoints in set.
-func (c *pickCache) chain(f nftables.TableFamily, proto uint8, n int, set string) *nft.Chain {
+func (c *pickCache) chain(f nodeview.Family, proto uint8, n int, set string) *nft.Chain {
 	key := pickKey{f, proto, n, set}
 	if ch, ok := c.chains.Load(key); ok {
 		return ch.(*nft.Chain)
@@ -126,7 +125,7 @@ func (c *pickCache) chain(f nftables.TableFamily, proto uint8, n int, set string
 	if r := c.masq[f]; r != nil {
 		ch.Rules = append(ch.Rules, *r)
 	}
-	ch.Rules = append(ch.Rules, dnatPick(nft.NewRule(f).L4Proto(proto), n, set).Rule())
+	ch.Rules = append(ch.Rules, dnatPick(nft.NewRule(tableFamily(f)).L4Proto(proto), n, set).Rule())
 	got, _ := c.chains.LoadOrStore(key, ch)
 	return got.(*nft.Chain)
 }

@@ -2,12 +2,12 @@ package proxy
 
 import (
 	v1 "k8s.io/api/core/v1"
-	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/internal/informer"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Labels that keep a Service, and its EndpointSlices, away from the proxy,
@@ -31,8 +31,8 @@ var proxySelector = func() labels.Selector {
 // views are the proxy's views of the process's informers: Services and
 // EndpointSlices without the labels above, kept as records (records.go),
 // with slices indexed by their Service for partial syncs (proxier.delta);
-// and this node's Node, whole. Alone in a process, the selectors go to the
-// API server, as kube-proxy's do.
+// and this node's Node, slim (nodeKeep). Alone in a process, the selectors
+// go to the API server, as kube-proxy's do.
 type views struct {
 	services, slices, nodes *informer.Handle
 }
@@ -44,9 +44,14 @@ func registerViews(f *informer.Factory, nodeName string) views {
 			NoNamespaceIndex: true}),
 		slices: f.Register(informer.View{Kind: informer.EndpointSlices, Name: "proxy", Labels: proxySelector, Record: record,
 			Indexers: cache.Indexers{byService: sliceServiceIndex}, NoNamespaceIndex: true}),
-		nodes: f.Register(informer.View{Kind: informer.Nodes, Name: "proxy", Fields: fields.OneTermEqualSelector("metadata.name", nodeName)}),
+		nodes: nodeview.Register(f, nodeview.View{Feature: "proxy", Self: nodeName, Keep: nodeKeep}),
 	}
 }
+
+// nodeKeep is what the proxy reads of its Node beside its addresses: the
+// zone for topology hints, and the cluster autoscaler's taint for the
+// node health server.
+var nodeKeep = nodeview.Keep{Labels: []string{v1.LabelTopologyZone}, Taints: []string{toBeDeletedTaint}}
 
 // record is the views' Record: a Service's or an EndpointSlice's record.
 func record(obj runtime.Object) any {

@@ -13,17 +13,15 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
-	"github.com/google/nftables"
-	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	corelisters "k8s.io/client-go/listers/core/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // fakeNode is a proxier whose tables are nft fakes and whose informer
@@ -32,7 +30,7 @@ import (
 type fakeNode struct {
 	t     *testing.T
 	p     *proxier
-	fakes map[nftables.TableFamily]*nft.Fake
+	fakes map[nodeview.Family]*nft.Fake
 	calls *syncCalls
 	nodes cache.Indexer // the Node lister's
 }
@@ -54,7 +52,7 @@ func (c *syncCalls) list() []string {
 // recorder is a Syncer that notes each call in calls.
 type recorder struct {
 	nft.Syncer
-	fam   nftables.TableFamily
+	fam   nodeview.Family
 	calls *syncCalls
 }
 
@@ -70,7 +68,7 @@ func (r recorder) SyncTouched(want *nft.Table, touched *nft.Touched) (nft.Stats,
 }
 
 func (r recorder) note(call string, touched *nft.Touched) {
-	if r.fam != nftables.TableFamilyIPv4 {
+	if r.fam != nodeview.IPv4 {
 		return // both families are synced alike: the IPv4 table's calls say it
 	}
 	r.calls.mu.Lock()
@@ -80,22 +78,22 @@ func (r recorder) note(call string, touched *nft.Touched) {
 }
 
 func newFakeNode(t *testing.T) *fakeNode {
-	n := &fakeNode{t: t, fakes: map[nftables.TableFamily]*nft.Fake{}, calls: &syncCalls{},
+	n := &fakeNode{t: t, fakes: map[nodeview.Family]*nft.Fake{}, calls: &syncCalls{},
 		nodes: cache.NewIndexer(cache.MetaNamespaceKeyFunc, cache.Indexers{})}
-	syncers := map[nftables.TableFamily]nft.Syncer{}
-	for _, id := range tableIDs() {
-		f := nft.NewFake(id)
-		n.fakes[id.Family], syncers[id.Family] = f, recorder{Syncer: f, fam: id.Family, calls: n.calls}
+	syncers := map[nodeview.Family]nft.Syncer{}
+	for i, id := range tableIDs() {
+		f, fam := nft.NewFake(id), nodeview.Families[i]
+		n.fakes[fam], syncers[fam] = f, recorder{Syncer: f, fam: fam, calls: n.calls}
 	}
 	n.p = &proxier{
 		log:      logr.Discard(),
 		cfg:      v1alpha1.Node{NodeName: testNode.Name, SyncPeriod: metav1.Duration{Duration: time.Hour}, MinSyncPeriod: metav1.Duration{Duration: time.Millisecond}},
 		services: cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc),
 		slices:   cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{byService: sliceServiceIndex}),
-		nodes:    corelisters.NewNodeLister(n.nodes),
+		nodes:    n.nodes,
 		syncers:  syncers,
 		model:    NewModel(),
-		metrics:  newMetrics(prometheus.NewRegistry()),
+		metrics:  newMetrics(),
 		started:  time.Now(),
 		cleanUDP: func(_, _ map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error) { return 0, nil },
 	}
@@ -202,8 +200,9 @@ func TestProxierSyncsItsTablesThroughTheProgrammer(t *testing.T) {
 		change: func(n *fakeNode) {
 			node := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: testNode.Name, Labels: map[string]string{v1.LabelTopologyZone: "z1"}},
 				Status: v1.NodeStatus{Addresses: []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.2"}}}}
-			n.must(n.nodes.Add(node))
-			n.p.nodeHandler().OnAdd(node, false)
+			rec := nodeview.Record(node, nodeKeep)
+			n.must(n.nodes.Add(rec))
+			n.p.nodeHandler().OnAdd(rec, false)
 		},
 		calls: []string{"whole"},
 	}} {
@@ -279,7 +278,7 @@ func TestProxierRetriesAFailedSyncAsAFullSync(t *testing.T) {
 	}
 	waitCalls("full")
 	// The loop is idle now; the fakes are the test's until the next kick.
-	n.fakes[nftables.TableFamilyIPv4].Fail(errors.New("the kernel refused it"))
+	n.fakes[nodeview.IPv4].Fail(errors.New("the kernel refused it"))
 	old := n.sliceOf("ns1", "svc1")
 	s := withEndpoint(old, "10.180.2.1")
 	n.must(n.p.slices.Update(s))

@@ -5,7 +5,7 @@ import (
 	"time"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
-	"github.com/netplane/netplane/cni/link"
+	"github.com/netplane/netplane/link"
 )
 
 // conntrackSysctls are the net.netfilter sysctls the conntrack settings

@@ -9,6 +9,7 @@ import (
 	"github.com/google/nftables/expr"
 
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // This file is the fixed layout of the proxy's tables: their names, the
@@ -19,24 +20,30 @@ import (
 // Nothing outside these two tables is ever touched.
 const TableName = "netplane"
 
-// Families are the two tables netplane programs.
-var Families = []nftables.TableFamily{nftables.TableFamilyIPv4, nftables.TableFamilyIPv6}
+// tableFamily is the nftables family of the table for addresses of f:
+// one table per address family, ip and ip6.
+func tableFamily(f nodeview.Family) nftables.TableFamily {
+	if f == nodeview.IPv6 {
+		return nftables.TableFamilyIPv6
+	}
+	return nftables.TableFamilyIPv4
+}
 
-// tableIDs are the proxy's tables, in the order of Families.
+// tableIDs are the proxy's tables, in the order of nodeview.Families.
 func tableIDs() []nft.TableID {
-	out := make([]nft.TableID, len(Families))
-	for i, f := range Families {
-		out[i] = nft.TableID{Family: f, Name: TableName}
+	out := make([]nft.TableID, len(nodeview.Families))
+	for i, f := range nodeview.Families {
+		out[i] = nft.TableID{Family: tableFamily(f), Name: TableName}
 	}
 	return out
 }
 
 // programmers program the proxy's tables in the namespace of d, with one
-// monitor of the kernel's notifications for both.
-func programmers(d nft.Dialer) map[nftables.TableFamily]nft.Syncer {
-	out := map[nftables.TableFamily]nft.Syncer{}
-	for _, p := range nft.NewProgrammers(d, tableIDs()...) {
-		out[p.Table().Family] = p
+// monitor of the kernel's notifications for both; by address family.
+func programmers(d nft.Dialer) map[nodeview.Family]nft.Syncer {
+	out := map[nodeview.Family]nft.Syncer{}
+	for i, p := range nft.NewProgrammers(d, tableIDs()...) {
+		out[nodeview.Families[i]] = p
 	}
 	return out
 }
@@ -76,15 +83,16 @@ const (
 	PriorityMasquerade = 100  // SNAT (srcnat)
 )
 
-func baseRules(t *nft.Table, n NodeFacts) {
-	f := t.Family
+// baseRules writes the base chains, rules and sets of the table t for
+// addresses of family f.
+func baseRules(t *nft.Table, f nodeview.Family, n NodeFacts) {
 	base := func(name string, typ nftables.ChainType, hook *nftables.ChainHook, prio int32, jumps ...string) {
 		t.Chain(name, &nft.Hook{Type: typ, Hook: *hook, Priority: prio})
 		for _, j := range jumps {
 			if typ == nftables.ChainTypeNAT {
-				t.AddRule(name, nft.NewRule(f).Jump(j).Rule())
+				t.AddRule(name, nft.NewRule(t.Family).Jump(j).Rule())
 			} else {
-				t.AddRule(name, nft.NewRule(f).CtState(expr.CtStateBitNEW).Jump(j).Rule())
+				t.AddRule(name, nft.NewRule(t.Family).CtState(expr.CtStateBitNEW).Jump(j).Rule())
 			}
 		}
 	}
@@ -100,25 +108,25 @@ func baseRules(t *nft.Table, n NodeFacts) {
 	base("filter-output", nftables.ChainTypeFilter, nftables.ChainHookOutput, PriorityFilter, chEndpointsCheck, chClusterIPsCheck)
 	base("nat-postrouting", nftables.ChainTypeNAT, nftables.ChainHookPostrouting, PriorityMasquerade, chMasquerading)
 
-	baseSets(t)
-	t.AddRule(chServices, nft.NewRule(f).Vmap(setServiceIPs, serviceFields...).Rule())
-	t.AddRule(chServices, nft.NewRule(f).Lookup(setNodePortIPs, nft.Daddr).Vmap(setNodePorts, nft.L4Proto, nft.THDport).Rule())
-	t.AddRule(chFirewallCheck, nft.NewRule(f).Vmap(setFirewallIPs, serviceFields...).Rule())
-	t.AddRule(chEndpointsCheck, nft.NewRule(f).Vmap(setNoEndpoints, serviceFields...).Rule())
-	t.AddRule(chNodePortsCheck, nft.NewRule(f).Lookup(setNodePortIPs, nft.Daddr).Vmap(setNoEPNodePorts, nft.L4Proto, nft.THDport).Rule())
-	t.AddRule(chClusterIPsCheck, nft.NewRule(f).Lookup(setClusterIPs, nft.Daddr).Reject().Rule())
-	if cidrs := familyPrefixes(n.ServiceCIDRs, f); len(cidrs) > 0 {
+	baseSets(t, f)
+	t.AddRule(chServices, nft.NewRule(t.Family).Vmap(setServiceIPs, serviceFields...).Rule())
+	t.AddRule(chServices, nft.NewRule(t.Family).Lookup(setNodePortIPs, nft.Daddr).Vmap(setNodePorts, nft.L4Proto, nft.THDport).Rule())
+	t.AddRule(chFirewallCheck, nft.NewRule(t.Family).Vmap(setFirewallIPs, serviceFields...).Rule())
+	t.AddRule(chEndpointsCheck, nft.NewRule(t.Family).Vmap(setNoEndpoints, serviceFields...).Rule())
+	t.AddRule(chNodePortsCheck, nft.NewRule(t.Family).Lookup(setNodePortIPs, nft.Daddr).Vmap(setNoEPNodePorts, nft.L4Proto, nft.THDport).Rule())
+	t.AddRule(chClusterIPsCheck, nft.NewRule(t.Family).Lookup(setClusterIPs, nft.Daddr).Reject().Rule())
+	if cidrs := f.Prefixes(n.ServiceCIDRs); len(cidrs) > 0 {
 		// An unallocated ClusterIP would otherwise follow the default
 		// route off the node, and the client wait for a timeout there.
-		t.AddRule(chClusterIPsCheck, nft.NewRule(f).MatchPrefixes(nft.Daddr, cidrs, false).Drop().Rule())
+		t.AddRule(chClusterIPsCheck, nft.NewRule(t.Family).MatchPrefixes(nft.Daddr, cidrs, false).Drop().Rule())
 	}
-	t.AddRule(chReject, nft.NewRule(f).Reject().Rule())
+	t.AddRule(chReject, nft.NewRule(t.Family).Reject().Rule())
 	// Clearing the mark keeps a re-used skb (VXLAN) from being masqueraded twice.
-	t.AddRule(chMasquerading, nft.NewRule(f).MarkHas(masqBit).MarkClear(masqBit).Masquerade(true).Rule())
-	t.AddRule(chMasquerading, nft.NewRule(f).Lookup(setHairpin, nft.Saddr, nft.Daddr).Masquerade(true).Rule())
+	t.AddRule(chMasquerading, nft.NewRule(t.Family).MarkHas(masqBit).MarkClear(masqBit).Masquerade(true).Rule())
+	t.AddRule(chMasquerading, nft.NewRule(t.Family).Lookup(setHairpin, nft.Saddr, nft.Daddr).Masquerade(true).Rule())
 
 	nodePortIPs := t.Sets[setNodePortIPs].Mutable()
-	for _, a := range familyAddrs(n.NodePortIPs, f) {
+	for _, a := range f.Of(n.NodePortIPs) {
 		nodePortIPs[addrID(a)] = 1
 	}
 }
@@ -134,8 +142,8 @@ func addrID(a netip.Addr) string {
 // with their last (Model.reserve, Model.add, Model.remove): a cluster uses few of them,
 // and creating all 288 in both families was a quarter of a full sync at
 // 1,000 Services.
-func baseSets(t *nft.Table) {
-	for name, spec := range sharedSets[t.Family] {
+func baseSets(t *nft.Table, f nodeview.Family) {
+	for name, spec := range sharedSets[f] {
 		if !onDemand[name] {
 			t.Set(name, spec)
 		}
@@ -158,9 +166,9 @@ var onDemand = func() map[string]bool {
 var endpointMapNames = append(slices.Clone(endpointShardNames), poolShardNames...)
 
 // sharedSets are the specs of the shared sets and maps, per family.
-var sharedSets = map[nftables.TableFamily]map[string]nft.SetSpec{
-	nftables.TableFamilyIPv4: sharedSetSpecs(nftables.TypeIPAddr),
-	nftables.TableFamilyIPv6: sharedSetSpecs(nftables.TypeIP6Addr),
+var sharedSets = map[nodeview.Family]map[string]nft.SetSpec{
+	nodeview.IPv4: sharedSetSpecs(nftables.TypeIPAddr),
+	nodeview.IPv6: sharedSetSpecs(nftables.TypeIP6Addr),
 }
 
 func sharedSetSpecs(addr nftables.SetDatatype) map[string]nft.SetSpec {

@@ -16,7 +16,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
-	"github.com/netplane/netplane/cni/link"
+	"github.com/netplane/netplane/link"
 )
 
 // Funcs are the plugin's verbs for skel.PluginMainFuncs.

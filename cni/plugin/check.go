@@ -13,7 +13,7 @@ import (
 	"go4.org/netipx"
 
 	"github.com/netplane/netplane/cni/ipam"
-	"github.com/netplane/netplane/cni/link"
+	"github.com/netplane/netplane/link"
 )
 
 // cmdCheck verifies that what prevResult describes is still in place: the

@@ -10,7 +10,7 @@ import (
 	"github.com/vishvananda/netlink"
 
 	"github.com/netplane/netplane/cni/ipam"
-	"github.com/netplane/netplane/cni/link"
+	"github.com/netplane/netplane/link"
 )
 
 // cmdDel undoes an ADD: it deletes the veth pair, then releases the record

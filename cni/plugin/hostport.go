@@ -11,7 +11,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/cni/ipam"
-	"github.com/netplane/netplane/cni/link"
+	"github.com/netplane/netplane/link"
 	"github.com/netplane/netplane/nft"
 )
 

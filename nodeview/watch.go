@@ -1,4 +1,4 @@
-package overlay
+package nodeview
 
 import (
 	"context"
@@ -8,6 +8,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/tools/cache"
 
@@ -17,10 +18,10 @@ import (
 )
 
 // Nodes is a node feature's view of the Node objects, each slimmed to its
-// facts (NodeOf) as the informer receives it, and the feature's sync loop
-// on them: the node role's features that route pods (the overlay, the pod
-// network) read nothing else of a Node, and most Node updates (kubelet
-// heartbeats) change none of it.
+// facts (Of) as the informer receives it, and the feature's sync loop on
+// them: the features that route pods (the overlay, the pod network) read
+// nothing else of a Node, and most Node updates (kubelet heartbeats)
+// change none of it.
 type Nodes struct {
 	h        *informer.Handle
 	d        role.Deps
@@ -38,14 +39,52 @@ type nodeRecord struct{ Node }
 
 func (r *nodeRecord) GetObjectMeta() metav1.Object { return &metav1.ObjectMeta{Name: r.Name} }
 
-// WatchNodes registers the view of feature (named in logs and checks) with
-// the process's informer factory, and makes its sync loop of sync with
-// --min-sync-period and --sync-period; it must be called when the process
-// builds its roles, before the factory starts.
-func WatchNodes(d role.Deps, feature string, sync func(ctx context.Context, full bool) error) *Nodes {
-	h := d.Factory.Register(informer.View{Kind: informer.Nodes, Name: feature, Record: func(o runtime.Object) any {
-		return &nodeRecord{NodeOf(o.(*v1.Node))}
-	}})
+// View is what a feature reads of the Nodes.
+type View struct {
+	Feature string // named in logs and checks
+	Self    string // only the Node of this name; "" for every Node
+	Keep    Keep
+}
+
+// Register registers v with the process's informer factory; the view's
+// records are Nodes (RecordOf reads one). Call it when the process builds
+// its roles, before the factory starts.
+func Register(f *informer.Factory, v View) *informer.Handle {
+	iv := informer.View{Kind: informer.Nodes, Name: v.Feature, Record: func(o runtime.Object) any {
+		if n, ok := o.(*v1.Node); ok {
+			return Record(n, v.Keep)
+		}
+		return o // already a record: transforms must be idempotent
+	}}
+	if v.Self != "" {
+		iv.Fields = fields.OneTermEqualSelector("metadata.name", v.Self)
+	}
+	return f.Register(iv)
+}
+
+// Record is n as a view keeps it, for a handler or a cache: what
+// RecordOf and Get read.
+func Record(n *v1.Node, keep Keep) any { return &nodeRecord{Of(n, keep)} }
+
+// Get is the Node of this name in a view's cache (its Handle's Indexer).
+func Get(store cache.KeyGetter, name string) (Node, bool) {
+	o, ok, err := store.GetByKey(name)
+	if err != nil || !ok {
+		return Node{}, false
+	}
+	r, ok := o.(*nodeRecord)
+	if !ok {
+		return Node{}, false
+	}
+	return r.Node, true
+}
+
+// Watch registers the view of every Node for feature (named in logs and
+// checks), and makes its sync loop of sync with --min-sync-period and
+// --sync-period; call it when the process builds its roles, before the
+// factory starts.
+func Watch(d role.Deps, feature string, sync func(ctx context.Context, full bool) error) *Nodes {
+	h := Register(d.Factory, View{Feature: feature})
 	n := d.Config.Node
 	r := runner.New(sync, runner.Options{MinInterval: n.MinSyncPeriod.Duration, FullInterval: n.SyncPeriod.Duration})
 	return &Nodes{h: h, d: d, feature: feature, runner: r}
@@ -82,11 +121,11 @@ func (n *Nodes) Relevant(relevant func(old, cur *Node) bool) { n.relevant = rele
 // facts, and the change is relevant. Valid once the factory started.
 func (n *Nodes) onChange() error {
 	_, err := n.h.AddEventHandler(cache.ResourceEventHandlerFuncs{
-		AddFunc:    func(o any) { n.change(nil, recordOf(o)) },
-		DeleteFunc: func(o any) { n.change(recordOf(o), nil) },
+		AddFunc:    func(o any) { n.change(nil, RecordOf(o)) },
+		DeleteFunc: func(o any) { n.change(RecordOf(o), nil) },
 		UpdateFunc: func(o, c any) {
 			if !reflect.DeepEqual(o, c) {
-				n.change(recordOf(o), recordOf(c))
+				n.change(RecordOf(o), RecordOf(c))
 			}
 		},
 	})
@@ -112,9 +151,9 @@ func (n *Nodes) change(old, cur *Node) {
 	n.runner.Request()
 }
 
-// recordOf is the facts an informer handed to a handler; nil for anything
-// else (a tombstone without its final state).
-func recordOf(o any) *Node {
+// RecordOf is the Node an informer of a view handed to a handler; nil for
+// anything else (a tombstone without its final state).
+func RecordOf(o any) *Node {
 	if t, ok := o.(cache.DeletedFinalStateUnknown); ok {
 		o = t.Obj
 	}

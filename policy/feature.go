@@ -14,8 +14,6 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/client-go/kubernetes/scheme"
-	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
@@ -43,8 +41,8 @@ const logRate = 10
 // logPrefix begins every denied packet's NFLOG prefix; the direction follows.
 const logPrefix = "netplane-policy denied "
 
-// Enforcer is the NetworkPolicy feature of the node role.
-type Enforcer struct {
+// Feature is the NetworkPolicy feature of the node role.
+type Feature struct {
 	log      logr.Logger
 	cfg      v1alpha1.Node
 	syncer   nft.Syncer
@@ -65,23 +63,24 @@ type Enforcer struct {
 }
 
 // New builds the feature of the node role d: with enforcement on, it
-// registers its informer views, which must happen before the process's
-// informers start.
-func New(d role.Deps) (*Enforcer, error) {
+// registers its metrics and its informer views, which must happen before
+// the process's informers start.
+func New(d role.Deps) (*Feature, error) {
 	cfg := d.Config.Node
 	if !cfg.NetworkPolicy.Enabled {
-		return &Enforcer{log: d.Log.WithName("network-policy"), cfg: cfg,
+		return &Feature{log: d.Log.WithName("network-policy"), cfg: cfg,
 			deleteTable: func() error { return nft.Delete(nft.Dialer{}, TableID) }}, nil
 	}
 	if d.Factory == nil {
 		return nil, errors.New("network policy: no informer factory")
 	}
-	b := record.NewBroadcaster()
-	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: d.Client.CoreV1().Events("")})
-	rec := b.NewRecorder(scheme.Scheme, v1.EventSource{Component: "netplane-node", Host: cfg.NodeName})
-	e := newEnforcer(d.Log.WithName("network-policy"), cfg, nft.NewProgrammer(nft.Dialer{}, TableID), newMetrics(d.Metrics), rec)
-	e.deps, e.stop = d, b.Shutdown
-	e.metrics.denied.read = kernelCounters(nft.Dialer{})
+	m := newMetrics()
+	if err := d.Register(m.collectors()...); err != nil {
+		return nil, err
+	}
+	rec, stop := d.Recorder("netplane-node", cfg.NodeName)
+	e := newFeature(d.Log.WithName("network-policy"), cfg, nft.NewProgrammer(nft.Dialer{}, TableID), m, rec)
+	e.deps, e.stop = d, stop
 	for _, v := range []informer.View{
 		{Kind: informer.Pods, Name: "network-policy", Record: func(o runtime.Object) any { return PodFromAPI(o.(*v1.Pod)) }},
 		{Kind: informer.Namespaces, Name: "network-policy", Record: func(o runtime.Object) any { return NamespaceFromAPI(o.(*v1.Namespace)) }},
@@ -94,24 +93,27 @@ func New(d role.Deps) (*Enforcer, error) {
 	return e, nil
 }
 
-// newEnforcer is the enforcing feature with its parts given: what tests
+// newFeature is the enforcing feature with its parts given: what tests
 // build on a fake kernel.
-func newEnforcer(log logr.Logger, cfg v1alpha1.Node, syncer nft.Syncer, m *metrics, rec record.EventRecorder) *Enforcer {
+func newFeature(log logr.Logger, cfg v1alpha1.Node, syncer nft.Syncer, m *metrics, rec record.EventRecorder) *Feature {
 	mc := Config{Node: cfg.NodeName}
 	if cfg.NetworkPolicy.LogDenied {
 		mc.Log = Log{Group: LogGroup, Rate: logRate, Prefix: logPrefix}
 	}
 	model := NewModel(mc)
-	e := &Enforcer{log: log, cfg: cfg, syncer: syncer, metrics: m, recorder: rec, model: model,
+	e := &Feature{log: log, cfg: cfg, syncer: syncer, metrics: m, recorder: rec, model: model,
 		render: newRenderer(model.Table()), invalid: map[types.NamespacedName]string{}}
 	e.runner = runner.New(e.sync, runner.Options{MinInterval: cfg.MinSyncPeriod.Duration, FullInterval: cfg.SyncPeriod.Duration})
+	if pc, ok := syncer.(nft.PacketCounter); ok && m != nil {
+		m.denied.read = deniedPackets(pc)
+	}
 	return e
 }
 
 // Run enforces until ctx ends, then leaves the table in place: a restarted
 // or upgraded agent adopts it, so enforcement has no gap either way. With
 // enforcement off it removes the table and waits.
-func (e *Enforcer) Run(ctx context.Context) error {
+func (e *Feature) Run(ctx context.Context) error {
 	if !e.cfg.NetworkPolicy.Enabled {
 		if err := e.deleteTable(); err != nil {
 			return fmt.Errorf("network policy is off, removing its table: %w", err)
@@ -147,11 +149,11 @@ func (e *Enforcer) Run(ctx context.Context) error {
 
 // healthy fails, as the proxier's check does, when a change has waited
 // longer than twice the sync period to reach the kernel.
-func (e *Enforcer) healthy() error { return e.runner.Healthy(2 * e.cfg.SyncPeriod.Duration) }
+func (e *Feature) healthy() error { return e.runner.Healthy(2 * e.cfg.SyncPeriod.Duration) }
 
 // sync renders what changed and programs it: every part of the table on
 // a full sync, the touched parts otherwise.
-func (e *Enforcer) sync(_ context.Context, full bool) error {
+func (e *Feature) sync(_ context.Context, full bool) error {
 	start := time.Now()
 	e.mu.Lock()
 	var touched *nft.Touched
@@ -208,7 +210,7 @@ func (r *policyRecord) key() types.NamespacedName {
 }
 
 // upsert applies a record to the model. Called with mu held.
-func (e *Enforcer) upsert(obj any) {
+func (e *Feature) upsert(obj any) {
 	switch r := obj.(type) {
 	case *Pod:
 		e.model.UpsertPod(r)
@@ -229,7 +231,7 @@ func (e *Enforcer) upsert(obj any) {
 
 // reportInvalid logs a policy that does not compile and records an event
 // on it, saying what stays in force. Called with mu held.
-func (e *Enforcer) reportInvalid(r *policyRecord) {
+func (e *Feature) reportInvalid(r *policyRecord) {
 	kept := "nothing of it is enforced"
 	if _, ok := e.model.policies[r.key()]; ok {
 		kept = "its previous version stays in force"
@@ -242,7 +244,7 @@ func (e *Enforcer) reportInvalid(r *policyRecord) {
 }
 
 // remove takes a record's object out of the model. Called with mu held.
-func (e *Enforcer) remove(obj any) {
+func (e *Feature) remove(obj any) {
 	switch r := obj.(type) {
 	case *Pod:
 		e.model.DeletePod(r.Key())

@@ -1,7 +1,8 @@
-// Package link holds the kernel-facing pieces the plugin and the node agent
-// share: the node bridge with its gateway addresses, the MTU of the node's
-// uplink, and per-namespace sysctls. Every function is idempotent, so both
-// sides may call it on every run.
+// Package link holds the netlink pieces the CNI plugin and the node role's
+// features share: the node bridge with its gateway addresses, the interface
+// that carries an address, the MTU of the node's uplink, per-namespace
+// sysctls, and retries of interrupted dumps. Every function is idempotent,
+// so each side may call it on every run.
 package link
 
 import (
@@ -176,4 +177,41 @@ func IsDefault(dst *net.IPNet) bool {
 	}
 	ones, _ := dst.Mask.Size()
 	return ones == 0
+}
+
+// Interface is a network interface as netlink lists it.
+type Interface struct {
+	Index int
+	Name  string
+	MTU   int
+}
+
+// Addrs is what InterfaceOf reads: a *netlink.Handle, or a fake of a
+// feature's.
+type Addrs interface {
+	AddrList(l netlink.Link, family int) ([]netlink.Addr, error)
+	LinkByIndex(index int) (netlink.Link, error)
+}
+
+// InterfaceOf is the interface that has the address ip; false when none has.
+func InterfaceOf(h Addrs, ip netip.Addr) (Interface, bool, error) {
+	fam := netlink.FAMILY_V4
+	if ip.Is6() {
+		fam = netlink.FAMILY_V6
+	}
+	addrs, err := Retry(func() ([]netlink.Addr, error) { return h.AddrList(nil, fam) })
+	if err != nil {
+		return Interface{}, false, fmt.Errorf("list addresses: %w", err)
+	}
+	for _, a := range addrs {
+		if p, ok := netipx.FromStdIPNet(a.IPNet); !ok || p.Addr() != ip {
+			continue
+		}
+		l, err := h.LinkByIndex(a.LinkIndex)
+		if err != nil {
+			return Interface{}, false, fmt.Errorf("interface of %s: %w", ip, err)
+		}
+		return Interface{Index: l.Attrs().Index, Name: l.Attrs().Name, MTU: l.Attrs().MTU}, true, nil
+	}
+	return Interface{}, false, nil
 }

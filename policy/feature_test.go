@@ -27,7 +27,7 @@ import (
 // runner would run them.
 
 type fakeNode struct {
-	e        *Enforcer
+	e        *Feature
 	fake     *nft.Fake
 	reg      *prometheus.Registry
 	events   *record.FakeRecorder
@@ -42,7 +42,9 @@ func newFakeNode(t *testing.T, logDenied bool) *fakeNode {
 	cfg := v1alpha1.Node{NodeName: "n1", NetworkPolicy: v1alpha1.NetworkPolicy{Enabled: true, LogDenied: logDenied}}
 	cfg.SyncPeriod.Duration, cfg.MinSyncPeriod.Duration = time.Minute, 0
 	f := &fakeNode{fake: nft.NewFake(TableID), reg: prometheus.NewRegistry(), events: record.NewFakeRecorder(10)}
-	f.e = newEnforcer(logr.Discard(), cfg, f.fake, newMetrics(f.reg), f.events)
+	m := newMetrics()
+	f.reg.MustRegister(m.collectors()...)
+	f.e = newFeature(logr.Discard(), cfg, f.fake, m, f.events)
 	f.pods, f.ns, f.policies = &sink{f.e, informer.Pods}, &sink{f.e, informer.Namespaces}, &sink{f.e, informer.NetworkPolicies}
 	return f
 }
@@ -340,12 +342,46 @@ func TestDeniedPacketsCountAcrossARewrittenChain(t *testing.T) {
 	}
 }
 
+// The deny chains' counters are read through the driver that programs the
+// table: none before the table is there, the chains' counts after.
+func TestDeniedPacketsAreReadThroughTheDriver(t *testing.T) {
+	f := newFakeNode(t, false)
+	f.fake.Count(denyChain(Ingress), 4)
+	f.fake.Count(denyChain(Egress), 2)
+	for _, tc := range []struct {
+		name string
+		sync bool
+		want map[string]float64
+	}{
+		{"no table yet", false, map[string]float64{"ingress": 0, "egress": 0}},
+		{"after a sync", true, map[string]float64{"ingress": 4, "egress": 2}},
+	} {
+		if tc.sync {
+			f.modelWorld(t)
+			f.sync(t, true)
+		}
+		mfs, err := f.reg.Gather()
+		must(t, err)
+		got := map[string]float64{}
+		for _, mf := range mfs {
+			if mf.GetName() == "netplane_network_policy_denied_packets_total" {
+				for _, m := range mf.Metric {
+					got[m.Label[0].GetValue()] = m.Counter.GetValue()
+				}
+			}
+		}
+		if !maps.Equal(got, tc.want) {
+			t.Errorf("%s: denied %v, want %v", tc.name, got, tc.want)
+		}
+	}
+}
+
 func TestDisabledRemovesTheTable(t *testing.T) {
 	f := newFakeNode(t, false)
 	f.modelWorld(t)
 	f.setPolicy(t, denyX)
 	f.sync(t, true)
-	off := &Enforcer{log: logr.Discard(), cfg: v1alpha1.Node{NetworkPolicy: v1alpha1.NetworkPolicy{Enabled: false}},
+	off := &Feature{log: logr.Discard(), cfg: v1alpha1.Node{NetworkPolicy: v1alpha1.NetworkPolicy{Enabled: false}},
 		deleteTable: func() error { f.fake.Edit(func(*nft.Table) *nft.Table { return nil }); return nil }}
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
