@@ -111,20 +111,19 @@ func TestEveryRoleCatchesUpWithinFiveSecondsOfTheAPIServer(t *testing.T) {
 				}
 				t.Logf("%s: caught up %v after the API server was ready (its watches served the changes after %v); %d requests (%d of them readiness probes) from the outage's start to then",
 					o.name, took.Round(10*time.Millisecond), lag.Round(10*time.Millisecond), reqs2-reqs, probes2-probes)
+				// Each process logs the outage once its last informer is
+				// back, which the checks above need not wait for; an outage
+				// beginning before that would be the same one. Wait for it:
+				// with every role in one process its last informer has come
+				// back up to 45 s after the roles' data caught up (seen on
+				// 2026-11-28, cause not found yet; docs/apiserver-outage.md).
+				if !o.etcd {
+					r.loggedOutages(t, apiOutages, apiOutages+1)
+				}
 			}
 			// Every process met every API server outage (an etcd one it
-			// may not meet: the watches stay open), and says so once, when
-			// its last informer is back, which the checks above need not
-			// wait for.
-			for _, p := range r.procs {
-				framework.Eventually(t, catchUp, p.Name+" logging each outage once", func() error {
-					data, _ := os.ReadFile(p.Log)
-					if n := strings.Count(string(data), `"API server outage over"`); n < apiOutages || n > len(outages) {
-						return fmt.Errorf("%d lines for %d API server outages and one of etcd", n, apiOutages)
-					}
-					return nil
-				})
-			}
+			// may not meet: the watches stay open) and said so once.
+			r.loggedOutages(t, apiOutages, len(outages))
 		})
 	}
 }
@@ -330,4 +329,19 @@ func anySliceHas(ip string) bool {
 		}
 	}
 	return false
+}
+
+// loggedOutages waits until every process has logged between lo and hi
+// "API server outage over" lines.
+func (r *roles) loggedOutages(t *testing.T, lo, hi int) {
+	t.Helper()
+	for _, p := range r.procs {
+		framework.Eventually(t, time.Minute, p.Name+" logging each outage once", func() error {
+			data, _ := os.ReadFile(p.Log)
+			if n := strings.Count(string(data), `"API server outage over"`); n < lo || n > hi {
+				return fmt.Errorf("%d lines, want %d to %d", n, lo, hi)
+			}
+			return nil
+		})
+	}
 }
