@@ -18,7 +18,7 @@ import (
 // nodes, and only Desired over every node is right: a change of this node
 // (its addresses and pod CIDRs shape every path), a pod CIDR overlap or a
 // tunnel MAC shared with another node (who keeps the route depends on
-// both), or prev holding such a conflict (this change may resolve it).
+// both), or prev holding such a conflict (the update may resolve it).
 func Update(prev Plan, in Input, n nodeview.Node, gone bool) (next Plan, d Delta, ok bool) {
 	if n.Name == in.Self || slices.ContainsFunc(prev.Decisions, func(d Decision) bool { return d.conflict }) {
 		return Plan{}, Delta{}, false

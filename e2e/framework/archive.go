@@ -19,6 +19,8 @@ type File struct {
 	Data []byte
 	Mode int64
 	Link string
+	// Xattrs are extended attributes, e.g. security.capability.
+	Xattrs map[string]string
 }
 
 // Layer is one filesystem layer of an image; images of one archive may
@@ -153,6 +155,12 @@ func (l *Layer) build() error {
 			h = &tar.Header{Typeflag: tar.TypeSymlink, Name: f.Path, Linkname: f.Link, Mode: 0o777, ModTime: epoch}
 		case strings.HasSuffix(f.Path, "/"):
 			h = &tar.Header{Typeflag: tar.TypeDir, Name: f.Path, Mode: mode, ModTime: epoch}
+		}
+		if len(f.Xattrs) > 0 {
+			h.Format, h.PAXRecords = tar.FormatPAX, map[string]string{}
+			for k, v := range f.Xattrs {
+				h.PAXRecords["SCHILY.xattr."+k] = v
+			}
 		}
 		if err := tw.WriteHeader(h); err != nil {
 			return err

@@ -17,6 +17,10 @@ const (
 	NetplaneImage = "lab.local/netplane:dev"
 )
 
+// netBindService is a struct vfs_cap_data (revision 2) granting
+// CAP_NET_BIND_SERVICE permitted and effective, as hack/tools/image writes it.
+var netBindService = string([]byte{0x01, 0, 0, 0x02, 0, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
+
 // binaries are the programs the lab builds from the working tree.
 type binaries struct {
 	dir                                        string
@@ -96,5 +100,12 @@ func writeImage(path, ref, bin, name string, entrypoint []string) error {
 		}
 		files = append(files, framework.File{Path: d, Mode: mode})
 	}
-	return framework.WriteImageArchive(path, ref, entrypoint, append(files, framework.File{Path: name, Data: data}))
+	prog := framework.File{Path: name, Data: data}
+	if name == "usr/local/bin/netplane" {
+		// As the product image (make image) has it: the chart runs the DNS
+		// role as a non-root user binding port 53, and the kubelet keeps
+		// only what the file capability grants.
+		prog.Xattrs = map[string]string{"security.capability": netBindService}
+	}
+	return framework.WriteImageArchive(path, ref, entrypoint, append(files, prog))
 }
