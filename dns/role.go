@@ -26,6 +26,7 @@ import (
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/informer"
+	"github.com/netplane/netplane/internal/memory"
 	"github.com/netplane/netplane/internal/role"
 )
 
@@ -63,7 +64,7 @@ func (s *Server) run(ctx context.Context, d role.Deps) error {
 		}
 		return s.Ready()
 	})
-	role.DefaultGCPercent(gcPercent)
+	memory.DefaultGCPercent(gcPercent)
 	l, err := Listen(d.Config.DNS.BindAddress, runtime.GOMAXPROCS(0))
 	if err != nil {
 		return err

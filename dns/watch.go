@@ -13,7 +13,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/internal/informer"
-	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/internal/memory"
 	"github.com/netplane/netplane/internal/runner"
 )
 
@@ -210,7 +210,7 @@ func (w *watcher) apply(p pending) {
 	if p.synced {
 		// Hand back the initial lists' garbage and start-up's pages now
 		// rather than over the next minutes.
-		role.ReleaseStartup()
+		memory.ReleaseStartup()
 	}
 	for _, t := range p.triggers {
 		kind := "cluster_ip"

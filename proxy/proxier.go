@@ -18,6 +18,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/memory"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/internal/runner"
 	"github.com/netplane/netplane/nft"
@@ -187,7 +188,7 @@ func (p *proxier) run(ctx context.Context) { p.runner.Run(ctx) }
 // runSync is one sync as the runner runs it.
 func (p *proxier) runSync(_ context.Context, full bool) error {
 	err := p.sync(full)
-	role.EndStartupHeadroom() // the first sync is over, well or not
+	memory.EndStartupHeadroom() // the first sync is over, well or not
 	if err != nil {
 		p.log.Error(err, "sync failed; retrying with a full sync")
 		p.metrics.syncFailures.Inc()
@@ -288,7 +289,7 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 		}
 		// The initial lists' and the first build's garbage, back now
 		// rather than over the next minutes.
-		role.ReleaseStartup()
+		memory.ReleaseStartup()
 	}
 }
 

@@ -32,6 +32,7 @@ import (
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/internal/informer"
+	"github.com/netplane/netplane/internal/memory"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nft"
 )
@@ -42,7 +43,7 @@ import (
 const gcPercent = 50
 
 // startupHeadroom lets the first sync of 1,000 Services run without a
-// collection (role.StartupHeadroom); at 10,000 the heap has it anyway.
+// collection (memory.StartupHeadroom); at 10,000 the heap has it anyway.
 const startupHeadroom = 16 << 20
 
 // Feature is the Service proxy as a feature of the node role.
@@ -76,7 +77,7 @@ func (x *Feature) Run(ctx context.Context) error {
 		d.Log.Info("no /proc/net/netfilter: is nf_tables available in this kernel?")
 	}
 	// The model is the role's big, long-lived state (proxy/README.md).
-	role.DefaultGCPercent(gcPercent)
+	memory.DefaultGCPercent(gcPercent)
 	d.Factory.Start(ctx)
 	p := newProxier(d, x.views, x.metrics, programmers(nft.Dialer{}))
 	defer p.close()
@@ -105,8 +106,8 @@ func (x *Feature) Run(ctx context.Context) error {
 	// As the first sync, whose model and garbage set the peak memory,
 	// starts, drop the executable's pages that only start-up read (beside
 	// it: reading smaps takes about a millisecond).
-	go role.DropExecutablePages()
-	role.StartupHeadroom(startupHeadroom)
+	go memory.DropExecutablePages()
+	memory.StartupHeadroom(startupHeadroom)
 	p.run(ctx)
 	shutdown, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()

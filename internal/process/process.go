@@ -41,6 +41,7 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/kube"
+	"github.com/netplane/netplane/internal/memory"
 	"github.com/netplane/netplane/internal/outage"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/internal/version"
@@ -97,7 +98,7 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 	// a role's own heap at 1,000 Services: drop it before the roles start,
 	// so a role's peak is not start-up's pages plus its heap. Pages still
 	// needed come back from the page cache on first touch.
-	role.DropExecutablePages()
+	memory.DropExecutablePages()
 	err = mgr.Start(ctx)
 	if errors.Is(err, context.DeadlineExceeded) {
 		return fmt.Errorf("roles did not stop within --shutdown-timeout=%v: %w", cfg.ShutdownTimeout.Duration, err)

@@ -10,9 +10,6 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
-	"os"
-	"runtime/debug"
-	"sync"
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
@@ -114,24 +111,6 @@ func WaitForSync(ctx context.Context, d Deps, name string, synced ...cache.DoneC
 	d.Log.Info("caches synced", "role", name)
 	return true
 }
-
-// DefaultGCPercent sets the collector's GOGC to percent unless the operator
-// chose one with $GOGC. The process-wide setting is the lowest any of its
-// roles asks for. Roles holding a big, long-lived state (the DNS index, the
-// proxy's model) use it: at Go's default the heap may grow to twice what is
-// live before a collection.
-func DefaultGCPercent(percent int) {
-	if _, set := os.LookupEnv("GOGC"); set {
-		return
-	}
-	gcMu.Lock()
-	defer gcMu.Unlock()
-	if old := debug.SetGCPercent(percent); old >= 0 && old < percent {
-		debug.SetGCPercent(old)
-	}
-}
-
-var gcMu sync.Mutex
 
 // ProtobufClient is a client of the process's API server that asks for
 // protobuf, which is smaller on the wire and cheaper to decode than JSON:

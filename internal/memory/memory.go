@@ -1,4 +1,7 @@
-package role
+// Package memory tunes the process's memory: the collector's GOGC that
+// roles holding a big state ask for, headroom for a start-up sync, and
+// giving back what start-up used and serving does not.
+package memory
 
 import (
 	"os"
@@ -6,6 +9,7 @@ import (
 	"runtime/metrics"
 	"strconv"
 	"strings"
+	"sync"
 
 	"golang.org/x/sys/unix"
 )
@@ -121,3 +125,21 @@ func pristineMappings(smaps, file string) []addrRange {
 	flush()
 	return out
 }
+
+// DefaultGCPercent sets the collector's GOGC to percent unless the operator
+// chose one with $GOGC. The process-wide setting is the lowest any of its
+// roles asks for. Roles holding a big, long-lived state (the DNS index, the
+// proxy's model) use it: at Go's default the heap may grow to twice what is
+// live before a collection.
+func DefaultGCPercent(percent int) {
+	if _, set := os.LookupEnv("GOGC"); set {
+		return
+	}
+	gcMu.Lock()
+	defer gcMu.Unlock()
+	if old := debug.SetGCPercent(percent); old >= 0 && old < percent {
+		debug.SetGCPercent(old)
+	}
+}
+
+var gcMu sync.Mutex
