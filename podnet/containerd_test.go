@@ -56,6 +56,7 @@ func TestContainerdRunsASandboxThroughNetplaneCNI(t *testing.T) {
 	sock := filepath.Join(dir, "containerd.sock")
 	cfg := filepath.Join(dir, "config.toml")
 	os.WriteFile(cfg, []byte(containerdConfig(dir, sock, binDir, confDir)), 0o644)
+	framework.RemoveNewCgroups(t, "k8s.io") // CRI's namespace, without a kubelet's cgroup parent
 	proc := node.Start(t, containerd, "--config", cfg)
 	client := dialCRI(t, sock, proc)
 	importPause(t, ctr, sock, dir)

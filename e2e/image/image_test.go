@@ -50,6 +50,7 @@ disabled_plugins = ["io.containerd.grpc.v1.cri"]
   address = "`+sock+`"
 `), 0o600)
 	ns := netns.New(t, "image")
+	framework.RemoveNewCgroups(t, "netplane-test") // the ctr namespace below
 	p := ns.Start(t, containerdBin, "--config", conf)
 	defer p.Stop(10 * time.Second)
 	ctr := func(args ...string) (string, error) {
