@@ -27,9 +27,12 @@ type Node struct {
 	Socket  string // containerd's socket (CRI)
 	CNIConf string // the CNI configuration directory netplane writes
 
-	lab                            *Lab
-	mu                             sync.Mutex
-	containerd, kubelet, netplaneP *framework.Process
+	lab                 *Lab
+	mu                  sync.Mutex
+	containerd, kubelet *framework.Process
+	// network is the node's network agent: netplane --role=node, or
+	// kube-proxy in the upstream stack.
+	network *framework.Process
 }
 
 // startNodes brings the nodes up side by side and waits until the control
@@ -178,14 +181,14 @@ func (n *Node) StartNetplane() error {
 		return err
 	}
 	p, err := n.lab.startEnv(n.NS, n.Name+"-netplane", env, argv...)
-	n.netplaneP = p
+	n.network = p
 	return err
 }
 
 // StopNetplane stops netplane --role=node.
 func (n *Node) StopNetplane() {
 	n.mu.Lock()
-	p := n.netplaneP
+	p := n.network
 	n.mu.Unlock()
 	if p != nil {
 		p.Stop(10 * time.Second)
@@ -197,7 +200,7 @@ func (n *Node) Logs(lines int) string {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	var b strings.Builder
-	for _, p := range []*framework.Process{n.kubelet, n.netplaneP, n.containerd} {
+	for _, p := range []*framework.Process{n.kubelet, n.network, n.containerd} {
 		if p != nil {
 			fmt.Fprintf(&b, "--- %s ---\n%s\n", p.Name, p.Tail(lines))
 		}

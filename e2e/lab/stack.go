@@ -91,31 +91,24 @@ func (l *Lab) startUpstreamNodeNetwork(n *Node, cidrs map[string][]string) error
 			continue
 		}
 		for _, c := range cidrs[other.Name] {
-			via := other.IP
-			if strings.Contains(c, ":") {
-				via = other.IP6
-			}
-			cmds = append(cmds, []string{"ip", "route", "replace", c, "via", via})
+			cmds = append(cmds, []string{"ip", "route", "replace", c, "via", other.addrFor(c)})
 		}
 	}
+	if err := run(n.NS, cmds...); err != nil {
+		return fmt.Errorf("%s: %w", n.Name, err)
+	}
 	v4, v6 := strings.Split(ClusterCIDRs, ",")[0], strings.Split(ClusterCIDRs, ",")[1]
-	cmds = append(cmds, []string{"nft", "-f", "-"})
-	masq := fmt.Sprintf(`table inet lab-masq {
+	nft := n.NS.Command("nft", "-f", "-")
+	nft.Stdin = strings.NewReader(fmt.Sprintf(`table inet lab-masq {
 	chain postrouting {
 		type nat hook postrouting priority srcnat;
 		ip saddr %s ip daddr != %s oifname "eth0" masquerade
 		ip6 saddr %s ip6 daddr != %s oifname "eth0" masquerade
 	}
 }
-`, v4, v4, v6, v6)
-	for _, c := range cmds {
-		cmd := n.NS.Command(c[0], c[1:]...)
-		if c[0] == "nft" {
-			cmd.Stdin = strings.NewReader(masq)
-		}
-		if out, err := cmd.CombinedOutput(); err != nil {
-			return fmt.Errorf("%s: %v: %v: %s", n.Name, c, err, out)
-		}
+`, v4, v4, v6, v6))
+	if out, err := nft.CombinedOutput(); err != nil {
+		return fmt.Errorf("%s: nft: %v: %s", n.Name, err, out)
 	}
 	if err := os.WriteFile(filepath.Join(n.CNIConf, "10-bridge.conflist"), conf, 0o644); err != nil {
 		return err
@@ -147,7 +140,7 @@ func (n *Node) startKubeProxy() error {
 	}
 	p, err := n.lab.start(n.NS, n.Name+"-kube-proxy", framework.Binary("kube-proxy"), "--config="+path, "--v=1")
 	n.mu.Lock()
-	n.netplaneP = p
+	n.network = p
 	n.mu.Unlock()
 	return err
 }

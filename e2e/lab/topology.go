@@ -131,15 +131,20 @@ func (l *Lab) secondLeg(ns *netns.NS, label string, s subnet, ip4, ip6 string) e
 // the underlay's router keeps knowing no pod CIDR.
 func (l *Lab) routePodCIDRs(n *Node, cidrs []string) error {
 	for _, c := range cidrs {
-		via := n.IP
-		if strings.Contains(c, ":") {
-			via = n.IP6
-		}
-		if _, err := l.ControlPlane.Exec("ip", "route", "replace", c, "via", via); err != nil {
+		if _, err := l.ControlPlane.Exec("ip", "route", "replace", c, "via", n.addrFor(c)); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// addrFor is the node's underlay address of cidr's family: where a route
+// to it goes.
+func (n *Node) addrFor(cidr string) string {
+	if strings.Contains(cidr, ":") {
+		return n.IP6
+	}
+	return n.IP
 }
 
 // RouteToNode routes addr (a /32) from the external client to a node over

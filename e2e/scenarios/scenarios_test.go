@@ -21,7 +21,6 @@ import (
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/wait"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/lab"
@@ -372,23 +371,15 @@ func TestNodeReadyFollowsThePodNetwork(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	waitNode := func(what string, done func(error) bool) {
-		t.Helper()
-		var last error
-		err := wait.PollUntilContextTimeout(ctx, 200*time.Millisecond, time.Minute, true, func(ctx context.Context) (bool, error) {
-			last = n.Ready(ctx)
-			return done(last), nil
-		})
-		if err != nil {
-			t.Fatalf("%s: %v (last: %v)", what, err, last)
+	framework.Eventually(t, time.Minute, "NotReady without a CNI configuration", func() error {
+		if err := n.Ready(ctx); err == nil || !strings.Contains(err.Error(), "NetworkPluginNotReady") {
+			return fmt.Errorf("node %s: %v", n.Name, err)
 		}
-	}
-	waitNode("NotReady without a CNI configuration", func(err error) bool {
-		return err != nil && strings.Contains(err.Error(), "NetworkPluginNotReady")
+		return nil
 	})
 	if err := n.StartNetplane(); err != nil {
 		t.Fatal(err)
 	}
 	running = true
-	waitNode("Ready once netplane writes the CNI configuration", func(err error) bool { return err == nil })
+	framework.Eventually(t, time.Minute, "Ready once netplane writes the CNI configuration", func() error { return n.Ready(ctx) })
 }
