@@ -12,9 +12,9 @@ import (
 	"time"
 
 	"github.com/go-logr/logr"
+	"github.com/go-logr/logr/funcr"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
-	coordinationv1 "k8s.io/api/coordination/v1"
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -61,10 +61,8 @@ func startReplica(t *testing.T, s *framework.APIServer, log logr.Logger, change 
 	}
 	d := role.Deps{Config: cfg, RestConfig: rc, Client: client, Factory: informer.New(client), Checks: r.checks,
 		Metrics: prometheus.NewRegistry(), Log: log}
-	for _, part := range Role(d) {
-		if err := mgr.Add(part); err != nil {
-			t.Fatal(err)
-		}
+	if err := process.AddParts(mgr, cfg, rc, Role(d), log); err != nil {
+		t.Fatal(err)
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	r.cancel = cancel
@@ -127,29 +125,57 @@ func TestTwoReplicasOnlyTheLeaderWrites(t *testing.T) {
 	}
 }
 
-// A leader that can no longer renew its Lease stops at once (the process
-// exits 1), so that only the new holder writes.
-func TestALostLeaseStopsTheLeader(t *testing.T) {
+// A leader that can no longer renew its Lease stops writing at once, and
+// campaigns again: once the Lease is free it wins it back and resumes,
+// without the process stopping.
+func TestALostLeaseStopsTheLeaderUntilItWinsItBack(t *testing.T) {
 	s := framework.SharedAPIServer(t, framework.Options{})
 	name := fmt.Sprintf("netplane-test-%d", time.Now().UnixNano())
-	// The manager does not wait for the parts on a lost Lease: they may log
-	// after the test ended, which testr does not allow.
-	r := startReplica(t, s, logr.Discard(), func(c *v1alpha1.Controller) { c.LeaderElection.ResourceName = name })
+	// The replica's writes when it logged losing and winning the Lease.
+	type mark struct {
+		what   string
+		writes int
+	}
+	marks := make(chan mark, 16)
+	var r *replica
+	started := make(chan struct{}) // r is set
+	log := funcr.New(func(_, args string) {
+		for _, w := range []string{"leader election lost", "leader election won"} {
+			if strings.Contains(args, w) {
+				<-started
+				marks <- mark{w, r.writes.total()}
+			}
+		}
+	}, funcr.Options{})
+	r = startReplica(t, s, log, func(c *v1alpha1.Controller) { c.LeaderElection.ResourceName = name })
+	close(started)
+	next := func(want string) mark {
+		t.Helper()
+		select {
+		case m := <-marks:
+			if m.what != want {
+				t.Fatalf("the replica logged %q, want %q", m.what, want)
+			}
+			return m
+		case err := <-r.done:
+			r.once.Do(func() {})
+			t.Fatalf("the replica stopped (%v) waiting for %q", err, want)
+		case <-time.After(30 * time.Second):
+			t.Fatalf("the replica did not log %q within 30s", want)
+		}
+		return mark{}
+	}
+	next("leader election won")
+	ns := newNamespace(t, s, "lease")
+	createNode(t, s, "node-1", "")
+	createService(t, s.Client, ns, newService("a"))
+	createPod(t, s.Client, ns, newPod("a", 0))
+	waitEndpoints(t, s, ns, "a", 1)
+
+	// Another holder takes the Lease for 4 s. The replica renews every
+	// 200 ms: an update between its renewals may conflict, and is made
+	// again on the Lease as it then is.
 	leases := s.Client.CoordinationV1().Leases("kube-system")
-	var lease *coordinationv1.Lease
-	framework.Eventually(t, 30*time.Second, "the replica to hold the Lease", func() error {
-		var err error
-		lease, err = leases.Get(framework.Ctx(t), name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if lease.Spec.HolderIdentity == nil || *lease.Spec.HolderIdentity == "" {
-			return errors.New("no holder yet")
-		}
-		return nil
-	})
-	// The replica renews every 200 ms: an update between its renewals may
-	// conflict, and is made again on the Lease as it then is.
 	err := retry.RetryOnConflict(retry.DefaultRetry, func() error {
 		lease, err := leases.Get(framework.Ctx(t), name, metav1.GetOptions{})
 		if err != nil {
@@ -157,23 +183,20 @@ func TestALostLeaseStopsTheLeader(t *testing.T) {
 		}
 		now := metav1.NewMicroTime(time.Now())
 		lease.Spec.HolderIdentity, lease.Spec.RenewTime, lease.Spec.AcquireTime = ptr.To("usurper"), &now, &now
-		lease.Spec.LeaseDurationSeconds = ptr.To[int32](60)
+		lease.Spec.LeaseDurationSeconds = ptr.To[int32](4)
 		_, err = leases.Update(framework.Ctx(t), lease, metav1.UpdateOptions{})
 		return err
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	select {
-	case err := <-r.done:
-		if err == nil || !strings.Contains(err.Error(), "leader election lost") {
-			t.Errorf("the replica stopped with %v, want the lost Lease", err)
-		}
-		r.once.Do(func() {}) // stopped already
-		r.cancel()
-	case <-time.After(15 * time.Second):
-		t.Fatal("the replica still runs 15s after losing its Lease (renew deadline 2s)")
+	lost := next("leader election lost")
+	createPod(t, s.Client, ns, newPod("a", 1))
+	won := next("leader election won")
+	if won.writes != lost.writes {
+		t.Errorf("the replica wrote %d times without the Lease", won.writes-lost.writes)
 	}
+	waitEndpoints(t, s, ns, "a", 2)
 }
 
 func TestRoleMirrorsEndpoints(t *testing.T) {

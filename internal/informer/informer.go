@@ -147,7 +147,7 @@ func (f *Factory) Start(ctx context.Context) {
 
 func (f *Factory) start(ctx context.Context, r *resource) {
 	k := kinds[r.kind]
-	m := f.gate.Member(ctx)
+	m := f.gate.Member(ctx, string(r.kind))
 	if len(r.views) == 1 {
 		h := r.views[0]
 		h.alone = true

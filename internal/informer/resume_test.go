@@ -37,7 +37,7 @@ func TestResumeListsOnceTheProbeAnswersAndNotBefore(t *testing.T) {
 	gate := outage.New(fast, probe, logr.Discard())
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	m := gate.Member(ctx)
+	m := gate.Member(ctx, "test")
 
 	listed := make(chan struct{}, 1)
 	lw := cache.ToListWatcherWithWatchListSemantics(&cache.ListWatch{

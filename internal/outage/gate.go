@@ -38,8 +38,9 @@ type episode struct {
 	cause           error
 	back            chan struct{} // closed when a probe succeeds; a new one if lost again
 	probing         bool
-	probes          int // failed so far: the probe backoff's step
-	waiting         int // members that met it and have not relisted yet
+	probes          int    // failed so far: the probe backoff's step
+	waiting         int    // members that met it and have not relisted yet
+	last            string // the member whose return ended it
 }
 
 // New returns a gate probing with probe (Readyz) on the real clock.
@@ -97,13 +98,16 @@ func (g *Gate) Register(reg prometheus.Registerer) error {
 
 // Member is one informer's place at the gate.
 type Member struct {
-	g   *Gate
-	ctx context.Context // the informer's life, which bounds the probes it starts
-	out bool            // met the current outage and not relisted yet; under g.mu
+	g    *Gate
+	ctx  context.Context // the informer's life, which bounds the probes it starts
+	name string          // what it lists, for the log
+	out  bool            // met the current outage and not relisted yet; under g.mu
 }
 
-// Member adds an informer running until ctx ends.
-func (g *Gate) Member(ctx context.Context) *Member { return &Member{g: g, ctx: ctx} }
+// Member adds an informer of name running until ctx ends.
+func (g *Gate) Member(ctx context.Context, name string) *Member {
+	return &Member{g: g, ctx: ctx, name: name}
+}
 
 // closed reports whether an outage is on and no probe found the API
 // server back yet.
@@ -245,6 +249,7 @@ func (m *Member) Back() {
 	m.out = false
 	e := g.cur
 	e.waiting--
+	e.last = m.name
 	if e.waiting == 0 && isClosed(e.back) {
 		g.finish(e)
 	}
@@ -257,7 +262,7 @@ func (g *Gate) finish(e *episode) {
 	g.catchUp.Observe(took.Seconds())
 	g.log.Info("API server outage over", "lost", e.lostAt.UTC().Format(time.RFC3339Nano),
 		"away", e.readyAt.Sub(e.lostAt).Round(time.Millisecond), "caughtUp", took.Round(time.Millisecond),
-		"failedProbes", e.probes, "cause", e.cause.Error())
+		"failedProbes", e.probes, "lastBack", e.last, "cause", e.cause.Error())
 }
 
 // probeUntilBack probes on the policy's backoff until a probe succeeds,

@@ -83,7 +83,7 @@ func TestGateProbesOnceForAllInformersAndReleasesThemSpread(t *testing.T) {
 			log := funcr.New(func(prefix, args string) { lines = append(lines, args) }, funcr.Options{})
 			g := newGate(DefaultPolicy, func(context.Context) error { return <-answers }, clk, func() float64 { return 0.5 }, log)
 			ctx := context.Background()
-			a, b := g.Member(ctx), g.Member(ctx)
+			a, b := g.Member(ctx, "test"), g.Member(ctx, "test")
 
 			calls := 0
 			call := func(err error) func() error { return func() error { calls++; return err } }
@@ -145,7 +145,7 @@ func TestGateLostAgainAfterProbeGoesOnAsOneOutage(t *testing.T) {
 	log := funcr.New(func(string, string) { lines++ }, funcr.Options{})
 	g := newGate(DefaultPolicy, func(context.Context) error { return <-answers }, clk, func() float64 { return 0 }, log)
 	ctx := context.Background()
-	m := g.Member(ctx)
+	m := g.Member(ctx, "test")
 	_ = m.Do(ctx, func() error { return refused })
 	done := make(chan error)
 	go func() { done <- m.Wait(ctx) }()
@@ -178,7 +178,7 @@ func TestSleepGivesWayToTheGateClosing(t *testing.T) {
 	clk := &signalClock{now: time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC), timers: make(chan timer)}
 	g := newGate(DefaultPolicy, func(context.Context) error { return nil }, clk, func() float64 { return 0.5 }, logr.Discard())
 	ctx := context.Background()
-	sleeper, other := g.Member(ctx), g.Member(ctx)
+	sleeper, other := g.Member(ctx, "test"), g.Member(ctx, "test")
 	woke := make(chan error)
 	go func() { woke <- sleeper.Sleep(ctx, 45*time.Second) }()
 	long := <-clk.timers // the 45 s backoff, never fired

@@ -1,9 +1,10 @@
 // Package process runs netplane's roles in one process on controller-runtime's
 // manager. The manager owns what every Kubernetes component has around its
-// work: Prometheus /metrics from controller-runtime's registry, leader
-// election, the order in which parts start and stop, and a graceful stop
+// work: Prometheus /metrics from controller-runtime's registry, the order in
+// which parts start and stop, and a graceful stop
 // bounded by --shutdown-timeout; /healthz and /readyz are served by a
 // server the manager runs (health.go says why it is not the manager's own).
+// Leader election is netplane's own (election.go says why).
 //
 // The roles use neither the manager's cache nor its client. They read the
 // process's one informer per resource (internal/informer), each through
@@ -31,7 +32,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
-	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/klog/v2"
 	ctrllog "sigs.k8s.io/controller-runtime/pkg/log"
 	"sigs.k8s.io/controller-runtime/pkg/manager"
@@ -51,7 +51,7 @@ import (
 var _ manager.LeaderElectionRunnable = role.Runnable{}
 
 // Run runs the configured roles, built by roles, until ctx ends (nil after
-// a graceful stop) or one fails, the Lease is lost, or the stop outlasts
+// a graceful stop) or one fails, or the stop outlasts
 // --shutdown-timeout (an error).
 func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role.Role) error {
 	log := klog.Background().WithName("netplane")
@@ -83,15 +83,15 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 	if err != nil {
 		return err
 	}
+	var parts []role.Runnable
 	for _, name := range cfg.Roles {
 		d := deps
 		d.Role, d.Log = name, klog.Background().WithName(name)
 		checks.Starting(name)
-		for _, part := range roles[name](d) {
-			if err := mgr.Add(part); err != nil {
-				return err
-			}
-		}
+		parts = append(parts, roles[name](d)...)
+	}
+	if err := AddParts(mgr, cfg, restConfig, parts, log); err != nil {
+		return err
 	}
 	// The initialisation of every package linked in (all roles' and their
 	// libraries') left about 20 MiB of the executable resident, more than
@@ -129,10 +129,38 @@ func informers(ctx context.Context, restConfig *rest.Config, log logr.Logger) (*
 	return informer.NewWithGate(client, gate), nil
 }
 
+// AddParts adds the roles' parts to mgr; those that need the Lease run
+// under one campaign of their own (election.go) when leader election is on.
+func AddParts(mgr manager.Manager, cfg *v1alpha1.Configuration, restConfig *rest.Config, parts []role.Runnable, log logr.Logger) error {
+	var leading []role.Runnable
+	for _, part := range parts {
+		if part.Elected && electing(cfg) {
+			leading = append(leading, part)
+			continue
+		}
+		if err := mgr.Add(part); err != nil {
+			return err
+		}
+	}
+	if len(leading) == 0 {
+		return nil
+	}
+	e, err := newElected(cfg.Controller.LeaderElection, restConfig, leading, log.WithName("leader-election"))
+	if err != nil {
+		return err
+	}
+	return mgr.Add(e)
+}
+
+// electing reports whether the elected parts run only while this process
+// holds the Lease (election.go); otherwise they run as the others do.
+func electing(cfg *v1alpha1.Configuration) bool {
+	return cfg.Controller.LeaderElection.LeaderElect && slices.Contains(cfg.Roles, v1alpha1.RoleController)
+}
+
 // NewManager returns the manager the roles run on, set from cfg: metrics on
 // metricsBindAddress, /healthz and /readyz from checks on
-// healthBindAddress, leader election when the controller role runs with
-// leaderElect, and a stop bounded by shutdownTimeout. A bind address of
+// healthBindAddress, and a stop bounded by shutdownTimeout. A bind address of
 // port 0 is given a free port here, which is logged; "" turns that server
 // off. It never calls the API server.
 func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *role.Checks, log logr.Logger) (manager.Manager, error) {
@@ -171,23 +199,6 @@ func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *ro
 		Logger:                  log,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
 		GracefulShutdownTimeout: &cfg.ShutdownTimeout.Duration,
-	}
-	if le := cfg.Controller.LeaderElection; le.LeaderElect && slices.Contains(cfg.Roles, v1alpha1.RoleController) {
-		opts.LeaderElection = true
-		opts.LeaderElectionResourceLock = resourcelock.LeasesResourceLock
-		opts.LeaderElectionNamespace = le.ResourceNamespace
-		opts.LeaderElectionID = le.ResourceName
-		opts.LeaseDuration = &le.LeaseDuration.Duration
-		opts.RenewDeadline = &le.RenewDeadline.Duration
-		opts.RetryPeriod = &le.RetryPeriod.Duration
-		// A graceful stop gives the Lease up once every part has stopped,
-		// so a peer takes over at once and never while this one writes.
-		// (controller-runtime v0.25 then logs "error received after stop
-		// sequence was engaged" err="leader election lost": its handler of
-		// the elector's stop cannot tell a release from a loss.) A lost
-		// Lease ends Start at once with that error, without waiting for
-		// the parts, and the process exits 1.
-		opts.LeaderElectionReleaseOnCancel = true
 	}
 	mgr, err := manager.New(rest.CopyConfig(restConfig), opts)
 	if err != nil {
