@@ -294,6 +294,8 @@ func (f *flow) backend(p *v1.Pod, ip netip.Addr, port uint16, proto v1.Protocol,
 	switch {
 	case src.pod != nil && src.ip == ip:
 		b.Path, b.PathText = PathLocal, "the pod itself"
+	case from == "":
+		b.Path, b.PathText = PathOutside, "from outside the cluster to node "+dst.node+", which forwards it to the pod"
 	default:
 		b.Path, b.PathText = path(from, dst.node, f.nodes, nodeview.FamilyOf(ip), f.in.Overlay)
 	}
