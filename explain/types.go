@@ -43,16 +43,16 @@ const (
 
 // Explanation is the answer, as `-o json` prints it.
 type Explanation struct {
-	APIVersion string      `json:"apiVersion"`
-	Kind       string      `json:"kind"`
-	From       Peer        `json:"from"`
-	To         string      `json:"to"`
-	Port       *Port       `json:"port,omitempty"`
-	Resolution *Resolution `json:"resolution,omitempty"`
-	Service    *Service    `json:"service,omitempty"`
-	Backends   []Backend   `json:"backends"`
-	Kernel     *Kernel     `json:"kernel,omitempty"`
-	Verdict    string      `json:"verdict"`
+	APIVersion string        `json:"apiVersion"`
+	Kind       string        `json:"kind"`
+	From       Peer          `json:"from"`
+	To         string        `json:"to"`
+	Port       *Port         `json:"port,omitempty"`
+	Resolution *Resolution   `json:"resolution,omitempty"`
+	Service    *Service      `json:"service,omitempty"`
+	Backends   []Backend     `json:"backends"`
+	Kernel     *KernelReport `json:"kernel,omitempty"`
+	Verdict    string        `json:"verdict"`
 	// Reason is the verdict's one line.
 	Reason string `json:"reason"`
 }
@@ -154,8 +154,9 @@ type PolicyEffect struct {
 	Rule      int    `json:"rule,omitempty"`
 }
 
-// Kernel is what the node explain runs on holds for the flow.
-type Kernel struct {
+// KernelReport is what the kernel of the node explain runs on holds for
+// the flow, against the model.
+type KernelReport struct {
 	Node        string   `json:"node"`
 	Agrees      bool     `json:"agrees"`
 	Differences []string `json:"differences"`
