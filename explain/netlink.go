@@ -27,7 +27,9 @@ func NewKernel() (Kernel, func(), error) {
 	return &netlinkKernel{h: h}, h.Close, nil
 }
 
-func (k *netlinkKernel) Table(id nft.TableID) (*nft.Table, error) { return nft.ReadTable(nft.Dialer{}, id) }
+func (k *netlinkKernel) Table(id nft.TableID) (*nft.Table, error) {
+	return nft.ReadTable(nft.Dialer{}, id)
+}
 
 func (k *netlinkKernel) Addrs() ([]netip.Addr, error) {
 	as, err := link.Retry(func() ([]netlink.Addr, error) { return k.h.AddrList(nil, netlink.FAMILY_ALL) })
