@@ -297,7 +297,9 @@ func (f *flow) backend(p *v1.Pod, ip netip.Addr, port uint16, proto v1.Protocol,
 	case from == "":
 		b.Path, b.PathText = PathOutside, "from outside the cluster to node "+dst.node+", which forwards it to the pod"
 	default:
-		b.Path, b.PathText = path(from, dst.node, f.nodes, nodeview.FamilyOf(ip), f.in.Overlay)
+		ov := f.in.Overlay
+		ov.Known = ov.Known && from == f.in.Here // the connected subnets are Here's
+		b.Path, b.PathText = path(from, dst.node, f.nodes, nodeview.FamilyOf(ip), ov)
 	}
 	if b.Path == PathNone {
 		b.Verdict = Denied

@@ -206,12 +206,14 @@ func checkService(k Kernel, want map[nodeview.Family]*nft.Table, svc string, out
 			out.Differences = append(out.Differences, "table "+t.ID().String()+" is missing")
 			continue
 		}
+		n := 0
 		for _, name := range slices.Sorted(maps.Keys(t.Chains)) {
-			out.Checked = append(out.Checked, fmt.Sprintf("%s chain %s", t.ID(), name))
+			n++
 			if have.Chains[name] == nil {
-				out.Differences = append(out.Differences, fmt.Sprintf("table %s: chain %s of Service %s is missing", t.ID(), name, svc))
+				out.Differences = append(out.Differences, fmt.Sprintf("table %s: chain %s is missing", t.ID(), name))
 			}
 		}
+		out.Checked = append(out.Checked, fmt.Sprintf("%s: %d chains", t.ID(), n))
 		for _, name := range slices.Sorted(maps.Keys(t.Sets)) {
 			s, hs := t.Sets[name], have.Sets[name]
 			if s.Spec.Dynamic {
@@ -223,7 +225,9 @@ func checkService(k Kernel, want map[nodeview.Family]*nft.Table, svc string, out
 					missing++
 				}
 			}
-			out.Checked = append(out.Checked, fmt.Sprintf("%s %s: %d elements of Service %s", t.ID(), name, len(s.Elements), svc))
+			if len(s.Elements) > 0 {
+				out.Checked = append(out.Checked, fmt.Sprintf("%s %s: %d elements of Service %s", t.ID(), name, len(s.Elements), svc))
+			}
 			if missing > 0 {
 				out.Differences = append(out.Differences, fmt.Sprintf("table %s, %s: lacks %d of the %d elements of Service %s", t.ID(), name, missing, len(s.Elements), svc))
 			}
