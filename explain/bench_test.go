@@ -144,8 +144,8 @@ func BenchmarkExplain(b *testing.B) {
 				if err != nil {
 					b.Fatal(err)
 				}
-				if len(x.Backends) == 0 {
-					b.Fatalf("no backend: %s", x.Reason)
+				if len(x.Backends) == 0 || x.Backends[0].Pod == "" || len(x.Backends[0].Policies) == 0 {
+					b.Fatalf("no backend pod, or no policy judged it: %s", x.Reason)
 				}
 				worst = max(worst, time.Since(t0))
 			}

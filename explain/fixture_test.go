@@ -31,7 +31,7 @@ var testNodes = []*v1.Node{
 func pod(ns, name, nodeName, ip string, labels map[string]string, ports ...v1.ContainerPort) *v1.Pod {
 	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name, Labels: labels}}
 	p.Spec.NodeName = nodeName
-	p.Spec.Containers = []v1.Container{{Name: "c", Ports: ports}}
+	p.Spec.Containers = []v1.Container{{Name: "c", Image: "registry.invalid/none", Ports: ports}}
 	p.Status.Phase = v1.PodRunning
 	p.Status.PodIP = ip
 	p.Status.PodIPs = []v1.PodIP{{IP: ip}}
