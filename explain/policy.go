@@ -6,13 +6,13 @@ import (
 	"slices"
 	"strings"
 
-	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	netv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/policy"
+	"github.com/netplane/netplane/proxy"
 )
 
 // The verdict is the policy model's: each node's desired table, built by
@@ -284,12 +284,4 @@ func notEnforced(e end) string {
 }
 
 // protoNumber is the IP protocol of an API protocol name.
-func protoNumber(p v1.Protocol) uint8 {
-	switch p {
-	case v1.ProtocolUDP:
-		return unix.IPPROTO_UDP
-	case v1.ProtocolSCTP:
-		return unix.IPPROTO_SCTP
-	}
-	return unix.IPPROTO_TCP
-}
+func protoNumber(p v1.Protocol) uint8 { return proxy.ProtocolNumber(p) }

@@ -103,3 +103,6 @@ func ServiceTables(svc *v1.Service, slices []*discovery.EndpointSlice, node Node
 	key := types.NamespacedName{Namespace: svc.Namespace, Name: svc.Name}
 	return Build(Input{Services: []*serviceRecord{rec}, Slices: map[types.NamespacedName][]*sliceRecord{key: recs}, Node: node}).Tables
 }
+
+// ProtocolNumber is the IP protocol of an API protocol, TCP when empty.
+func ProtocolNumber(p v1.Protocol) uint8 { return protoNumber(p) }
