@@ -43,36 +43,7 @@ func WriteText(w io.Writer, x *Explanation) error {
 	}
 	if s := x.Service; s != nil {
 		next(fmt.Sprintf("Service %s/%s", s.Namespace, s.Name))
-		fmt.Fprintf(&b, "   type %s, address %s port %d", s.Type, s.Address, s.Port)
-		if s.PortName != "" {
-			fmt.Fprintf(&b, " (%s)", s.PortName)
-		}
-		if s.NodePort != 0 {
-			fmt.Fprintf(&b, ", node port %d", s.NodePort)
-		}
-		fmt.Fprintf(&b, "\n   sessionAffinity %s", s.SessionAffinity)
-		if s.AffinityTimeout > 0 {
-			fmt.Fprintf(&b, " (%ds)", s.AffinityTimeout)
-		}
-		fmt.Fprintf(&b, ", internalTrafficPolicy %s", s.InternalTrafficPolicy)
-		if s.ExternalTrafficPolicy != "" {
-			fmt.Fprintf(&b, ", externalTrafficPolicy %s", s.ExternalTrafficPolicy)
-		}
-		fmt.Fprintf(&b, "\n   endpoints (EndpointSlices):\n")
-		if len(s.Endpoints) == 0 {
-			b.WriteString("      none\n")
-		}
-		for _, e := range s.Endpoints {
-			fmt.Fprintf(&b, "      %s:%d %-28s node %-12s zone %-8s %s  [%s]%s\n", e.IP, e.Port, e.Pod, or(e.Node, "-"), or(e.Zone, "-"),
-				conditions(e), e.Slice, map[bool]string{true: "  chosen"}[e.Chosen])
-		}
-		fmt.Fprintf(&b, "   choice: %s\n", s.Choice)
-		switch {
-		case s.Reject:
-			fmt.Fprintf(&b, "   node %s rejects the connection (no endpoints)\n", or(s.ChosenBy, "?"))
-		case s.Drop:
-			fmt.Fprintf(&b, "   node %s drops the connection\n", or(s.ChosenBy, "?"))
-		}
+		writeService(&b, s)
 	}
 	for _, be := range x.Backends {
 		if be.Path == PathNone && be.Egress == "" {
@@ -107,6 +78,41 @@ func WriteText(w io.Writer, x *Explanation) error {
 	fmt.Fprintf(&b, "\nVerdict: %s\n", x.Reason)
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// writeService prints the Service step: the Service, its endpoints, the
+// node's choice.
+func writeService(b *strings.Builder, s *Service) {
+	fmt.Fprintf(b, "   type %s, address %s port %d", s.Type, s.Address, s.Port)
+	if s.PortName != "" {
+		fmt.Fprintf(b, " (%s)", s.PortName)
+	}
+	if s.NodePort != 0 {
+		fmt.Fprintf(b, ", node port %d", s.NodePort)
+	}
+	fmt.Fprintf(b, "\n   sessionAffinity %s", s.SessionAffinity)
+	if s.AffinityTimeout > 0 {
+		fmt.Fprintf(b, " (%ds)", s.AffinityTimeout)
+	}
+	fmt.Fprintf(b, ", internalTrafficPolicy %s", s.InternalTrafficPolicy)
+	if s.ExternalTrafficPolicy != "" {
+		fmt.Fprintf(b, ", externalTrafficPolicy %s", s.ExternalTrafficPolicy)
+	}
+	fmt.Fprintf(b, "\n   endpoints (EndpointSlices):\n")
+	if len(s.Endpoints) == 0 {
+		b.WriteString("      none\n")
+	}
+	for _, e := range s.Endpoints {
+		fmt.Fprintf(b, "      %s:%d %-28s node %-12s zone %-8s %s  [%s]%s\n", e.IP, e.Port, e.Pod, or(e.Node, "-"), or(e.Zone, "-"),
+			conditions(e), e.Slice, map[bool]string{true: "  chosen"}[e.Chosen])
+	}
+	fmt.Fprintf(b, "   choice: %s\n", s.Choice)
+	switch {
+	case s.Reject:
+		fmt.Fprintf(b, "   node %s rejects the connection (no endpoints)\n", or(s.ChosenBy, "?"))
+	case s.Drop:
+		fmt.Fprintf(b, "   node %s drops the connection\n", or(s.ChosenBy, "?"))
+	}
 }
 
 func or(s, def string) string {

@@ -26,7 +26,8 @@ import (
 const nodeConfigFile = "/etc/netplane/config.yaml"
 
 // runExplain is `netplane explain`: why a connection works or fails. It
-// only reads, from the API server and (on a node) the kernel.
+// only reads, from the API server and (on a node) the kernel. It is long
+// for its flags, declared one per line.
 func runExplain(args []string, stdout, stderr io.Writer) int {
 	fs := pflag.NewFlagSet("netplane explain", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
