@@ -2,6 +2,10 @@ package explain
 
 import (
 	"fmt"
+
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
 	"slices"
 	"strings"
 	"testing"
@@ -20,6 +24,7 @@ type flowCase struct {
 	addr           string // where the real connection goes
 	want           bool
 	isolating      string // NAMESPACE/NAME expected to isolate, when denied
+	reason         string // for a denial by the Service: in the verdict line
 }
 
 func TestExplainOnNodes(t *testing.T) {
@@ -31,6 +36,11 @@ func TestExplainOnNodes(t *testing.T) {
 	svc := c.addService("x", "s", nil, "x/b")
 	vip := svc.Spec.ClusterIP + ":80"
 	b := c.pods["x/b"].ip
+	local := v1.ServiceInternalTrafficPolicyLocal
+	affinity := c.addService("x", "sticky", func(s *v1.Service) { s.Spec.SessionAffinity = v1.ServiceAffinityClientIP }, "x/b")
+	localOnly := c.addService("x", "local", func(s *v1.Service) { s.Spec.InternalTrafficPolicy = &local }, "x/b")
+	empty := c.addService("x", "empty", nil)
+	draining := c.addServiceWith("x", "draining", nil, discoveryv1.EndpointConditions{Ready: ptr.To(false), Serving: ptr.To(true), Terminating: ptr.To(true)}, "x/b")
 
 	denyAll := netpol("x", "deny-all", nil, ingressOnly, nil, nil)
 	allowY := netpol("x", "allow-y-http", map[string]string{"app": "b"}, ingressOnly,
@@ -47,26 +57,32 @@ func TestExplainOnNodes(t *testing.T) {
 		flows    []flowCase
 	}{
 		{"no policy", nil, []flowCase{
-			{"x/a", "x/b", "8080/tcp", b + ":8080", true, ""},
-			{"x/a", "svc/x/s", "", vip, true, ""},
-			{"x/a", "s", "", vip, true, ""},
-			{"y/c", "s.x", "80", vip, true, ""},
+			{"x/a", "x/b", "8080/tcp", b + ":8080", true, "", ""},
+			{"x/a", "svc/x/s", "", vip, true, "", ""},
+			{"x/a", "s", "", vip, true, "", ""},
+			{"y/c", "s.x", "80", vip, true, "", ""},
+		}},
+		{"Services", nil, []flowCase{
+			{"x/a", "svc/x/sticky", "", affinity.Spec.ClusterIP + ":80", true, "", ""},
+			{"x/a", "svc/x/local", "", localOnly.Spec.ClusterIP + ":80", false, "", "no local endpoint on node node1, node node1 drops"},
+			{"y/c", "svc/x/empty", "", empty.Spec.ClusterIP + ":80", false, "", "no usable endpoint, node node1 rejects"},
+			{"x/a", "svc/x/draining", "", draining.Spec.ClusterIP + ":80", true, "", ""},
 		}},
 		{"default deny, namespace selector on a named port", []*netv1.NetworkPolicy{denyAll, allowY}, []flowCase{
-			{"x/a", "x/b", "8080/tcp", b + ":8080", false, "x/deny-all"},
-			{"y/c", "x/b", "8080/tcp", b + ":8080", true, ""},
-			{"y/c", "x/b", "80/tcp", b + ":80", false, "x/allow-y-http"},
-			{"y/c", "svc/x/s", "", vip, true, ""}, // judged on the backend's 8080
-			{"x/a", "svc/x/s", "", vip, false, "x/deny-all"},
+			{"x/a", "x/b", "8080/tcp", b + ":8080", false, "x/deny-all", ""},
+			{"y/c", "x/b", "8080/tcp", b + ":8080", true, "", ""},
+			{"y/c", "x/b", "80/tcp", b + ":80", false, "x/allow-y-http", ""},
+			{"y/c", "svc/x/s", "", vip, true, "", ""}, // judged on the backend's 8080
+			{"x/a", "svc/x/s", "", vip, false, "x/deny-all", ""},
 		}},
 		{"egress ipBlock except, endPort", []*netv1.NetworkPolicy{denyAll, allowY, egress(b + "/32")}, []flowCase{
-			{"y/c", "x/b", "8080/tcp", b + ":8080", false, "y/egress-range"},
-			{"y/c", "svc/x/s", "", vip, false, "y/egress-range"},
+			{"y/c", "x/b", "8080/tcp", b + ":8080", false, "y/egress-range", ""},
+			{"y/c", "svc/x/s", "", vip, false, "y/egress-range", ""},
 		}},
 		{"egress allowed", []*netv1.NetworkPolicy{denyAll, allowY, egress("10.244.3.0/24")}, []flowCase{
-			{"y/c", "x/b", "8080/tcp", b + ":8080", true, ""},
-			{"y/c", "svc/x/s", "80", vip, true, ""},
-			{"y/c", "x/b", "80/tcp", b + ":80", false, "x/allow-y-http"},
+			{"y/c", "x/b", "8080/tcp", b + ":8080", true, "", ""},
+			{"y/c", "svc/x/s", "80", vip, true, "", ""},
+			{"y/c", "x/b", "80/tcp", b + ":80", false, "x/allow-y-http", ""},
 		}},
 	}
 	for _, st := range steps {
@@ -94,6 +110,17 @@ func TestExplainOnNodes(t *testing.T) {
 				t.Errorf("%s: the node's kernel does not agree: %+v", name, x.Kernel)
 			}
 			if f.want {
+				continue
+			}
+			if f.reason != "" {
+				if !strings.Contains(x.Reason, f.reason) {
+					t.Errorf("%s: the verdict line does not say %q: %s", name, f.reason, x.Reason)
+				}
+				// A rejection fails at once (ICMP), a drop times out.
+				_, err := c.pods[f.from].ns.Ask("tcp", f.addr, 700*time.Millisecond)
+				if refused := err != nil && !strings.Contains(err.Error(), "timeout"); refused != strings.Contains(f.reason, "rejects") {
+					t.Errorf("%s: explain says %q, the connection: %v", name, x.Reason, err)
+				}
 				continue
 			}
 			if !slices.ContainsFunc(x.Backends, func(b Backend) bool {

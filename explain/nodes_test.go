@@ -99,6 +99,7 @@ func (c *cluster) startNode(i int) *tnode {
 	n.ns = netns.Host(t, n.name, c.sw, "u-"+n.name, "eth0")
 	c.sw.Attach(t, "u-"+n.name, "br0")
 	n.ns.Addr(t, "eth0", n.ip+"/24")
+	n.ns.Route(t, "default", "via", "192.168.79.254") // a router that is never asked: what is not dropped before goes there
 	cidr := fmt.Sprintf("10.244.%d.0/24", i)
 	obj := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.name}, Spec: v1.NodeSpec{PodCIDR: cidr, PodCIDRs: []string{cidr}}}
 	created, err := c.s.Client.CoreV1().Nodes().Create(c.ctx, obj, metav1.CreateOptions{})
@@ -175,6 +176,11 @@ func (c *cluster) addPod(key string, n *tnode, labels map[string]string) {
 // addService is Service ns/name, port 80 → 8080 of the given pods, with its
 // EndpointSlice written by hand (no controller runs here).
 func (c *cluster) addService(ns, name string, mod func(*v1.Service), backends ...string) *v1.Service {
+	return c.addServiceWith(ns, name, mod, discoveryv1.EndpointConditions{Ready: ptr.To(true)}, backends...)
+}
+
+// addServiceWith is addService with the endpoints' conditions.
+func (c *cluster) addServiceWith(ns, name string, mod func(*v1.Service), cond discoveryv1.EndpointConditions, backends ...string) *v1.Service {
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name},
 		Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Port: 80, Protocol: v1.ProtocolTCP}}}}
 	if mod != nil {
@@ -194,7 +200,7 @@ func (c *cluster) addService(ns, name string, mod func(*v1.Service), backends ..
 		p := c.pods[b]
 		bns, bname, _ := strings.Cut(b, "/")
 		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.ip}, NodeName: &p.node.name,
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
+			Conditions: cond,
 			TargetRef:  &v1.ObjectReference{Kind: "Pod", Namespace: bns, Name: bname}})
 	}
 	if _, err := c.s.Client.DiscoveryV1().EndpointSlices(ns).Create(c.ctx, sl, metav1.CreateOptions{}); err != nil {
