@@ -346,7 +346,7 @@ func (f *flow) verdict(x *Explanation) {
 		var ok []string
 		for _, b := range x.Backends {
 			if b.Verdict == Allowed {
-				ok = append(ok, nameOf(b))
+				ok = append(ok, nameOf(b)+allowance(b))
 			}
 		}
 		x.Reason = head + ": reaches " + strings.Join(ok, ", ")
@@ -367,6 +367,21 @@ func nameOf(b Backend) string {
 		return b.Pod
 	}
 	return b.IP
+}
+
+// allowance names the rules that admit an allowed backend, if any does.
+func allowance(b Backend) string {
+	var parts []string
+	if strings.HasPrefix(b.Egress, "allowed") {
+		parts = append(parts, "egress "+b.Egress)
+	}
+	if strings.HasPrefix(b.Ingress, "allowed") {
+		parts = append(parts, "ingress "+b.Ingress)
+	}
+	if len(parts) == 0 {
+		return ""
+	}
+	return " (" + strings.Join(parts, "; ") + ")"
 }
 
 // denial is why a backend is denied, in a few words.
