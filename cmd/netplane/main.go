@@ -8,6 +8,9 @@
 // Several roles may share one process (--role=controller,dns); they then
 // share one API client, one informer per resource, one health server and one
 // metrics server. internal/process runs them on controller-runtime's manager.
+//
+// `netplane explain` says why a connection works or fails (docs/explain.md);
+// `netplane version` prints the version.
 package main
 
 import (
