@@ -177,6 +177,37 @@ func TestService(t *testing.T) {
 			"serving terminating ones (1)", []string{"x/b"}, nil},
 		{"terminating not used while one is ready", base(nil, ep{p: podB, serving: true, terminating: true}, ready(podD)), Allowed,
 			"1 of 2", []string{"x/d"}, nil},
+		{"topology: zone hints for the source's zone", func() *Input {
+			in := base(nil, ready(podB), ready(podD))
+			for i, z := range []string{"b", "a"} {
+				in.Slices[0].Endpoints[i].Hints = &discoveryv1.EndpointHints{ForZones: []discoveryv1.ForZone{{Name: z}}}
+			}
+			return in
+		}(), Allowed, "1 of 2", []string{"x/d"}, nil},
+		{"externalTrafficPolicy Local, from outside to a node without a local endpoint", func() *Input {
+			in := base(func(s *v1.Service) {
+				s.Spec.Type, s.Spec.ExternalTrafficPolicy = v1.ServiceTypeNodePort, v1.ServiceExternalTrafficPolicyLocal
+				s.Spec.Ports[0].NodePort = 30080
+			}, ready(podB))
+			in.FromPod, in.FromIP, in.ToNode, in.ToIP = nil, addr("172.16.0.9"), "n1", addr("192.168.0.1")
+			return in
+		}(), Denied, "Local traffic policy and no local endpoint on node n1", nil, func(t *testing.T, x *Explanation) {
+			if x.Port.Port != 30080 || !x.Service.Drop {
+				t.Errorf("port %d, drop %v", x.Port.Port, x.Service.Drop)
+			}
+		}},
+		{"externalTrafficPolicy Cluster, from outside: masqueraded to the node", func() *Input {
+			in := base(func(s *v1.Service) {
+				s.Spec.Type = v1.ServiceTypeNodePort
+				s.Spec.Ports[0].NodePort = 30080
+			}, ready(podB))
+			in.FromPod, in.FromIP, in.ToNode, in.ToIP = nil, addr("172.16.0.9"), "n1", addr("192.168.0.1")
+			return in
+		}(), Allowed, "external traffic of node n1: all 1", []string{"x/b"}, func(t *testing.T, x *Explanation) {
+			if !strings.Contains(x.Backends[0].PathText, "masqueraded to node n1") {
+				t.Errorf("path %q", x.Backends[0].PathText)
+			}
+		}},
 		{"ClusterIP judged on the backend's port", func() *Input { in := base(nil, ready(podB)); in.Policies = append(in.Policies, only8080); return in }(),
 			Allowed, "all 1", []string{"x/b"}, nil},
 		{"ClusterIP port is not the backend's", func() *Input { in := base(nil, ready(podB)); in.Policies = append(in.Policies, onlyPort80); return in }(),
