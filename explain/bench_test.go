@@ -3,6 +3,9 @@ package explain
 import (
 	"context"
 	"fmt"
+	"os/exec"
+	"path/filepath"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -127,6 +130,24 @@ func BenchmarkExplain(b *testing.B) {
 	}
 	b.Logf("loaded %d pods, %d policies, %d nodes in %s (load %s)", namespaces*podsPerNS, namespaces*polsPerNS, nodes, time.Since(start).Round(time.Second), framework.LoadAverage())
 
+	// The command as a user runs it: a process, its client, its answer.
+	bin := filepath.Join(framework.NetplaneBinaries(b), "netplane")
+	b.Run("command", func(b *testing.B) {
+		var worst time.Duration
+		for b.Loop() {
+			t0 := time.Now()
+			out, err := exec.Command(bin, "explain", "--kubeconfig="+s.Kubeconfig, "--from=ns3/p7", "--to=svc/ns5/web").CombinedOutput()
+			if err != nil || !strings.Contains(string(out), "Verdict: ") {
+				b.Fatalf("%v: %s", err, out)
+			}
+			worst = max(worst, time.Since(t0))
+		}
+		b.ReportMetric(float64(worst.Milliseconds()), "worst-ms")
+		b.Logf("command: worst %s of %d (load %s)", worst, b.N, framework.LoadAverage())
+		if worst > time.Second {
+			b.Errorf("an answer took %s, over 1 s", worst)
+		}
+	})
 	for _, q := range []struct {
 		name string
 		q    Question
