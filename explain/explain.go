@@ -369,30 +369,29 @@ func nameOf(b Backend) string {
 	return b.IP
 }
 
+// policyWords are the backend's egress and ingress words that start with
+// prefix ("allowed", "denied"), each named by its direction.
+func policyWords(b Backend, prefix string) []string {
+	var parts []string
+	for _, d := range [][2]string{{"egress ", b.Egress}, {"ingress ", b.Ingress}} {
+		if strings.HasPrefix(d[1], prefix) {
+			parts = append(parts, d[0]+d[1])
+		}
+	}
+	return parts
+}
+
 // allowance names the rules that admit an allowed backend, if any does.
 func allowance(b Backend) string {
-	var parts []string
-	if strings.HasPrefix(b.Egress, "allowed") {
-		parts = append(parts, "egress "+b.Egress)
+	if parts := policyWords(b, "allowed"); len(parts) > 0 {
+		return " (" + strings.Join(parts, "; ") + ")"
 	}
-	if strings.HasPrefix(b.Ingress, "allowed") {
-		parts = append(parts, "ingress "+b.Ingress)
-	}
-	if len(parts) == 0 {
-		return ""
-	}
-	return " (" + strings.Join(parts, "; ") + ")"
+	return ""
 }
 
 // denial is why a backend is denied, in a few words.
 func denial(b Backend) string {
-	var parts []string
-	if strings.HasPrefix(b.Egress, "denied") {
-		parts = append(parts, "egress "+b.Egress)
-	}
-	if strings.HasPrefix(b.Ingress, "denied") {
-		parts = append(parts, "ingress "+b.Ingress)
-	}
+	parts := policyWords(b, "denied")
 	if b.Path == PathNone {
 		parts = append(parts, b.PathText)
 	}
