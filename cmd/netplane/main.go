@@ -8,6 +8,9 @@
 // Several roles may share one process (--role=controller,dns); they then
 // share one API client, one informer per resource, one health server and one
 // metrics server. internal/process runs them on controller-runtime's manager.
+//
+// `netplane explain` says why a connection works or fails (docs/explain.md);
+// `netplane version` prints the version.
 package main
 
 import (
@@ -43,6 +46,9 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stdout, version.String())
 		return exitOK
 	}
+	if len(args) > 0 && args[0] == "explain" {
+		return runExplain(args[1:], stdout, stderr)
+	}
 	fs := pflag.NewFlagSet("netplane", pflag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.SortFlags = false
@@ -53,7 +59,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.AddGoFlag(klogFlags.Lookup(name))
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: netplane --role=ROLE[,ROLE...] [flags]\n       netplane version\n\n"+
+		fmt.Fprintf(stderr, "Usage: netplane --role=ROLE[,ROLE...] [flags]\n       netplane explain --from=SOURCE --to=DESTINATION [--port=PORT] [-o text|json]\n       netplane version\n\n"+
 			"Every flag can also be set by the environment variable NETPLANE_<FLAG> (dashes as\n"+
 			"underscores) or by the --config file; flags win over the environment, which wins over the file.\n\nFlags:\n")
 		fs.PrintDefaults()

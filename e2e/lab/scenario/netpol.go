@@ -43,6 +43,9 @@ func NetworkPolicy(ctx context.Context, l *lab.Lab, logf func(string, ...any)) e
 	if err := deniedByName(ctx, l, "client-other", url, logf); err != nil {
 		return err
 	}
+	if err := explainPolicy(ctx, l, logf); err != nil {
+		return err
+	}
 	if err := setAccess(ctx, l, "client-other", "true"); err != nil {
 		return err
 	}
