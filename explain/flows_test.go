@@ -2,17 +2,16 @@ package explain
 
 import (
 	"fmt"
-
-	v1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
-	"k8s.io/utils/ptr"
 	"slices"
 	"strings"
 	"testing"
 	"time"
 
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	netv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
 )
