@@ -19,30 +19,46 @@ var ErrStaleCache = errors.New("EndpointSlice informer cache is older than our l
 // them to Sync, retrying a failed key with backoff and dropping it after
 // MaxRetries until its next event. A key whose sync returned ErrStaleCache
 // is also parked in Waiting, when set. With a Budget, a worker reserves a
-// write token before it takes a key (see WriteBudget).
+// write token before it takes a key (see WriteBudget). A Loop can run
+// again after a run ended (a replica that lost its Lease and won it back),
+// one run at a time.
 type Loop struct {
-	Queue   workqueue.TypedRateLimitingInterface[string]
+	Queue   *Queue
 	Sync    func(ctx context.Context, key string) error
 	Metrics *Metrics
 	Log     logr.Logger
 	Waiting *CacheWait
 	Budget  *WriteBudget
+	// Keys lists every key the controller is responsible for. A run after
+	// the first queues them all: the keys that waited out a delay or a
+	// backoff when the last run ended went down with its work queue, and
+	// no event may come for them again.
+	Keys func() []string
 
+	runs     atomic.Int32
 	inflight atomic.Int32
 }
 
-// Run runs workers until ctx ends, then shuts the queue down and returns
-// once every sync in progress finished.
+// Run runs workers until ctx ends, then puts a fresh work queue in place
+// for the next run and returns once every sync in progress finished. A key
+// taken after ctx ended is not synced: it moves to the fresh work queue,
+// so that a replica that stopped leading writes nothing more.
 func (l *Loop) Run(ctx context.Context, workers int) {
+	if l.runs.Add(1) > 1 && l.Keys != nil {
+		for _, key := range l.Keys() {
+			l.Queue.Add(key)
+		}
+	}
+	q := l.Queue.Current()
 	var wg sync.WaitGroup
 	for range workers {
 		wg.Go(func() {
-			for l.next(ctx) {
+			for l.next(ctx, q) {
 			}
 		})
 	}
 	<-ctx.Done()
-	l.Queue.ShutDown()
+	l.Queue.Renew()
 	wg.Wait()
 }
 
@@ -50,35 +66,38 @@ func (l *Loop) Run(ctx context.Context, workers int) {
 // out a delay (batching, backoff) does not count.
 func (l *Loop) Idle() bool { return l.Queue.Len() == 0 && l.inflight.Load() == 0 }
 
-func (l *Loop) next(ctx context.Context) bool {
-	// release ends an unused reservation; it must run before Queue.Done,
+func (l *Loop) next(ctx context.Context, q workqueue.TypedRateLimitingInterface[string]) bool {
+	// release ends an unused reservation; it must run before q.Done,
 	// which may hand the same key to another worker's reservation.
 	release := func() {}
+	var res *Reservation
 	if l.Budget != nil {
-		res, err := l.Budget.Reserve(ctx)
+		var err error
+		res, err = l.Budget.Reserve(ctx)
 		if err != nil {
 			return false // stopping
 		}
 		release = res.Release
 		defer release() // on the way out without a key; a no-op after the sync
-		key, quit := l.Queue.Get()
-		if quit {
-			return false
-		}
-		res.For(key)
-		return l.sync(ctx, key, release)
 	}
-	key, quit := l.Queue.Get()
+	key, quit := q.Get()
 	if quit {
 		return false
 	}
-	return l.sync(ctx, key, release)
+	if ctx.Err() != nil {
+		q.Done(key)
+		l.Queue.Add(key)
+		return true
+	}
+	if res != nil {
+		res.For(key)
+	}
+	return l.sync(ctx, q, key, release)
 }
-
-func (l *Loop) sync(ctx context.Context, key string, release func()) bool {
+func (l *Loop) sync(ctx context.Context, q workqueue.TypedRateLimitingInterface[string], key string, release func()) bool {
 	l.inflight.Add(1)
 	defer l.inflight.Add(-1)
-	defer l.Queue.Done(key)
+	defer q.Done(key)
 	err := l.Sync(ctx, key)
 	release()
 	l.Metrics.ObserveSync(err)
@@ -87,13 +106,13 @@ func (l *Loop) sync(ctx context.Context, key string, release func()) bool {
 	}
 	switch {
 	case err == nil:
-		l.Queue.Forget(key)
-	case l.Queue.NumRequeues(key) < MaxRetries:
+		q.Forget(key)
+	case q.NumRequeues(key) < MaxRetries:
 		l.Log.V(2).Info("sync failed, retrying", "key", key, "err", err.Error())
-		l.Queue.AddRateLimited(key)
+		q.AddRateLimited(key)
 	default:
 		l.Log.Error(err, "sync failed too often, dropping the key until its next change", "key", key)
-		l.Queue.Forget(key)
+		q.Forget(key)
 	}
 	return true
 }

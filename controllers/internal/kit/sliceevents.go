@@ -6,7 +6,6 @@ import (
 
 	discoveryv1 "k8s.io/api/discovery/v1"
 	"k8s.io/client-go/tools/cache"
-	"k8s.io/client-go/util/workqueue"
 	esutil "k8s.io/endpointslice/util"
 )
 
@@ -87,7 +86,7 @@ func SliceEvents(manager string, tracker *esutil.EndpointSliceTracker, enqueue f
 // cache caught up. The backoff retry stays as the fallback for an event that
 // never comes.
 type CacheWait struct {
-	Queue workqueue.TypedRateLimitingInterface[string]
+	Queue *Queue
 	// Fresh reports whether the cache shows every write made for key.
 	Fresh func(key string) bool
 
