@@ -26,7 +26,8 @@ import (
 // elected part return (its context ends) and, once it wins the Lease
 // again, the manager calls the same part of the same role again. The
 // second term must write the slices of what changed meanwhile and record
-// events, as the first did.
+// events, as the first did. One function on purpose: the two terms and
+// the pause between them are one story told in order on one role.
 func TestLeadRunsAgainAfterItStopped(t *testing.T) {
 	s := framework.SharedAPIServer(t, framework.Options{})
 	cfg := v1alpha1.Default()
