@@ -60,6 +60,13 @@ func (l *Loop) Run(ctx context.Context, workers int) {
 	<-ctx.Done()
 	l.Queue.Renew()
 	wg.Wait()
+	// Workers under a budget stop without taking what is left: it waits
+	// for the next run too.
+	for q.Len() > 0 {
+		key, _ := q.Get()
+		q.Done(key)
+		l.Queue.Add(key)
+	}
 }
 
 // Idle reports whether no key is queued or being synced; a key waiting

@@ -59,3 +59,28 @@ func TestLoopRunsAgainAfterItsEnd(t *testing.T) {
 	}
 	run("ns/b", "ns/every")
 }
+
+// TestLoopKeepsForTheNextRunWhatItDidNotTake: workers under a write budget
+// stop, when the run ends, without taking the keys still queued; those
+// wait in the next run's queue instead of going down with this one's.
+func TestLoopKeepsForTheNextRunWhatItDidNotTake(t *testing.T) {
+	m, err := NewMetrics(prometheus.NewRegistry(), "keep", func() int { return 0 })
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A bucket that holds no token: no worker ever takes a key.
+	l := &Loop{Queue: NewQueue("keep"), Metrics: m, Log: testr.New(t), Budget: NewWriteBudget(1, 0),
+		Sync: func(context.Context, string) error {
+			t.Error("a key was synced without a write token")
+			return nil
+		}}
+	for _, k := range []string{"ns/a", "ns/b", "ns/c"} {
+		l.Queue.Add(k)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	l.Run(ctx, 2)
+	if n := l.Queue.Len(); n != 3 {
+		t.Errorf("%d keys wait for the next run, want the 3 not taken", n)
+	}
+}
