@@ -1,6 +1,8 @@
 package nodeview
 
 import (
+	"net/netip"
+
 	"github.com/vishvananda/netlink"
 
 	"github.com/netplane/netplane/link"
@@ -34,17 +36,38 @@ func PodMTU(explicit int, tunnelled bool, underlayMTU int, families ...Family) i
 	return underlayMTU - worst
 }
 
+// Underlay is what LocalPodMTU reads of the node's kernel: KernelUnderlay,
+// or a feature's fake of it.
+type Underlay interface {
+	// InterfaceOf is the interface that holds ip; false when none does.
+	InterfaceOf(ip netip.Addr) (link.Interface, bool, error)
+	// DefaultRouteMTU is the MTU of the default route's interface; 1500
+	// without one.
+	DefaultRouteMTU() int
+}
+
+// KernelUnderlay is the Underlay of the kernel h talks to.
+func KernelUnderlay(h *netlink.Handle) Underlay { return kernelUnderlay{h} }
+
+type kernelUnderlay struct{ h *netlink.Handle }
+
+func (k kernelUnderlay) InterfaceOf(ip netip.Addr) (link.Interface, bool, error) {
+	return link.InterfaceOf(k.h, ip)
+}
+
+func (k kernelUnderlay) DefaultRouteMTU() int { return link.DefaultRouteMTU(k.h) }
+
 // LocalPodMTU is PodMTU on this node: the underlay is the interface that
 // carries self's InternalIP (the smaller MTU where the two families'
 // differ), or, when no local interface has one yet, the default route's
 // interface.
-func LocalPodMTU(h *netlink.Handle, explicit int, tunnelled bool, self Node) (int, error) {
+func LocalPodMTU(u Underlay, explicit int, tunnelled bool, self Node) (int, error) {
 	if explicit > 0 {
 		return explicit, nil
 	}
 	mtu, fams := 0, []Family{}
 	for _, ip := range self.IPs {
-		i, ok, err := link.InterfaceOf(h, ip)
+		i, ok, err := u.InterfaceOf(ip)
 		if err != nil {
 			return 0, err
 		}
@@ -57,7 +80,7 @@ func LocalPodMTU(h *netlink.Handle, explicit int, tunnelled bool, self Node) (in
 		fams = append(fams, FamilyOf(ip))
 	}
 	if mtu == 0 {
-		mtu = link.DefaultRouteMTU(h)
+		mtu = u.DefaultRouteMTU()
 		for _, ip := range self.IPs {
 			fams = append(fams, FamilyOf(ip))
 		}

@@ -61,7 +61,7 @@ add rule inet netplane-pods postrouting meta nfproto ipv6 ip6 saddr fd00:10:244:
 
 func TestAMissingBridgeNetfilterSysctlSaysToLoadTheModule(t *testing.T) {
 	dir := t.TempDir()
-	err := haveBridgeNetfilter(dir)
+	err := haveBridgeNetfilter(hostKernel{procSys: dir}, dir)
 	if err == nil || !strings.Contains(err.Error(), "modprobe br_netfilter") {
 		t.Errorf("without net/bridge: %v, want an error saying to load br_netfilter", err)
 	}
@@ -69,7 +69,7 @@ func TestAMissingBridgeNetfilterSysctlSaysToLoadTheModule(t *testing.T) {
 	for _, key := range bridgeNetfilter {
 		os.WriteFile(filepath.Join(dir, key), []byte("0\n"), 0o644)
 	}
-	if err := haveBridgeNetfilter(dir); err != nil {
+	if err := haveBridgeNetfilter(hostKernel{procSys: dir}, dir); err != nil {
 		t.Errorf("with both sysctls: %v", err)
 	}
 }

@@ -37,7 +37,7 @@ type Feature struct {
 	nodes      *nodeview.Nodes
 	metrics    metrics
 	pluginPath string
-	host       *netlink.Handle
+	kernel     kernel     // the node's, once Run opened it
 	masq       nft.Syncer // the masquerade table's
 	// pluginStamp is stampOf the plugin and its installed copy when they
 	// were last found equal; "" when not.
@@ -97,7 +97,7 @@ func (f *Feature) Run(ctx context.Context) error {
 	}
 	defer h.Close()
 	defer f.masq.Close()
-	f.host = h
+	f.kernel = newHostKernel(h, f.d.Config.Node.ProcSysDir)
 	f.d.Checks.AddReady("podnet-setup", f.ready)
 	return f.nodes.Run(ctx)
 }
@@ -150,11 +150,11 @@ func (f *Feature) syncOnce(full bool) error {
 	if !found || len(me.PodCIDRs) == 0 {
 		return errWaiting{fmt.Sprintf("node %q has no spec.podCIDRs yet: waiting for the controller that assigns them (or check --node-name)", cfg.NodeName)}
 	}
-	mtu, err := nodeview.LocalPodMTU(f.host, int(cfg.MTU), cfg.Overlay.Mode != v1alpha1.OverlayNever, me)
+	mtu, err := nodeview.LocalPodMTU(f.kernel, int(cfg.MTU), cfg.Overlay.Mode != v1alpha1.OverlayNever, me)
 	if err != nil {
 		return err
 	}
-	if err := setUpNode(f.host, cfg.Bridge, cfg.ProcSysDir, mtu, me.PodCIDRs); err != nil {
+	if err := setUpNode(f.kernel, cfg.Bridge, cfg.ProcSysDir, mtu, me.PodCIDRs); err != nil {
 		return err // no conflist before the bridge and forwarding are in place
 	}
 	return errors.Join(f.syncMasquerade(me, nodes, full), f.writeCNIFiles(me.PodCIDRs, mtu, full))

@@ -21,7 +21,6 @@ import (
 	"k8s.io/apimachinery/pkg/util/intstr"
 
 	"github.com/netplane/netplane/e2e/framework"
-	"github.com/netplane/netplane/overlay"
 	"github.com/netplane/netplane/podnet"
 )
 
@@ -31,6 +30,19 @@ const (
 	vxlanPort = 8472
 	vxlanVNI  = 42
 )
+
+// vxlanDevice is the overlay's IPv4 VXLAN device as an operator finds it
+// in `ip link`. The test reads the kernel by the names and formats the
+// overlay documents (overlay/README.md), not through the overlay's code:
+// no node feature imports another, tests included.
+const vxlanDevice = "netplane.vxlan"
+
+// vxlanMAC is the tunnel MAC of the node whose IPv4 underlay address is ip:
+// 0e:6e and the address's four bytes.
+func vxlanMAC(ip string) string {
+	b := netip.MustParseAddr(ip).As4()
+	return fmt.Sprintf("0e:6e:%02x:%02x:%02x:%02x", b[0], b[1], b[2], b[3])
+}
 
 var tunnelFlags = []string{"--vxlan-port=" + strconv.Itoa(vxlanPort), "--vxlan-vni=" + strconv.Itoa(vxlanVNI)}
 
@@ -84,9 +96,9 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 				t.Errorf("node1's route of protocol 207 to %s: %q, want %q", dst, got, want)
 			}
 		}
-		if got := n1.shows("ip", "-d", "link", "show", overlay.DeviceV4); !strings.Contains(got, fmt.Sprintf("vxlan id %d ", vxlanVNI)) ||
+		if got := n1.shows("ip", "-d", "link", "show", vxlanDevice); !strings.Contains(got, fmt.Sprintf("vxlan id %d ", vxlanVNI)) ||
 			!strings.Contains(got, fmt.Sprintf("dstport %d ", vxlanPort)) || !strings.Contains(got, "nolearning") {
-			t.Errorf("%s: %s\nwant vxlan id %d, dstport %d, nolearning", overlay.DeviceV4, got, vxlanVNI, vxlanPort)
+			t.Errorf("%s: %s\nwant vxlan id %d, dstport %d, nolearning", vxlanDevice, got, vxlanVNI, vxlanPort)
 		}
 		before := count(t, n1.ns, "vxlan")
 		for range 5 {
@@ -163,18 +175,18 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 	})
 
 	t.Run("routes, entries and the masquerade table deleted by someone else come back", func(t *testing.T) {
-		mac := overlay.MAC(netipAddr(c.node(3).ip)).String()
+		mac := vxlanMAC(c.node(3).ip)
 		n1.ns.MustExec(t, "ip", "route", "del", "10.244.3.0/24")
-		n1.ns.MustExec(t, "ip", "neigh", "del", c.node(3).ip, "dev", overlay.DeviceV4)
-		n1.ns.MustExec(t, "bridge", "fdb", "del", mac, "dev", overlay.DeviceV4, "dst", c.node(3).ip)
+		n1.ns.MustExec(t, "ip", "neigh", "del", c.node(3).ip, "dev", vxlanDevice)
+		n1.ns.MustExec(t, "bridge", "fdb", "del", mac, "dev", vxlanDevice, "dst", c.node(3).ip)
 		n1.ns.MustExec(t, "nft", "delete", "table", "inet", podnet.MasqTable.Name)
 		framework.Eventually(t, 10*time.Second, "node1's entries for node3 and its masquerade table", func() error {
 			switch {
 			case !strings.Contains(n1.shows("ip", "route", "show", "10.244.3.0/24"), "dev netplane.vxlan"):
 				return fmt.Errorf("no route")
-			case !strings.Contains(n1.shows("ip", "neigh", "show", c.node(3).ip, "dev", overlay.DeviceV4), "lladdr "+mac+" PERMANENT"):
+			case !strings.Contains(n1.shows("ip", "neigh", "show", c.node(3).ip, "dev", vxlanDevice), "lladdr "+mac+" PERMANENT"):
 				return fmt.Errorf("no neighbour")
-			case !strings.Contains(n1.shows("bridge", "fdb", "show", "dev", overlay.DeviceV4), mac+" dst "+c.node(3).ip):
+			case !strings.Contains(n1.shows("bridge", "fdb", "show", "dev", vxlanDevice), mac+" dst "+c.node(3).ip):
 				return fmt.Errorf("no FDB entry")
 			case !strings.Contains(n1.shows("nft", "list", "table", "inet", podnet.MasqTable.Name), "masquerade"):
 				return fmt.Errorf("no masquerade table")
@@ -227,7 +239,7 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 			if got := n1.shows("ip", "route", "show", "10.244.3.0/24"); got != "" {
 				return fmt.Errorf("route %q", got)
 			}
-			if got := n1.shows("ip", "link", "show", overlay.DeviceV4); got != "" {
+			if got := n1.shows("ip", "link", "show", vxlanDevice); got != "" {
 				return fmt.Errorf("device %q", got)
 			}
 			return nil
@@ -316,9 +328,9 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	framework.EventuallyEvery(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods", routed("192.168.20.14"))
 	t.Logf("node4's InternalIP written to its route in node1's kernel: %v", time.Since(start).Round(time.Millisecond))
 	want := func(ip string) string {
-		return fmt.Sprintf("%s dst %s", overlay.MAC(netipAddr(ip)), ip)
+		return fmt.Sprintf("%s dst %s", vxlanMAC(ip), ip)
 	}
-	if got := n1.shows("bridge", "fdb", "show", "dev", overlay.DeviceV4); !strings.Contains(got, want("192.168.20.14")) {
+	if got := n1.shows("bridge", "fdb", "show", "dev", vxlanDevice); !strings.Contains(got, want("192.168.20.14")) {
 		t.Errorf("node1's FDB: %s\nwant %s", got, want("192.168.20.14"))
 	}
 
@@ -330,8 +342,8 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	c.setAddresses(t, node, "192.168.20.24")
 	framework.EventuallyEvery(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods via its new address", routed("192.168.20.24"))
 	t.Logf("node4's new InternalIP to its route in node1's kernel: %v", time.Since(start).Round(time.Millisecond))
-	fdb := n1.shows("bridge", "fdb", "show", "dev", overlay.DeviceV4)
-	neigh := n1.shows("ip", "neigh", "show", "dev", overlay.DeviceV4)
+	fdb := n1.shows("bridge", "fdb", "show", "dev", vxlanDevice)
+	neigh := n1.shows("ip", "neigh", "show", "dev", vxlanDevice)
 	if !strings.Contains(fdb, want("192.168.20.24")) || strings.Contains(fdb, "192.168.20.14") || strings.Contains(neigh, "192.168.20.14 ") {
 		t.Errorf("node1's FDB %q and neighbours %q after the change; want the new address's only", fdb, neigh)
 	}
@@ -348,8 +360,8 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	})
 	t.Logf("node4 deleted to its route gone from node1's kernel: %v", time.Since(start).Round(time.Millisecond))
 	framework.Eventually(t, 10*time.Second, "node1 without anything of node4", func() error {
-		for _, s := range []string{n1.shows("ip", "route", "show", "proto", "207"), n1.shows("ip", "neigh", "show", "dev", overlay.DeviceV4),
-			n1.shows("bridge", "fdb", "show", "dev", overlay.DeviceV4)} {
+		for _, s := range []string{n1.shows("ip", "route", "show", "proto", "207"), n1.shows("ip", "neigh", "show", "dev", vxlanDevice),
+			n1.shows("bridge", "fdb", "show", "dev", vxlanDevice)} {
 			if strings.Contains(s, "10.244.4.0") || strings.Contains(s, "192.168.20.24") {
 				return fmt.Errorf("still there: %s", s)
 			}
@@ -374,8 +386,8 @@ func connectionSurvivesARestart(t *testing.T, c *cluster, pods []*pod) {
 	state := func() string {
 		var b strings.Builder
 		for _, n := range []*clusterNode{c.node(1), c.node(3)} {
-			for _, args := range [][]string{{"ip", "-o", "link", "show", overlay.DeviceV4}, {"ip", "route", "show", "proto", "207"},
-				{"ip", "-6", "route", "show", "proto", "207"}, {"ip", "neigh", "show", "nud", "permanent"}, {"bridge", "fdb", "show", "dev", overlay.DeviceV4}} {
+			for _, args := range [][]string{{"ip", "-o", "link", "show", vxlanDevice}, {"ip", "route", "show", "proto", "207"},
+				{"ip", "-6", "route", "show", "proto", "207"}, {"ip", "neigh", "show", "nud", "permanent"}, {"bridge", "fdb", "show", "dev", vxlanDevice}} {
 				fmt.Fprintf(&b, "%s: %s\n", n.name, n.shows(args...))
 			}
 		}

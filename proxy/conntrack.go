@@ -3,6 +3,7 @@ package proxy
 import (
 	"maps"
 	"net/netip"
+	"sync"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -60,4 +61,29 @@ func cleanConntrack(before, now map[netip.AddrPort]map[netip.AddrPort]bool) (uin
 	}
 	n6, err := netlink.ConntrackDeleteFilters(netlink.ConntrackTable, unix.AF_INET6, f)
 	return n4 + n6, err
+}
+
+// udpCleaner deletes the stale UDP conntrack entries after each sync that
+// worked, comparing the UDP service map the sync programmed with the one
+// before. The first sync walks the table whatever the map: entries may be
+// left from before the proxy started.
+type udpCleaner struct {
+	// clean deletes the entries (cleanConntrack; tests replace it).
+	clean func(before, now map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error)
+
+	mu   sync.Mutex
+	last map[netip.AddrPort]map[netip.AddrPort]bool
+}
+
+// synced takes the UDP service map a sync programmed and returns how many
+// entries it deleted.
+func (u *udpCleaner) synced(now map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error) {
+	u.mu.Lock()
+	before := u.last
+	u.last = now
+	u.mu.Unlock()
+	if before != nil && !udpChanged(before, now) {
+		return 0, nil
+	}
+	return u.clean(before, now)
 }

@@ -1,6 +1,10 @@
 package proxy
 
-import "github.com/prometheus/client_golang/prometheus"
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
 
 // metrics are the proxier's Prometheus metrics, named after kube-proxy's
 // with the netplane_proxy_ prefix.
@@ -55,4 +59,16 @@ func newMetrics() *metrics {
 // collectors are the metrics to register.
 func (m *metrics) collectors() []prometheus.Collector {
 	return []prometheus.Collector{m.syncDuration, m.programming, m.pendingChanges, m.syncFailures, m.noLocalEndpoints, m.lastSync, m.conntrackDeletions}
+}
+
+// observeSync records a sync of kind (full or partial) that worked: it
+// started at start and had its tables programmed at now, and carried the changes of triggers.
+func (m *metrics) observeSync(kind string, start, now time.Time, triggers []time.Time, d *Desired) {
+	m.syncDuration.WithLabelValues(kind).Observe(now.Sub(start).Seconds())
+	m.lastSync.Set(float64(now.Unix()))
+	for _, t := range triggers {
+		m.programming.Observe(now.Sub(t).Seconds())
+	}
+	m.noLocalEndpoints.WithLabelValues("internal").Set(float64(d.NoLocalInternal))
+	m.noLocalEndpoints.WithLabelValues("external").Set(float64(d.NoLocalExternal))
 }

@@ -3,11 +3,48 @@ package proxy
 import (
 	"net/netip"
 	"slices"
+
+	"github.com/vishvananda/netlink"
+	v1 "k8s.io/api/core/v1"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
-// This file resolves where NodePorts and health-check node ports listen:
-// pure functions of the flags, the Node's addresses and the interfaces'
-// addresses (read by the caller).
+// This file resolves the node's facts the rules depend on, and where
+// NodePorts and health-check node ports listen: pure functions of the
+// flags, the Node's addresses and the interfaces' addresses, which
+// localAddrs reads.
+
+// nodeFacts are this node's facts from the flags and its Node.
+func (p *proxier) nodeFacts() NodeFacts {
+	nf := NodeFacts{Name: p.cfg.NodeName, MasqueradeAll: p.cfg.MasqueradeAll}
+	nf.ClusterCIDRs, nf.ServiceCIDRs = p.cfg.ClusterCIDRs, p.cfg.ServiceCIDRs
+	node, ok := nodeview.Get(p.nodes, p.cfg.NodeName)
+	if !ok {
+		p.log.V(1).Info("own Node not found; no zone and no primary node IPs for NodePorts until it exists", "node", p.cfg.NodeName)
+		return nf
+	}
+	nf.Zone = node.Labels[v1.LabelTopologyZone]
+	nf.NodePortIPs = nodePortIPs(p.cfg.NodePortAddresses, node.PrimaryIPs(), localAddrs)
+	nf.HealthCheckIPs = healthCheckIPs(p.cfg.NodePortAddresses, nf.NodePortIPs)
+	return nf
+}
+
+// localAddrs are the addresses of the node's interfaces, which
+// --nodeport-addresses CIDRs select from.
+func localAddrs() []netip.Addr {
+	addrs, err := netlink.AddrList(nil, netlink.FAMILY_ALL)
+	if err != nil {
+		return nil
+	}
+	var out []netip.Addr
+	for _, a := range addrs {
+		if ip, ok := netip.AddrFromSlice(a.IP); ok {
+			out = append(out, ip.Unmap())
+		}
+	}
+	return out
+}
 
 // nodePortIPs resolves --nodeport-addresses: empty or "primary" means the
 // Node's primary IPs (first InternalIP, else ExternalIP, per family:

@@ -110,3 +110,14 @@ func proxyModeHandler() http.Handler {
 		w.Write([]byte(ProxyMode))
 	})
 }
+
+// healthz fails, as kube-proxy's does, when a change has waited for
+// programming longer than twice the sync period.
+func (p *proxier) healthz() error { return p.runner.Healthy(2 * p.cfg.SyncPeriod.Duration) }
+
+// lastSynced is when a sync last succeeded; zero before the first.
+func (p *proxier) lastSynced() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.syncedAt
+}

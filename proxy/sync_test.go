@@ -85,6 +85,7 @@ func newFakeNode(t *testing.T) *fakeNode {
 		f, fam := nft.NewFake(id), nodeview.Families[i]
 		n.fakes[fam], syncers[fam] = f, recorder{Syncer: f, fam: fam, calls: n.calls}
 	}
+	metrics := newMetrics()
 	n.p = &proxier{
 		log:      logr.Discard(),
 		cfg:      v1alpha1.Node{NodeName: testNode.Name, SyncPeriod: metav1.Duration{Duration: time.Hour}, MinSyncPeriod: metav1.Duration{Duration: time.Millisecond}},
@@ -93,9 +94,9 @@ func newFakeNode(t *testing.T) *fakeNode {
 		nodes:    n.nodes,
 		syncers:  syncers,
 		model:    NewModel(),
-		metrics:  newMetrics(),
-		started:  time.Now(),
-		cleanUDP: func(_, _ map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error) { return 0, nil },
+		metrics:  metrics,
+		changes:  changes{gauge: metrics.pendingChanges, started: time.Now()},
+		udp:      udpCleaner{clean: func(_, _ map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error) { return 0, nil }},
 	}
 	n.p.runner = n.p.newRunner()
 	n.p.health = newHealthServers(logr.Discard(), func() bool { return true })

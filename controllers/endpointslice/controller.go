@@ -1,3 +1,7 @@
+// Package endpointslice is netplane's EndpointSlice controller: it keeps
+// the EndpointSlices of every Service with a selector true to its Pods, as
+// kube-controller-manager's endpointslice controller does. The controller
+// role (package controllers) runs it beside the mirroring controller.
 package endpointslice
 
 import (
@@ -74,7 +78,7 @@ type Controller struct {
 	reconciler *esrec.Reconciler
 	recorder   record.EventRecorder
 	metrics    *kit.Metrics
-	queue      workqueue.TypedRateLimitingInterface[string]
+	queue      *kit.Queue
 	loop       *kit.Loop
 	batch      time.Duration
 	// waiting holds the Services whose sync found the slice cache behind
@@ -87,7 +91,7 @@ type Controller struct {
 	// topology serves the service.kubernetes.io/topology-mode=Auto hints;
 	// Node changes queue a recount of zones in topologyQueue.
 	topology      *topologycache.TopologyCache
-	topologyQueue workqueue.TypedRateLimitingInterface[string]
+	topologyQueue *kit.Queue
 	// handlers are done once each event handler saw its first list.
 	handlers []cache.DoneChecker
 }
@@ -120,8 +124,10 @@ func New(log logr.Logger, client kubernetes.Interface, src kit.Sources, recorder
 		queue:      kit.NewQueue("endpointslice"),
 		podChanges: newPodChanges(),
 		topology:   topologycache.NewTopologyCache(),
-		topologyQueue: workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
-			workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice_topology"}),
+		topologyQueue: kit.NewQueueOf(func() workqueue.TypedRateLimitingInterface[string] {
+			return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
+				workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice_topology"})
+		}),
 	}
 	for name, ix := range map[string]cache.Indexer{podLabelIndex: c.podIndex, sliceServiceIndex: c.sliceIndex} {
 		if _, ok := ix.GetIndexers()[name]; !ok {
@@ -135,7 +141,8 @@ func New(log logr.Logger, client kubernetes.Interface, src kit.Sources, recorder
 	c.metrics = m
 	c.waiting = &kit.CacheWait{Queue: c.queue, Fresh: c.cacheFresh}
 	c.loop = &kit.Loop{Queue: c.queue, Metrics: m, Log: log, Waiting: c.waiting,
-		Budget: opts.Budget, Sync: func(_ context.Context, key string) error { return c.syncService(key) }}
+		Budget: opts.Budget, Sync: func(_ context.Context, key string) error { return c.syncService(key) },
+		Keys: src.Services.Indexer().ListKeys}
 	c.client = kit.CountWrites(client, m, opts.Budget)
 	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, c.topology, recorder,
 		ControllerName, esrec.WithPreferSameTrafficDistributionEnabled(true))
@@ -180,14 +187,16 @@ func (c *Controller) addHandlers(src kit.Sources) error {
 func (c *Controller) Synced() []cache.DoneChecker { return c.handlers }
 
 // Run syncs Services with workers goroutines until ctx ends, and returns
-// once every sync in progress finished.
+// once every sync in progress finished. It may run again once it returned
+// (see kit.Loop); each run recounts the zones.
 func (c *Controller) Run(ctx context.Context, workers int) {
 	c.log.Info("starting EndpointSlice controller", "workers", workers)
+	c.topologyQueue.Add(topologyKey)
 	var wg sync.WaitGroup
 	wg.Go(func() { wait.UntilWithContext(ctx, c.topologyWorker, time.Second) })
 	wg.Go(func() { c.mapPods(ctx) })
 	c.loop.Run(ctx, workers)
-	c.topologyQueue.ShutDown()
+	c.topologyQueue.Renew()
 	wg.Wait()
 	c.log.Info("stopped EndpointSlice controller")
 }
@@ -379,8 +388,9 @@ func nodeReady(n *corev1.Node) bool {
 // topologyWorker feeds Node changes to the topology-aware hints and resyncs
 // the Services whose zones became overloaded.
 func (c *Controller) topologyWorker(context.Context) {
+	q := c.topologyQueue.Current()
 	for {
-		key, quit := c.topologyQueue.Get()
+		key, quit := q.Get()
 		if quit {
 			return
 		}
@@ -391,7 +401,7 @@ func (c *Controller) topologyWorker(context.Context) {
 				c.queue.Add(svc)
 			}
 		}
-		c.topologyQueue.Forget(key)
-		c.topologyQueue.Done(key)
+		q.Forget(key)
+		q.Done(key)
 	}
 }

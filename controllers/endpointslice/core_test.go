@@ -539,7 +539,7 @@ func TestTopologyModeAutoHints(t *testing.T) {
 		}
 		return nil
 	})
-	fx.c.topologyQueue.ShutDown()
+	fx.c.topologyQueue.Renew()
 	<-done
 	w := fx.sync(svc)
 	if len(w.creates) != 1 {

@@ -1,8 +1,6 @@
 package endpointslice
 
 import (
-	"fmt"
-	"net/netip"
 	"slices"
 	"sort"
 	"testing"
@@ -12,7 +10,6 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
-	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
@@ -122,48 +119,6 @@ func sizes(ss []*discovery.EndpointSlice) []int {
 	return out
 }
 
-type svcOpt func(*corev1.Service)
-
-func newService(name string, opts ...svcOpt) *corev1.Service {
-	s := &corev1.Service{
-		ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "ns", UID: types.UID(name + "-uid"),
-			CreationTimestamp: metav1.Now()},
-		Spec: corev1.ServiceSpec{
-			Selector:   map[string]string{"app": name},
-			ClusterIP:  "10.96.0.10",
-			ClusterIPs: []string{"10.96.0.10"},
-			IPFamilies: []corev1.IPFamily{corev1.IPv4Protocol},
-			Ports:      []corev1.ServicePort{{Name: "http", Port: 80, TargetPort: intstrFromInt(8080), Protocol: corev1.ProtocolTCP}},
-		},
-	}
-	for _, o := range opts {
-		o(s)
-	}
-	return s
-}
-
-type podOpt func(*corev1.Pod)
-
-// newPod is pod i of the app label app, ready, on node-1, with IPv4
-// 10.0.x.y and IPv6 fd00::x:y.
-func newPod(app string, i int, opts ...podOpt) *corev1.Pod {
-	v4 := fmt.Sprintf("10.0.%d.%d", i/250, i%250+1)
-	v6 := netip.MustParseAddr(fmt.Sprintf("fd00::%x:%x", i/250, i%250+1)).String()
-	p := &corev1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Name: fmt.Sprintf("%s-%d", app, i), Namespace: "ns",
-			UID: types.UID(fmt.Sprintf("%s-%d-uid", app, i)), Labels: map[string]string{"app": app}, ResourceVersion: "1"},
-		Spec: corev1.PodSpec{NodeName: "node-1", Containers: []corev1.Container{{Name: "c",
-			Ports: []corev1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: corev1.ProtocolTCP}}}}},
-		Status: corev1.PodStatus{Phase: corev1.PodRunning, PodIP: v4,
-			PodIPs:     []corev1.PodIP{{IP: v4}, {IP: v6}},
-			Conditions: []corev1.PodCondition{{Type: corev1.PodReady, Status: corev1.ConditionTrue, LastTransitionTime: metav1.Now()}}},
-	}
-	for _, o := range opts {
-		o(p)
-	}
-	return p
-}
-
 func notReady(p *corev1.Pod) { p.Status.Conditions[0].Status = corev1.ConditionFalse }
 
 func terminating(p *corev1.Pod) { p.DeletionTimestamp = new(metav1.Now()) }
@@ -176,14 +131,6 @@ func newPods(app string, n int, opts ...podOpt) []runtime.Object {
 		out = append(out, newPod(app, i, opts...))
 	}
 	return out
-}
-
-func newNode(name, zone string) *corev1.Node {
-	n := &corev1.Node{ObjectMeta: metav1.ObjectMeta{Name: name, Labels: map[string]string{}}}
-	if zone != "" {
-		n.Labels[corev1.LabelTopologyZone] = zone
-	}
-	return n
 }
 
 // onlyEndpoint returns the single endpoint of the single written slice.

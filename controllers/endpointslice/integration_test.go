@@ -118,7 +118,7 @@ func TestAgainstAPIServer(t *testing.T) {
 				return nil
 			})
 			r.settle(t)
-			if got := r.writes.get(ns); got != tc.wantWrites {
+			if got := r.writes.Get(ns); got != tc.wantWrites {
 				t.Errorf("writes (creates, updates, deletes) %v, want %v", got, tc.wantWrites)
 			}
 			got := listOwn(t, s.Client, ns, svc.Name, ControllerName)

@@ -114,10 +114,11 @@ func drainMapped(t *testing.T, c *Controller) []string {
 	cancel()
 	<-done
 	var got []string
-	for c.queue.Len() > 0 {
-		k, _ := c.queue.Get()
+	q := c.queue.Current()
+	for q.Len() > 0 {
+		k, _ := q.Get()
 		got = append(got, k)
-		c.queue.Done(k)
+		q.Done(k)
 	}
 	slices.Sort(got)
 	return got

@@ -12,7 +12,6 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	"k8s.io/apimachinery/pkg/util/sets"
 
 	"github.com/netplane/netplane/e2e/framework"
 )
@@ -31,32 +30,6 @@ func setup(t *testing.T, n int, opts Options) (*framework.APIServer, string, *co
 	r := startController(t, s, opts)
 	waitEndpoints(t, s, ns, "a", n)
 	return s, ns, svc, r
-}
-
-// waitEndpoints waits until the slices of svc list exactly the want pods,
-// each once.
-func waitEndpoints(t *testing.T, s *framework.APIServer, ns, svc string, want int) {
-	t.Helper()
-	framework.Eventually(t, 30*time.Second, "endpoints of "+svc, func() error {
-		names, dups := endpointNames(listOwn(t, s.Client, ns, svc, ControllerName))
-		if !(names.Len() == want && dups == 0) {
-			return fmt.Errorf("%d endpoints, %d duplicated, want %d", names.Len(), dups, want)
-		}
-		return nil
-	})
-}
-
-func endpointNames(ss []*discovery.EndpointSlice) (sets.Set[string], int) {
-	names, dups := sets.New[string](), 0
-	for _, s := range ss {
-		for _, e := range s.Endpoints {
-			if names.Has(e.TargetRef.Name) {
-				dups++
-			}
-			names.Insert(e.TargetRef.Name)
-		}
-	}
-	return names, dups
 }
 
 func TestHandEditedSliceIsCorrected(t *testing.T) {
@@ -111,7 +84,7 @@ func TestForeignSliceIsLeftAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.settle(t)
-	before := r.writes.get(ns)
+	before := r.writes.Get(ns)
 	foreign.Endpoints[0].Addresses = []string{"192.0.2.2"}
 	got, err := s.Client.DiscoveryV1().EndpointSlices(ns).Get(framework.Ctx(t), "by-hand", metav1.GetOptions{})
 	if err != nil {
@@ -122,7 +95,7 @@ func TestForeignSliceIsLeftAlone(t *testing.T) {
 		t.Fatal(err)
 	}
 	r.settle(t)
-	if after := r.writes.get(ns); after != before {
+	if after := r.writes.Get(ns); after != before {
 		t.Errorf("writes went from %v to %v after a foreign slice changed", before, after)
 	}
 	if _, err := s.Client.DiscoveryV1().EndpointSlices(ns).Get(framework.Ctx(t), "by-hand", metav1.GetOptions{}); err != nil {
@@ -252,7 +225,7 @@ func endpointSummary(ss []*discovery.EndpointSlice) []string {
 func TestBatchPeriodCoalescesPodChanges(t *testing.T) {
 	s, ns, _, r := setup(t, 1, Options{BatchPeriod: 2 * time.Second})
 	r.settle(t)
-	before := r.writes.get(ns)
+	before := r.writes.Get(ns)
 	start := time.Now()
 	for i := 1; i <= 3; i++ {
 		createPod(t, s.Client, ns, newPod("a", i))
@@ -262,7 +235,7 @@ func TestBatchPeriodCoalescesPodChanges(t *testing.T) {
 	}
 	waitEndpoints(t, s, ns, "a", 4)
 	r.settle(t)
-	after := r.writes.get(ns)
+	after := r.writes.Get(ns)
 	if d := [3]int{after[0] - before[0], after[1] - before[1], after[2] - before[2]}; d != [3]int{0, 1, 0} {
 		t.Errorf("3 pod changes in one batch period wrote %v (creates, updates, deletes), want one update", d)
 	}

@@ -20,7 +20,6 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/leaderelection/resourcelock"
 	"k8s.io/client-go/tools/record"
-	"k8s.io/client-go/util/workqueue"
 	esutil "k8s.io/endpointslice/util"
 
 	"github.com/netplane/netplane/controllers/internal/kit"
@@ -38,29 +37,32 @@ type Controller struct {
 	client    kubernetes.Interface
 	services  corelisters.ServiceLister
 	endpoints corelisters.EndpointsLister
-	slices    discoverylisters.EndpointSliceLister
-	tracker   *esutil.EndpointSliceTracker
-	recorder  record.EventRecorder
-	metrics   *kit.Metrics
-	queue     workqueue.TypedRateLimitingInterface[string]
-	loop      *kit.Loop
-	waiting   *kit.CacheWait
-	max       int
-	handlers  []cache.DoneChecker // done once each handler saw its first list
+	// endpointsIndex is the Endpoints cache, for the keys of a new run.
+	endpointsIndex cache.Indexer
+	slices         discoverylisters.EndpointSliceLister
+	tracker        *esutil.EndpointSliceTracker
+	recorder       record.EventRecorder
+	metrics        *kit.Metrics
+	queue          *kit.Queue
+	loop           *kit.Loop
+	waiting        *kit.CacheWait
+	max            int
+	handlers       []cache.DoneChecker // done once each handler saw its first list
 }
 
 // New builds a Controller on src, adding its event handlers and
 // registering its metrics (netplane_endpointslicemirroring_*) on reg.
 func New(log logr.Logger, client kubernetes.Interface, src kit.Sources, recorder record.EventRecorder, reg prometheus.Registerer, opts Options) (*Controller, error) {
 	c := &Controller{
-		log:       log,
-		services:  corelisters.NewServiceLister(src.Services.Indexer()),
-		endpoints: corelisters.NewEndpointsLister(src.Endpoints.Indexer()),
-		slices:    discoverylisters.NewEndpointSliceLister(src.EndpointSlices.Indexer()),
-		tracker:   esutil.NewEndpointSliceTracker(),
-		recorder:  recorder,
-		queue:     kit.NewQueue("endpointslicemirroring"),
-		max:       int(opts.MaxEndpointsPerSubset),
+		log:            log,
+		services:       corelisters.NewServiceLister(src.Services.Indexer()),
+		endpoints:      corelisters.NewEndpointsLister(src.Endpoints.Indexer()),
+		endpointsIndex: src.Endpoints.Indexer(),
+		slices:         discoverylisters.NewEndpointSliceLister(src.EndpointSlices.Indexer()),
+		tracker:        esutil.NewEndpointSliceTracker(),
+		recorder:       recorder,
+		queue:          kit.NewQueue("endpointslicemirroring"),
+		max:            int(opts.MaxEndpointsPerSubset),
 	}
 	m, err := kit.NewMetrics(reg, "endpointslicemirroring", kit.CountManaged(c.slices, ControllerName))
 	if err != nil {
@@ -68,7 +70,7 @@ func New(log logr.Logger, client kubernetes.Interface, src kit.Sources, recorder
 	}
 	c.metrics = m
 	c.waiting = &kit.CacheWait{Queue: c.queue, Fresh: c.cacheFresh}
-	c.loop = &kit.Loop{Queue: c.queue, Sync: c.sync, Metrics: m, Log: log, Waiting: c.waiting}
+	c.loop = &kit.Loop{Queue: c.queue, Sync: c.sync, Metrics: m, Log: log, Waiting: c.waiting, Keys: c.keys}
 	c.client = kit.CountWrites(client, m, nil)
 	return c, c.addHandlers(src)
 }
@@ -110,7 +112,8 @@ func (c *Controller) addHandlers(src kit.Sources) error {
 func (c *Controller) Synced() []cache.DoneChecker { return c.handlers }
 
 // Run mirrors with workers goroutines until ctx ends, and returns once
-// every sync in progress finished.
+// every sync in progress finished. It may run again once it returned (see
+// kit.Loop).
 func (c *Controller) Run(ctx context.Context, workers int) {
 	c.log.Info("starting EndpointSlice mirroring controller", "workers", workers)
 	c.loop.Run(ctx, workers)
@@ -236,6 +239,22 @@ func (c *Controller) enqueueForSlice(s *discovery.EndpointSlice) {
 	if key, ok := endpointsKey(s); ok {
 		c.queue.Add(key)
 	}
+}
+
+// keys are the keys of every Endpoints and of every slice we mirrored,
+// whose Endpoints may be gone.
+func (c *Controller) keys() []string {
+	keys := c.endpointsIndex.ListKeys()
+	slices, err := c.slices.List(labels.Set{discovery.LabelManagedBy: ControllerName}.AsSelectorPreValidated())
+	if err != nil {
+		return keys
+	}
+	for _, s := range slices {
+		if key, ok := endpointsKey(s); ok {
+			keys = append(keys, key)
+		}
+	}
+	return keys
 }
 
 // endpointsKey is the Endpoints key a mirrored slice belongs to.

@@ -1,4 +1,4 @@
-package endpointslice
+package controllers
 
 //lint:file-ignore SA1019 mirroring reads the Endpoints API, deprecated since v1.33, by design: it exists for users who still write Endpoints.
 
@@ -23,6 +23,8 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/controllers/endpointslice"
+	"github.com/netplane/netplane/controllers/internal/apitest"
 	"github.com/netplane/netplane/controllers/mirroring"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/internal/informer"
@@ -30,11 +32,15 @@ import (
 	"github.com/netplane/netplane/internal/role"
 )
 
+// The role tests share one etcd + kube-apiserver (started on first use)
+// and give each test its own namespace.
+func TestMain(m *testing.M) { framework.RunShared(m) }
+
 // replica is one in-process run of the controller role on its own manager,
 // as the netplane process runs it.
 type replica struct {
 	checks *role.Checks
-	writes *writeCounter
+	writes *apitest.WriteCounter
 	cancel context.CancelFunc
 	done   chan error
 	once   sync.Once
@@ -51,7 +57,7 @@ func startReplica(t *testing.T, s *framework.APIServer, log logr.Logger, change 
 	if err := cfg.Validate(); err != nil {
 		t.Fatal(err)
 	}
-	rc, writes := countingConfig(s.RestConfig)
+	rc, writes := apitest.CountingConfig(s.RestConfig)
 	client := kubernetes.NewForConfigOrDie(rc)
 	r := &replica{checks: role.NewChecks(), writes: writes, done: make(chan error, 1)}
 	cfg.HealthBindAddress, cfg.MetricsBindAddress = "", ""
@@ -100,27 +106,27 @@ func TestTwoReplicasOnlyTheLeaderWrites(t *testing.T) {
 		return nil
 	})
 
-	ns := newNamespace(t, s, "leader")
-	createNode(t, s, "node-1", "")
-	createService(t, s.Client, ns, newService("a"))
+	ns := apitest.NewNamespace(t, s, "leader")
+	apitest.CreateNode(t, s, "node-1", "")
+	apitest.CreateService(t, s.Client, ns, apitest.Service("a"))
 	t.Cleanup(func() { s.Client.CoreV1().Services(ns).Delete(context.Background(), "a", metav1.DeleteOptions{}) })
 	for i := range 3 {
-		createPod(t, s.Client, ns, newPod("a", i))
+		apitest.CreatePod(t, s.Client, ns, apitest.Pod("a", i))
 	}
-	waitEndpoints(t, s, ns, "a", 3)
+	apitest.WaitEndpoints(t, s, ns, "a", endpointslice.ControllerName, 3)
 	leader, follower := a, b
-	if a.writes.total() == 0 {
+	if a.writes.Total() == 0 {
 		leader, follower = b, a
 	}
-	if leader.writes.total() == 0 || follower.writes.total() != 0 {
-		t.Fatalf("writes: leader %d, follower %d; want only one replica writing", leader.writes.total(), follower.writes.total())
+	if leader.writes.Total() == 0 || follower.writes.Total() != 0 {
+		t.Fatalf("writes: leader %d, follower %d; want only one replica writing", leader.writes.Total(), follower.writes.Total())
 	}
 
 	// A graceful stop releases the Lease; the other replica takes over.
 	leader.stop(t)
-	createPod(t, s.Client, ns, newPod("a", 3))
-	waitEndpoints(t, s, ns, "a", 4)
-	if follower.writes.total() == 0 {
+	apitest.CreatePod(t, s.Client, ns, apitest.Pod("a", 3))
+	apitest.WaitEndpoints(t, s, ns, "a", endpointslice.ControllerName, 4)
+	if follower.writes.Total() == 0 {
 		t.Errorf("the remaining replica did not take over")
 	}
 }
@@ -205,8 +211,8 @@ func TestRoleMirrorsEndpoints(t *testing.T) {
 		c.LeaderElection.LeaderElect = false
 		c.MirroringMaxEndpointsPerSubset = 2
 	})
-	ns := newNamespace(t, s, "mirror")
-	createService(t, s.Client, ns, newService("ext", func(svc *corev1.Service) { svc.Spec.Selector = nil }))
+	ns := apitest.NewNamespace(t, s, "mirror")
+	apitest.CreateService(t, s.Client, ns, apitest.Service("ext", func(svc *corev1.Service) { svc.Spec.Selector = nil }))
 	eps := s.Client.CoreV1().Endpoints(ns)
 	ep := &corev1.Endpoints{
 		ObjectMeta: metav1.ObjectMeta{Name: "ext", Labels: map[string]string{"team": "x"}},
@@ -223,7 +229,7 @@ func TestRoleMirrorsEndpoints(t *testing.T) {
 	mirrored := func(want string) {
 		t.Helper()
 		framework.Eventually(t, 30*time.Second, "mirrored slices", func() error {
-			got := listOwn(t, s.Client, ns, "ext", mirroring.ControllerName)
+			got := apitest.ListOwn(t, s.Client, ns, "ext", mirroring.ControllerName)
 			desc := fmt.Sprint(mirrorSummary(got))
 			if desc != want {
 				return errors.New(desc)

@@ -29,7 +29,7 @@ func TestCacheWaitQueuesAParkedKeyOnceTheCacheCaughtUp(t *testing.T) {
 		{do: "park", fresh: true, wantQueued: 2},    // caught up while the sync ran
 	}
 	q := NewQueue("test")
-	defer q.ShutDown()
+	defer q.Current().ShutDown()
 	fresh := false
 	w := &CacheWait{Queue: q, Fresh: func(string) bool { return fresh }}
 	h := w.Handler("us", func(s *discoveryv1.EndpointSlice) (string, bool) {
@@ -53,11 +53,11 @@ func TestCacheWaitQueuesAParkedKeyOnceTheCacheCaughtUp(t *testing.T) {
 			h.OnDelete(slice("b", "us"))
 		}
 		for q.Len() > 0 {
-			k, _ := q.Get()
+			k, _ := q.Current().Get()
 			if k != "ns/a" {
 				t.Errorf("step %d queued %q", i, k)
 			}
-			q.Done(k)
+			q.Current().Done(k)
 			queued++
 		}
 		if queued != st.wantQueued {

@@ -1,4 +1,4 @@
-package endpointslice
+package controllers
 
 import (
 	"context"
