@@ -149,7 +149,7 @@ func TestALostLeaseStopsTheLeaderUntilItWinsItBack(t *testing.T) {
 		for _, w := range []string{"leader election lost", "leader election won"} {
 			if strings.Contains(args, w) {
 				<-started
-				marks <- mark{w, r.writes.total()}
+				marks <- mark{w, r.writes.Total()}
 			}
 		}
 	}, funcr.Options{})
@@ -172,11 +172,11 @@ func TestALostLeaseStopsTheLeaderUntilItWinsItBack(t *testing.T) {
 		return mark{}
 	}
 	next("leader election won")
-	ns := newNamespace(t, s, "lease")
-	createNode(t, s, "node-1", "")
-	createService(t, s.Client, ns, newService("a"))
-	createPod(t, s.Client, ns, newPod("a", 0))
-	waitEndpoints(t, s, ns, "a", 1)
+	ns := apitest.NewNamespace(t, s, "lease")
+	apitest.CreateNode(t, s, "node-1", "")
+	apitest.CreateService(t, s.Client, ns, apitest.Service("a"))
+	apitest.CreatePod(t, s.Client, ns, apitest.Pod("a", 0))
+	apitest.WaitEndpoints(t, s, ns, "a", endpointslice.ControllerName, 1)
 
 	// Another holder takes the Lease for 4 s. The replica renews every
 	// 200 ms: an update between its renewals may conflict, and is made
@@ -197,12 +197,12 @@ func TestALostLeaseStopsTheLeaderUntilItWinsItBack(t *testing.T) {
 		t.Fatal(err)
 	}
 	lost := next("leader election lost")
-	createPod(t, s.Client, ns, newPod("a", 1))
+	apitest.CreatePod(t, s.Client, ns, apitest.Pod("a", 1))
 	won := next("leader election won")
 	if won.writes != lost.writes {
 		t.Errorf("the replica wrote %d times without the Lease", won.writes-lost.writes)
 	}
-	waitEndpoints(t, s, ns, "a", 2)
+	apitest.WaitEndpoints(t, s, ns, "a", endpointslice.ControllerName, 2)
 }
 
 func TestRoleMirrorsEndpoints(t *testing.T) {

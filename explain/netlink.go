@@ -80,7 +80,7 @@ func (k *netlinkKernel) Underlays(self nodeview.Node) ([]overlay.Underlay, error
 }
 
 func (k *netlinkKernel) PodMTU(self nodeview.Node, tunnelled bool) (int, error) {
-	return nodeview.LocalPodMTU(k.h, 0, tunnelled, self)
+	return nodeview.LocalPodMTU(nodeview.KernelUnderlay(k.h), 0, tunnelled, self)
 }
 
 func (k *netlinkKernel) FDB(device string) ([]netlink.Neigh, error) {
