@@ -53,11 +53,7 @@ func WriteImageArchive(path, ref string, entrypoint []string, files []File) erro
 // WriteImagesArchive writes several images into one docker-archive
 // tarball, each shared layer once.
 func WriteImagesArchive(path string, images []Image) error {
-	type entry struct {
-		name string
-		data []byte
-	}
-	var entries []entry
+	var entries []archiveEntry
 	written := map[*Layer]bool{}
 	var manifest []map[string]any
 	for i, img := range images {
@@ -69,7 +65,7 @@ func WriteImagesArchive(path string, images []Image) error {
 			name := l.diffID[len("sha256:"):] + "/layer.tar"
 			if !written[l] {
 				written[l] = true
-				entries = append(entries, entry{name, l.tar})
+				entries = append(entries, archiveEntry{name, l.tar})
 			}
 			diffIDs = append(diffIDs, l.diffID)
 			layerNames = append(layerNames, name)
@@ -94,15 +90,26 @@ func WriteImagesArchive(path string, images []Image) error {
 			return err
 		}
 		configName := fmt.Sprintf("config-%d.json", i)
-		entries = append(entries, entry{configName, config})
+		entries = append(entries, archiveEntry{configName, config})
 		manifest = append(manifest, map[string]any{"Config": configName, "RepoTags": []string{img.Ref}, "Layers": layerNames})
 	}
 	m, err := json.Marshal(manifest)
 	if err != nil {
 		return err
 	}
-	entries = append(entries, entry{"manifest.json", m})
+	return writeArchive(path, append(entries, archiveEntry{"manifest.json", m}))
+}
 
+// archiveEntry is one file of a docker-archive tarball.
+type archiveEntry struct {
+	name string
+	data []byte
+}
+
+// writeArchive writes entries into a tarball at path, each in its folder,
+// with no time of this machine in it, and renames it into place only when
+// whole.
+func writeArchive(path string, entries []archiveEntry) error {
 	tmp := path + ".tmp"
 	f, err := os.Create(tmp)
 	if err != nil {
