@@ -46,7 +46,13 @@ type Feature struct {
 
 	mu      sync.Mutex
 	waiting string // why the last sync did not converge; "" once it did
+	last    Plan   // of the last sync, for the metrics between syncs
+	opened  Device // f.dev once open, for the metrics between syncs
 }
+
+// refreshEvery is how often the peers' handshakes and bytes are read for
+// the metrics between syncs.
+const refreshEvery = 5 * time.Second
 
 // New builds the feature and registers its metrics and, with encryption
 // on, its view of the Nodes (with the key annotation); the process calls
@@ -113,6 +119,7 @@ func (f *Feature) Run(ctx context.Context) error {
 			f.dev.Close()
 		}
 	}()
+	go f.refresh(ctx)
 	if len(f.d.Config.Node.ClusterCIDRs) == 0 {
 		f.d.Log.Info("no --cluster-cidr: pod addresses of no known node are not guarded against leaving in clear")
 	}
@@ -207,6 +214,9 @@ func (f *Feature) open(underlay netip.Addr) error {
 	f.d.Log.Info("WireGuard device up", "device", DeviceName, "implementation", impl, "mtu", mtu, "port", f.enc.WireGuardPort, "underlay", underlay)
 	f.metrics.Running(impl)
 	f.dev, f.syncer = dev, NewSyncer(dev, f.key, int(f.enc.WireGuardPort))
+	f.mu.Lock()
+	f.opened = dev
+	f.mu.Unlock()
 	return nil
 }
 
@@ -235,13 +245,45 @@ func (f *Feature) warn(plan Plan) {
 }
 
 func (f *Feature) observe(plan Plan, synced bool) {
-	dev, err := f.dev.Device()
+	f.mu.Lock()
+	f.last = plan
+	f.mu.Unlock()
+	f.read(plan, synced)
+}
+
+// read records the device's statistics with plan's rejections.
+func (f *Feature) read(plan Plan, synced bool) {
+	f.mu.Lock()
+	d := f.opened
+	f.mu.Unlock()
+	if d == nil {
+		return
+	}
+	dev, err := d.Device()
 	if err != nil {
 		f.d.Log.Error(err, "read the WireGuard device for metrics")
 		return
 	}
 	now := time.Now()
 	f.metrics.Observe(StatsOf(dev, plan, now), synced, now)
+}
+
+// refresh reads the device for the metrics between syncs until ctx ends:
+// handshakes and bytes change without any Node changing.
+func (f *Feature) refresh(ctx context.Context) {
+	t := time.NewTicker(refreshEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f.mu.Lock()
+			plan := f.last
+			f.mu.Unlock()
+			f.read(plan, false)
+		}
+	}
 }
 
 // facts are the Node facts the plan reads.
