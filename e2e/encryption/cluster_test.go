@@ -193,7 +193,23 @@ func (c *cluster) addPod(n *node) *pod {
 	}
 	p.ip, p.ip6 = res.IPs[0].Address.IP.String(), res.IPs[1].Address.IP.String()
 	p.ns.ServeEcho(t, ":"+echoPort, p.name)
+	c.writePod(p)
 	return p
+}
+
+// writePod writes the pod's API object with its addresses, as a kubelet
+// would: NetworkPolicy selects pods by it.
+func (c *cluster) writePod(p *pod) {
+	obj := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: p.name, Labels: map[string]string{"app": p.name}},
+		Spec: v1.PodSpec{NodeName: p.nodeName, Containers: []v1.Container{{Name: "echo", Image: "registry.invalid/none"}}}}
+	got, err := c.s.Client.CoreV1().Pods("default").Create(c.ctx, obj, metav1.CreateOptions{})
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	got.Status = v1.PodStatus{Phase: v1.PodRunning, PodIP: p.ip, PodIPs: []v1.PodIP{{IP: p.ip}, {IP: p.ip6}}}
+	if _, err := c.s.Client.CoreV1().Pods("default").UpdateStatus(c.ctx, got, metav1.UpdateOptions{}); err != nil {
+		c.t.Fatal(err)
+	}
 }
 
 func at(ip string) string { return net.JoinHostPort(ip, echoPort) }

@@ -158,6 +158,34 @@ func TestEncryptedCluster(t *testing.T) {
 	t.Run("KeylessAndUnknownPodCIDRsGetNoClearPacket", func(t *testing.T) {
 		c.keyless(t)
 	})
+	t.Run("ServicesToABackendOnAnotherNode", func(t *testing.T) {
+		c.servicesThroughTheTunnel(t)
+	})
+	t.Run("NetworkPolicyThroughTheTunnel", func(t *testing.T) {
+		c.policyThroughTheTunnel(t)
+	})
+	t.Run("AgentDownNothingInClear", func(t *testing.T) {
+		// The userspace device, and the routes into it, end with the
+		// agent; the guard table stays and drops what would leave in
+		// clear by the default route.
+		n1 := c.nodes[0]
+		caps := c.captures(t)
+		n1.proc.Stop(10 * time.Second)
+		if _, err := n1.ns.Exec("ip", "link", "show", wireguard.DeviceName); err == nil {
+			t.Errorf("netplane.wg outlived the agent")
+		}
+		for _, ip := range []string{c.nodes[1].pod.ip, c.nodes[2].pod.ip} {
+			if err := sendMarker(n1.pod.ns, at(ip)); err == nil {
+				t.Errorf("pod1 reached %s with node1's agent down; want it dropped", ip)
+			}
+		}
+		c.onlyWireGuard(t, caps, false)
+		c.run(n1, v1alpha1.EncryptionWireGuard)
+		framework.Eventually(t, 30*time.Second, "pod1 reaches pod2 again", func() error {
+			_, err := n1.pod.ns.SeenTCP(at(c.nodes[1].pod.ip))
+			return err
+		})
+	})
 	t.Run("HeldConnectionAcrossRestartAndKeyRotation", func(t *testing.T) {
 		c.heldAcrossRestart(t)
 	})
@@ -197,13 +225,6 @@ func (c *cluster) keyless(t *testing.T) {
 		_ = sendMarker(n1.pod.ns, at(ip))
 		_, _ = n1.ns.Ask("udp", at(ip), 100*time.Millisecond)
 	}
-	framework.Eventually(t, 10*time.Second, "drops to the keyless node counted", func() error {
-		after, err := n1.metric("netplane_wireguard_dropped_packets_total", `reason="no-key"`)
-		if err == nil && after <= before {
-			err = fmt.Errorf("no-key drops %v, were %v", after, before)
-		}
-		return err
-	})
 	obj, err := c.s.Client.CoreV1().Nodes().Get(c.ctx, "ghost", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -218,6 +239,13 @@ func (c *cluster) keyless(t *testing.T) {
 	}
 	_ = sendMarker(n1.pod.ns, at("10.244.9.5"))
 	c.onlyWireGuard(t, caps, false)
+	framework.Eventually(t, 10*time.Second, "drops to the keyless node counted", func() error {
+		after, err := n1.metric("netplane_wireguard_dropped_packets_total", `reason="no-key"`)
+		if err == nil && after <= before {
+			err = fmt.Errorf("no-key drops %v, were %v", after, before)
+		}
+		return err
+	})
 	if err := c.s.Client.CoreV1().Nodes().Delete(c.ctx, "ghost", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
