@@ -125,6 +125,8 @@ func TestSchemaRejectsWrongValues(t *testing.T) {
 		{"relative host path", map[string]any{"node": map[string]any{"cniBinDir": "opt/cni/bin"}}, "cniBinDir"},
 		{"endpoint without scheme", map[string]any{"node": map[string]any{"controlPlaneEndpoint": "10.0.0.1:6443"}}, "controlPlaneEndpoint"},
 		{"pull policy", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "pullPolicy"},
+		{"encryption mode", map[string]any{"encryption": map[string]any{"mode": "ipsec"}}, "mode"},
+		{"relative WireGuard key folder", map[string]any{"encryption": map[string]any{"keyDir": "wireguard"}}, "keyDir"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
