@@ -41,7 +41,7 @@ type Feature struct {
 func New(d role.Deps) (*Feature, error) {
 	o := d.Config.Node.Overlay
 	cfg := Config{Mode: Mode(o.Mode), Port: int(o.VXLANPort), VNI: int(o.VXLANVNI),
-		Off: d.Config.Node.Encryption.Mode == v1alpha1.EncryptionWireGuard}.Defaults()
+		Off: d.Config.Node.Encryption.Mode == v1alpha1.EncryptionWireGuard && !d.Config.Node.Encryption.Permissive}.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

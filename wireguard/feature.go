@@ -100,7 +100,7 @@ func (f *Feature) Run(ctx context.Context) error {
 	defer h.Close()
 	f.h = h
 	if !f.on {
-		return f.remove()
+		return f.remove(ctx)
 	}
 	key, created, err := LoadOrCreateKey(f.enc.PrivateKeyFile)
 	if err != nil {
@@ -126,10 +126,26 @@ func (f *Feature) Run(ctx context.Context) error {
 	return f.nodes.Run(ctx)
 }
 
-// remove undoes encryption: the device (its routes go with it) and the
-// guard table, so that the overlay's routes carry pod traffic again.
-func (f *Feature) remove() error {
+// remove undoes encryption: first the key annotation, so that peers in
+// permissive mode send to this node by the overlay again, then, once they
+// had a moment to follow, the device (its routes go with it), the routing
+// table and its rules, and the guard table, so that the overlay's routes
+// carry pod traffic again.
+func (f *Feature) remove(ctx context.Context) error {
 	var errs []error
+	self := f.d.Config.Node.NodeName
+	if n, err := f.d.Client.CoreV1().Nodes().Get(ctx, self, metav1.GetOptions{}); err == nil && n.Annotations[Annotation] != "" {
+		patch := []byte(`{"metadata":{"annotations":{"` + Annotation + `":null}}}`)
+		if _, err := f.d.Client.CoreV1().Nodes().Patch(ctx, self, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "netplane-wireguard"}); err != nil {
+			errs = append(errs, fmt.Errorf("remove the WireGuard key annotation of node %s: %w", self, err))
+		} else {
+			f.d.Log.Info("encryption is off: removed the WireGuard public key annotation", "node", self)
+			select {
+			case <-ctx.Done():
+			case <-time.After(peersFollow):
+			}
+		}
+	}
 	if l, err := f.h.LinkByName(DeviceName); err == nil {
 		if err := f.h.LinkDel(l); err != nil {
 			errs = append(errs, fmt.Errorf("delete %s: %w", DeviceName, err))
@@ -137,11 +153,13 @@ func (f *Feature) remove() error {
 			f.d.Log.Info("encryption is off: deleted the WireGuard device", "device", DeviceName)
 		}
 	}
-	if err := nft.Delete(nft.Dialer{}, GuardTable); err != nil {
-		errs = append(errs, err)
-	}
+	errs = append(errs, removeRouting(f.h), nft.Delete(nft.Dialer{}, GuardTable))
 	return errors.Join(errs...)
 }
+
+// peersFollow is how long peers are given to follow a change of this
+// node's key annotation: a Node watch event and one sync.
+const peersFollow = time.Second
 
 // sync converges to the Node cache: the device's peers (Syncer: in full
 // at start and every --sync-period, else only what changed), this node's
@@ -158,9 +176,6 @@ func (f *Feature) sync(ctx context.Context, full bool) error {
 		f.wait(fmt.Sprintf("node %q has no InternalIP yet: waiting for it", self))
 		return nil
 	}
-	if err := f.publish(ctx, me); err != nil {
-		return err
-	}
 	if f.dev == nil {
 		if err := f.open(underlay); err != nil {
 			return err
@@ -176,6 +191,10 @@ func (f *Feature) sync(ctx context.Context, full bool) error {
 	f.observe(plan, err == nil)
 	if err != nil {
 		return fmt.Errorf("WireGuard sync: %w", err)
+	}
+	// Published once the device can take what peers send on seeing it.
+	if err := f.publish(ctx, me); err != nil {
+		return err
 	}
 	f.wait("")
 	return nil
@@ -220,19 +239,26 @@ func (f *Feature) open(underlay netip.Addr) error {
 	return nil
 }
 
-// route writes the routes into the device and the guard table; the guard
-// is read back on full syncs only.
+// route writes the routes into the device and, when strict, the guard
+// table (read back on full syncs only); permissive, the guard table goes.
 func (f *Feature) route(plan Plan, podCIDRs []netip.Prefix, full bool) error {
 	cluster := f.d.Config.Node.ClusterCIDRs
-	if _, err := f.guard.Sync(Guard(plan.Drop, cluster, f.d.Config.Node.Bridge), full); err != nil {
-		return fmt.Errorf("guard table %s: %w", GuardTable, err)
+	strict := !f.enc.Permissive
+	if strict {
+		if _, err := f.guard.Sync(Guard(plan.Drop, cluster, f.d.Config.Node.Bridge), full); err != nil {
+			return fmt.Errorf("guard table %s: %w", GuardTable, err)
+		}
+	} else if full {
+		if err := nft.Delete(nft.Dialer{}, GuardTable); err != nil {
+			return err
+		}
 	}
 	l, err := f.h.LinkByName(DeviceName)
 	if err != nil {
 		return fmt.Errorf("find %s: %w", DeviceName, err)
 	}
 	own := DeviceAddrs(podCIDRs)
-	return syncLink(f.h, l, own, Routes(plan, cluster, own))
+	return syncLink(f.h, l, own, Routes(plan, cluster, podCIDRs, own, strict))
 }
 
 // warn writes one Warning event per node newly rejected.

@@ -135,22 +135,23 @@ func (c *cluster) createNode(obj *v1.Node, ip string) {
 	}
 }
 
-// run starts netplane on n with encryption mode.
-func (c *cluster) run(n *node, encryption string) {
+// run starts netplane on n with encryption mode and extra flags.
+func (c *cluster) run(n *node, encryption string, extra ...string) {
 	args := []string{"--role=node", "--kubeconfig=" + n.kubeconfig, "--node-name=" + n.name,
 		"--cni-conf-dir=" + n.confDir(), "--cni-bin-dir=" + n.binDir(), "--ipam-state-dir=" + filepath.Join(n.dir, "ipam"),
 		"--cluster-cidr=10.244.0.0/16,fd00:10:244::/48", "--service-cidrs=10.96.0.0/16,fd00:10:96::/112",
 		"--sync-period=" + syncPeriod.String(), "--encryption=" + encryption,
 		"--wireguard-implementation=userspace", "--wireguard-private-key-file=" + n.keyFile(),
 		"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0", "--v=2"}
+	args = append(args, extra...)
 	n.proc = n.ns.Start(c.t, filepath.Join(framework.NetplaneBinaries(c.t), "netplane"), args...)
 	_, n.metrics = framework.ServedAddresses(c.t, n.proc, 60*time.Second)
 }
 
 // restart stops netplane on n (SIGTERM) and starts it again with mode.
-func (c *cluster) restart(n *node, encryption string) {
+func (c *cluster) restart(n *node, encryption string, extra ...string) {
 	n.proc.Stop(10 * time.Second)
-	c.run(n, encryption)
+	c.run(n, encryption, extra...)
 }
 
 func (c *cluster) waitForCNI(n *node) {
