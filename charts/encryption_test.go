@@ -26,7 +26,9 @@ func TestEncryptionValuesReachTheNodeConfigurationAndRBAC(t *testing.T) {
 		patches bool     // the node role may patch Nodes, under the policy
 	}{
 		{nil, []string{"encryption:", "mode: none"}, false},
-		{wireguardValues, []string{"mode: wireguard", "wireguardPort: 51821", "implementation: userspace", "privateKeyFile: /var/lib/netplane/wireguard/private.key"}, true},
+		{wireguardValues, []string{"mode: wireguard", "wireguardPort: 51821", "implementation: userspace", "permissive: false", "privateKeyFile: /var/lib/netplane/wireguard/private.key"}, true},
+		// Turning off in steps: the agents remove their annotation.
+		{map[string]any{"encryption": map[string]any{"mode": "none", "permissive": true}}, []string{"mode: none", "permissive: true"}, true},
 	}
 	for _, c := range cases {
 		objs := render(t, c.values)
@@ -45,8 +47,8 @@ func TestEncryptionValuesReachTheNodeConfigurationAndRBAC(t *testing.T) {
 			t.Errorf("values %v: the admission policy and binding rendered = %v, want %v", c.values, vap != nil, c.patches)
 		}
 		ds := fmt.Sprint(find(t, objs, "DaemonSet", "netplane-node").Object["spec"])
-		if got := strings.Contains(ds, "/var/lib/netplane/wireguard") && strings.Contains(ds, "/dev/net/tun"); got != c.patches {
-			t.Errorf("values %v: the key's hostPath and the TUN device mounted = %v, want %v", c.values, got, c.patches)
+		if got := strings.Contains(ds, "/var/lib/netplane/wireguard") && strings.Contains(ds, "/dev/net/tun"); got != strings.Contains(conf, "mode: wireguard") {
+			t.Errorf("values %v: the key's hostPath and the TUN device mounted = %v", c.values, got)
 		}
 	}
 }

@@ -137,7 +137,9 @@ func (f *Feature) remove(ctx context.Context) error {
 	if n, err := f.d.Client.CoreV1().Nodes().Get(ctx, self, metav1.GetOptions{}); err == nil && n.Annotations[Annotation] != "" {
 		patch := []byte(`{"metadata":{"annotations":{"` + Annotation + `":null}}}`)
 		if _, err := f.d.Client.CoreV1().Nodes().Patch(ctx, self, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "netplane-wireguard"}); err != nil {
-			errs = append(errs, fmt.Errorf("remove the WireGuard key annotation of node %s: %w", self, err))
+			// Not fatal: peers in strict mode drop to this node either way,
+			// and the node's own paths do not depend on it.
+			f.d.Log.Error(err, "encryption is off but the WireGuard key annotation stays: peers in permissive mode keep sending through WireGuard to this node, which drops it; allow the node role to patch Nodes (chart: encryption.permissive=true) or remove the annotation", "node", self, "annotation", Annotation)
 		} else {
 			f.d.Log.Info("encryption is off: removed the WireGuard public key annotation", "node", self)
 			select {

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -19,6 +20,7 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/podnet"
 	"github.com/netplane/netplane/wireguard"
 )
 
@@ -141,6 +143,15 @@ func TestEncryptedCluster(t *testing.T) {
 		}
 		c.onlyWireGuard(t, caps, true)
 		for _, n := range c.nodes {
+			// The underlay's 1500 less WireGuard's IPv4 overhead, for pods
+			// and for the device.
+			conf, err := os.ReadFile(filepath.Join(n.confDir(), podnet.ConflistName))
+			if err != nil || !strings.Contains(string(conf), `"mtu": 1440`) {
+				t.Errorf("%s: conflist %s (%v); want mtu 1440", n.name, conf, err)
+			}
+			if l := n.ns.MustExec(t, "ip", "link", "show", wireguard.DeviceName); !strings.Contains(l, "mtu 1440") {
+				t.Errorf("%s: %s; want mtu 1440", n.name, l)
+			}
 			if l := n.ns.MustExec(t, "ip", "-d", "link"); strings.Contains(l, "vxlan") {
 				t.Errorf("%s has a VXLAN device while encryption is on:\n%s", n.name, l)
 			}

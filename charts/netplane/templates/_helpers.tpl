@@ -65,5 +65,6 @@ metricsBindAddress: {{ .metrics | quote }}
 mode: {{ $e.mode }}
 wireguardPort: {{ $e.wireguardPort }}
 implementation: {{ $e.implementation }}
+permissive: {{ $e.permissive }}
 privateKeyFile: {{ printf "%s/private.key" $e.keyDir }}
 {{- end -}}
