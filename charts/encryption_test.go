@@ -32,13 +32,7 @@ func TestEncryptionValuesReachTheNodeConfigurationAndRBAC(t *testing.T) {
 	}
 	for _, c := range cases {
 		objs := render(t, c.values)
-		conf, _, _ := unstructured.NestedString(find(t, objs, "ConfigMap", "netplane-node").Object, "data", "config.yaml")
-		for _, line := range c.want {
-			if !strings.Contains(conf, line) {
-				t.Errorf("values %v: the node configuration lacks %q:\n%s", c.values, line, conf)
-			}
-		}
-		rules := fmt.Sprint(find(t, objs, "ClusterRole", "netplane-node").Object["rules"])
+		conf, rules := nodeConfig(t, objs, c.values, c.want)
 		if got := strings.Contains(rules, "patch [nodes]") || strings.Contains(rules, "resources:[nodes] verbs:[patch]"); got != c.patches {
 			t.Errorf("values %v: the node role patches Nodes = %v, want %v: %s", c.values, got, c.patches, rules)
 		}
