@@ -175,6 +175,9 @@ func TestEncryptedCluster(t *testing.T) {
 	t.Run("NetworkPolicyThroughTheTunnel", func(t *testing.T) {
 		c.policyThroughTheTunnel(t)
 	})
+	t.Run("NodeDeletedRecreatedReaddressed", func(t *testing.T) {
+		c.nodeLifecycle(t)
+	})
 	t.Run("AgentDownNothingInClear", func(t *testing.T) {
 		// The userspace device, and the routes into it, end with the
 		// agent; the guard table stays and drops what would leave in
@@ -367,4 +370,63 @@ func (c *cluster) switchModes(t *testing.T) {
 	}
 	c.expectReach(t)
 	c.onlyWireGuard(t, caps, true)
+}
+
+// nodeLifecycle: node3's Node deleted (its pod unreachable from pod1, and
+// nothing of it on the wire), re-created (its agent publishes its key
+// again and the peers take it back), and re-addressed (moved to another
+// address of its subnet: the peers follow the new endpoint).
+func (c *cluster) nodeLifecycle(t *testing.T) {
+	n1, n3 := c.nodes[0], c.nodes[2]
+	nodes := c.s.Client.CoreV1().Nodes()
+	obj, err := nodes.Get(c.ctx, n3.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	caps := c.captures(t)
+	if err := nodes.Delete(c.ctx, n3.name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 10*time.Second, "pod1 cut off from the deleted node's pod", func() error {
+		if _, err := n1.pod.ns.Ask("tcp", at(n3.pod.ip), 300*time.Millisecond); err == nil {
+			return errors.New("pod3 still answers")
+		}
+		return nil
+	})
+	_ = sendMarker(n1.pod.ns, at(n3.pod.ip))
+	c.onlyWireGuard(t, caps, false)
+	fresh := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n3.name}, Spec: v1.NodeSpec{PodCIDR: obj.Spec.PodCIDR, PodCIDRs: obj.Spec.PodCIDRs}}
+	c.createNode(fresh, n3.ip)
+	start := time.Now()
+	framework.Eventually(t, 20*time.Second, "pod1 reaches the re-created node's pod", func() error {
+		got, err := n1.pod.ns.SeenTCP(at(n3.pod.ip))
+		if err == nil && got != n1.pod.ip {
+			err = fmt.Errorf("seen %q", got)
+		}
+		return err
+	})
+	t.Logf("re-created node reached after %v", time.Since(start).Round(time.Millisecond))
+	// Re-addressed: node3 moves from .3 to .4 on its subnet.
+	// The old address first: deleting a primary address takes its
+	// secondaries with it.
+	n3.ns.MustExec(t, "ip", "addr", "del", n3.ip+"/24", "dev", "eth0")
+	n3.ns.MustExec(t, "ip", "addr", "add", "192.168.1.4/24", "dev", "eth0")
+	n3.ns.Route(t, "default", "via", "192.168.1.1")
+	n3.ip = "192.168.1.4"
+	cur, err := nodes.Get(c.ctx, n3.name, metav1.GetOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	cur.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: n3.ip}}
+	if _, err := nodes.UpdateStatus(c.ctx, cur, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 20*time.Second, "pods reach each other with node3 re-addressed", func() error {
+		for _, pair := range [][2]*pod{{n1.pod, n3.pod}, {n3.pod, n1.pod}, {c.nodes[1].pod, n3.pod}} {
+			if got, err := pair[0].ns.SeenTCP(at(pair[1].ip)); err != nil || got != pair[0].ip {
+				return fmt.Errorf("%s to %s: %q, %v", pair[0].name, pair[1].name, got, err)
+			}
+		}
+		return nil
+	})
 }
