@@ -31,6 +31,17 @@ type Capture struct {
 // Capture captures on ifname in ns until Stop or the end of the test.
 func (ns *NS) Capture(t testing.TB, ifname string) *Capture {
 	t.Helper()
+	c, err := ns.StartCapture(ifname)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(c.Stop)
+	return c
+}
+
+// StartCapture captures on ifname in ns until Stop, for callers without a
+// test (the lab's scenarios).
+func (ns *NS) StartCapture(ifname string) (*Capture, error) {
 	c := &Capture{Ifname: ifname, done: make(chan struct{})}
 	err := ns.Do(func() error {
 		ifi, err := net.InterfaceByName(ifname)
@@ -51,11 +62,10 @@ func (ns *NS) Capture(t testing.TB, ifname string) *Capture {
 		return nil
 	})
 	if err != nil {
-		t.Fatalf("capture on %s in %s: %v", ifname, ns.Name, err)
+		return nil, fmt.Errorf("capture on %s in %s: %w", ifname, ns.Name, err)
 	}
 	go c.read()
-	t.Cleanup(c.Stop)
-	return c
+	return c, nil
 }
 
 func (c *Capture) read() {
