@@ -3,6 +3,7 @@ package scenario
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"net"
 	"net/netip"
@@ -49,20 +50,23 @@ func Encrypted(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error
 	if err != nil {
 		return err
 	}
-	urls := []string{"http://" + net.JoinHostPort(ip, "8080") + "/" + marker}
+	urls := []string{"http://" + net.JoinHostPort(ip, "8080") + "/?m=" + marker}
 	for _, p := range pods {
-		urls = append(urls, "http://"+net.JoinHostPort(p.Status.PodIP, "8080")+"/"+marker)
+		urls = append(urls, "http://"+net.JoinHostPort(p.Status.PodIP, "80")+"/?m="+marker)
 	}
+	var errs []error
 	for _, u := range urls {
 		for range 3 {
 			if _, err := get(ctx, l, "client", u); err != nil {
-				stopAll(caps)
-				return fmt.Errorf("%s: %w", u, err)
+				errs = append(errs, fmt.Errorf("%s: %w", u, err))
+				break
 			}
 		}
 	}
 	stopAll(caps)
-	return checkNoClear(caps, logf)
+	// The wire is checked also when a request failed: a failure may be a
+	// packet that went out in clear.
+	return errors.Join(append([]error{checkNoClear(caps, logf)}, errs...)...)
 }
 
 // captureUnderlay captures on every link of the underlay namespace but its
