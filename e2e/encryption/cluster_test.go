@@ -39,7 +39,7 @@ const (
 )
 
 type cluster struct {
-	t      *testing.T
+	t      testing.TB
 	s      *framework.APIServer
 	ctx    context.Context
 	router *netns.NS
@@ -71,7 +71,7 @@ func (n *node) keyFile() string { return filepath.Join(n.dir, "wireguard", "priv
 // podCIDR is node i's IPv4 pod CIDR.
 func podCIDR(i int) string { return fmt.Sprintf("10.244.%d.0/24", i) }
 
-func newCluster(t *testing.T, count int, encryption string) *cluster {
+func newCluster(t testing.TB, count int, encryption string) *cluster {
 	framework.RequireRoot(t)
 	_, err := os.Stat("/proc/sys/net/bridge")
 	framework.Require(t, err == nil, "br_netfilter is not loaded (modprobe br_netfilter)")
