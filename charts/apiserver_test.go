@@ -91,6 +91,7 @@ func TestEveryRenderedObjectIsAcceptedByTheAPIServer(t *testing.T) {
 			"controller": map[string]any{"enabled": false}, "node": map[string]any{"enabled": false},
 			"dns": map[string]any{"config": map[string]any{"clusterDomain": "corp.internal", "upstream": []any{"192.0.2.53"}}, "service": map[string]any{"name": "kube-dns", "clusterIP": "10.96.0.53"}},
 		}},
+		{"encryption with WireGuard", wireguardValues},
 		{"private image and extra flags", map[string]any{
 			"image":            map[string]any{"repository": "registry.example/netplane", "tag": "v9", "pullPolicy": "Always"},
 			"imagePullSecrets": []any{map[string]any{"name": "regcred"}},

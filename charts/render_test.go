@@ -125,6 +125,8 @@ func TestSchemaRejectsWrongValues(t *testing.T) {
 		{"relative host path", map[string]any{"node": map[string]any{"cniBinDir": "opt/cni/bin"}}, "cniBinDir"},
 		{"endpoint without scheme", map[string]any{"node": map[string]any{"controlPlaneEndpoint": "10.0.0.1:6443"}}, "controlPlaneEndpoint"},
 		{"pull policy", map[string]any{"image": map[string]any{"pullPolicy": "Sometimes"}}, "pullPolicy"},
+		{"encryption mode", map[string]any{"encryption": map[string]any{"mode": "ipsec"}}, "mode"},
+		{"relative WireGuard key folder", map[string]any{"encryption": map[string]any{"keyDir": "wireguard"}}, "keyDir"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
@@ -201,17 +203,24 @@ func TestNetworkPolicyAndOverlayValuesReachTheNodeConfiguration(t *testing.T) {
 	}
 	for _, c := range cases {
 		objs := render(t, c.values)
-		conf, _, _ := unstructured.NestedString(find(t, objs, "ConfigMap", "netplane-node").Object, "data", "config.yaml")
-		for _, line := range c.want {
-			if !strings.Contains(conf, line) {
-				t.Errorf("values %v: the node configuration lacks %q:\n%s", c.values, line, conf)
-			}
-		}
-		rules := fmt.Sprint(find(t, objs, "ClusterRole", "netplane-node").Object["rules"])
+		_, rules := nodeConfig(t, objs, c.values, c.want)
 		if got := strings.Contains(rules, "networkpolicies"); got != c.readsPods {
 			t.Errorf("values %v: the node role reads NetworkPolicies = %v, want %v: %s", c.values, got, c.readsPods, rules)
 		}
 	}
+}
+
+// nodeConfig is the node's config.yaml, checked for the lines want, and
+// the node role's ClusterRole rules as text.
+func nodeConfig(t *testing.T, objs []*unstructured.Unstructured, values map[string]any, want []string) (conf, rules string) {
+	t.Helper()
+	conf, _, _ = unstructured.NestedString(find(t, objs, "ConfigMap", "netplane-node").Object, "data", "config.yaml")
+	for _, line := range want {
+		if !strings.Contains(conf, line) {
+			t.Errorf("values %v: the node configuration lacks %q:\n%s", values, line, conf)
+		}
+	}
+	return conf, fmt.Sprint(find(t, objs, "ClusterRole", "netplane-node").Object["rules"])
 }
 
 // containerField reads a string list from the first container of a workload.

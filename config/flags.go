@@ -107,6 +107,7 @@ func AddFlags(fs *pflag.FlagSet) []flag {
 	str("encryption", "node.encryption.mode", o.Encryption.Mode, "Encryption of pod traffic between nodes: none, or wireguard (through the device netplane.wg).")
 	i32("wireguard-port", "node.encryption.wireguardPort", o.Encryption.WireGuardPort, "UDP port of the WireGuard device.")
 	str("wireguard-implementation", "node.encryption.implementation", o.Encryption.Implementation, "WireGuard implementation: auto (the kernel's when it has it, else in-process), kernel, userspace.")
+	boolean("wireguard-permissive", "node.encryption.permissive", o.Encryption.Permissive, "For rolling encryption in or out of a running cluster: send to nodes without a valid WireGuard key in clear by the overlay instead of dropping, and keep the overlay.")
 	str("wireguard-private-key-file", "node.encryption.privateKeyFile", o.Encryption.PrivateKeyFile, "This node's WireGuard private key; made on first start (mode 0600), kept across restarts; delete it to rotate the key.")
 	return table
 }

@@ -79,7 +79,7 @@ node:
 	c, err := load(t, file, map[string]string{
 		"NETPLANE_KUBE_API_QPS":       "50",
 		"NETPLANE_NODEPORT_ADDRESSES": "10.0.0.0/8,primary",
-	}, "--shutdown-timeout=3s", "--autopath=false", "--service-cidrs=10.96.0.0/12,fd00:10:96::/112")
+	}, "--shutdown-timeout=3s", "--autopath=false", "--service-cidrs=10.96.0.0/12,fd00:10:96::/112", "--wireguard-permissive")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -100,6 +100,7 @@ node:
 		{"untouched default", c.Controller.MaxEndpointsPerSlice, int32(100)},
 		{"encryption default", c.Node.Encryption.Mode, "none"},
 		{"wireguard port default", c.Node.Encryption.WireGuardPort, int32(51820)},
+		{"permissive from flag", c.Node.Encryption.Permissive, true},
 		{"wireguard defaults", c.Node.Encryption.Implementation + " " + c.Node.Encryption.PrivateKeyFile, "auto /var/lib/netplane/wireguard/private.key"},
 	}
 	for _, ch := range checks {

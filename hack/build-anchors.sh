@@ -13,7 +13,9 @@
 # network namespaces, and is never shipped or installed on a node.
 # A binary whose stamp names the pinned version is reused.
 # Also flanneld (github.com/flannel-io/flannel, hack/tools/flannel), with one
-# edit: see build_flanneld.
+# edit: see build_flanneld; and wireguard-go (golang.zx2c4.com/wireguard)
+# from the version netplane's own go.mod pins, the very code the node role
+# runs in-process, for the encryption benchmark (e2e/encryption).
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 bin=$(mkdir -p "$1" && cd "$1" && pwd); shift
@@ -100,3 +102,17 @@ build cniplugins github.com/containernetworking/plugins/plugins/ipam/host-local 
 build cniplugins github.com/containernetworking/plugins/plugins/meta/portmap "$bin/cni/portmap"
 build kuberouter github.com/cloudnativelabs/kube-router/v2/cmd/kube-router "$bin/kube-router" \
   github.com/cloudnativelabs/kube-router/v2/pkg/version.Version
+
+# wireguard-go: its main package at the root of the module netplane links.
+if wanted wireguard-go; then
+  version=$(cd "$here/.." && go list -m -f '{{.Version}}' golang.zx2c4.com/wireguard)
+  stamp="$bin/.wireguard-go.version"
+  if [ -x "$bin/wireguard-go" ] && [ "$(cat "$stamp" 2>/dev/null)" = "$version" ]; then
+    echo "build-anchors: wireguard-go $version is up to date"
+  else
+    echo "build-anchors: building wireguard-go $version"
+    (cd "$here/.." && CGO_ENABLED=0 go build -trimpath -ldflags "-s -w" -o "$bin/wireguard-go.tmp" golang.zx2c4.com/wireguard)
+    mv "$bin/wireguard-go.tmp" "$bin/wireguard-go"
+    echo "$version" > "$stamp"
+  fi
+fi

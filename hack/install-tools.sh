@@ -17,6 +17,9 @@ packages+=(iptables)
 # what Kubernetes' e2e tests run inside agnhost, busybox, nginx and
 # glibc-dns-testing; gcc links the pause container statically.
 packages+=(busybox-static netcat-openbsd curl socat nginx-light iperf wget conntrack bash gcc libc6-dev)
+# wg configures the standalone wireguard-go of the encryption benchmark
+# (e2e/encryption), as a user of WireGuard would by hand.
+packages+=(wireguard-tools)
 for p in "${packages[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
 done

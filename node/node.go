@@ -9,6 +9,9 @@
 //	overlay  routes to other nodes' pods (protocol 207), the VXLAN devices
 //	         netplane.vxlan and netplane.vxlan6 and their entries
 //	policy   NetworkPolicy for this node's pods: table inet netplane-policy
+//	wireguard  with --encryption=wireguard, the device netplane.wg, its
+//	         peers, the routes into it (protocol 208) and the guard table
+//	         inet netplane-wg; the overlay then steps aside (its Off)
 //
 // Each feature is built the same way, New(role.Deps) (*Feature, error),
 // when the process builds its roles: that is when it registers its metrics
@@ -31,6 +34,7 @@ import (
 	"github.com/netplane/netplane/podnet"
 	"github.com/netplane/netplane/policy"
 	"github.com/netplane/netplane/proxy"
+	"github.com/netplane/netplane/wireguard"
 )
 
 // Feature is one part of the node role.
@@ -52,6 +56,7 @@ func features(d role.Deps) ([]Feature, error) {
 		construct(podnet.New),
 		construct(overlay.New),
 		construct(policy.New),
+		construct(wireguard.New),
 	} {
 		f, err := build(d)
 		if err != nil {

@@ -84,7 +84,13 @@ func Get(store cache.KeyGetter, name string) (Node, bool) {
 // --sync-period; call it when the process builds its roles, before the
 // factory starts.
 func Watch(d role.Deps, feature string, sync func(ctx context.Context, full bool) error) *Nodes {
-	h := Register(d.Factory, View{Feature: feature})
+	return WatchKeeping(d, feature, Keep{}, sync)
+}
+
+// WatchKeeping is Watch of a view that also keeps what keep names (the
+// WireGuard public key annotation, say): a change of it wakes the loop.
+func WatchKeeping(d role.Deps, feature string, keep Keep, sync func(ctx context.Context, full bool) error) *Nodes {
+	h := Register(d.Factory, View{Feature: feature, Keep: keep})
 	n := d.Config.Node
 	r := runner.New(sync, runner.Options{MinInterval: n.MinSyncPeriod.Duration, FullInterval: n.SyncPeriod.Duration})
 	return &Nodes{h: h, d: d, feature: feature, runner: r}

@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nodeview"
 )
@@ -39,7 +40,8 @@ type Feature struct {
 // before any informer starts.
 func New(d role.Deps) (*Feature, error) {
 	o := d.Config.Node.Overlay
-	cfg := Config{Mode: Mode(o.Mode), Port: int(o.VXLANPort), VNI: int(o.VXLANVNI)}.Defaults()
+	cfg := Config{Mode: Mode(o.Mode), Port: int(o.VXLANPort), VNI: int(o.VXLANVNI),
+		Off: d.Config.Node.Encryption.Mode == v1alpha1.EncryptionWireGuard && !d.Config.Node.Encryption.Permissive}.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -70,7 +72,7 @@ func (f *Feature) Run(ctx context.Context) error {
 	var stop func()
 	f.recorder, stop = f.d.Recorder("netplane-node", f.d.Config.Node.NodeName)
 	defer stop()
-	f.d.Log.Info("overlay starting", "mode", f.cfg.Mode, "vxlanPort", f.cfg.Port, "vxlanVNI", f.cfg.VNI)
+	f.d.Log.Info("overlay starting", "mode", f.cfg.Mode, "vxlanPort", f.cfg.Port, "vxlanVNI", f.cfg.VNI, "steppedAside", f.cfg.Off)
 	if err := f.nodes.Run(ctx); err != nil {
 		return err
 	}

@@ -78,6 +78,11 @@ type Config struct {
 	Mode Mode
 	Port int // UDP destination port of the tunnel
 	VNI  int // VXLAN network identifier
+	// Off steps the overlay aside: another feature carries every packet
+	// to other nodes' pods (WireGuard, with encryption on), so no route,
+	// tunnel device or entry to another node is planned, and the ones
+	// left from before are removed.
+	Off bool
 }
 
 // Defaults fills unset fields.

@@ -154,6 +154,9 @@ func Changed(prev, cur []Decision) []Decision {
 // the routes, neighbours and FDB entries of the path the mode chooses.
 func Desired(in Input) Plan {
 	var p Plan
+	if in.Config.Off {
+		return p
+	}
 	b := builder{in: in, plan: &p, devices: map[nodeview.Family]*Device{}, macs: map[string]string{},
 		claimed: map[netip.Prefix]string{}, within: map[netip.Prefix]string{}}
 	b.addDevices()

@@ -46,6 +46,10 @@ var desiredCases = []struct {
 	in   Input
 	want string
 }{{
+	name: "off while WireGuard carries pod traffic: no device, route or entry to any node",
+	in:   Input{Config: Config{Mode: CrossSubnet, Off: true}.Defaults(), Self: "node1", Nodes: []nodeview.Node{self, peer, far}, Connected: subnet, Underlays: []Underlay{eth0v4}},
+	want: ``,
+}, {
 	name: "cross-subnet routes directly on the subnet and tunnels to the node behind the router",
 	in:   Input{Config: cs, Self: "node1", Nodes: []nodeview.Node{self, peer, far}, Connected: subnet, Underlays: []Underlay{eth0v4}},
 	want: `

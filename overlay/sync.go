@@ -118,7 +118,7 @@ func (s *Syncer) SyncChanged(self string, nodes []nodeview.Node, changed []strin
 		byName[n.Name] = i
 	}
 	i, found := byName[self]
-	if !s.last.valid || !found || !sameNode(s.last.in.Nodes[0], nodes[i]) || manyChanged(len(changed), len(nodes)) {
+	if s.cfg.Off || !s.last.valid || !found || !sameNode(s.last.in.Nodes[0], nodes[i]) || manyChanged(len(changed), len(nodes)) {
 		return s.Sync(self, nodes)
 	}
 	plan := s.last.plan

@@ -150,9 +150,14 @@ func (f *Feature) syncOnce(full bool) error {
 	if !found || len(me.PodCIDRs) == 0 {
 		return errWaiting{fmt.Sprintf("node %q has no spec.podCIDRs yet: waiting for the controller that assigns them (or check --node-name)", cfg.NodeName)}
 	}
-	mtu, err := nodeview.LocalPodMTU(f.kernel, int(cfg.MTU), cfg.Overlay.Mode != v1alpha1.OverlayNever, me)
+	encrypted := cfg.Encryption.Mode == v1alpha1.EncryptionWireGuard
+	mtu, err := nodeview.LocalPodMTU(f.kernel, int(cfg.MTU), !encrypted && cfg.Overlay.Mode != v1alpha1.OverlayNever, me)
 	if err != nil {
 		return err
+	}
+	if ul, ok := me.WireGuardUnderlay(); ok && encrypted && cfg.MTU == 0 {
+		// Every packet to another node goes through WireGuard instead.
+		mtu -= nodeview.WireGuardOverhead(nodeview.FamilyOf(ul))
 	}
 	if err := setUpNode(f.kernel, cfg.Bridge, cfg.ProcSysDir, mtu, me.PodCIDRs); err != nil {
 		return err // no conflist before the bridge and forwarding are in place

@@ -48,6 +48,9 @@ func (s *Syncer) Sync(in Input, full bool) (Plan, error) {
 	} else {
 		cfg.Peers = Diff(s.applied, plan.Peers)
 	}
+	if s.started {
+		cfg.Peers = append(cfg.Peers, Handshake(Rekeyed(s.applied, plan.Peers))...)
+	}
 	if !Empty(cfg) {
 		if err := s.dev.Configure(cfg); err != nil {
 			s.valid = false
@@ -83,4 +86,23 @@ func StatsOf(dev *wgtypes.Device, plan Plan, now time.Time) Stats {
 	}
 	st.NoKey = len(plan.Rejected)
 	return st
+}
+
+// Rekeyed are the peers of desired whose node had another key in current:
+// a node that restarted with a new key. Its own handshakes at start went
+// out before this node knew the key and were dropped, and it retries only
+// after WireGuard's 5 s; a handshake from this side as soon as the new key
+// is known gets their traffic going at once, and crosses nothing.
+func Rekeyed(current, desired []Peer) []Peer {
+	was := make(map[string]wgtypes.Key, len(current))
+	for _, p := range current {
+		was[p.Node] = p.PublicKey
+	}
+	var out []Peer
+	for _, p := range desired {
+		if k, ok := was[p.Node]; ok && p.Node != "" && k != p.PublicKey {
+			out = append(out, p)
+		}
+	}
+	return out
 }

@@ -52,7 +52,7 @@ func TestSyncerWritesOnlyWhatChanged(t *testing.T) {
 		{"nothing changed", func() {}, false, 0},
 		{"node re-addressed", func() { in.Nodes[2].IPs = []netip.Addr{netip.MustParseAddr("10.9.0.3")} }, false, 1},
 		{"node loses its key", func() { in.Nodes[3].Key = "" }, false, 1},
-		{"node re-keyed", func() { in.Nodes[1].Key = uniqueKey(99).String() }, false, 2},
+		{"node re-keyed", func() { in.Nodes[1].Key = uniqueKey(99).String() }, false, 4}, // old removed, new added, keepalive on, off
 		{"node deleted", func() { in.Nodes = in.Nodes[:3] }, false, 0},
 		{"full sync of a matching device", func() {}, true, 0},
 	}

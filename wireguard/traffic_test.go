@@ -2,9 +2,6 @@ package wireguard_test
 
 import (
 	"bytes"
-	"fmt"
-	"io"
-	"net"
 	"os"
 	"strings"
 	"testing"
@@ -26,37 +23,10 @@ func TestMain(m *testing.M) {
 const marker = "netplane-cleartext-marker-7f3a"
 
 // sendMarker sends the marker from ns to the echo server at addr over TCP
-// (echoed back in full) and in a UDP datagram (answered).
+// (echoed back in full) and in a UDP datagram.
 func sendMarker(t *testing.T, ns *netns.NS, addr string) {
 	t.Helper()
-	payload := strings.Repeat(marker, 20)
-	err := ns.Do(func() error {
-		c, err := net.DialTimeout("tcp", addr, netns.EchoTimeout)
-		if err != nil {
-			return err
-		}
-		defer c.Close()
-		_ = c.SetDeadline(time.Now().Add(netns.EchoTimeout))
-		if _, err := io.WriteString(c, "echo\n"+payload); err != nil {
-			return err
-		}
-		got := make([]byte, len(payload))
-		if _, err := io.ReadFull(c, got); err != nil || !bytes.Equal(got, []byte(payload)) {
-			return fmt.Errorf("TCP echo of the marker: %q, %v", got, err)
-		}
-		u, err := net.DialTimeout("udp", addr, netns.EchoTimeout)
-		if err != nil {
-			return err
-		}
-		defer u.Close()
-		_ = u.SetDeadline(time.Now().Add(netns.EchoTimeout))
-		if _, err := io.WriteString(u, payload); err != nil {
-			return err
-		}
-		_, err = u.Read(got)
-		return err
-	})
-	if err != nil {
+	if err := ns.SendPayload(addr, []byte(strings.Repeat(marker, 20))); err != nil {
 		t.Errorf("marker from %s to %s: %v", ns.Name, addr, err)
 	}
 }
@@ -81,7 +51,7 @@ func expectSeen(t *testing.T, from *netns.NS, ip, want string) {
 // the node: its route goes into the device, which has no peer for it.
 func TestPodTrafficCrossesTheRouterOnlyEncrypted(t *testing.T) {
 	l := newLab(t, 2)
-	caps := []*capture{startCapture(t, l.router, "to-node1"), startCapture(t, l.router, "to-node2")}
+	caps := []*netns.Capture{l.router.Capture(t, "to-node1"), l.router.Capture(t, "to-node2")}
 	l.syncAll(t)
 	a, b := l.nodes[0], l.nodes[1]
 	expectSeen(t, a.ns, b.podIP(), a.podIP())
@@ -96,25 +66,25 @@ func TestPodTrafficCrossesTheRouterOnlyEncrypted(t *testing.T) {
 	}
 	nodes := map[string]bool{a.underlay.String(): true, b.underlay.String(): true}
 	for _, c := range caps {
-		c.stop()
+		c.Stop()
 		wg := 0
 		for _, f := range c.Frames() {
-			p := parse(f)
+			p := netns.Parse(f)
 			if bytes.Contains(f, []byte(marker)) {
-				t.Errorf("%s: the marker crossed in clear in %s", c.ifname, p)
+				t.Errorf("%s: the marker crossed in clear in %s", c.Ifname, p)
 			}
 			switch {
-			case p.etherType == 0x0806: // ARP
-			case p.etherType == 0x86dd: // IPv6 neighbour discovery of the links
-			case p.proto == 1 && nodes[p.src.String()] && nodes[p.dst.String()]: // the lab's pings between nodes
-			case p.proto == 17 && nodes[p.src.String()] && nodes[p.dst.String()] && (p.srcPort == port || p.dstPort == port):
+			case p.EtherType == netns.EtherARP: // ARP
+			case p.EtherType == netns.EtherIPv6: // IPv6 neighbour discovery of the links
+			case p.Proto == netns.ProtoICMP && nodes[p.Src.String()] && nodes[p.Dst.String()]: // the lab's pings between nodes
+			case p.Proto == netns.ProtoUDP && nodes[p.Src.String()] && nodes[p.Dst.String()] && (p.SrcPort == port || p.DstPort == port):
 				wg++
 			default:
-				t.Errorf("%s: %s crossed the router; want only WireGuard between the nodes", c.ifname, p)
+				t.Errorf("%s: %s crossed the router; want only WireGuard between the nodes", c.Ifname, p)
 			}
 		}
 		if wg == 0 {
-			t.Errorf("%s: no WireGuard packet captured of %d frames: the capture saw nothing", c.ifname, len(c.Frames()))
+			t.Errorf("%s: no WireGuard packet captured of %d frames: the capture saw nothing", c.Ifname, len(c.Frames()))
 		}
 	}
 }

@@ -28,6 +28,8 @@ import (
 	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // DeviceName is the WireGuard device of every node.
@@ -41,13 +43,9 @@ const DefaultPort = 51820
 const Annotation = "netplane.io/wireguard-public-key"
 
 // Overhead is what WireGuard adds to an inner packet sent over the
-// underlay address: outer IP header, UDP (8) and WireGuard's data header
-// and tag (32).
+// underlay address (nodeview.WireGuardOverhead).
 func Overhead(underlay netip.Addr) int {
-	if underlay.Unmap().Is4() {
-		return 20 + 8 + 32
-	}
-	return 40 + 8 + 32
+	return nodeview.WireGuardOverhead(nodeview.FamilyOf(underlay))
 }
 
 // Node is what WireGuard needs of a Node object: the facts the node

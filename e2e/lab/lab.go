@@ -109,6 +109,10 @@ type Config struct {
 	// Stack is StackNetplane (the default) or StackUpstream (see stack.go);
 	// default $NETPLANE_LAB_STACK.
 	Stack string
+	// Encryption is the node agents' --encryption: none or wireguard (in
+	// process: the lab's nodes share one kernel); default
+	// $NETPLANE_LAB_ENCRYPTION, else none.
+	Encryption string
 }
 
 // Lab is a running lab.
@@ -146,6 +150,9 @@ func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
 	}
 	if cfg.Subnets == 0 {
 		cfg.Subnets, _ = strconv.Atoi(os.Getenv("NETPLANE_LAB_SUBNETS"))
+	}
+	if cfg.Encryption == "" {
+		cfg.Encryption = os.Getenv("NETPLANE_LAB_ENCRYPTION")
 	}
 	tools := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd", "ctr", "runc", "nsenter", "ip"}
 	switch cfg.Stack {

@@ -57,6 +57,10 @@ func (n *Node) nodeCommand() ([]string, []string, error) {
 	l := n.lab
 	paths := []string{"--cni-conf-dir=" + n.CNIConf, "--cni-bin-dir=" + filepath.Join(n.Dir, "cni", "bin"),
 		"--cni-plugin-path=" + l.bin.netplaneCNI, "--ipam-state-dir=" + filepath.Join(n.Dir, "ipam")}
+	if l.Config.Encryption == "wireguard" {
+		paths = append(paths, "--encryption=wireguard", "--wireguard-implementation=userspace",
+			"--wireguard-private-key-file="+filepath.Join(n.Dir, "wireguard", "private.key"))
+	}
 	if l.roles == nil {
 		argv := []string{l.bin.netplane, "--role=node", "--node-name=" + n.Name,
 			"--kubeconfig=" + l.kubeconfigFor("netplane-node"), "--cluster-cidr=" + ClusterCIDRs, "--service-cidrs=" + ServiceCIDRs}

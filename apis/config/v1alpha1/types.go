@@ -227,4 +227,10 @@ type Encryption struct {
 	// PrivateKeyFile holds this node's WireGuard private key; it is made
 	// on first start and kept across restarts.
 	PrivateKeyFile string `json:"privateKeyFile"`
+	// Permissive, for rolling encryption in or out of a running cluster:
+	// pod traffic to a node with a valid key goes through WireGuard, to
+	// any other by the overlay's paths in clear, and the overlay stays.
+	// Off (the default), traffic to a node without a valid key is dropped
+	// and nothing addressed to the cluster's pod CIDRs leaves in clear.
+	Permissive bool `json:"permissive,omitempty"`
 }

@@ -55,6 +55,16 @@ metricsBindAddress: {{ .metrics | quote }}
 
 {{/* The node agent sees the host's CNI folders under /host; the plugin ships in the image. */}}
 {{- define "netplane.nodeConfig" -}}
-{{- $fixed := dict "cniBinDir" "/host/opt/cni/bin" "cniConfDir" "/host/etc/cni/net.d" "ipamStateDir" (printf "%s/ipam" .Values.node.stateDir) "cniPluginPath" "/usr/local/bin/netplane-cni" "procSysDir" "/host/proc/sys" "networkPolicy" .Values.networkPolicy "overlay" .Values.overlay }}
+{{- $fixed := dict "cniBinDir" "/host/opt/cni/bin" "cniConfDir" "/host/etc/cni/net.d" "ipamStateDir" (printf "%s/ipam" .Values.node.stateDir) "cniPluginPath" "/usr/local/bin/netplane-cni" "procSysDir" "/host/proc/sys" "networkPolicy" .Values.networkPolicy "overlay" .Values.overlay "encryption" (include "netplane.encryption" . | fromYaml) }}
 {{- include "netplane.config" (dict "root" . "role" "node" "section" "node" "values" (merge $fixed (deepCopy .Values.node.config)) "health" "0.0.0.0:10290" "metrics" "0.0.0.0:10291") }}
+{{- end -}}
+
+{{/* The node section's encryption: the chart's values, the key file in keyDir. */}}
+{{- define "netplane.encryption" -}}
+{{- $e := .Values.encryption -}}
+mode: {{ $e.mode }}
+wireguardPort: {{ $e.wireguardPort }}
+implementation: {{ $e.implementation }}
+permissive: {{ $e.permissive }}
+privateKeyFile: {{ printf "%s/private.key" $e.keyDir }}
 {{- end -}}

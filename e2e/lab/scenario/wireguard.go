@@ -1,0 +1,143 @@
+package scenario
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"net/netip"
+	"os"
+	"strings"
+
+	"github.com/netplane/netplane/e2e/lab"
+	"github.com/netplane/netplane/e2e/netns"
+)
+
+// Registered after the list in scenarios.go (this file's init runs later).
+func init() {
+	All = append(All, Scenario{"10 encryption (NETPLANE_LAB_ENCRYPTION=wireguard): no pod payload crosses the router in clear", Encrypted})
+}
+
+// marker is sent by the client pod in its requests to pods of other nodes.
+const marker = "netplane-lab-cleartext-marker"
+
+// Encrypted: with the node agents' WireGuard on, a capture of every link
+// of the underlay (both subnets and the router between them) while the
+// client pod sends a marker to every nginx pod, by its address and through
+// the ClusterIP, sees WireGuard's UDP and never the marker nor a packet
+// to or from a pod address. Without encryption there is nothing to check.
+func Encrypted(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
+	if l.Config.Encryption != "wireguard" && os.Getenv("NETPLANE_LAB_ENCRYPTION") != "wireguard" {
+		logf("encryption is off (NETPLANE_LAB_ENCRYPTION unset): nothing to check")
+		return nil
+	}
+	if err := Apply(ctx, l, "01-clusterip.yaml"); err != nil {
+		return err
+	}
+	pods, err := readyPods(ctx, l, "app=nginx", 3)
+	if err != nil {
+		return err
+	}
+	if _, err := readyPods(ctx, l, "app=client", 1); err != nil {
+		return err
+	}
+	ip, err := clusterIP(ctx, l, "nginx")
+	if err != nil {
+		return err
+	}
+	caps, err := captureUnderlay(l)
+	if err != nil {
+		return err
+	}
+	urls := []string{"http://" + net.JoinHostPort(ip, "8080") + "/?m=" + marker}
+	for _, p := range pods {
+		urls = append(urls, "http://"+net.JoinHostPort(p.Status.PodIP, "80")+"/?m="+marker)
+	}
+	var errs []error
+	for _, u := range urls {
+		for range 3 {
+			if _, err := get(ctx, l, "client", u); err != nil {
+				errs = append(errs, fmt.Errorf("%s: %w", u, err))
+				break
+			}
+		}
+	}
+	stopAll(caps)
+	// The wire is checked also when a request failed: a failure may be a
+	// packet that went out in clear.
+	return errors.Join(append([]error{checkNoClear(caps, logf)}, errs...)...)
+}
+
+// captureUnderlay captures on every link of the underlay namespace but its
+// bridges: a bridge's own socket sees only what is addressed to it.
+func captureUnderlay(l *lab.Lab) ([]*netns.Capture, error) {
+	var names []string
+	err := l.Underlay.Do(func() error {
+		ifs, err := net.Interfaces()
+		for _, i := range ifs {
+			if i.Name != "lo" && !strings.HasPrefix(i.Name, "underlay") {
+				names = append(names, i.Name)
+			}
+		}
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	var caps []*netns.Capture
+	for _, n := range names {
+		c, err := l.Underlay.StartCapture(n)
+		if err != nil {
+			stopAll(caps)
+			return nil, err
+		}
+		caps = append(caps, c)
+	}
+	return caps, nil
+}
+
+func stopAll(caps []*netns.Capture) {
+	for _, c := range caps {
+		c.Stop()
+	}
+}
+
+// checkNoClear fails on a frame holding the marker or a pod address, and
+// when no WireGuard packet was seen at all (a capture that saw nothing).
+func checkNoClear(caps []*netns.Capture, logf func(string, ...any)) error {
+	var pods []netip.Prefix
+	for _, c := range strings.Split(lab.ClusterCIDRs, ",") {
+		pods = append(pods, netip.MustParsePrefix(c))
+	}
+	inPods := func(ip net.IP) bool {
+		a, ok := netip.AddrFromSlice(ip)
+		for _, p := range pods {
+			if ok && p.Contains(a.Unmap()) {
+				return true
+			}
+		}
+		return false
+	}
+	frames, wg := 0, 0
+	for _, c := range caps {
+		for _, f := range c.Frames() {
+			frames++
+			p := netns.Parse(f)
+			if bytes.Contains(f, []byte(marker)) {
+				return fmt.Errorf("%s: the marker crossed in clear in %s", c.Ifname, p)
+			}
+			if inPods(p.Src) || inPods(p.Dst) {
+				return fmt.Errorf("%s: %s crossed with a pod address in clear", c.Ifname, p)
+			}
+			if p.Proto == netns.ProtoUDP && (p.DstPort == 51820 || p.SrcPort == 51820) {
+				wg++
+			}
+		}
+	}
+	if wg == 0 {
+		return fmt.Errorf("no WireGuard packet among %d frames on %d links", frames, len(caps))
+	}
+	logf("%d frames on %d underlay links: %d of WireGuard, no marker, no pod address", frames, len(caps), wg)
+	return nil
+}

@@ -1,0 +1,342 @@
+package wireguard
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/netip"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+	v1 "k8s.io/api/core/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/record"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/link"
+	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
+)
+
+// Feature is WireGuard as a feature of the node role. With encryption on
+// it keeps this node's key and its annotation, the device and its peers,
+// the routes of every other node's pod CIDRs into the device and the guard
+// table converged to the Node objects. With encryption off it removes the
+// device and the guard table once, so that the overlay's paths take over.
+type Feature struct {
+	d       role.Deps
+	enc     v1alpha1.Encryption
+	on      bool
+	nodes   *nodeview.Nodes
+	metrics *Metrics
+
+	h        *netlink.Handle
+	key      wgtypes.Key
+	dev      Device
+	syncer   *Syncer
+	guard    *nft.Programmer
+	recorder record.EventRecorder
+	rejected []Rejected // of the last sync, to warn once per node
+
+	mu      sync.Mutex
+	waiting string // why the last sync did not converge; "" once it did
+	last    Plan   // of the last sync, for the metrics between syncs
+	opened  Device // f.dev once open, for the metrics between syncs
+}
+
+// refreshEvery is how often the peers' handshakes and bytes are read for
+// the metrics between syncs.
+const refreshEvery = 5 * time.Second
+
+// New builds the feature and registers its metrics and, with encryption
+// on, its view of the Nodes (with the key annotation); the process calls
+// it before any informer starts.
+func New(d role.Deps) (*Feature, error) {
+	enc := d.Config.Node.Encryption
+	f := &Feature{d: d, enc: enc, on: enc.Mode == v1alpha1.EncryptionWireGuard, metrics: NewMetrics(),
+		waiting: "the WireGuard device has not been synced yet"}
+	if !f.on {
+		return f, nil
+	}
+	f.nodes = nodeview.WatchKeeping(d, "wireguard", nodeview.Keep{Annotations: []string{Annotation}}, f.sync)
+	dropped := func(chain string) func() float64 {
+		return func() float64 {
+			if f.guard == nil {
+				return 0
+			}
+			n, err := f.guard.Packets(chain)
+			if err != nil {
+				return 0
+			}
+			return float64(n[chain])
+		}
+	}
+	cs := append(f.metrics.Collectors(),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "netplane_wireguard_dropped_packets_total",
+			Help: "Packets to pod CIDRs dropped rather than sent in clear, by reason: no-key (a node that is not a peer), clear (about to leave by another interface than the tunnel).", ConstLabels: prometheus.Labels{"reason": "no-key"}}, dropped(ChainNoKey)),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "netplane_wireguard_dropped_packets_total",
+			Help: "Packets to pod CIDRs dropped rather than sent in clear, by reason: no-key (a node that is not a peer), clear (about to leave by another interface than the tunnel).", ConstLabels: prometheus.Labels{"reason": "clear"}}, dropped(ChainClear)))
+	if err := d.Register(cs...); err != nil {
+		return nil, err
+	}
+	return f, nil
+}
+
+// Run converges until ctx ends. On the way out the kernel's device stays
+// with its peers; the userspace one ends with the process, its routes with
+// it, and the guard table, left in place, drops pod traffic until the
+// next start.
+func (f *Feature) Run(ctx context.Context) error {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return fmt.Errorf("open netlink: %w", err)
+	}
+	defer h.Close()
+	f.h = h
+	if !f.on {
+		return f.remove(ctx)
+	}
+	key, created, err := LoadOrCreateKey(f.enc.PrivateKeyFile)
+	if err != nil {
+		return err
+	}
+	f.key = key
+	f.d.Log.Info("WireGuard key", "file", f.enc.PrivateKeyFile, "created", created, "publicKey", key.PublicKey().String())
+	f.guard = nft.NewProgrammer(nft.Dialer{}, GuardTable)
+	defer f.guard.Close()
+	f.d.Checks.AddReady("wireguard", f.ready)
+	var stop func()
+	f.recorder, stop = f.d.Recorder("netplane-node", f.d.Config.Node.NodeName)
+	defer stop()
+	defer func() {
+		if f.dev != nil {
+			f.dev.Close()
+		}
+	}()
+	go f.refresh(ctx)
+	if len(f.d.Config.Node.ClusterCIDRs) == 0 {
+		f.d.Log.Info("no --cluster-cidr: pod addresses of no known node are not guarded against leaving in clear")
+	}
+	return f.nodes.Run(ctx)
+}
+
+// remove undoes encryption: first the key annotation, so that peers in
+// permissive mode send to this node by the overlay again, then, once they
+// had a moment to follow, the device (its routes go with it), the routing
+// table and its rules, and the guard table, so that the overlay's routes
+// carry pod traffic again.
+func (f *Feature) remove(ctx context.Context) error {
+	var errs []error
+	self := f.d.Config.Node.NodeName
+	if n, err := f.d.Client.CoreV1().Nodes().Get(ctx, self, metav1.GetOptions{}); err == nil && n.Annotations[Annotation] != "" {
+		patch := []byte(`{"metadata":{"annotations":{"` + Annotation + `":null}}}`)
+		if _, err := f.d.Client.CoreV1().Nodes().Patch(ctx, self, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "netplane-wireguard"}); err != nil {
+			// Not fatal: peers in strict mode drop to this node either way,
+			// and the node's own paths do not depend on it.
+			f.d.Log.Error(err, "encryption is off but the WireGuard key annotation stays: peers in permissive mode keep sending through WireGuard to this node, which drops it; allow the node role to patch Nodes (chart: encryption.permissive=true) or remove the annotation", "node", self, "annotation", Annotation)
+		} else {
+			f.d.Log.Info("encryption is off: removed the WireGuard public key annotation", "node", self)
+			select {
+			case <-ctx.Done():
+			case <-time.After(peersFollow):
+			}
+		}
+	}
+	if l, err := f.h.LinkByName(DeviceName); err == nil {
+		if err := f.h.LinkDel(l); err != nil {
+			errs = append(errs, fmt.Errorf("delete %s: %w", DeviceName, err))
+		} else {
+			f.d.Log.Info("encryption is off: deleted the WireGuard device", "device", DeviceName)
+		}
+	}
+	errs = append(errs, removeRouting(f.h), nft.Delete(nft.Dialer{}, GuardTable))
+	return errors.Join(errs...)
+}
+
+// peersFollow is how long peers are given to follow a change of this
+// node's key annotation: a Node watch event and one sync.
+const peersFollow = time.Second
+
+// sync converges to the Node cache: the device's peers (Syncer: in full
+// at start and every --sync-period, else only what changed), this node's
+// annotation, the routes into the device and the guard table.
+func (f *Feature) sync(ctx context.Context, full bool) error {
+	self := f.d.Config.Node.NodeName
+	all, me, found := f.nodes.List(self)
+	if !found {
+		f.wait(fmt.Sprintf("node %q is not among the %d Nodes: waiting for it (or check --node-name)", self, len(all)))
+		return nil
+	}
+	underlay, ok := me.WireGuardUnderlay()
+	if !ok {
+		f.wait(fmt.Sprintf("node %q has no InternalIP yet: waiting for it", self))
+		return nil
+	}
+	if f.dev == nil {
+		if err := f.open(underlay); err != nil {
+			return err
+		}
+		full = true
+	}
+	in := Input{Self: self, Underlay: underlay, Nodes: facts(all)}
+	plan, err := f.syncer.Sync(in, full)
+	f.warn(plan)
+	if err == nil {
+		err = f.route(plan, me.PodCIDRs, full)
+	}
+	f.observe(plan, err == nil)
+	if err != nil {
+		return fmt.Errorf("WireGuard sync: %w", err)
+	}
+	// Published once the device can take what peers send on seeing it.
+	if err := f.publish(ctx, me); err != nil {
+		return err
+	}
+	f.wait("")
+	return nil
+}
+
+// publish writes this node's public key into its own Node's annotation,
+// with a merge patch of that annotation only.
+func (f *Feature) publish(ctx context.Context, me nodeview.Node) error {
+	patch := PublishPatch(me.Annotations, f.key.PublicKey())
+	if patch == nil {
+		return nil
+	}
+	_, err := f.d.Client.CoreV1().Nodes().Patch(ctx, me.Name, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "netplane-wireguard"})
+	if err != nil {
+		return fmt.Errorf("publish the WireGuard public key on node %s: %w", me.Name, err)
+	}
+	f.d.Log.Info("published the WireGuard public key", "node", me.Name, "annotation", Annotation)
+	return nil
+}
+
+// open makes the device, sized to the underlay's MTU less the overhead.
+func (f *Feature) open(underlay netip.Addr) error {
+	mtu := 0
+	if i, ok, err := link.InterfaceOf(f.h, underlay); err != nil {
+		return err
+	} else if ok {
+		mtu = i.MTU
+	} else {
+		mtu = link.DefaultRouteMTU(f.h)
+	}
+	mtu -= Overhead(underlay)
+	dev, impl, err := Open(f.enc.Implementation, DeviceName, mtu, int(f.enc.WireGuardPort), f.d.Log)
+	if err != nil {
+		return err
+	}
+	f.d.Log.Info("WireGuard device up", "device", DeviceName, "implementation", impl, "mtu", mtu, "port", f.enc.WireGuardPort, "underlay", underlay)
+	f.metrics.Running(impl)
+	f.dev, f.syncer = dev, NewSyncer(dev, f.key, int(f.enc.WireGuardPort))
+	f.mu.Lock()
+	f.opened = dev
+	f.mu.Unlock()
+	return nil
+}
+
+// route writes the routes into the device and, when strict, the guard
+// table (read back on full syncs only); permissive, the guard table goes.
+func (f *Feature) route(plan Plan, podCIDRs []netip.Prefix, full bool) error {
+	cluster := f.d.Config.Node.ClusterCIDRs
+	strict := !f.enc.Permissive
+	if strict {
+		if _, err := f.guard.Sync(Guard(plan.Drop, cluster, f.d.Config.Node.Bridge), full); err != nil {
+			return fmt.Errorf("guard table %s: %w", GuardTable, err)
+		}
+	} else if full {
+		if err := nft.Delete(nft.Dialer{}, GuardTable); err != nil {
+			return err
+		}
+	}
+	l, err := f.h.LinkByName(DeviceName)
+	if err != nil {
+		return fmt.Errorf("find %s: %w", DeviceName, err)
+	}
+	own := DeviceAddrs(podCIDRs)
+	return syncLink(f.h, l, own, Routes(plan, cluster, podCIDRs, own, strict))
+}
+
+// warn writes one Warning event per node newly rejected.
+func (f *Feature) warn(plan Plan) {
+	for _, r := range NewlyRejected(f.rejected, plan.Rejected) {
+		f.d.Log.Info("node is not a WireGuard peer: its pod traffic is dropped", "node", r.Node, "reason", r.Reason, "detail", r.Detail)
+		f.recorder.Event(&v1.ObjectReference{Kind: "Node", Name: r.Node, UID: types.UID(r.Node)}, v1.EventTypeWarning, "WireGuard"+string(r.Reason), r.Detail)
+	}
+	f.rejected = plan.Rejected
+}
+
+func (f *Feature) observe(plan Plan, synced bool) {
+	f.mu.Lock()
+	f.last = plan
+	f.mu.Unlock()
+	f.read(plan, synced)
+}
+
+// read records the device's statistics with plan's rejections.
+func (f *Feature) read(plan Plan, synced bool) {
+	f.mu.Lock()
+	d := f.opened
+	f.mu.Unlock()
+	if d == nil {
+		return
+	}
+	dev, err := d.Device()
+	if err != nil {
+		f.d.Log.Error(err, "read the WireGuard device for metrics")
+		return
+	}
+	now := time.Now()
+	f.metrics.Observe(StatsOf(dev, plan, now), synced, now)
+}
+
+// refresh reads the device for the metrics between syncs until ctx ends:
+// handshakes and bytes change without any Node changing.
+func (f *Feature) refresh(ctx context.Context) {
+	t := time.NewTicker(refreshEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			f.mu.Lock()
+			plan := f.last
+			f.mu.Unlock()
+			f.read(plan, false)
+		}
+	}
+}
+
+// facts are the Node facts the plan reads.
+func facts(nodes []nodeview.Node) []Node {
+	out := make([]Node, 0, len(nodes))
+	for _, n := range nodes {
+		out = append(out, Node{Name: n.Name, IPs: n.IPs, PodCIDRs: n.PodCIDRs, Key: n.Annotations[Annotation]})
+	}
+	return out
+}
+
+func (f *Feature) wait(why string) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if why != "" && why != f.waiting {
+		f.d.Log.Info(why)
+	}
+	f.waiting = why
+}
+
+func (f *Feature) ready() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.waiting != "" {
+		return errors.New(f.waiting)
+	}
+	return nil
+}
