@@ -26,7 +26,6 @@ package node
 
 import (
 	"context"
-	"errors"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
@@ -81,21 +80,9 @@ func Role(d role.Deps) []role.Runnable {
 // Run runs the features side by side until ctx ends or one fails, which
 // stops the others.
 func Run(ctx context.Context, fs []Feature) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, len(fs))
-	for _, f := range fs {
-		go func() {
-			err := f.Run(ctx)
-			if err != nil {
-				cancel()
-			}
-			errs <- err
-		}()
+	runs := make([]func(context.Context) error, len(fs))
+	for i, f := range fs {
+		runs[i] = f.Run
 	}
-	var all []error
-	for range fs {
-		all = append(all, <-errs)
-	}
-	return errors.Join(all...)
+	return role.Together(ctx, runs...)
 }

@@ -2,7 +2,6 @@ package process
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"os"
 
@@ -107,21 +106,9 @@ func (e *elected) term(ctx context.Context) error {
 
 // runAll runs parts until ctx ends, and stops them all when one fails.
 func runAll(ctx context.Context, parts []role.Runnable) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
-	errs := make(chan error, len(parts))
-	for _, p := range parts {
-		go func() {
-			err := p.Start(ctx)
-			if err != nil {
-				cancel()
-			}
-			errs <- err
-		}()
+	runs := make([]func(context.Context) error, len(parts))
+	for i, p := range parts {
+		runs[i] = p.Start
 	}
-	var all []error
-	for range parts {
-		all = append(all, <-errs)
-	}
-	return errors.Join(all...)
+	return role.Together(ctx, runs...)
 }

@@ -83,6 +83,28 @@ func (r Runnable) Start(ctx context.Context) error {
 	return nil
 }
 
+// Together runs each of runs side by side until ctx ends or one fails,
+// which stops the others, and returns once all returned.
+func Together(ctx context.Context, runs ...func(context.Context) error) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	errs := make(chan error, len(runs))
+	for _, run := range runs {
+		go func() {
+			err := run(ctx)
+			if err != nil {
+				cancel()
+			}
+			errs <- err
+		}()
+	}
+	var all []error
+	for range runs {
+		all = append(all, <-errs)
+	}
+	return errors.Join(all...)
+}
+
 // NeedLeaderElection tells the manager whether the part waits for the Lease.
 func (r Runnable) NeedLeaderElection() bool { return r.Elected }
 
