@@ -17,6 +17,7 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/dns"
 )
 
@@ -27,6 +28,7 @@ type Question struct {
 	Port          PortQuery
 	ClusterDomain string // cluster.local
 	OverlayMode   string
+	Encryption    v1alpha1.Encryption // the node role's
 }
 
 // reader reads the objects one question needs: targeted Gets and
@@ -44,7 +46,8 @@ type reader struct {
 // q names that is not there.
 func Read(ctx context.Context, c kubernetes.Interface, q Question) (*Input, error) {
 	r := &reader{c: c, ctx: ctx, q: q, ns: map[string]*v1.Namespace{}, pod: map[types.NamespacedName]*v1.Pod{},
-		in: &Input{To: q.To, Port: q.Port, Overlay: Overlay{Mode: q.OverlayMode}}}
+		in: &Input{To: q.To, Port: q.Port, Overlay: Overlay{Mode: q.OverlayMode,
+			Encryption: q.Encryption.Mode, WireGuardPort: int(q.Encryption.WireGuardPort), Permissive: q.Encryption.Permissive}}}
 	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)

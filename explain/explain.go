@@ -12,6 +12,7 @@ import (
 
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/policy"
+	"github.com/netplane/netplane/wireguard"
 )
 
 // Error is a question that names something that is not there: an unknown
@@ -107,7 +108,7 @@ func Explain(in *Input) (*Explanation, error) {
 	}
 	f := &flow{in: in, j: j, zones: map[string]string{}, podOf: map[netip.Addr]*v1.Pod{}}
 	for _, n := range in.Nodes {
-		f.nodes = append(f.nodes, nodeview.Of(n, nodeview.Keep{}))
+		f.nodes = append(f.nodes, nodeview.Of(n, nodeview.Keep{Annotations: []string{wireguard.Annotation}}))
 		f.zones[n.Name] = n.Labels[v1.LabelTopologyZone]
 	}
 	for _, p := range in.Pods {

@@ -4,8 +4,12 @@ import (
 	"fmt"
 	"net/netip"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
+	"github.com/netplane/netplane/wireguard"
 )
 
 // Overlay is what the path between two nodes depends on. The overlay's
@@ -18,6 +22,12 @@ type Overlay struct {
 	Underlays []overlay.Underlay
 	// PodMTU is the MTU of the source node's pods, when known.
 	PodMTU int
+	// Encryption is the node role's: none or wireguard, with its port and
+	// whether it is permissive (a node without a valid key is reached by
+	// the overlay in clear rather than not at all).
+	Encryption    string
+	WireGuardPort int
+	Permissive    bool
 }
 
 // path is how a packet from a pod on node src reaches a pod on node dst,
@@ -29,6 +39,52 @@ func path(src, dst string, nodes []nodeview.Node, fam nodeview.Family, ov Overla
 	case src == dst:
 		return PathSameNode, fmt.Sprintf("same node %s, over the bridge", src)
 	}
+	clear := ""
+	if ov.Encryption == v1alpha1.EncryptionWireGuard {
+		kind, text, why := tunnel(src, dst, nodes, ov)
+		switch {
+		case kind != "":
+			return kind, text
+		case !ov.Permissive:
+			return PathNone, "dropped: " + why
+		}
+		clear = "in clear (permissive encryption; " + why + "): "
+	}
+	kind, text = overlayPath(src, dst, nodes, fam, ov)
+	return kind, clear + text
+}
+
+// tunnel is the WireGuard path from node src to node dst, as src's peer
+// plan has it, or why dst is no peer of src.
+func tunnel(src, dst string, nodes []nodeview.Node, ov Overlay) (kind, text, why string) {
+	in := wireguard.Input{Self: src, Port: ov.WireGuardPort}
+	if in.Port == 0 {
+		in.Port = wireguard.DefaultPort
+	}
+	for _, n := range nodes {
+		key := n.Annotations[wireguard.Annotation]
+		in.Nodes = append(in.Nodes, wireguard.Node{Name: n.Name, IPs: n.IPs, PodCIDRs: n.PodCIDRs, Key: key})
+		if n.Name == src {
+			in.Underlay, _ = n.WireGuardUnderlay()
+			in.PublicKey, _ = wgtypes.ParseKey(key)
+		}
+	}
+	plan := wireguard.Desired(in)
+	for _, p := range plan.Peers {
+		if p.Node == dst {
+			return PathWireGuard, fmt.Sprintf("WireGuard to node %s (%s on %s)", dst, p.Endpoint, wireguard.DeviceName), ""
+		}
+	}
+	for _, r := range plan.Rejected {
+		if r.Node == dst {
+			return "", "", r.Detail
+		}
+	}
+	return "", "", fmt.Sprintf("node %s is no WireGuard peer of node %s", dst, src)
+}
+
+// overlayPath is the overlay's path from node src to node dst.
+func overlayPath(src, dst string, nodes []nodeview.Node, fam nodeview.Family, ov Overlay) (kind, text string) {
 	cfg := overlay.Config{Mode: overlay.Mode(ov.Mode)}.Defaults()
 	if !ov.Known {
 		var ip netip.Addr

@@ -32,13 +32,14 @@ const (
 
 // Paths to a backend.
 const (
-	PathLocal    = "local"     // the source is the backend
-	PathSameNode = "same-node" // over the node's bridge
-	PathDirect   = "direct"    // a route via the other node's InternalIP
-	PathVXLAN    = "vxlan"     // through the VXLAN device
-	PathUnknown  = "unknown"   // decided by subnets only the node knows
-	PathNone     = "none"      // the node has no route
-	PathOutside  = "outside"   // between the backend's node and a client outside the cluster
+	PathLocal     = "local"     // the source is the backend
+	PathSameNode  = "same-node" // over the node's bridge
+	PathDirect    = "direct"    // a route via the other node's InternalIP
+	PathVXLAN     = "vxlan"     // through the VXLAN device
+	PathWireGuard = "wireguard" // encrypted, through the WireGuard device
+	PathUnknown   = "unknown"   // decided by subnets only the node knows
+	PathNone      = "none"      // the node has no route
+	PathOutside   = "outside"   // between the backend's node and a client outside the cluster
 )
 
 // Explanation is the answer, as `-o json` prints it.

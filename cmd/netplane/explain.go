@@ -41,6 +41,7 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	kubeconfig := fs.String("kubeconfig", "", "Path to a kubeconfig. Empty: $KUBECONFIG, then the in-cluster config.")
 	endpoint := fs.String("control-plane-endpoint", os.Getenv(config.EnvName("control-plane-endpoint")), "API server URL overriding the kubeconfig's.")
 	overlayMode := fs.String("overlay", os.Getenv(config.EnvName("overlay")), "The overlay's mode (cross-subnet, always, never); default: the configuration's.")
+	encryption := fs.String("encryption", os.Getenv(config.EnvName("encryption")), "The node role's encryption (none, wireguard); default: the configuration's.")
 	domain := fs.String("cluster-domain", os.Getenv(config.EnvName("cluster-domain")), "The cluster's DNS domain; default: the configuration's.")
 	timeout := fs.Duration("timeout", 30*time.Second, "Give up after this long.")
 	fs.Usage = func() {
@@ -95,7 +96,9 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	q := explain.Question{From: *from, To: *to, Namespace: *ns, Port: pq,
-		ClusterDomain: or(*domain, cfg.DNS.ClusterDomain), OverlayMode: or(*overlayMode, cfg.Node.Overlay.Mode)}
+		ClusterDomain: or(*domain, cfg.DNS.ClusterDomain), OverlayMode: or(*overlayMode, cfg.Node.Overlay.Mode),
+		Encryption: cfg.Node.Encryption}
+	q.Encryption.Mode = or(*encryption, q.Encryption.Mode)
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	x, err := explain.Run(ctx, client, q, explain.NewKernel)
