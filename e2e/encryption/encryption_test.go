@@ -421,6 +421,18 @@ func (c *cluster) nodeLifecycle(t *testing.T) {
 	if _, err := nodes.UpdateStatus(c.ctx, cur, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
+	// From node1 first, within 5 s: node3 would tell node1 its new address
+	// itself, as WireGuard roams, once it sends (seen 14 s after the move
+	// with node1 keeping the old endpoint); only node1's agent following
+	// the Node's new InternalIP makes it sooner.
+	start = time.Now()
+	framework.Eventually(t, 5*time.Second, "pod1 reaches node3's pod at its new address", func() error {
+		if got, err := n1.pod.ns.SeenTCP(at(n3.pod.ip)); err != nil || got != n1.pod.ip {
+			return fmt.Errorf("%q, %v", got, err)
+		}
+		return nil
+	})
+	t.Logf("re-addressed node reached from node1 after %v", time.Since(start).Round(time.Millisecond))
 	framework.Eventually(t, 20*time.Second, "pods reach each other with node3 re-addressed", func() error {
 		for _, pair := range [][2]*pod{{n1.pod, n3.pod}, {n3.pod, n1.pod}, {c.nodes[1].pod, n3.pod}} {
 			if got, err := pair[0].ns.SeenTCP(at(pair[1].ip)); err != nil || got != pair[0].ip {
