@@ -218,7 +218,7 @@ func (c *cluster) keyless(t *testing.T) {
 	n1 := c.nodes[0]
 	event := func(reason string) func() error {
 		return func() error {
-			evs, err := c.API.Client.CoreV1().Events("default").List(c.Ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.Name", "ghost").String()})
+			evs, err := c.API.Client.CoreV1().Events("default").List(c.Ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "ghost").String()})
 			if err != nil {
 				return err
 			}

@@ -194,9 +194,10 @@ func (c *Cluster) routerAddrs(t testing.TB, ifname string, s Subnet) {
 	}
 }
 
-// AddHost makes a namespace on subnet s with the addresses of host and an
-// eth0; its routes are the caller's. The link's other end is "u-"+label.
-func (c *Cluster) AddHost(t testing.TB, label string, s int, host string) (ns *netns.NS, ip, ip6 string) {
+// AddHost makes a namespace with an eth0 on subnet s at host (and host6,
+// when the subnet has IPv6); its routes are the caller's. The link's other
+// end is "u-"+label.
+func (c *Cluster) AddHost(t testing.TB, label string, s int, host, host6 string) (ns *netns.NS, ip, ip6 string) {
 	t.Helper()
 	sub, link := c.opts.Subnets[s], "u-"+label
 	switch sub.Bridge {
@@ -213,7 +214,7 @@ func (c *Cluster) AddHost(t testing.TB, label string, s int, host string) (ns *n
 	ip = sub.V4 + host
 	ns.Addr(t, "eth0", ip+"/24")
 	if sub.V6 != "" {
-		ip6 = sub.V6 + host
+		ip6 = sub.V6 + host6
 		ns.Addr(t, "eth0", ip6+"/64")
 	}
 	return ns, ip, ip6
@@ -224,7 +225,7 @@ func (c *Cluster) addNode(t testing.TB, i int) *Node {
 	s, host := c.opts.Place(i)
 	n := &Node{Name: fmt.Sprintf("node%d", i), Index: i, Dir: t.TempDir()}
 	n.Link = "u-" + n.Name
-	n.NS, n.IP, n.IP6 = c.AddHost(t, n.Name, s, host)
+	n.NS, n.IP, n.IP6 = c.AddHost(t, n.Name, s, host, host)
 	sub := c.opts.Subnets[s]
 	if sub.Gateway != "" {
 		n.NS.Route(t, "default", "via", sub.Gateway)
