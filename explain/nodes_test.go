@@ -4,7 +4,6 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -18,7 +17,6 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
-	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/e2e/testcluster"
 )
 
@@ -28,12 +26,7 @@ import (
 // `netplane explain` runs inside a node's namespace, as in the node
 // agent's pod, and its verdict is compared with a real connection.
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() == 0 {
-		netns.RemoveStale()
-	}
-	framework.Main(m)
-}
+func TestMain(m *testing.M) { testcluster.Main(m) }
 
 type cluster struct {
 	*testcluster.Cluster
@@ -81,7 +74,7 @@ func (c *cluster) addPod(key string, n *testcluster.Node, labels map[string]stri
 // addService is Service ns/name, port 80 → 8080 of the given pods, with its
 // EndpointSlice written by hand (no controller runs here).
 func (c *cluster) addService(ns, name string, mod func(*v1.Service), backends ...string) *v1.Service {
-	return c.addServiceWith(ns, name, mod, discoveryv1.EndpointConditions{Ready: ptr.To(true)}, backends...)
+	return c.addServiceWith(ns, name, mod, testcluster.Ready, backends...)
 }
 
 // addServiceWith is addService with the endpoints' conditions.
@@ -91,27 +84,14 @@ func (c *cluster) addServiceWith(ns, name string, mod func(*v1.Service), cond di
 	if mod != nil {
 		mod(svc)
 	}
-	svc, err := c.API.Client.CoreV1().Services(ns).Create(c.Ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		c.t.Fatal(err)
-	}
-	sl := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name + "-1", Labels: map[string]string{
-			discoveryv1.LabelServiceName: name, discoveryv1.LabelManagedBy: "e2e.netplane.io"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(""), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)}},
-	}
+	var endpoints []discoveryv1.Endpoint
 	for _, b := range backends {
-		p := c.pods[b]
+		e := testcluster.Endpoint(c.pods[b], cond)
 		bns, bname, _ := strings.Cut(b, "/")
-		sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{Addresses: []string{p.IP}, NodeName: &p.Node.Name,
-			Conditions: cond,
-			TargetRef:  &v1.ObjectReference{Kind: "Pod", Namespace: bns, Name: bname}})
+		e.TargetRef = &v1.ObjectReference{Kind: "Pod", Namespace: bns, Name: bname}
+		endpoints = append(endpoints, e)
 	}
-	if _, err := c.API.Client.DiscoveryV1().EndpointSlices(ns).Create(c.Ctx, sl, metav1.CreateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
-	return svc
+	return c.AddService(c.t, svc, discoveryv1.EndpointPort{Name: ptr.To(""), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)}, endpoints...)
 }
 
 // setPolicies makes the API's policies of namespaces x and y exactly nps.

@@ -163,28 +163,13 @@ func (c *twoNodes) setNamespaceLabels(name string, labels map[string]string) {
 	c.api.setNamespace(ns)
 }
 
-// addService is a ClusterIP Service whose one endpoint is x/a:80, with its
-// EndpointSlice written by hand (no controller runs here).
+// addService is a ClusterIP Service whose one endpoint is x/a:80.
 func (c *twoNodes) addService() {
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "svc"},
 		Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Name: "http", Port: 80, Protocol: v1.ProtocolTCP}}}}
-	svc, err := c.API.Client.CoreV1().Services("x").Create(c.Ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	svc = c.AddService(c.t, svc, discoveryv1.EndpointPort{Name: ptr.To("http"), Port: ptr.To[int32](80), Protocol: ptr.To(v1.ProtocolTCP)},
+		testcluster.Endpoint(c.pods["x/a"].Pod, testcluster.Ready))
 	c.svcIP = svc.Spec.ClusterIP
-	backend := c.pods["x/a"]
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "x", Name: "svc-1", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "svc", discoveryv1.LabelManagedBy: "e2e.netplane.io"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{backend.IP}, NodeName: &backend.Node.Name,
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("http"), Port: ptr.To[int32](80), Protocol: ptr.To(v1.ProtocolTCP)}},
-	}
-	if _, err := c.API.Client.DiscoveryV1().EndpointSlices("x").Create(c.Ctx, slice, metav1.CreateOptions{}); err != nil {
-		c.t.Fatal(err)
-	}
 }
 
 // setPolicies makes the API's policies exactly nps.

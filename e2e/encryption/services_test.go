@@ -17,6 +17,7 @@ import (
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/e2e/testcluster"
 )
 
 // servicesThroughTheTunnel: a NodePort Service whose one backend is the
@@ -27,21 +28,8 @@ func (c *cluster) servicesThroughTheTunnel(t *testing.T) {
 	backend := c.nodes[1].pod
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "echo"},
 		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, Ports: []v1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}}}
-	svc, err := c.API.Client.CoreV1().Services("default").Create(c.Ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "echo-1", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "echo", discoveryv1.LabelManagedBy: "e2e.netplane.io"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{backend.IP}, NodeName: &backend.Node.Name,
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)}},
-	}
-	if _, err := c.API.Client.DiscoveryV1().EndpointSlices("default").Create(c.Ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	svc = c.AddService(t, svc, discoveryv1.EndpointPort{Name: ptr.To("tcp"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)},
+		testcluster.Endpoint(backend.Pod, testcluster.Ready))
 	n1 := c.nodes[0]
 	cip := net.JoinHostPort(svc.Spec.ClusterIP, "80")
 	nodePort := net.JoinHostPort(n1.IP, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -15,8 +16,10 @@ import (
 	"github.com/containernetworking/cni/libcni"
 	current "github.com/containernetworking/cni/pkg/types/100"
 	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
@@ -126,4 +129,43 @@ func (n *Node) Metric(name, labels string) (float64, error) {
 		}
 	}
 	return 0, fmt.Errorf("%s{%s} not among %s's metrics", name, labels, n.Name)
+}
+
+// Ready is the condition of an endpoint that takes traffic.
+var Ready = discoveryv1.EndpointConditions{Ready: ptr.To(true)}
+
+// Endpoint is p's IPv4 address on its node, with conditions cond.
+func Endpoint(p *Pod, cond discoveryv1.EndpointConditions) discoveryv1.Endpoint {
+	return discoveryv1.Endpoint{Addresses: []string{p.IP}, NodeName: &p.Node.Name, Conditions: cond}
+}
+
+// AddService creates svc and its IPv4 EndpointSlice <name>-1 with port and
+// endpoints, written by hand as no controller runs here, and returns the
+// Service the API server holds.
+func (c *Cluster) AddService(t testing.TB, svc *v1.Service, port discoveryv1.EndpointPort, endpoints ...discoveryv1.Endpoint) *v1.Service {
+	t.Helper()
+	svc, err := c.API.Client.CoreV1().Services(svc.Namespace).Create(c.Ctx, svc, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	slice := &discoveryv1.EndpointSlice{
+		ObjectMeta: metav1.ObjectMeta{Namespace: svc.Namespace, Name: svc.Name + "-1", Labels: map[string]string{
+			discoveryv1.LabelServiceName: svc.Name, discoveryv1.LabelManagedBy: "e2e.netplane.io"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Endpoints:   endpoints,
+		Ports:       []discoveryv1.EndpointPort{port},
+	}
+	if _, err := c.API.Client.DiscoveryV1().EndpointSlices(svc.Namespace).Create(c.Ctx, slice, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	return svc
+}
+
+// Main runs a package's tests after removing the namespaces a killed run
+// of them left behind.
+func Main(m *testing.M) {
+	if os.Geteuid() == 0 {
+		netns.RemoveStale()
+	}
+	framework.Main(m)
 }
