@@ -14,6 +14,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/e2e/testcluster"
 )
 
 // flowCase is one probed flow: explain's verdict must be what the real
@@ -28,13 +29,13 @@ type flowCase struct {
 
 func TestExplainOnNodes(t *testing.T) {
 	c := newCluster(t)
-	n1, n2 := c.nodes[0], c.nodes[1]
+	n1, n2 := c.Nodes[0], c.Nodes[1]
 	c.addPod("x/a", n1, map[string]string{"app": "a"})
 	c.addPod("x/b", n2, map[string]string{"app": "b"})
 	c.addPod("y/c", n1, map[string]string{"app": "c"})
 	svc := c.addService("x", "s", nil, "x/b")
 	vip := svc.Spec.ClusterIP + ":80"
-	b := c.pods["x/b"].ip
+	b := c.pods["x/b"].IP
 	local := v1.ServiceInternalTrafficPolicyLocal
 	affinity := c.addService("x", "sticky", func(s *v1.Service) { s.Spec.SessionAffinity = v1.ServiceAffinityClientIP }, "x/b")
 	localOnly := c.addService("x", "local", func(s *v1.Service) { s.Spec.InternalTrafficPolicy = &local }, "x/b")
@@ -98,7 +99,7 @@ func TestExplainOnNodes(t *testing.T) {
 			if f.port != "" {
 				args = append(args, "--port="+f.port)
 			}
-			x, out, err := c.explain(c.pods[f.from].node, args...)
+			x, out, err := c.explain(c.pods[f.from].Node, args...)
 			if err != nil {
 				t.Fatalf("%s: %v\n%s", name, err, out)
 			}
@@ -116,7 +117,7 @@ func TestExplainOnNodes(t *testing.T) {
 					t.Errorf("%s: the verdict line does not say %q: %s", name, f.reason, x.Reason)
 				}
 				// A rejection fails at once (ICMP), a drop times out.
-				_, err := c.pods[f.from].ns.Ask("tcp", f.addr, 700*time.Millisecond)
+				_, err := c.pods[f.from].NS.Ask("tcp", f.addr, 700*time.Millisecond)
 				if refused := err != nil && !strings.Contains(err.Error(), "timeout"); refused != strings.Contains(f.reason, "rejects") {
 					t.Errorf("%s: explain says %q, the connection: %v", name, x.Reason, err)
 				}
@@ -141,7 +142,7 @@ func TestExplainOnNodes(t *testing.T) {
 			return nil
 		})
 		// A map element of the policy table, by hand, on x/b's node.
-		n2.ns.MustExec(t, "nft", "delete", "element", "inet", "netplane-policy", "ingress-pods", "{ "+b+" }")
+		n2.NS.MustExec(t, "nft", "delete", "element", "inet", "netplane-policy", "ingress-pods", "{ "+b+" }")
 		x, out, err := c.explain(n2, "--from=x/a", "--to=x/b", "--port=8080")
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
@@ -152,7 +153,7 @@ func TestExplainOnNodes(t *testing.T) {
 			t.Errorf("the deleted element is not reported: %+v", x.Kernel)
 		}
 		// An element of the Service's dispatch map on x/a's node.
-		n1.ns.MustExec(t, "nft", "delete", "element", "ip", "netplane", "service-ips", "{ "+svc.Spec.ClusterIP+" . tcp . 80 }")
+		n1.NS.MustExec(t, "nft", "delete", "element", "ip", "netplane", "service-ips", "{ "+svc.Spec.ClusterIP+" . tcp . 80 }")
 		x, out, err = c.explain(n1, "--from=x/a", "--to=svc/x/s")
 		if err != nil {
 			t.Fatalf("%v\n%s", err, out)
@@ -163,15 +164,15 @@ func TestExplainOnNodes(t *testing.T) {
 			t.Errorf("the deleted Service element is not reported: %+v", x.Kernel)
 		}
 		// Fresh agents program their tables whole: the kernels agree again.
-		for _, n := range []*tnode{n1, n2} {
-			n.proc.Stop(15 * time.Second)
-			c.run(n)
+		for _, n := range []*testcluster.Node{n1, n2} {
+			c.Stop(n)
+			c.Start(t, n, agentFlags...)
 		}
 		for _, q := range []struct {
-			n    *tnode
+			n    *testcluster.Node
 			args []string
 		}{{n2, []string{"--from=x/a", "--to=x/b", "--port=8080"}}, {n1, []string{"--from=x/a", "--to=svc/x/s"}}} {
-			framework.Eventually(t, 60*time.Second, "the kernel of "+q.n.name+" agrees", func() error {
+			framework.Eventually(t, 60*time.Second, "the kernel of "+q.n.Name+" agrees", func() error {
 				x, out, err := c.explain(q.n, q.args...)
 				switch {
 				case err != nil:
@@ -196,7 +197,7 @@ func TestExplainOnNodes(t *testing.T) {
 			{[]string{"--from=x/a", "--to=10.244.2.250", "--port=80"}, "address 10.244.2.250 belongs to no pod"},
 			{[]string{"--from=x/a", "--to=nope.x"}, "name nope.x does not resolve in the cluster"},
 		} {
-			out, err := n1.ns.Exec(c.bin, append([]string{"explain", "--kubeconfig=" + n1.kubeconfig}, e.args...)...)
+			out, err := n1.NS.Exec(c.bin, append([]string{"explain", "--kubeconfig=" + n1.Kubeconfig}, e.args...)...)
 			lines := strings.Split(strings.TrimSpace(out), "\n")
 			if err == nil || !strings.Contains(err.Error(), "exit status 1") || len(lines) != 1 || !strings.Contains(out, e.want) {
 				t.Errorf("%v: %v, %q; want exit 1 and one line with %q", e.args, err, out, e.want)

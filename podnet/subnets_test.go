@@ -62,7 +62,7 @@ const (
 func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 	c := newCluster(t, append([]string{eventsOnly}, tunnelFlags...)...)
 	for _, n := range c.nodes {
-		probe(t, n.ns, vxlanPort, vxlanVNI)
+		probe(t, n.NS, vxlanPort, vxlanVNI)
 	}
 	// The underlay is 1500 bytes and dual-stack: pods get 1500 less the
 	// IPv6 encapsulation's 70.
@@ -76,8 +76,8 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 		for _, pair := range [][2]int{{0, 1}, {1, 0}, {0, 2}, {2, 0}, {1, 2}, {2, 1}} {
 			from, to := pods[pair[0]], pods[pair[1]]
 			for _, fam := range []int{4, 6} {
-				expectWho(t, from.ns, "tcp", to.at(fam, echoPort), from.address(fam))
-				expectWho(t, from.ns, "udp", to.at(fam, echoPort), from.address(fam))
+				expectWho(t, from.NS, "tcp", to.at(fam, echoPort), from.address(fam))
+				expectWho(t, from.NS, "udp", to.at(fam, echoPort), from.address(fam))
 			}
 		}
 	})
@@ -100,18 +100,18 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 			!strings.Contains(got, fmt.Sprintf("dstport %d ", vxlanPort)) || !strings.Contains(got, "nolearning") {
 			t.Errorf("%s: %s\nwant vxlan id %d, dstport %d, nolearning", vxlanDevice, got, vxlanVNI, vxlanPort)
 		}
-		before := count(t, n1.ns, "vxlan")
+		before := count(t, n1.NS, "vxlan")
 		for range 5 {
-			expectWho(t, pods[0].ns, "tcp", pods[1].at(4, echoPort), pods[0].ip)
-			expectWho(t, pods[0].ns, "tcp", pods[1].at(6, echoPort), pods[0].ip6)
+			expectWho(t, pods[0].NS, "tcp", pods[1].at(4, echoPort), pods[0].IP)
+			expectWho(t, pods[0].NS, "tcp", pods[1].at(6, echoPort), pods[0].IP6)
 		}
-		if after := count(t, n1.ns, "vxlan"); after != before {
+		if after := count(t, n1.NS, "vxlan"); after != before {
 			t.Errorf("node1 sent %d VXLAN packets for traffic to a pod on its subnet, want none", after-before)
 		}
-		before, vni := count(t, n1.ns, "vxlan"), count(t, n1.ns, "vni")
-		expectWho(t, pods[0].ns, "tcp", pods[2].at(4, echoPort), pods[0].ip)
-		expectWho(t, pods[0].ns, "tcp", pods[2].at(6, echoPort), pods[0].ip6)
-		if all, ours := count(t, n1.ns, "vxlan")-before, count(t, n1.ns, "vni")-vni; ours == 0 || ours != all {
+		before, vni := count(t, n1.NS, "vxlan"), count(t, n1.NS, "vni")
+		expectWho(t, pods[0].NS, "tcp", pods[2].at(4, echoPort), pods[0].IP)
+		expectWho(t, pods[0].NS, "tcp", pods[2].at(6, echoPort), pods[0].IP6)
+		if all, ours := count(t, n1.NS, "vxlan")-before, count(t, n1.NS, "vni")-vni; ours == 0 || ours != all {
 			t.Errorf("node1 sent %d packets to UDP %d with VNI %d and %d to UDP %d in all for traffic to node3's pod; want some, all with the VNI",
 				ours, vxlanPort, vxlanVNI, all, vxlanPort)
 		}
@@ -120,7 +120,7 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 	t.Run("1 MB each way across the overlay", func(t *testing.T) {
 		for _, pair := range [][2]int{{0, 2}, {2, 1}} {
 			for _, fam := range []int{4, 6} {
-				if err := pods[pair[0]].ns.EchoBytes(pods[pair[1]].at(fam, echoPort), 1<<20); err != nil {
+				if err := pods[pair[0]].NS.EchoBytes(pods[pair[1]].at(fam, echoPort), 1<<20); err != nil {
 					t.Errorf("pod-%d to pod-%d over IPv%d: %v", pair[0]+1, pair[1]+1, fam, err)
 				}
 			}
@@ -128,21 +128,21 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 	})
 
 	t.Run("a ClusterIP and NodePorts whose only backend is across the overlay", func(t *testing.T) {
-		cluster := service(t, c, "across", false, pods[2].ip, "node3")
-		local := service(t, c, "local", true, pods[2].ip, "node3")
+		cluster := service(t, c, "across", false, pods[2].IP, "node3")
+		local := service(t, c, "local", true, pods[2].IP, "node3")
 		clusterIP := net.JoinHostPort(cluster.Spec.ClusterIP, "80")
-		expectWho(t, pods[0].ns, "tcp", clusterIP, pods[0].ip)
-		expectWho(t, n1.ns, "tcp", clusterIP, "10.244.1.0") // the tunnel device's address
+		expectWho(t, pods[0].NS, "tcp", clusterIP, pods[0].IP)
+		expectWho(t, n1.NS, "tcp", clusterIP, "10.244.1.0") // the tunnel device's address
 		nodePort := strconv.Itoa(int(cluster.Spec.Ports[0].NodePort))
 		framework.Eventually(t, 20*time.Second, "NodePort of node1 from outside", func() error {
-			got, err := who(c.ext, "tcp", net.JoinHostPort(n1.ip, nodePort))
+			got, err := who(c.ext, "tcp", net.JoinHostPort(n1.IP, nodePort))
 			if err == nil {
 				t.Logf("the backend saw the NodePort client through node1 at %s", got)
 			}
 			return err
 		})
 		localPort := strconv.Itoa(int(local.Spec.Ports[0].NodePort))
-		expectWho(t, c.ext, "tcp", net.JoinHostPort(c.node(3).ip, localPort), "192.168.10.100")
+		expectWho(t, c.ext, "tcp", net.JoinHostPort(c.node(3).IP, localPort), "192.168.10.100")
 	})
 
 	t.Run("bridged pod-to-pod traffic passes netfilter: a Service's backend on the client's own node", func(t *testing.T) {
@@ -155,15 +155,15 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 		// bridge's packets in netfilter, the answer would skip the reverse
 		// translation and come from the backend's own address.
 		neighbour := n1.addPod(t, "pod-1b", 1430)
-		svc := service(t, c, "samenode", false, neighbour.ip, "node1")
-		expectWho(t, pods[0].ns, "tcp", net.JoinHostPort(svc.Spec.ClusterIP, "80"), pods[0].ip)
+		svc := service(t, c, "samenode", false, neighbour.IP, "node1")
+		expectWho(t, pods[0].NS, "tcp", net.JoinHostPort(svc.Spec.ClusterIP, "80"), pods[0].IP)
 	})
 
 	c.ext.ServeEcho(t, ":"+echoPort, "ext")
 	t.Run("pod egress leaving the cluster is masqueraded", func(t *testing.T) {
-		expectWho(t, pods[0].ns, "tcp", "192.168.10.100:"+echoPort, n1.ip)
-		expectWho(t, pods[2].ns, "tcp", "192.168.10.100:"+echoPort, c.node(3).ip)
-		expectWho(t, pods[2].ns, "tcp", "[fd00:a::64]:"+echoPort, c.node(3).ip6)
+		expectWho(t, pods[0].NS, "tcp", "192.168.10.100:"+echoPort, n1.IP)
+		expectWho(t, pods[2].NS, "tcp", "192.168.10.100:"+echoPort, c.node(3).IP)
+		expectWho(t, pods[2].NS, "tcp", "[fd00:a::64]:"+echoPort, c.node(3).IP6)
 	})
 
 	t.Run("a Node added, readdressed and deleted", func(t *testing.T) {
@@ -175,26 +175,26 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 	})
 
 	t.Run("routes, entries and the masquerade table deleted by someone else come back", func(t *testing.T) {
-		mac := vxlanMAC(c.node(3).ip)
-		n1.ns.MustExec(t, "ip", "route", "del", "10.244.3.0/24")
-		n1.ns.MustExec(t, "ip", "neigh", "del", c.node(3).ip, "dev", vxlanDevice)
-		n1.ns.MustExec(t, "bridge", "fdb", "del", mac, "dev", vxlanDevice, "dst", c.node(3).ip)
-		n1.ns.MustExec(t, "nft", "delete", "table", "inet", podnet.MasqTable.Name)
+		mac := vxlanMAC(c.node(3).IP)
+		n1.NS.MustExec(t, "ip", "route", "del", "10.244.3.0/24")
+		n1.NS.MustExec(t, "ip", "neigh", "del", c.node(3).IP, "dev", vxlanDevice)
+		n1.NS.MustExec(t, "bridge", "fdb", "del", mac, "dev", vxlanDevice, "dst", c.node(3).IP)
+		n1.NS.MustExec(t, "nft", "delete", "table", "inet", podnet.MasqTable.Name)
 		framework.Eventually(t, 10*time.Second, "node1's entries for node3 and its masquerade table", func() error {
 			switch {
 			case !strings.Contains(n1.shows("ip", "route", "show", "10.244.3.0/24"), "dev netplane.vxlan"):
 				return fmt.Errorf("no route")
-			case !strings.Contains(n1.shows("ip", "neigh", "show", c.node(3).ip, "dev", vxlanDevice), "lladdr "+mac+" PERMANENT"):
+			case !strings.Contains(n1.shows("ip", "neigh", "show", c.node(3).IP, "dev", vxlanDevice), "lladdr "+mac+" PERMANENT"):
 				return fmt.Errorf("no neighbour")
-			case !strings.Contains(n1.shows("bridge", "fdb", "show", "dev", vxlanDevice), mac+" dst "+c.node(3).ip):
+			case !strings.Contains(n1.shows("bridge", "fdb", "show", "dev", vxlanDevice), mac+" dst "+c.node(3).IP):
 				return fmt.Errorf("no FDB entry")
 			case !strings.Contains(n1.shows("nft", "list", "table", "inet", podnet.MasqTable.Name), "masquerade"):
 				return fmt.Errorf("no masquerade table")
 			}
 			return nil
 		})
-		expectWho(t, pods[0].ns, "tcp", pods[2].at(4, echoPort), pods[0].ip)
-		expectWho(t, pods[0].ns, "tcp", "192.168.10.100:"+echoPort, n1.ip)
+		expectWho(t, pods[0].NS, "tcp", pods[2].at(4, echoPort), pods[0].IP)
+		expectWho(t, pods[0].NS, "tcp", "192.168.10.100:"+echoPort, n1.IP)
 	})
 
 	t.Run("metrics count remote nodes per path", func(t *testing.T) {
@@ -222,14 +222,14 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 			}
 			return nil
 		})
-		before := count(t, n1.ns, "vni")
-		expectWho(t, pods[0].ns, "tcp", pods[1].at(4, echoPort), pods[0].ip)
-		expectWho(t, pods[0].ns, "tcp", pods[1].at(6, echoPort), pods[0].ip6)
-		expectWho(t, pods[1].ns, "udp", pods[0].at(4, echoPort), pods[1].ip)
-		if count(t, n1.ns, "vni") == before {
+		before := count(t, n1.NS, "vni")
+		expectWho(t, pods[0].NS, "tcp", pods[1].at(4, echoPort), pods[0].IP)
+		expectWho(t, pods[0].NS, "tcp", pods[1].at(6, echoPort), pods[0].IP6)
+		expectWho(t, pods[1].NS, "udp", pods[0].at(4, echoPort), pods[1].IP)
+		if count(t, n1.NS, "vni") == before {
 			t.Errorf("no VXLAN packet from node1 for traffic to a pod on its subnet under always")
 		}
-		expectWho(t, pods[0].ns, "tcp", pods[2].at(4, echoPort), pods[0].ip)
+		expectWho(t, pods[0].NS, "tcp", pods[2].at(4, echoPort), pods[0].IP)
 	})
 
 	t.Run("switched to never, the router cannot carry pod traffic and the far node is reported", func(t *testing.T) {
@@ -244,11 +244,11 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 			}
 			return nil
 		})
-		expectWho(t, pods[0].ns, "tcp", pods[1].at(4, echoPort), pods[0].ip)
-		unreachable(t, pods[0].ns, pods[2].at(4, echoPort))
-		unreachable(t, pods[2].ns, pods[1].at(6, echoPort))
+		expectWho(t, pods[0].NS, "tcp", pods[1].at(4, echoPort), pods[0].IP)
+		unreachable(t, pods[0].NS, pods[2].at(4, echoPort))
+		unreachable(t, pods[2].NS, pods[1].at(6, echoPort))
 		framework.Eventually(t, 20*time.Second, "PodCIDRNotRoutable event on node3", func() error {
-			evs, err := c.api.Client.CoreV1().Events("default").List(framework.Ctx(t), metav1.ListOptions{FieldSelector: "reason=PodCIDRNotRoutable"})
+			evs, err := c.API.Client.CoreV1().Events("default").List(framework.Ctx(t), metav1.ListOptions{FieldSelector: "reason=PodCIDRNotRoutable"})
 			if err != nil {
 				return err
 			}
@@ -260,7 +260,7 @@ func TestPodNetworkSpansTwoSubnets(t *testing.T) {
 			return fmt.Errorf("%d events, none about node3", len(evs.Items))
 		})
 		framework.Eventually(t, 10*time.Second, "the underlay's MTU in node1's conflist", func() error {
-			b, err := os.ReadFile(filepath.Join(n1.confDir(), podnet.ConflistName))
+			b, err := os.ReadFile(filepath.Join(n1.ConfDir(), podnet.ConflistName))
 			if err != nil || !strings.Contains(string(b), `"mtu": 1500`) {
 				return fmt.Errorf("conflist %s (%v)", b, err)
 			}
@@ -282,7 +282,7 @@ func service(t *testing.T, c *cluster, name string, local bool, backend, node st
 	if local {
 		svc.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
 	}
-	svc, err := c.api.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
+	svc, err := c.API.Client.CoreV1().Services("default").Create(ctx, svc, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -293,7 +293,7 @@ func service(t *testing.T, c *cluster, name string, local bool, backend, node st
 		Endpoints:   []discovery.Endpoint{{Addresses: []string{backend}, Conditions: discovery.EndpointConditions{Ready: &ready}, NodeName: &node}},
 		Ports:       []discovery.EndpointPort{{Name: ptr("tcp"), Port: &port, Protocol: ptr(v1.ProtocolTCP)}},
 	}
-	if _, err := c.api.Client.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
+	if _, err := c.API.Client.DiscoveryV1().EndpointSlices("default").Create(ctx, slice, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	return svc
@@ -306,10 +306,10 @@ func service(t *testing.T, c *cluster, name string, local bool, backend, node st
 // the Node's event.
 func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	n1 := c.node(1)
-	h := n1.ns.Netlink(t)
+	h := n1.NS.Netlink(t)
 	ctx := framework.Ctx(t)
 	cidrs := []string{"10.244.4.0/24"}
-	node, err := c.api.Client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node4"},
+	node, err := c.API.Client.CoreV1().Nodes().Create(ctx, &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node4"},
 		Spec: v1.NodeSpec{PodCIDR: cidrs[0], PodCIDRs: cidrs}}, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -324,7 +324,7 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 		}
 	}
 	start := time.Now()
-	c.setAddresses(t, node, "192.168.20.14")
+	c.SetAddresses(t, node, "192.168.20.14")
 	framework.EventuallyEvery(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods", routed("192.168.20.14"))
 	t.Logf("node4's InternalIP written to its route in node1's kernel: %v", time.Since(start).Round(time.Millisecond))
 	want := func(ip string) string {
@@ -334,12 +334,12 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 		t.Errorf("node1's FDB: %s\nwant %s", got, want("192.168.20.14"))
 	}
 
-	node, err = c.api.Client.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
+	node, err = c.API.Client.CoreV1().Nodes().Get(ctx, "node4", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	start = time.Now()
-	c.setAddresses(t, node, "192.168.20.24")
+	c.SetAddresses(t, node, "192.168.20.24")
 	framework.EventuallyEvery(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods via its new address", routed("192.168.20.24"))
 	t.Logf("node4's new InternalIP to its route in node1's kernel: %v", time.Since(start).Round(time.Millisecond))
 	fdb := n1.shows("bridge", "fdb", "show", "dev", vxlanDevice)
@@ -349,7 +349,7 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 	}
 
 	start = time.Now()
-	if err := c.api.Client.CoreV1().Nodes().Delete(ctx, "node4", metav1.DeleteOptions{}); err != nil {
+	if err := c.API.Client.CoreV1().Nodes().Delete(ctx, "node4", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	framework.EventuallyEvery(t, 2*time.Millisecond, 10*time.Second, "node1's route to node4's pods gone", func() error {
@@ -375,11 +375,11 @@ func nodeComesChangesAndGoes(t *testing.T, c *cluster) {
 // working while the agents are down and after they are back, and the new
 // agents adopt the devices instead of recreating them.
 func connectionSurvivesARestart(t *testing.T, c *cluster, pods []*pod) {
-	conn := hold(t, pods[0].ns, pods[2].at(4, echoPort))
+	conn := hold(t, pods[0].NS, pods[2].at(4, echoPort))
 	ask := func(when string) {
 		t.Helper()
-		if got, err := conn.Seen(); err != nil || got != pods[0].ip {
-			t.Fatalf("the open connection %s: %q, %v; want the pod's address %s", when, got, err, pods[0].ip)
+		if got, err := conn.Seen(); err != nil || got != pods[0].IP {
+			t.Fatalf("the open connection %s: %q, %v; want the pod's address %s", when, got, err, pods[0].IP)
 		}
 	}
 	ask("before the restart")
@@ -388,7 +388,7 @@ func connectionSurvivesARestart(t *testing.T, c *cluster, pods []*pod) {
 		for _, n := range []*clusterNode{c.node(1), c.node(3)} {
 			for _, args := range [][]string{{"ip", "-o", "link", "show", vxlanDevice}, {"ip", "route", "show", "proto", "207"},
 				{"ip", "-6", "route", "show", "proto", "207"}, {"ip", "neigh", "show", "nud", "permanent"}, {"bridge", "fdb", "show", "dev", vxlanDevice}} {
-				fmt.Fprintf(&b, "%s: %s\n", n.name, n.shows(args...))
+				fmt.Fprintf(&b, "%s: %s\n", n.Name, n.shows(args...))
 			}
 		}
 		return b.String()
@@ -403,7 +403,7 @@ func connectionSurvivesARestart(t *testing.T, c *cluster, pods []*pod) {
 	c.start(t, append([]string{resyncing}, tunnelFlags...)...)
 	for _, n := range []*clusterNode{c.node(1), c.node(3)} {
 		// The first sync of an agent is a full one.
-		framework.Eventually(t, 10*time.Second, "a sync of the restarted agent on "+n.name, func() error {
+		framework.Eventually(t, 10*time.Second, "a sync of the restarted agent on "+n.Name, func() error {
 			if at := lastSync(t, n); at.Before(restarted) {
 				return fmt.Errorf("last sync at %v", at)
 			}
@@ -420,12 +420,12 @@ func connectionSurvivesARestart(t *testing.T, c *cluster, pods []*pod) {
 // namespace, and checks /healthz on the way.
 func scrape(t *testing.T, n *clusterNode) string {
 	t.Helper()
-	health, metrics := framework.ServedAddresses(t, n.proc, 10*time.Second)
+	health, metrics := framework.ServedAddresses(t, n.Proc, 10*time.Second)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{
-		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) { return n.ns.Dial(network, addr) },
+		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) { return n.NS.Dial(network, addr) },
 	}}
 	if code, body, err := framework.HTTPGet(client, "http://"+health+"/healthz"); err != nil || code != http.StatusOK {
-		t.Errorf("%s's /healthz: %d %s (%v)", n.name, code, body, err)
+		t.Errorf("%s's /healthz: %d %s (%v)", n.Name, code, body, err)
 	}
 	resp, err := client.Get("http://" + metrics + "/metrics")
 	if err != nil {
@@ -442,7 +442,7 @@ func lastSync(t *testing.T, n *clusterNode) time.Time {
 	t.Helper()
 	m := regexp.MustCompile(`(?m)^netplane_overlay_last_sync_timestamp_seconds (\S+)$`).FindStringSubmatch(scrape(t, n))
 	if m == nil {
-		t.Fatalf("%s's metrics lack netplane_overlay_last_sync_timestamp_seconds", n.name)
+		t.Fatalf("%s's metrics lack netplane_overlay_last_sync_timestamp_seconds", n.Name)
 	}
 	at, err := strconv.ParseFloat(m[1], 64)
 	if err != nil {

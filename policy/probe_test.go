@@ -67,8 +67,8 @@ func (c *twoNodes) probes() []tprobe {
 		}
 		out = append(out, tprobe{from, "ext", false, tcp, 80}, tprobe{from, "ext", false, udp, 81}, tprobe{from, "ext", true, tcp, 81},
 			tprobe{"ext", from, false, tcp, 80}, tprobe{"ext", from, true, udp, 81})
-		for _, n := range c.nodes {
-			out = append(out, tprobe{n.name, from, false, tcp, 81})
+		for _, n := range c.Nodes {
+			out = append(out, tprobe{n.Name, from, false, tcp, 81})
 		}
 		if from != "x/a" {
 			out = append(out, tprobe{from, "svc", false, tcp, 80})
@@ -92,21 +92,21 @@ func (c *twoNodes) endpoint(name string, v6 bool) (endpoint, string) {
 		name = "x/a" // judged on the backend
 	}
 	if p := c.pods[name]; p != nil {
-		ip := p.ip
+		ip := p.IP
 		if v6 {
-			ip = p.ip6
+			ip = p.IP6
 		}
-		return endpoint{pod: c.api.pods[types.NamespacedName{Namespace: p.obj.Namespace, Name: p.obj.Name}], ip: netip.MustParseAddr(ip)}, p.node.name
+		return endpoint{pod: c.api.pods[types.NamespacedName{Namespace: p.obj.Namespace, Name: p.obj.Name}], ip: netip.MustParseAddr(ip)}, p.Node.Name
 	}
 	ip := extIP
 	if v6 {
 		ip = extIP6
 	}
-	for _, n := range c.nodes {
-		if n.name == name {
-			ip = n.ip
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			ip = n.IP
 			if v6 {
-				ip = n.ip6
+				ip = n.IP6
 			}
 		}
 	}
@@ -132,11 +132,11 @@ func (c *twoNodes) expect(p tprobe) bool {
 // netnsOf is where a probe starts.
 func (c *twoNodes) netnsOf(name string) *netns.NS {
 	if p := c.pods[name]; p != nil {
-		return p.ns
+		return p.NS
 	}
-	for _, n := range c.nodes {
-		if n.name == name {
-			return n.ns
+	for _, n := range c.Nodes {
+		if n.Name == name {
+			return n.NS
 		}
 	}
 	return c.ext

@@ -169,8 +169,8 @@ func podAfterPolicy(t *testing.T, c *twoNodes) {
 	c.setPolicies(denyIngressX, policy("x", "from-d", netv1.NetworkPolicySpec{PodSelector: *all,
 		Ingress: []netv1.NetworkPolicyIngressRule{ingress(peers(bothPeer(all, sel("pod", "d"))))}}))
 	c.check(t)
-	c.addPod("y/d", c.nodes[1])
-	c.addPod("x/d", c.nodes[0])
+	c.addPod("y/d", c.Nodes[1])
+	c.addPod("x/d", c.Nodes[0])
 	c.check(t, allow("y/d", "x/a", tcp, 80), deny("y/a", "x/d", tcp, 80), allow("x/d", "x/c", tcp, 81))
 	c.deletePod("y/d")
 	c.deletePod("x/d")
@@ -194,8 +194,8 @@ func policyUpdatedAndDeleted(t *testing.T, c *twoNodes) {
 func (c *twoNodes) openConn(t *testing.T, from, to string, port int) net.Conn {
 	t.Helper()
 	var conn net.Conn
-	addr := net.JoinHostPort(c.pods[to].ip, fmt.Sprint(port))
-	if err := c.pods[from].ns.Do(func() (err error) { conn, err = net.DialTimeout("tcp4", addr, time.Second); return err }); err != nil {
+	addr := net.JoinHostPort(c.pods[to].IP, fmt.Sprint(port))
+	if err := c.pods[from].NS.Do(func() (err error) { conn, err = net.DialTimeout("tcp4", addr, time.Second); return err }); err != nil {
 		t.Fatalf("%s -> %s: %v", from, addr, err)
 	}
 	t.Cleanup(func() { conn.Close() })
@@ -226,7 +226,7 @@ func invalidPolicy(t *testing.T, c *twoNodes) {
 	c.writePolicy(bad) // accepted by this API server, refused by Compile
 	c.check(t, allow("y/a", "x/a", tcp, 80), deny("z/a", "x/a", tcp, 80))
 	framework.Eventually(t, 10*time.Second, "an InvalidNetworkPolicy event on x/p from each node", func() error {
-		evs, err := c.s.Client.CoreV1().Events("x").List(c.ctx, metav1.ListOptions{FieldSelector: "reason=InvalidNetworkPolicy"})
+		evs, err := c.API.Client.CoreV1().Events("x").List(c.Ctx, metav1.ListOptions{FieldSelector: "reason=InvalidNetworkPolicy"})
 		if err != nil {
 			return err
 		}
@@ -242,9 +242,9 @@ func invalidPolicy(t *testing.T, c *twoNodes) {
 		}
 		return nil
 	})
-	for _, n := range c.nodes {
-		if log, _ := os.ReadFile(n.proc.Log); !strings.Contains(string(log), `"NetworkPolicy not enforced"`) {
-			t.Errorf("no log line on %s about the policy that does not compile", n.name)
+	for _, n := range c.Nodes {
+		if log, _ := os.ReadFile(n.Proc.Log); !strings.Contains(string(log), `"NetworkPolicy not enforced"`) {
+			t.Errorf("no log line on %s about the policy that does not compile", n.Name)
 		}
 	}
 	c.setPolicies()
@@ -254,21 +254,21 @@ func invalidPolicy(t *testing.T, c *twoNodes) {
 func observed(t *testing.T, c *twoNodes) {
 	c.setPolicies(denyIngressX)
 	c.check(t)
-	n := c.nodes[0] // x/a's
+	n := c.Nodes[0] // x/a's
 	framework.Eventually(t, 10*time.Second, "a log line for a denied connection to x/a", func() error {
-		log, _ := os.ReadFile(n.proc.Log)
+		log, _ := os.ReadFile(n.Proc.Log)
 		for _, line := range strings.Split(string(log), "\n") {
 			if strings.Contains(line, `"denied connection"`) && strings.Contains(line, `pod="x/a"`) &&
-				strings.Contains(line, `destination="`+c.pods["x/a"].ip+`:`) && strings.Contains(line, `direction="ingress"`) {
-				t.Logf("%s logs: %s", n.name, line)
+				strings.Contains(line, `destination="`+c.pods["x/a"].IP+`:`) && strings.Contains(line, `direction="ingress"`) {
+				t.Logf("%s logs: %s", n.Name, line)
 				return nil
 			}
 		}
 		return errors.New("none yet")
 	})
-	health, metrics := framework.ServedAddresses(t, n.proc, 10*time.Second)
+	health, metrics := framework.ServedAddresses(t, n.Proc, 10*time.Second)
 	client := &http.Client{Timeout: 5 * time.Second, Transport: &http.Transport{ // the servers listen in the node
-		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) { return n.ns.Dial(network, addr) }}}
+		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) { return n.NS.Dial(network, addr) }}}
 	if code, body, err := framework.HTTPGet(client, "http://"+health+"/healthz"); err != nil || code != 200 {
 		t.Errorf("/healthz: %d %v %s", code, err, body)
 	}
@@ -292,28 +292,28 @@ func observed(t *testing.T, c *twoNodes) {
 func latency(t *testing.T, c *twoNodes) {
 	c.setPolicies()
 	c.check(t)
-	n := c.nodes[0]
+	n := c.Nodes[0]
 	xa, yc := c.pods["x/a"], c.pods["y/c"]
-	pods := c.s.Client.CoreV1().Pods("y")
+	pods := c.API.Client.CoreV1().Pods("y")
 	var created, relabelled, added []time.Duration
 	var err error
 	for i := range 5 {
 		time.Sleep(300 * time.Millisecond) // past --min-sync-period's burst
 		np := xaFrom("p", bothPeer(sel("ns", "y"), sel("pod", "b")))
 		start := time.Now()
-		if _, err := c.s.Client.NetworkingV1().NetworkPolicies("x").Create(c.ctx, np, metav1.CreateOptions{}); err != nil {
+		if _, err := c.API.Client.NetworkingV1().NetworkPolicies("x").Create(c.Ctx, np, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		created = append(created, c.untilKernel(n, start, func(s kernelSets) bool { return s.has("ingress-pods", xa.ip) }))
+		created = append(created, c.untilKernel(n, start, func(s kernelSets) bool { return s.has("ingress-pods", xa.IP) }))
 		c.api.setPolicy(t, np)
 		time.Sleep(300 * time.Millisecond)
 		obj := yc.obj.DeepCopy()
 		obj.Labels = map[string]string{"pod": "b"}
 		start = time.Now()
-		if yc.obj, err = pods.Update(c.ctx, obj, metav1.UpdateOptions{}); err != nil {
+		if yc.obj, err = pods.Update(c.Ctx, obj, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
-		relabelled = append(relabelled, c.untilKernel(n, start, func(s kernelSets) bool { return s.has("sel-", yc.ip) }))
+		relabelled = append(relabelled, c.untilKernel(n, start, func(s kernelSets) bool { return s.has("sel-", yc.IP) }))
 		c.api.setPod(yc.obj)
 		time.Sleep(300 * time.Millisecond)
 		// A pod is a peer once the status write gives it its address, as
@@ -324,13 +324,13 @@ func latency(t *testing.T, c *twoNodes) {
 		pod.Spec.Containers = pod.Spec.Containers[:1]
 		pod.Spec.Containers[0].Image = "registry.invalid/none"
 		pod.Spec.NodeName = "node2"
-		if pod, err = pods.Create(c.ctx, pod, metav1.CreateOptions{}); err != nil {
+		if pod, err = pods.Create(c.Ctx, pod, metav1.CreateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		ip := fmt.Sprintf("10.244.2.%d", 200+i)
 		pod.Status.Phase, pod.Status.PodIPs = v1.PodRunning, []v1.PodIP{{IP: ip}}
 		start = time.Now()
-		if _, err := pods.UpdateStatus(c.ctx, pod, metav1.UpdateOptions{}); err != nil {
+		if _, err := pods.UpdateStatus(c.Ctx, pod, metav1.UpdateOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		added = append(added, c.untilKernel(n, start, func(s kernelSets) bool { return s.has("sel-", ip) }))
@@ -339,16 +339,16 @@ func latency(t *testing.T, c *twoNodes) {
 		obj = yc.obj.DeepCopy()
 		obj.Labels = map[string]string{"pod": "c"}
 		yc.obj = c.writePod(obj)
-		if err := pods.Delete(c.ctx, name, metav1.DeleteOptions{}); err != nil {
+		if err := pods.Delete(c.Ctx, name, metav1.DeleteOptions{}); err != nil {
 			t.Fatal(err)
 		}
 		c.untilKernel(n, time.Now(), func(s kernelSets) bool {
-			return !s.has("ingress-pods", xa.ip) && !s.has("sel-", yc.ip) && !s.has("sel-", ip)
+			return !s.has("ingress-pods", xa.IP) && !s.has("sel-", yc.IP) && !s.has("sel-", ip)
 		})
 	}
 	for what, d := range map[string][]time.Duration{"policy created": created, "pod label changed": relabelled, "pod created": added} {
 		slices.Sort(d)
-		t.Logf("API write to the kernel of %s, %s: median %v, max %v (5 writes)", n.name, what, d[2].Round(100*time.Microsecond), d[4].Round(100*time.Microsecond))
+		t.Logf("API write to the kernel of %s, %s: median %v, max %v (5 writes)", n.Name, what, d[2].Round(100*time.Microsecond), d[4].Round(100*time.Microsecond))
 	}
 	c.check(t)
 }
@@ -389,7 +389,7 @@ func (c *twoNodes) untilKernel(n *tnode, start time.Time, cond func(kernelSets) 
 		}
 		time.Sleep(time.Millisecond)
 	}
-	c.t.Fatalf("not in the kernel of %s after 10s", n.name)
+	c.t.Fatalf("not in the kernel of %s after 10s", n.Name)
 	return 0
 }
 
@@ -401,7 +401,7 @@ type setReader struct {
 }
 
 func (c *twoNodes) setReader(n *tnode) *setReader {
-	d, closeNS, err := nft.NamespaceDialer(n.ns.Path)
+	d, closeNS, err := nft.NamespaceDialer(n.NS.Path)
 	if err != nil {
 		c.t.Fatal(err)
 	}
@@ -439,7 +439,7 @@ func (r *setReader) read() kernelSets {
 func restart(t *testing.T, c *twoNodes) {
 	c.setPolicies(denyIngressX, xaFrom("p", bothPeer(sel("ns", "y"), sel("pod", "b"))))
 	c.check(t, allow("y/b", "x/a", tcp, 80), deny("y/a", "x/a", tcp, 80))
-	n := c.nodes[0] // x/a's
+	n := c.Nodes[0] // x/a's
 	conn := c.openConn(t, "y/b", "x/a", 80)
 	denied := tprobe{"y/a", "x/a", false, tcp, 80}
 	before := c.denied(n)
@@ -461,7 +461,7 @@ func restart(t *testing.T, c *twoNodes) {
 	defer r.close()
 	probe := make(chan bool, 1)
 	go func() { probe <- c.connect(denied) }()
-	xa := c.pods["x/a"].ip
+	xa := c.pods["x/a"].IP
 	for deadline := time.Now().Add(30 * time.Second); !logged(n, `"synced"`, `type="full"`) && time.Now().Before(deadline); {
 		if !r.read().has("ingress-pods", xa) {
 			t.Errorf("x/a (%s) left the ingress dispatch while the agent started", xa)
@@ -490,7 +490,7 @@ func restart(t *testing.T, c *twoNodes) {
 
 // logged says whether a line of n's log has every part.
 func logged(n *tnode, parts ...string) bool {
-	log, _ := os.ReadFile(n.proc.Log)
+	log, _ := os.ReadFile(n.Proc.Log)
 	for _, line := range strings.Split(string(log), "\n") {
 		if strings.Contains(line, "network-policy") && !slices.ContainsFunc(parts, func(p string) bool { return !strings.Contains(line, p) }) {
 			return true
@@ -502,9 +502,9 @@ func logged(n *tnode, parts ...string) bool {
 func flushHealed(t *testing.T, c *twoNodes) {
 	c.setPolicies(denyIngressX)
 	c.check(t)
-	n := c.nodes[0]
+	n := c.Nodes[0]
 	denied := tprobe{"y/a", "x/a", false, tcp, 80}
-	n.ns.MustExec(t, "nft", "flush", "ruleset")
+	n.NS.MustExec(t, "nft", "flush", "ruleset")
 	start := time.Now()
 	if !c.connect(denied) {
 		t.Fatalf("%s did not get through with the table flushed", denied)
@@ -522,10 +522,10 @@ func flushHealed(t *testing.T, c *twoNodes) {
 func disabled(t *testing.T, c *twoNodes) {
 	c.setPolicies(denyIngressX, policy("y", "deny", netv1.NetworkPolicySpec{PodSelector: *all, PolicyTypes: bothTypes}))
 	c.check(t)
-	n := c.nodes[1]
+	n := c.Nodes[1]
 	c.restart(n, nil, "--network-policy=false")
-	c.disabled[n.name] = true
-	framework.Eventually(t, 20*time.Second, "the table removed from "+n.name, func() error {
+	c.disabled[n.Name] = true
+	framework.Eventually(t, 20*time.Second, "the table removed from "+n.Name, func() error {
 		if tables := c.tables(n); slices.Contains(tables, "inet "+TableName) {
 			return fmt.Errorf("%v", tables)
 		}
@@ -533,7 +533,7 @@ func disabled(t *testing.T, c *twoNodes) {
 	})
 	c.check(t, allow("y/a", "x/b", tcp, 80), allow("z/a", "y/a", tcp, 80), deny("y/a", "x/a", tcp, 80), deny("y/b", "x/a", tcp, 80))
 	c.restart(n, nil)
-	delete(c.disabled, n.name)
+	delete(c.disabled, n.Name)
 	c.check(t, deny("y/a", "x/b", tcp, 80), deny("z/a", "y/a", tcp, 80))
 	c.setPolicies()
 	c.check(t)

@@ -68,22 +68,22 @@ func BenchmarkEncryption(b *testing.B) {
 			}
 		})
 	}
-	agents := func() []int { return []int{src.proc.Cmd.Process.Pid, dst.proc.Cmd.Process.Pid} }
-	measure("netplane-wireguard", src.pod.ns, dst.pod.ns, dst.pod.ip, agents)
+	agents := func() []int { return []int{src.Proc.Cmd.Process.Pid, dst.Proc.Cmd.Process.Pid} }
+	measure("netplane-wireguard", src.pod.NS, dst.pod.NS, dst.pod.IP, agents)
 	// Node to node, as the standalone anchor measures: no pod veth, bridge
 	// or pod-side rules on the way; node2's address on its device.
-	measure("netplane-wireguard-node", src.ns, dst.ns, "10.244.2.0", agents)
+	measure("netplane-wireguard-node", src.NS, dst.NS, "10.244.2.0", agents)
 	for _, n := range c.nodes {
 		c.restart(n, v1alpha1.EncryptionNone)
 	}
 	framework.Eventually(b, 30*time.Second, "pods reach each other through the overlay", func() error {
-		_, err := src.pod.ns.SeenTCP(at(dst.pod.ip))
+		_, err := src.pod.NS.SeenTCP(at(dst.pod.IP))
 		return err
 	})
-	measure("netplane-vxlan", src.pod.ns, dst.pod.ns, dst.pod.ip, agents)
+	measure("netplane-vxlan", src.pod.NS, dst.pod.NS, dst.pod.IP, agents)
 	pids := standalone(b, wggo, c)
-	measure("wireguard-go", src.pod.ns, dst.pod.ns, dst.pod.ip, func() []int { return pids })
-	measure("wireguard-go-node", src.ns, dst.ns, "10.99.0.2", func() []int { return pids })
+	measure("wireguard-go", src.pod.NS, dst.pod.NS, dst.pod.IP, func() []int { return pids })
+	measure("wireguard-go-node", src.NS, dst.NS, "10.99.0.2", func() []int { return pids })
 	for _, r := range [][2]string{
 		{"netplane-wireguard", "wireguard-go"}, {"netplane-wireguard-node", "wireguard-go-node"}, {"netplane-wireguard", "netplane-vxlan"},
 	} {
@@ -178,11 +178,11 @@ func standalone(b *testing.B, wggo string, c *cluster) (pids []int) {
 	}
 	names, pubs := make([]string, len(c.nodes)), make([]string, len(c.nodes))
 	for i, n := range c.nodes {
-		n.proc.Stop(10 * time.Second)
+		n.Proc.Stop(10 * time.Second)
 		names[i] = fmt.Sprintf("sa%d-%d", i+1, os.Getpid()%100000)
-		cmd := n.ns.Command(wggo, "-f", names[i])
+		cmd := n.NS.Command(wggo, "-f", names[i])
 		cmd.Env = append(os.Environ(), "WG_I_PREFER_BUGGY_USERSPACE_TO_POLISHED_KMOD=1")
-		p, err := n.ns.StartCmd(cmd, filepath.Join(b.TempDir(), "wireguard-go.log"))
+		p, err := n.NS.StartCmd(cmd, filepath.Join(b.TempDir(), "wireguard-go.log"))
 		if err != nil {
 			b.Fatal(err)
 		}
@@ -193,25 +193,25 @@ func standalone(b *testing.B, wggo string, c *cluster) (pids []int) {
 			_, err := os.Stat(sock)
 			return err
 		})
-		key := strings.TrimSpace(n.ns.MustExec(b, "wg", "genkey"))
+		key := strings.TrimSpace(n.NS.MustExec(b, "wg", "genkey"))
 		keyFile := filepath.Join(b.TempDir(), "key")
 		if err := os.WriteFile(keyFile, []byte(key+"\n"), 0o600); err != nil {
 			b.Fatal(err)
 		}
-		n.ns.MustExec(b, "wg", "set", names[i], "listen-port", "51820", "private-key", keyFile)
-		n.ns.MustExec(b, "ip", "link", "set", names[i], "mtu", "1440", "up")
-		n.ns.MustExec(b, "ip", "addr", "add", fmt.Sprintf("10.99.0.%d/24", i+1), "dev", names[i])
-		pubs[i] = strings.TrimSpace(n.ns.MustExec(b, "wg", "show", names[i], "public-key"))
+		n.NS.MustExec(b, "wg", "set", names[i], "listen-port", "51820", "private-key", keyFile)
+		n.NS.MustExec(b, "ip", "link", "set", names[i], "mtu", "1440", "up")
+		n.NS.MustExec(b, "ip", "addr", "add", fmt.Sprintf("10.99.0.%d/24", i+1), "dev", names[i])
+		pubs[i] = strings.TrimSpace(n.NS.MustExec(b, "wg", "show", names[i], "public-key"))
 	}
 	for i, n := range c.nodes {
 		j := 1 - i
-		n.ns.MustExec(b, "wg", "set", names[i], "peer", pubs[j], "endpoint", c.nodes[j].ip+":51820",
+		n.NS.MustExec(b, "wg", "set", names[i], "peer", pubs[j], "endpoint", c.nodes[j].IP+":51820",
 			"allowed-ips", fmt.Sprintf("10.99.0.%d/32,%s", j+1, podCIDR(j+1)))
-		n.ns.MustExec(b, "ip", "route", "replace", podCIDR(j+1), "dev", names[i])
+		n.NS.MustExec(b, "ip", "route", "replace", podCIDR(j+1), "dev", names[i])
 	}
 	src, dst := c.nodes[0], c.nodes[1]
 	framework.Eventually(b, 10*time.Second, "pods through the standalone tunnel", func() error {
-		_, err := src.pod.ns.SeenTCP(at(dst.pod.ip))
+		_, err := src.pod.NS.SeenTCP(at(dst.pod.IP))
 		return err
 	})
 	return pids

@@ -20,16 +20,12 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/e2e/testcluster"
 	"github.com/netplane/netplane/podnet"
 	"github.com/netplane/netplane/wireguard"
 )
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() == 0 {
-		netns.RemoveStale()
-	}
-	framework.Main(m)
-}
+func TestMain(m *testing.M) { testcluster.Main(m) }
 
 // expectReach checks TCP and UDP from every pod to every other pod, both
 // families, with the pod's own address as the source the server sees.
@@ -40,14 +36,14 @@ func (c *cluster) expectReach(t *testing.T) {
 			if a == b {
 				continue
 			}
-			for _, pair := range [][2]string{{a.pod.ip, b.pod.ip}, {a.pod.ip6, b.pod.ip6}} {
-				for proto, seen := range map[string]func(string) (string, error){"TCP": a.pod.ns.SeenTCP, "UDP": a.pod.ns.SeenUDP} {
+			for _, pair := range [][2]string{{a.pod.IP, b.pod.IP}, {a.pod.IP6, b.pod.IP6}} {
+				for proto, seen := range map[string]func(string) (string, error){"TCP": a.pod.NS.SeenTCP, "UDP": a.pod.NS.SeenUDP} {
 					got, err := seen(at(pair[1]))
 					if err != nil { // once more: a first packet may wait for a neighbour
 						got, err = seen(at(pair[1]))
 					}
 					if err != nil || got != pair[0] {
-						t.Errorf("%s from %s to %s (%s): server saw %q (%v), want %s", proto, a.pod.name, b.pod.name, pair[1], got, err, pair[0])
+						t.Errorf("%s from %s to %s (%s): server saw %q (%v), want %s", proto, a.pod.Name, b.pod.Name, pair[1], got, err, pair[0])
 					}
 				}
 			}
@@ -64,7 +60,7 @@ func sendMarker(ns *netns.NS, addr string) error {
 func (c *cluster) captures(t *testing.T) []*netns.Capture {
 	var out []*netns.Capture
 	for _, n := range c.nodes {
-		out = append(out, c.router.Capture(t, n.subnet))
+		out = append(out, c.Router.Capture(t, n.Link))
 	}
 	return out
 }
@@ -76,7 +72,7 @@ func (c *cluster) onlyWireGuard(t *testing.T, caps []*netns.Capture, some bool) 
 	t.Helper()
 	nodes := map[string]bool{}
 	for _, n := range c.nodes {
-		nodes[n.ip] = true
+		nodes[n.IP] = true
 	}
 	for _, cp := range caps {
 		cp.Stop()
@@ -113,8 +109,8 @@ func TestEncryptedCluster(t *testing.T) {
 	c := newCluster(t, 3, v1alpha1.EncryptionWireGuard)
 	framework.Eventually(t, 60*time.Second, "every node's key published", func() error {
 		for _, n := range c.nodes {
-			if c.key(n.name) == "" {
-				return fmt.Errorf("%s has no %s", n.name, wireguard.Annotation)
+			if c.key(n.Name) == "" {
+				return fmt.Errorf("%s has no %s", n.Name, wireguard.Annotation)
 			}
 		}
 		return nil
@@ -122,44 +118,44 @@ func TestEncryptedCluster(t *testing.T) {
 	t.Run("PodToPodOnlyEncryptedOnTheWire", func(t *testing.T) {
 		caps := c.captures(t)
 		framework.Eventually(t, 30*time.Second, "pod1 reaches pod2 through the tunnel", func() error {
-			_, err := c.nodes[0].pod.ns.SeenTCP(at(c.nodes[1].pod.ip))
+			_, err := c.nodes[0].pod.NS.SeenTCP(at(c.nodes[1].pod.IP))
 			return err
 		})
 		c.expectReach(t)
 		for _, a := range c.nodes {
 			for _, b := range c.nodes {
 				if a != b {
-					for _, ip := range []string{b.pod.ip, b.pod.ip6} {
-						if err := sendMarker(a.pod.ns, at(ip)); err != nil {
-							t.Errorf("marker from %s to %s: %v", a.pod.name, ip, err)
+					for _, ip := range []string{b.pod.IP, b.pod.IP6} {
+						if err := sendMarker(a.pod.NS, at(ip)); err != nil {
+							t.Errorf("marker from %s to %s: %v", a.pod.Name, ip, err)
 						}
 					}
 				}
 			}
 		}
 		// The node's own traffic into the tunnel leaves from its pod CIDR.
-		if got, err := c.nodes[0].ns.SeenTCP(at(c.nodes[1].pod.ip)); err != nil || !strings.HasPrefix(got, "10.244.1.") {
+		if got, err := c.nodes[0].NS.SeenTCP(at(c.nodes[1].pod.IP)); err != nil || !strings.HasPrefix(got, "10.244.1.") {
 			t.Errorf("node1 to pod2: server saw %q (%v), want an address of node1's pod CIDR", got, err)
 		}
 		c.onlyWireGuard(t, caps, true)
 		for _, n := range c.nodes {
 			// The underlay's 1500 less WireGuard's IPv4 overhead, for pods
 			// and for the device.
-			conf, err := os.ReadFile(filepath.Join(n.confDir(), podnet.ConflistName))
+			conf, err := os.ReadFile(filepath.Join(n.ConfDir(), podnet.ConflistName))
 			if err != nil || !strings.Contains(string(conf), `"mtu": 1440`) {
-				t.Errorf("%s: conflist %s (%v); want mtu 1440", n.name, conf, err)
+				t.Errorf("%s: conflist %s (%v); want mtu 1440", n.Name, conf, err)
 			}
-			if l := n.ns.MustExec(t, "ip", "link", "show", wireguard.DeviceName); !strings.Contains(l, "mtu 1440") {
-				t.Errorf("%s: %s; want mtu 1440", n.name, l)
+			if l := n.NS.MustExec(t, "ip", "link", "show", wireguard.DeviceName); !strings.Contains(l, "mtu 1440") {
+				t.Errorf("%s: %s; want mtu 1440", n.Name, l)
 			}
-			if l := n.ns.MustExec(t, "ip", "-d", "link"); strings.Contains(l, "vxlan") {
-				t.Errorf("%s has a VXLAN device while encryption is on:\n%s", n.name, l)
+			if l := n.NS.MustExec(t, "ip", "-d", "link"); strings.Contains(l, "vxlan") {
+				t.Errorf("%s has a VXLAN device while encryption is on:\n%s", n.Name, l)
 			}
-			if v, err := n.metric("netplane_wireguard_implementation", `implementation="userspace"`); err != nil || v != 1 {
-				t.Errorf("%s: implementation metric %v, %v", n.name, v, err)
+			if v, err := n.Metric("netplane_wireguard_implementation", `implementation="userspace"`); err != nil || v != 1 {
+				t.Errorf("%s: implementation metric %v, %v", n.Name, v, err)
 			}
-			framework.Eventually(t, 10*time.Second, n.name+": 2 peers up in the metrics", func() error {
-				if v, err := n.metric("netplane_wireguard_peers", `state="up"`); err != nil || v != 2 {
+			framework.Eventually(t, 10*time.Second, n.Name+": 2 peers up in the metrics", func() error {
+				if v, err := n.Metric("netplane_wireguard_peers", `state="up"`); err != nil || v != 2 {
 					return fmt.Errorf("peers up %v, %v", v, err)
 				}
 				return nil
@@ -184,19 +180,19 @@ func TestEncryptedCluster(t *testing.T) {
 		// clear by the default route.
 		n1 := c.nodes[0]
 		caps := c.captures(t)
-		n1.proc.Stop(10 * time.Second)
-		if _, err := n1.ns.Exec("ip", "link", "show", wireguard.DeviceName); err == nil {
+		n1.Proc.Stop(10 * time.Second)
+		if _, err := n1.NS.Exec("ip", "link", "show", wireguard.DeviceName); err == nil {
 			t.Errorf("netplane.wg outlived the agent")
 		}
-		for _, ip := range []string{c.nodes[1].pod.ip, c.nodes[2].pod.ip} {
-			if err := sendMarker(n1.pod.ns, at(ip)); err == nil {
+		for _, ip := range []string{c.nodes[1].pod.IP, c.nodes[2].pod.IP} {
+			if err := sendMarker(n1.pod.NS, at(ip)); err == nil {
 				t.Errorf("pod1 reached %s with node1's agent down; want it dropped", ip)
 			}
 		}
 		c.onlyWireGuard(t, caps, false)
 		c.run(n1, v1alpha1.EncryptionWireGuard)
 		framework.Eventually(t, 30*time.Second, "pod1 reaches pod2 again", func() error {
-			_, err := n1.pod.ns.SeenTCP(at(c.nodes[1].pod.ip))
+			_, err := n1.pod.NS.SeenTCP(at(c.nodes[1].pod.IP))
 			return err
 		})
 	})
@@ -218,7 +214,7 @@ func (c *cluster) keyless(t *testing.T) {
 	n1 := c.nodes[0]
 	event := func(reason string) func() error {
 		return func() error {
-			evs, err := c.s.Client.CoreV1().Events("default").List(c.ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "ghost").String()})
+			evs, err := c.API.Client.CoreV1().Events("default").List(c.Ctx, metav1.ListOptions{FieldSelector: fields.OneTermEqualSelector("involvedObject.name", "ghost").String()})
 			if err != nil {
 				return err
 			}
@@ -231,36 +227,36 @@ func (c *cluster) keyless(t *testing.T) {
 		}
 	}
 	framework.Eventually(t, 20*time.Second, "Warning WireGuardNoKey on ghost", event("WireGuardNoKey"))
-	before, _ := n1.metric("netplane_wireguard_dropped_packets_total", `reason="no-key"`)
+	before, _ := n1.Metric("netplane_wireguard_dropped_packets_total", `reason="no-key"`)
 	for _, ip := range []string{"10.244.9.5", "10.244.200.1"} {
-		if a, err := n1.pod.ns.Ask("tcp", at(ip), 300*time.Millisecond); err == nil {
+		if a, err := n1.pod.NS.Ask("tcp", at(ip), 300*time.Millisecond); err == nil {
 			t.Errorf("TCP to %s answered %q; want it dropped", ip, a)
 		}
-		_ = sendMarker(n1.pod.ns, at(ip))
-		_, _ = n1.ns.Ask("udp", at(ip), 100*time.Millisecond)
+		_ = sendMarker(n1.pod.NS, at(ip))
+		_, _ = n1.NS.Ask("udp", at(ip), 100*time.Millisecond)
 	}
-	obj, err := c.s.Client.CoreV1().Nodes().Get(c.ctx, "ghost", metav1.GetOptions{})
+	obj, err := c.API.Client.CoreV1().Nodes().Get(c.Ctx, "ghost", metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	obj.Annotations = map[string]string{wireguard.Annotation: "not-a-key"}
-	if _, err := c.s.Client.CoreV1().Nodes().Update(c.ctx, obj, metav1.UpdateOptions{}); err != nil {
+	if _, err := c.API.Client.CoreV1().Nodes().Update(c.Ctx, obj, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, 20*time.Second, "Warning WireGuardBadKey on ghost", event("WireGuardBadKey"))
-	if a, err := n1.pod.ns.Ask("tcp", at("10.244.9.5"), 300*time.Millisecond); err == nil {
+	if a, err := n1.pod.NS.Ask("tcp", at("10.244.9.5"), 300*time.Millisecond); err == nil {
 		t.Errorf("TCP to the malformed-key node answered %q", a)
 	}
-	_ = sendMarker(n1.pod.ns, at("10.244.9.5"))
+	_ = sendMarker(n1.pod.NS, at("10.244.9.5"))
 	c.onlyWireGuard(t, caps, false)
 	framework.Eventually(t, 10*time.Second, "drops to the keyless node counted", func() error {
-		after, err := n1.metric("netplane_wireguard_dropped_packets_total", `reason="no-key"`)
+		after, err := n1.Metric("netplane_wireguard_dropped_packets_total", `reason="no-key"`)
 		if err == nil && after <= before {
 			err = fmt.Errorf("no-key drops %v, were %v", after, before)
 		}
 		return err
 	})
-	if err := c.s.Client.CoreV1().Nodes().Delete(c.ctx, "ghost", metav1.DeleteOptions{}); err != nil {
+	if err := c.API.Client.CoreV1().Nodes().Delete(c.Ctx, "ghost", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -270,14 +266,14 @@ func (c *cluster) keyless(t *testing.T) {
 // which node1 follows.
 func (c *cluster) heldAcrossRestart(t *testing.T) {
 	n1, n2 := c.nodes[0], c.nodes[1]
-	conn, err := n1.pod.ns.DialEcho(at(n2.pod.ip), 10*time.Second)
+	conn, err := n1.pod.NS.DialEcho(at(n2.pod.IP), 10*time.Second)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer conn.Close()
 	ask := func(when string) {
 		start := time.Now()
-		if seen, err := conn.Seen(); err != nil || seen != n1.pod.ip {
+		if seen, err := conn.Seen(); err != nil || seen != n1.pod.IP {
 			t.Fatalf("held connection %s: saw %q, %v", when, seen, err)
 		}
 		t.Logf("held connection answered %s in %v", when, time.Since(start).Round(time.Millisecond))
@@ -285,13 +281,13 @@ func (c *cluster) heldAcrossRestart(t *testing.T) {
 	ask("before")
 	c.restart(n2, v1alpha1.EncryptionWireGuard)
 	ask("after a restart of node2's agent")
-	old := c.key(n2.name)
+	old := c.key(n2.Name)
 	if err := os.Remove(n2.keyFile()); err != nil {
 		t.Fatal(err)
 	}
 	c.restart(n2, v1alpha1.EncryptionWireGuard)
 	framework.Eventually(t, 20*time.Second, "node2's new key published", func() error {
-		if k := c.key(n2.name); k == old || k == "" {
+		if k := c.key(n2.Name); k == old || k == "" {
 			return errors.New("still the old key")
 		}
 		return nil
@@ -310,8 +306,8 @@ func (c *cluster) reachV4(t *testing.T, when string) {
 				if a == b {
 					continue
 				}
-				if got, err := a.pod.ns.SeenTCP(at(b.pod.ip)); err != nil || got != a.pod.ip {
-					return fmt.Errorf("%s to %s: %q, %v", a.pod.name, b.pod.name, got, err)
+				if got, err := a.pod.NS.SeenTCP(at(b.pod.IP)); err != nil || got != a.pod.IP {
+					return fmt.Errorf("%s to %s: %q, %v", a.pod.Name, b.pod.Name, got, err)
 				}
 			}
 		}
@@ -339,23 +335,23 @@ func (c *cluster) switchModes(t *testing.T) {
 	for _, st := range steps {
 		for _, n := range c.nodes {
 			c.restart(n, st.mode, st.extra...)
-			c.reachV4(t, fmt.Sprintf("after %s restarted with --encryption=%s %v", n.name, st.mode, st.extra))
+			c.reachV4(t, fmt.Sprintf("after %s restarted with --encryption=%s %v", n.Name, st.mode, st.extra))
 		}
 		if st.mode != v1alpha1.EncryptionNone {
 			continue
 		}
 		for _, n := range c.nodes {
-			framework.Eventually(t, 20*time.Second, n.name+" without netplane.wg, its rules nor the guard table", func() error {
-				if _, err := n.ns.Exec("ip", "link", "show", wireguard.DeviceName); err == nil {
+			framework.Eventually(t, 20*time.Second, n.Name+" without netplane.wg, its rules nor the guard table", func() error {
+				if _, err := n.NS.Exec("ip", "link", "show", wireguard.DeviceName); err == nil {
 					return errors.New("netplane.wg still there")
 				}
-				if out, _ := n.ns.Exec("ip", "rule"); strings.Contains(out, "lookup 208") {
+				if out, _ := n.NS.Exec("ip", "rule"); strings.Contains(out, "lookup 208") {
 					return errors.New("rule still there")
 				}
-				if out, _ := n.ns.Exec("nft", "list", "tables"); strings.Contains(out, wireguard.GuardTable.Name) {
+				if out, _ := n.NS.Exec("nft", "list", "tables"); strings.Contains(out, wireguard.GuardTable.Name) {
 					return errors.New("guard table still there")
 				}
-				if c.key(n.name) != "" {
+				if c.key(n.Name) != "" {
 					return errors.New("key annotation still there")
 				}
 				return nil
@@ -364,8 +360,8 @@ func (c *cluster) switchModes(t *testing.T) {
 	}
 	caps := c.captures(t)
 	for _, n := range c.nodes {
-		if out, _ := n.ns.Exec("ip", "-d", "link"); strings.Contains(out, "vxlan") {
-			t.Errorf("%s still has a VXLAN device", n.name)
+		if out, _ := n.NS.Exec("ip", "-d", "link"); strings.Contains(out, "vxlan") {
+			t.Errorf("%s still has a VXLAN device", n.Name)
 		}
 	}
 	c.expectReach(t)
@@ -378,29 +374,29 @@ func (c *cluster) switchModes(t *testing.T) {
 // address of its subnet: the peers follow the new endpoint).
 func (c *cluster) nodeLifecycle(t *testing.T) {
 	n1, n3 := c.nodes[0], c.nodes[2]
-	nodes := c.s.Client.CoreV1().Nodes()
-	obj, err := nodes.Get(c.ctx, n3.name, metav1.GetOptions{})
+	nodes := c.API.Client.CoreV1().Nodes()
+	obj, err := nodes.Get(c.Ctx, n3.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
 	caps := c.captures(t)
-	if err := nodes.Delete(c.ctx, n3.name, metav1.DeleteOptions{}); err != nil {
+	if err := nodes.Delete(c.Ctx, n3.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, 10*time.Second, "pod1 cut off from the deleted node's pod", func() error {
-		if _, err := n1.pod.ns.Ask("tcp", at(n3.pod.ip), 300*time.Millisecond); err == nil {
+		if _, err := n1.pod.NS.Ask("tcp", at(n3.pod.IP), 300*time.Millisecond); err == nil {
 			return errors.New("pod3 still answers")
 		}
 		return nil
 	})
-	_ = sendMarker(n1.pod.ns, at(n3.pod.ip))
+	_ = sendMarker(n1.pod.NS, at(n3.pod.IP))
 	c.onlyWireGuard(t, caps, false)
-	fresh := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n3.name}, Spec: v1.NodeSpec{PodCIDR: obj.Spec.PodCIDR, PodCIDRs: obj.Spec.PodCIDRs}}
-	c.createNode(fresh, n3.ip)
+	fresh := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n3.Name}, Spec: v1.NodeSpec{PodCIDR: obj.Spec.PodCIDR, PodCIDRs: obj.Spec.PodCIDRs}}
+	c.createNode(fresh, n3.IP)
 	start := time.Now()
 	framework.Eventually(t, 20*time.Second, "pod1 reaches the re-created node's pod", func() error {
-		got, err := n1.pod.ns.SeenTCP(at(n3.pod.ip))
-		if err == nil && got != n1.pod.ip {
+		got, err := n1.pod.NS.SeenTCP(at(n3.pod.IP))
+		if err == nil && got != n1.pod.IP {
 			err = fmt.Errorf("seen %q", got)
 		}
 		return err
@@ -409,16 +405,16 @@ func (c *cluster) nodeLifecycle(t *testing.T) {
 	// Re-addressed: node3 moves from .3 to .4 on its subnet.
 	// The old address first: deleting a primary address takes its
 	// secondaries with it.
-	n3.ns.MustExec(t, "ip", "addr", "del", n3.ip+"/24", "dev", "eth0")
-	n3.ns.MustExec(t, "ip", "addr", "add", "192.168.1.4/24", "dev", "eth0")
-	n3.ns.Route(t, "default", "via", "192.168.1.1")
-	n3.ip = "192.168.1.4"
-	cur, err := nodes.Get(c.ctx, n3.name, metav1.GetOptions{})
+	n3.NS.MustExec(t, "ip", "addr", "del", n3.IP+"/24", "dev", "eth0")
+	n3.NS.MustExec(t, "ip", "addr", "add", "192.168.1.4/24", "dev", "eth0")
+	n3.NS.Route(t, "default", "via", "192.168.1.1")
+	n3.IP = "192.168.1.4"
+	cur, err := nodes.Get(c.Ctx, n3.Name, metav1.GetOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	cur.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: n3.ip}}
-	if _, err := nodes.UpdateStatus(c.ctx, cur, metav1.UpdateOptions{}); err != nil {
+	cur.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: n3.IP}}
+	if _, err := nodes.UpdateStatus(c.Ctx, cur, metav1.UpdateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	// From node1 first, within 5 s: node3 would tell node1 its new address
@@ -427,7 +423,7 @@ func (c *cluster) nodeLifecycle(t *testing.T) {
 	// the Node's new InternalIP makes it sooner.
 	start = time.Now()
 	framework.Eventually(t, 5*time.Second, "pod1 reaches node3's pod at its new address", func() error {
-		if got, err := n1.pod.ns.SeenTCP(at(n3.pod.ip)); err != nil || got != n1.pod.ip {
+		if got, err := n1.pod.NS.SeenTCP(at(n3.pod.IP)); err != nil || got != n1.pod.IP {
 			return fmt.Errorf("%q, %v", got, err)
 		}
 		return nil
@@ -435,8 +431,8 @@ func (c *cluster) nodeLifecycle(t *testing.T) {
 	t.Logf("re-addressed node reached from node1 after %v", time.Since(start).Round(time.Millisecond))
 	framework.Eventually(t, 20*time.Second, "pods reach each other with node3 re-addressed", func() error {
 		for _, pair := range [][2]*pod{{n1.pod, n3.pod}, {n3.pod, n1.pod}, {c.nodes[1].pod, n3.pod}} {
-			if got, err := pair[0].ns.SeenTCP(at(pair[1].ip)); err != nil || got != pair[0].ip {
-				return fmt.Errorf("%s to %s: %q, %v", pair[0].name, pair[1].name, got, err)
+			if got, err := pair[0].NS.SeenTCP(at(pair[1].IP)); err != nil || got != pair[0].IP {
+				return fmt.Errorf("%s to %s: %q, %v", pair[0].Name, pair[1].Name, got, err)
 			}
 		}
 		return nil

@@ -29,8 +29,8 @@ func BenchmarkNewNodePeer(b *testing.B) {
 	c := newCluster(b, 2, v1alpha1.EncryptionWireGuard)
 	agent := c.nodes[0]
 	peers := func() int {
-		up, err1 := agent.metric("netplane_wireguard_peers", `state="up"`)
-		stale, err2 := agent.metric("netplane_wireguard_peers", `state="stale"`)
+		up, err1 := agent.Metric("netplane_wireguard_peers", `state="up"`)
+		stale, err2 := agent.Metric("netplane_wireguard_peers", `state="stale"`)
 		if err1 != nil || err2 != nil {
 			return -1
 		}
@@ -98,7 +98,7 @@ func BenchmarkNewNodePeer(b *testing.B) {
 		b.Logf("a new Node's peer in the device beside %d: p50 %v, max of %d (their p99) %v, from the Node's creation (its status write included)",
 			scale, p50.Round(100*time.Microsecond), newNodes, worst.Round(100*time.Microsecond))
 		// A restarted agent: a new device (userspace), every peer again.
-		agent.proc.Stop(10 * time.Second)
+		agent.Proc.Stop(10 * time.Second)
 		start = time.Now()
 		c.run(agent, v1alpha1.EncryptionWireGuard)
 		all = waitPeers(base+scale+newNodes, time.Minute)

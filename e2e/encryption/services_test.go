@@ -17,6 +17,7 @@ import (
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/e2e/testcluster"
 )
 
 // servicesThroughTheTunnel: a NodePort Service whose one backend is the
@@ -27,38 +28,25 @@ func (c *cluster) servicesThroughTheTunnel(t *testing.T) {
 	backend := c.nodes[1].pod
 	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "echo"},
 		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, Ports: []v1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}}}
-	svc, err := c.s.Client.CoreV1().Services("default").Create(c.ctx, svc, metav1.CreateOptions{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	slice := &discoveryv1.EndpointSlice{
-		ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "echo-1", Labels: map[string]string{
-			discoveryv1.LabelServiceName: "echo", discoveryv1.LabelManagedBy: "e2e.netplane.io"}},
-		AddressType: discoveryv1.AddressTypeIPv4,
-		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{backend.ip}, NodeName: &backend.nodeName,
-			Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)}}},
-		Ports: []discoveryv1.EndpointPort{{Name: ptr.To("tcp"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)}},
-	}
-	if _, err := c.s.Client.DiscoveryV1().EndpointSlices("default").Create(c.ctx, slice, metav1.CreateOptions{}); err != nil {
-		t.Fatal(err)
-	}
+	svc = c.AddService(t, svc, discoveryv1.EndpointPort{Name: ptr.To("tcp"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)},
+		testcluster.Endpoint(backend.Pod, testcluster.Ready))
 	n1 := c.nodes[0]
 	cip := net.JoinHostPort(svc.Spec.ClusterIP, "80")
-	nodePort := net.JoinHostPort(n1.ip, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
+	nodePort := net.JoinHostPort(n1.IP, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
 	for _, probe := range []struct {
 		what string
 		from *netns.NS
 		addr string
-	}{{"ClusterIP from pod1", n1.pod.ns, cip}, {"ClusterIP from node1", n1.ns, cip}, {"NodePort of node1 from the router", c.router, nodePort}} {
+	}{{"ClusterIP from pod1", n1.pod.NS, cip}, {"ClusterIP from node1", n1.NS, cip}, {"NodePort of node1 from the router", c.Router, nodePort}} {
 		framework.Eventually(t, 20*time.Second, probe.what+" answered by the pod on node2", func() error {
 			a, err := probe.from.Ask("tcp", probe.addr, time.Second)
-			if name, _ := netns.SplitAnswer(a); err != nil || name != backend.name {
+			if name, _ := netns.SplitAnswer(a); err != nil || name != backend.Name {
 				return fmt.Errorf("answer %q, %v", a, err)
 			}
 			return nil
 		})
 	}
-	if err := c.s.Client.CoreV1().Services("default").Delete(c.ctx, "echo", metav1.DeleteOptions{}); err != nil {
+	if err := c.API.Client.CoreV1().Services("default").Delete(c.Ctx, "echo", metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 }
@@ -69,26 +57,26 @@ func (c *cluster) servicesThroughTheTunnel(t *testing.T) {
 func (c *cluster) policyThroughTheTunnel(t *testing.T) {
 	p1, p2, p3 := c.nodes[0].pod, c.nodes[1].pod, c.nodes[2].pod
 	np := &netv1.NetworkPolicy{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "only-pod3"},
-		Spec: netv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": p2.name}},
-			Ingress: []netv1.NetworkPolicyIngressRule{{From: []netv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": p3.name}}}}}}}}
-	if _, err := c.s.Client.NetworkingV1().NetworkPolicies("default").Create(c.ctx, np, metav1.CreateOptions{}); err != nil {
+		Spec: netv1.NetworkPolicySpec{PodSelector: metav1.LabelSelector{MatchLabels: map[string]string{"app": p2.Name}},
+			Ingress: []netv1.NetworkPolicyIngressRule{{From: []netv1.NetworkPolicyPeer{{PodSelector: &metav1.LabelSelector{MatchLabels: map[string]string{"app": p3.Name}}}}}}}}
+	if _, err := c.API.Client.NetworkingV1().NetworkPolicies("default").Create(c.Ctx, np, metav1.CreateOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, 20*time.Second, "pod1 denied, pod3 allowed into pod2", func() error {
-		if a, err := p1.ns.Ask("tcp", at(p2.ip), 300*time.Millisecond); err == nil {
+		if a, err := p1.NS.Ask("tcp", at(p2.IP), 300*time.Millisecond); err == nil {
 			return fmt.Errorf("pod1 got %q", a)
 		}
-		if got, err := p3.ns.SeenTCP(at(p2.ip)); err != nil || got != p3.ip {
+		if got, err := p3.NS.SeenTCP(at(p2.IP)); err != nil || got != p3.IP {
 			return fmt.Errorf("pod3 saw %q, %v", got, err)
 		}
 		return nil
 	})
-	if err := c.s.Client.NetworkingV1().NetworkPolicies("default").Delete(c.ctx, np.Name, metav1.DeleteOptions{}); err != nil {
+	if err := c.API.Client.NetworkingV1().NetworkPolicies("default").Delete(c.Ctx, np.Name, metav1.DeleteOptions{}); err != nil {
 		t.Fatal(err)
 	}
 	framework.Eventually(t, 20*time.Second, "pod1 allowed again", func() error {
-		got, err := p1.ns.SeenTCP(at(p2.ip))
-		if err == nil && !strings.HasPrefix(got, p1.ip) {
+		got, err := p1.NS.SeenTCP(at(p2.IP))
+		if err == nil && !strings.HasPrefix(got, p1.IP) {
 			err = fmt.Errorf("seen %q", got)
 		}
 		return err
