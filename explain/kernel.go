@@ -11,11 +11,13 @@ import (
 	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 	"github.com/netplane/netplane/policy"
 	"github.com/netplane/netplane/proxy"
+	"github.com/netplane/netplane/wireguard"
 )
 
 // Kernel is the kernel of the network namespace explain runs in, read
@@ -25,6 +27,7 @@ type Kernel interface {
 	Table(id nft.TableID) (*nft.Table, error) // nil, nil: no such table
 	Addrs() ([]netip.Addr, error)
 	Routes() ([]netlink.Route, error)
+	TunnelRoutes() ([]netlink.Route, error) // WireGuard's table (wireguard.RouteTable)
 	LinkName(index int) string
 	Underlays(self nodeview.Node) ([]overlay.Underlay, error)
 	PodMTU(self nodeview.Node, tunnelled bool) (int, error)
@@ -70,7 +73,11 @@ func Locate(k Kernel, in *Input) error {
 			return err
 		}
 		mode := overlay.Config{Mode: overlay.Mode(in.Overlay.Mode)}.Defaults().Mode
-		if mtu, err := k.PodMTU(v, mode != overlay.Never); err == nil {
+		encrypted := in.Overlay.Encryption == v1alpha1.EncryptionWireGuard
+		if mtu, err := k.PodMTU(v, !encrypted && mode != overlay.Never); err == nil {
+			if ul, ok := v.WireGuardUnderlay(); ok && encrypted {
+				mtu -= nodeview.WireGuardOverhead(nodeview.FamilyOf(ul)) // as podnet leaves room for it
+			}
 			in.Overlay.PodMTU = mtu
 		}
 		return nil
@@ -251,6 +258,13 @@ func checkPaths(k Kernel, in *Input, x *Explanation, out *KernelReport) error {
 	}
 	done := map[string]bool{}
 	for _, b := range x.Backends {
+		if b.Path == PathWireGuard && !done[b.Node] && b.Node != in.Here {
+			done[b.Node] = true
+			if err := checkTunnel(k, b, nodes, out); err != nil {
+				return err
+			}
+			continue
+		}
 		if (b.Path != PathDirect && b.Path != PathVXLAN) || done[b.Node] || b.Node == in.Here {
 			continue
 		}
@@ -282,6 +296,39 @@ func checkPaths(k Kernel, in *Input, x *Explanation, out *KernelReport) error {
 				return n.HardwareAddr.String() == e.MAC.String() && d.Unmap() == e.Dst
 			}) {
 				out.Differences = append(out.Differences, fmt.Sprintf("FDB entry %s dst %s on %s (to node %s) is missing", e.MAC, e.Dst, e.Device, e.Node))
+			}
+		}
+	}
+	return nil
+}
+
+// checkTunnel: the routes of the backend's node's pod CIDRs of its
+// family into the WireGuard device, in WireGuard's table. The peer itself
+// lives in the device, which the userspace implementation keeps in the
+// agent's process, out of reach.
+func checkTunnel(k Kernel, b Backend, nodes []nodeview.Node, out *KernelReport) error {
+	ip, err := netip.ParseAddr(b.IP)
+	if err != nil {
+		return nil
+	}
+	routes, err := k.TunnelRoutes()
+	if err != nil {
+		return err
+	}
+	for _, n := range nodes {
+		if n.Name != b.Node {
+			continue
+		}
+		for _, cidr := range n.PodCIDRs {
+			if nodeview.FamilyOf(cidr.Addr()) != nodeview.FamilyOf(ip) {
+				continue
+			}
+			out.Checked = append(out.Checked, fmt.Sprintf("route %s dev %s table %d", cidr, wireguard.DeviceName, wireguard.RouteTable))
+			if !slices.ContainsFunc(routes, func(kr netlink.Route) bool {
+				d, ok := netipx.FromStdIPNet(kr.Dst)
+				return ok && d.Masked() == cidr && k.LinkName(kr.LinkIndex) == wireguard.DeviceName
+			}) {
+				out.Differences = append(out.Differences, fmt.Sprintf("route %s dev %s in table %d (to node %s) is missing", cidr, wireguard.DeviceName, wireguard.RouteTable, b.Node))
 			}
 		}
 	}

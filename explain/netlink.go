@@ -11,6 +11,7 @@ import (
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
+	"github.com/netplane/netplane/wireguard"
 )
 
 // netlinkKernel is the Kernel of the process's own network namespace.
@@ -49,6 +50,20 @@ func (k *netlinkKernel) Routes() ([]netlink.Route, error) {
 	var all []netlink.Route
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
 		rs, err := link.Retry(func() ([]netlink.Route, error) { return k.h.RouteList(nil, fam) })
+		if err != nil {
+			return nil, err
+		}
+		all = append(all, rs...)
+	}
+	return all, nil
+}
+
+func (k *netlinkKernel) TunnelRoutes() ([]netlink.Route, error) {
+	var all []netlink.Route
+	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
+		rs, err := link.Retry(func() ([]netlink.Route, error) {
+			return k.h.RouteListFiltered(fam, &netlink.Route{Table: wireguard.RouteTable}, netlink.RT_FILTER_TABLE)
+		})
 		if err != nil {
 			return nil, err
 		}

@@ -28,6 +28,7 @@ type state struct {
 	External   string     `json:"external,omitempty"`
 	Underlay   string     `json:"underlay,omitempty"`
 	Subnets    int        `json:"subnets,omitempty"`
+	Encryption string     `json:"encryption,omitempty"`
 	BinDir     string     `json:"binDir,omitempty"`
 	Nodes      []nodeInfo `json:"nodes,omitempty"`
 }

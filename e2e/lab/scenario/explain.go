@@ -25,8 +25,9 @@ type explanation struct {
 		} `json:"policies"`
 	} `json:"backends"`
 	Kernel *struct {
-		Node   string `json:"node"`
-		Agrees bool   `json:"agrees"`
+		Node        string   `json:"node"`
+		Agrees      bool     `json:"agrees"`
+		Differences []string `json:"differences"`
 	} `json:"kernel"`
 }
 
@@ -43,9 +44,13 @@ func explainFrom(ctx context.Context, l *lab.Lab, client string) (*explanation, 
 	if n == nil {
 		return nil, fmt.Errorf("%s runs on %q, no lab node", client, p.Spec.NodeName)
 	}
-	out, err := n.NS.Exec(filepath.Join(l.StateDir, "bin", "netplane"), "explain",
-		"--kubeconfig="+filepath.Join(l.StateDir, "kubeconfigs", "netplane-node.kubeconfig"),
-		"--from="+policyNS+"/"+client, "--to=nginx", "--port=8080/tcp", "-o", "json")
+	args := []string{"explain", "--kubeconfig=" + filepath.Join(l.StateDir, "kubeconfigs", "netplane-node.kubeconfig"),
+		"--from=" + policyNS + "/" + client, "--to=nginx", "--port=8080/tcp", "-o", "json"}
+	if e := l.Config.Encryption; e != "" {
+		// In the agent's pod explain reads it from the agent's configuration.
+		args = append(args, "--encryption="+e)
+	}
+	out, err := n.NS.Exec(filepath.Join(l.StateDir, "bin", "netplane"), args...)
 	if err != nil {
 		return nil, err
 	}

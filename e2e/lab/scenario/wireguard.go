@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 
 	"github.com/netplane/netplane/e2e/lab"
@@ -28,7 +27,7 @@ const marker = "netplane-lab-cleartext-marker"
 // the ClusterIP, sees WireGuard's UDP and never the marker nor a packet
 // to or from a pod address. Without encryption there is nothing to check.
 func Encrypted(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
-	if l.Config.Encryption != "wireguard" && os.Getenv("NETPLANE_LAB_ENCRYPTION") != "wireguard" {
+	if l.Config.Encryption != "wireguard" {
 		logf("encryption is off (NETPLANE_LAB_ENCRYPTION unset): nothing to check")
 		return nil
 	}
