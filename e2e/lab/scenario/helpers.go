@@ -133,6 +133,24 @@ func withinEvery(ctx context.Context, timeout, every time.Duration, fn func() er
 	return poll(ctx, every, fn)
 }
 
+// clusterIPExample deploys examples/01-clusterip.yaml and returns its 3
+// ready nginx pods and the nginx Service's ClusterIP once the client pod
+// is ready too.
+func clusterIPExample(ctx context.Context, l *lab.Lab) ([]corev1.Pod, string, error) {
+	if err := Apply(ctx, l, "01-clusterip.yaml"); err != nil {
+		return nil, "", err
+	}
+	pods, err := readyPods(ctx, l, "app=nginx", 3)
+	if err != nil {
+		return nil, "", err
+	}
+	if _, err := readyPods(ctx, l, "app=client", 1); err != nil {
+		return nil, "", err
+	}
+	ip, err := clusterIP(ctx, l, "nginx")
+	return pods, ip, err
+}
+
 // readyPods waits until selector matches want Running, Ready pods and
 // returns them sorted by name.
 func readyPods(ctx context.Context, l *lab.Lab, selector string, want int) ([]corev1.Pod, error) {

@@ -40,17 +40,7 @@ func init() {
 // ClusterIP, TCP and UDP, and the Service by its short, namespaced and
 // fully qualified names.
 func ClusterIP(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
-	if err := Apply(ctx, l, "01-clusterip.yaml"); err != nil {
-		return err
-	}
-	pods, err := readyPods(ctx, l, "app=nginx", 3)
-	if err != nil {
-		return err
-	}
-	if _, err := readyPods(ctx, l, "app=client", 1); err != nil {
-		return err
-	}
-	ip, err := clusterIP(ctx, l, "nginx")
+	pods, ip, err := clusterIPExample(ctx, l)
 	if err != nil {
 		return err
 	}

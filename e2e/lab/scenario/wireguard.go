@@ -31,17 +31,7 @@ func Encrypted(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error
 		logf("encryption is off (NETPLANE_LAB_ENCRYPTION unset): nothing to check")
 		return nil
 	}
-	if err := Apply(ctx, l, "01-clusterip.yaml"); err != nil {
-		return err
-	}
-	pods, err := readyPods(ctx, l, "app=nginx", 3)
-	if err != nil {
-		return err
-	}
-	if _, err := readyPods(ctx, l, "app=client", 1); err != nil {
-		return err
-	}
-	ip, err := clusterIP(ctx, l, "nginx")
+	pods, ip, err := clusterIPExample(ctx, l)
 	if err != nil {
 		return err
 	}
