@@ -24,6 +24,16 @@ import (
 // (ErrDumpInterrupted); a busy node changes links and addresses all the time.
 const dumpRetries = 5
 
+// Open is a route netlink handle of the calling thread's network
+// namespace, for a feature's life.
+func Open() (*netlink.Handle, error) {
+	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	if err != nil {
+		return nil, fmt.Errorf("open netlink: %w", err)
+	}
+	return h, nil
+}
+
 // Retry runs a netlink dump again while the kernel reports it interrupted.
 func Retry[T any](dump func() (T, error)) (T, error) {
 	var v T

@@ -5,14 +5,13 @@ import (
 	"fmt"
 	"sync"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/link"
 	"github.com/netplane/netplane/nodeview"
 )
 
@@ -58,9 +57,9 @@ func New(d role.Deps) (*Feature, error) {
 // out: routes, devices and entries stay, so pod connections survive a
 // restart or an upgrade of the agent.
 func (f *Feature) Run(ctx context.Context) error {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	h, err := link.Open()
 	if err != nil {
-		return fmt.Errorf("open netlink: %w", err)
+		return err
 	}
 	defer h.Close()
 	if f.syncer, err = NewSyncer(h, f.cfg, f.metrics); err != nil {

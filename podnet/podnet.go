@@ -22,11 +22,9 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
-
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/link"
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/nodeview"
 )
@@ -91,9 +89,9 @@ func relevant(self string, clusterCIDRs bool, old, cur *nodeview.Node) bool {
 // Run keeps the node set up until ctx ends. A stop leaves everything in
 // place: pods keep their network while the agent is restarted.
 func (f *Feature) Run(ctx context.Context) error {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	h, err := link.Open()
 	if err != nil {
-		return fmt.Errorf("open netlink: %w", err)
+		return err
 	}
 	defer h.Close()
 	defer f.masq.Close()

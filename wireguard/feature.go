@@ -10,7 +10,6 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/vishvananda/netlink"
-	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -93,9 +92,9 @@ func New(d role.Deps) (*Feature, error) {
 // it, and the guard table, left in place, drops pod traffic until the
 // next start.
 func (f *Feature) Run(ctx context.Context) error {
-	h, err := netlink.NewHandle(unix.NETLINK_ROUTE)
+	h, err := link.Open()
 	if err != nil {
-		return fmt.Errorf("open netlink: %w", err)
+		return err
 	}
 	defer h.Close()
 	f.h = h
