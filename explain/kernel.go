@@ -30,7 +30,7 @@ type Kernel interface {
 	TunnelRoutes() ([]netlink.Route, error) // WireGuard's table (wireguard.RouteTable)
 	LinkName(index int) string
 	Underlays(self nodeview.Node) ([]overlay.Underlay, error)
-	PodMTU(self nodeview.Node, tunnelled bool) (int, error)
+	PodMTU(self nodeview.Node, node v1alpha1.Node) (int, error) // as podnet.PodMTU
 	FDB(device string) ([]netlink.Neigh, error)
 	Conntrack(fam nodeview.Family) ([]*netlink.ConntrackFlow, error)
 }
@@ -72,12 +72,9 @@ func Locate(k Kernel, in *Input) error {
 		if in.Overlay.Underlays, err = k.Underlays(v); err != nil {
 			return err
 		}
-		mode := overlay.Config{Mode: overlay.Mode(in.Overlay.Mode)}.Defaults().Mode
-		encrypted := in.Overlay.Encryption == v1alpha1.EncryptionWireGuard
-		if mtu, err := k.PodMTU(v, !encrypted && mode != overlay.Never); err == nil {
-			if ul, ok := v.WireGuardUnderlay(); ok && encrypted {
-				mtu -= nodeview.WireGuardOverhead(nodeview.FamilyOf(ul)) // as podnet leaves room for it
-			}
+		var node v1alpha1.Node
+		node.Overlay.Mode, node.Encryption.Mode = in.Overlay.Mode, in.Overlay.Encryption
+		if mtu, err := k.PodMTU(v, node); err == nil {
 			in.Overlay.PodMTU = mtu
 		}
 		return nil

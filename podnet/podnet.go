@@ -148,14 +148,9 @@ func (f *Feature) syncOnce(full bool) error {
 	if !found || len(me.PodCIDRs) == 0 {
 		return errWaiting{fmt.Sprintf("node %q has no spec.podCIDRs yet: waiting for the controller that assigns them (or check --node-name)", cfg.NodeName)}
 	}
-	encrypted := cfg.Encryption.Mode == v1alpha1.EncryptionWireGuard
-	mtu, err := nodeview.LocalPodMTU(f.kernel, int(cfg.MTU), !encrypted && cfg.Overlay.Mode != v1alpha1.OverlayNever, me)
+	mtu, err := PodMTU(f.kernel, cfg, me)
 	if err != nil {
 		return err
-	}
-	if ul, ok := me.WireGuardUnderlay(); ok && encrypted && cfg.MTU == 0 {
-		// Every packet to another node goes through WireGuard instead.
-		mtu -= nodeview.WireGuardOverhead(nodeview.FamilyOf(ul))
 	}
 	if err := setUpNode(f.kernel, cfg.Bridge, cfg.ProcSysDir, mtu, me.PodCIDRs); err != nil {
 		return err // no conflist before the bridge and forwarding are in place
@@ -198,4 +193,20 @@ func (f *Feature) writeCNIFiles(podCIDRs []netip.Prefix, mtu int, full bool) err
 		f.d.Log.Info("wrote the CNI configuration", "path", path, "podCIDRs", podCIDRs, "mtu", mtu)
 	}
 	return err
+}
+
+// PodMTU is the MTU of this node's pods: --mtu when set, else the
+// underlay's less what the path to other nodes adds: WireGuard's 60 or
+// 80 bytes (by the family of the node's first InternalIP) when encryption
+// is on, else VXLAN's unless the overlay never tunnels.
+func PodMTU(u nodeview.Underlay, cfg v1alpha1.Node, me nodeview.Node) (int, error) {
+	encrypted := cfg.Encryption.Mode == v1alpha1.EncryptionWireGuard
+	mtu, err := nodeview.LocalPodMTU(u, int(cfg.MTU), !encrypted && cfg.Overlay.Mode != v1alpha1.OverlayNever, me)
+	if err != nil {
+		return 0, err
+	}
+	if ul, ok := me.WireGuardUnderlay(); ok && encrypted && cfg.MTU == 0 {
+		mtu -= nodeview.WireGuardOverhead(nodeview.FamilyOf(ul))
+	}
+	return mtu, nil
 }
