@@ -61,12 +61,11 @@ func tunnel(src, dst string, nodes []nodeview.Node, ov Overlay) (kind, text, why
 	if in.Port == 0 {
 		in.Port = wireguard.DefaultPort
 	}
+	in.Nodes = wireguard.Facts(nodes)
 	for _, n := range nodes {
-		key := n.Annotations[wireguard.Annotation]
-		in.Nodes = append(in.Nodes, wireguard.Node{Name: n.Name, IPs: n.IPs, PodCIDRs: n.PodCIDRs, Key: key})
 		if n.Name == src {
 			in.Underlay, _ = n.WireGuardUnderlay()
-			in.PublicKey, _ = wgtypes.ParseKey(key)
+			in.PublicKey, _ = wgtypes.ParseKey(n.Annotations[wireguard.Annotation])
 		}
 	}
 	plan := wireguard.Desired(in)

@@ -21,3 +21,19 @@ func (n Node) WireGuardUnderlay() (netip.Addr, bool) {
 	}
 	return n.IPs[0], true
 }
+
+// LocalWireGuardMTU is the MTU of this node's WireGuard device and of its
+// pods while encryption is on: the underlay's MTU (as LocalPodMTU reads
+// it) less WireGuard's overhead in the family of the tunnel's outer
+// packets (its WireGuardUnderlay; IPv4's until it has one).
+func LocalWireGuardMTU(u Underlay, self Node) (int, error) {
+	mtu, err := LocalPodMTU(u, 0, false, self)
+	if err != nil {
+		return 0, err
+	}
+	f := IPv4
+	if ul, ok := self.WireGuardUnderlay(); ok {
+		f = FamilyOf(ul)
+	}
+	return mtu - WireGuardOverhead(f), nil
+}

@@ -52,3 +52,25 @@ func TestLocalPodMTUReadsTheUnderlayOfTheNodesAddresses(t *testing.T) {
 		}
 	}
 }
+
+func TestLocalWireGuardMTUIsTheUnderlaysLessTheTunnelsOuterFamily(t *testing.T) {
+	v4, v6 := netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("fd00::10")
+	eth := link.Interface{Index: 2, Name: "eth0", MTU: 1500}
+	u := fakeUnderlay{addrs: map[netip.Addr]link.Interface{v4: eth, v6: eth}, defaultRoute: 9000}
+	for _, tc := range []struct {
+		name string
+		ips  []netip.Addr
+		want int
+	}{
+		{"IPv4 first: 60 bytes", []netip.Addr{v4, v6}, 1440},
+		{"IPv6 first: 80 bytes", []netip.Addr{v6, v4}, 1420},
+		{"no InternalIP yet: the default route's, less IPv4's", nil, 8940},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := LocalWireGuardMTU(u, Node{Name: "self", IPs: tc.ips})
+			if err != nil || got != tc.want {
+				t.Errorf("LocalWireGuardMTU = %d, %v; want %d", got, err, tc.want)
+			}
+		})
+	}
+}

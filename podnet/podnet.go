@@ -200,13 +200,8 @@ func (f *Feature) writeCNIFiles(podCIDRs []netip.Prefix, mtu int, full bool) err
 // 80 bytes (by the family of the node's first InternalIP) when encryption
 // is on, else VXLAN's unless the overlay never tunnels.
 func PodMTU(u nodeview.Underlay, cfg v1alpha1.Node, me nodeview.Node) (int, error) {
-	encrypted := cfg.Encryption.Mode == v1alpha1.EncryptionWireGuard
-	mtu, err := nodeview.LocalPodMTU(u, int(cfg.MTU), !encrypted && cfg.Overlay.Mode != v1alpha1.OverlayNever, me)
-	if err != nil {
-		return 0, err
+	if cfg.Encryption.Mode == v1alpha1.EncryptionWireGuard && cfg.MTU == 0 {
+		return nodeview.LocalWireGuardMTU(u, me) // the device's own
 	}
-	if ul, ok := me.WireGuardUnderlay(); ok && encrypted && cfg.MTU == 0 {
-		mtu -= nodeview.WireGuardOverhead(nodeview.FamilyOf(ul))
-	}
-	return mtu, nil
+	return nodeview.LocalPodMTU(u, int(cfg.MTU), cfg.Overlay.Mode != v1alpha1.OverlayNever, me)
 }

@@ -76,11 +76,12 @@ func New(d role.Deps) (*Feature, error) {
 			return float64(n[chain])
 		}
 	}
-	cs := append(f.metrics.Collectors(),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "netplane_wireguard_dropped_packets_total",
-			Help: "Packets to pod CIDRs dropped rather than sent in clear, by reason: no-key (a node that is not a peer), clear (about to leave by another interface than the tunnel).", ConstLabels: prometheus.Labels{"reason": "no-key"}}, dropped(ChainNoKey)),
-		prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "netplane_wireguard_dropped_packets_total",
-			Help: "Packets to pod CIDRs dropped rather than sent in clear, by reason: no-key (a node that is not a peer), clear (about to leave by another interface than the tunnel).", ConstLabels: prometheus.Labels{"reason": "clear"}}, dropped(ChainClear)))
+	cs := f.metrics.Collectors()
+	for reason, chain := range map[string]string{"no-key": ChainNoKey, "clear": ChainClear} {
+		cs = append(cs, prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "netplane_wireguard_dropped_packets_total",
+			Help:        "Packets to pod CIDRs dropped rather than sent in clear, by reason: no-key (a node that is not a peer), clear (about to leave by another interface than the tunnel).",
+			ConstLabels: prometheus.Labels{"reason": reason}}, dropped(chain)))
+	}
 	if err := d.Register(cs...); err != nil {
 		return nil, err
 	}
@@ -178,12 +179,12 @@ func (f *Feature) sync(ctx context.Context, full bool) error {
 		return nil
 	}
 	if f.dev == nil {
-		if err := f.open(underlay); err != nil {
+		if err := f.open(me, underlay); err != nil {
 			return err
 		}
 		full = true
 	}
-	in := Input{Self: self, Underlay: underlay, Nodes: facts(all)}
+	in := Input{Self: self, Underlay: underlay, Nodes: Facts(all)}
 	plan, err := f.syncer.Sync(in, full)
 	f.warn(plan)
 	if err == nil {
@@ -216,17 +217,12 @@ func (f *Feature) publish(ctx context.Context, me nodeview.Node) error {
 	return nil
 }
 
-// open makes the device, sized to the underlay's MTU less the overhead.
-func (f *Feature) open(underlay netip.Addr) error {
-	mtu := 0
-	if i, ok, err := link.InterfaceOf(f.h, underlay); err != nil {
+// open makes the device, of the MTU the node's pods get too.
+func (f *Feature) open(me nodeview.Node, underlay netip.Addr) error {
+	mtu, err := nodeview.LocalWireGuardMTU(nodeview.KernelUnderlay(f.h), me)
+	if err != nil {
 		return err
-	} else if ok {
-		mtu = i.MTU
-	} else {
-		mtu = link.DefaultRouteMTU(f.h)
 	}
-	mtu -= Overhead(underlay)
 	dev, impl, err := Open(f.enc.Implementation, DeviceName, mtu, int(f.enc.WireGuardPort), f.d.Log)
 	if err != nil {
 		return err
@@ -313,8 +309,9 @@ func (f *Feature) refresh(ctx context.Context) {
 	}
 }
 
-// facts are the Node facts the plan reads.
-func facts(nodes []nodeview.Node) []Node {
+// Facts are the facts of nodes (from a Node view keeping Annotation)
+// the plan reads.
+func Facts(nodes []nodeview.Node) []Node {
 	out := make([]Node, 0, len(nodes))
 	for _, n := range nodes {
 		out = append(out, Node{Name: n.Name, IPs: n.IPs, PodCIDRs: n.PodCIDRs, Key: n.Annotations[Annotation]})

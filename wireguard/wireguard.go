@@ -28,8 +28,6 @@ import (
 	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
-
-	"github.com/netplane/netplane/nodeview"
 )
 
 // DeviceName is the WireGuard device of every node.
@@ -41,12 +39,6 @@ const DefaultPort = 51820
 // Annotation holds a node's WireGuard public key (base64, as `wg pubkey`
 // prints it) on its Node object.
 const Annotation = "netplane.io/wireguard-public-key"
-
-// Overhead is what WireGuard adds to an inner packet sent over the
-// underlay address (nodeview.WireGuardOverhead).
-func Overhead(underlay netip.Addr) int {
-	return nodeview.WireGuardOverhead(nodeview.FamilyOf(underlay))
-}
 
 // Node is what WireGuard needs of a Node object: the facts the node
 // role's Node view keeps for every feature that routes pods, and the key.
