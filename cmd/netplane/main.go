@@ -28,11 +28,18 @@ import (
 	"k8s.io/klog/v2"
 
 	"github.com/netplane/netplane/config"
+	"github.com/netplane/netplane/internal/capability"
 	"github.com/netplane/netplane/internal/process"
 	"github.com/netplane/netplane/internal/version"
 )
 
-func main() { os.Exit(run(os.Args[1:], os.Stdout, os.Stderr)) }
+func main() {
+	if err := capability.RaisePermitted(); err != nil {
+		// The DNS role's bind on port 53 says what it lacks, if it does.
+		fmt.Fprintf(os.Stderr, "netplane: making the permitted capabilities effective: %v\n", err)
+	}
+	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr))
+}
 
 // Exit codes.
 const (

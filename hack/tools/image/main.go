@@ -5,9 +5,9 @@
 //	go run . -bin ../../../bin -ref netplane/netplane:v0.1.0 -out netplane-image.tar
 //
 // The image has no shell and no libc (the binaries are static). netplane
-// carries the file capability cap_net_bind_service+ep so the DNS role can
-// listen on port 53 as a non-root user with only NET_BIND_SERVICE, as CoreDNS's
-// image does.
+// carries the file capability cap_net_bind_service+p so the DNS role can
+// listen on port 53 as a non-root user with only NET_BIND_SERVICE, and every
+// other role can run in a container that drops ALL.
 package main
 
 import (
@@ -28,9 +28,12 @@ import (
 )
 
 // netBindService is a struct vfs_cap_data (revision 2) granting
-// CAP_NET_BIND_SERVICE (bit 10) permitted and effective.
+// CAP_NET_BIND_SERVICE (bit 10) permitted, not effective: with the
+// effective bit the kernel would refuse to execute the binary in every
+// container whose bounding set lacks the capability (the node agent's, the
+// controller's); netplane makes it effective itself (internal/capability).
 var netBindService = string([]byte{
-	0x01, 0x00, 0x00, 0x02, // magic: revision 2 | effective
+	0x00, 0x00, 0x00, 0x02, // magic: revision 2, no effective bit
 	0x00, 0x04, 0x00, 0x00, // permitted[0]: 1<<10
 	0x00, 0x00, 0x00, 0x00, // inheritable[0]
 	0x00, 0x00, 0x00, 0x00, // permitted[1]
