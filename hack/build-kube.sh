@@ -13,6 +13,9 @@ mkdir -p "$bin"
 bin=$(cd "$bin" && pwd)
 cd "$here/tools/kube"
 version=$(go list -m -f '{{.Version}}' k8s.io/kubernetes)
+# On a fresh machine the module is not in the cache yet, and its folder,
+# which the C sources are read from, is empty until it is.
+go mod download k8s.io/kubernetes
 moddir=$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)
 minor=$(echo "$version" | cut -d. -f2)
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"

@@ -46,6 +46,8 @@ fi
 "$here/build-kube.sh" "$bin" kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl \
   test/images/agnhost test/images/regression-issue-74839 build/pause/linux/pause.c
 "$here/build-etcd.sh" "$bin"
+# helm installs the chart into the lab, as its README tells a user.
+"$here/build-helm.sh" "$bin"
 # CoreDNS: upstream's agnhost and glibc-dns-testing images carry it as
 # /coredns for the DNS tests' own servers; also the upstream stack's DNS.
 "$here/build-anchors.sh" "$bin" coredns
