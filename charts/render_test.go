@@ -200,6 +200,10 @@ func TestNetworkPolicyAndOverlayValuesReachTheNodeConfiguration(t *testing.T) {
 		{nil, []string{"networkPolicy:", "enabled: true", "logDenied: false", "overlay:", "mode: cross-subnet", "vxlanPort: 4789", "vxlanVNI: 1"}, true},
 		{map[string]any{"networkPolicy": map[string]any{"enabled": false}, "overlay": map[string]any{"mode": "always", "vxlanPort": 8472, "vxlanVNI": 42}},
 			[]string{"enabled: false", "mode: always", "vxlanPort: 8472", "vxlanVNI: 42"}, false},
+		// In the file rather than a flag, so `netplane explain` run in the
+		// agent's pod reaches the API server the agent reaches.
+		{map[string]any{"node": map[string]any{"controlPlaneEndpoint": "https://192.0.2.10:6443"}},
+			[]string{"clientConnection:", "controlPlaneEndpoint: https://192.0.2.10:6443"}, true},
 	}
 	for _, c := range cases {
 		objs := render(t, c.values)
@@ -232,4 +236,13 @@ func containerField(t testing.TB, o *unstructured.Unstructured, path ...string) 
 	}
 	v, _, _ := unstructured.NestedStringSlice(cs[0].(map[string]any), path...)
 	return v
+}
+
+func findIn(objs []*unstructured.Unstructured, kind, name string) *unstructured.Unstructured {
+	for _, o := range objs {
+		if o.GetKind() == kind && o.GetName() == name {
+			return o
+		}
+	}
+	return nil
 }

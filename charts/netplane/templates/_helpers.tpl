@@ -29,8 +29,13 @@ section is rendered, so a change to the DNS settings rolls only DNS pods.
 apiVersion: netplane.io/v1alpha1
 kind: Configuration
 roles: [{{ .role }}]
+{{- $cc := deepCopy .root.Values.config.clientConnection }}
+{{- if and (eq .role "node") .root.Values.node.controlPlaneEndpoint }}
+{{- /* In the file, so that `netplane explain` in the agent's pod reads it too. */}}
+{{- $_ := set $cc "controlPlaneEndpoint" .root.Values.node.controlPlaneEndpoint }}
+{{- end }}
 clientConnection:
-{{ toYaml .root.Values.config.clientConnection | indent 2 }}
+{{ toYaml $cc | indent 2 }}
 healthBindAddress: {{ .health | quote }}
 metricsBindAddress: {{ .metrics | quote }}
 {{ .section }}:
