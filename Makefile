@@ -35,7 +35,7 @@ anchors: tools ## the upstream systems the benchmarks compare against
 
 test: ## everything: unit, integration and end-to-end; needs root
 	@if [ "$$(id -u)" != 0 ]; then echo "make test needs root (network namespaces, nftables, apt-get)" >&2; exit 1; fi
-	@$(MAKE) --no-print-directory tools build
+	@$(MAKE) --no-print-directory tools build image
 	@./hack/build-e2e.sh $(BIN)
 	NETPLANE_E2E_REQUIRED=1 NETPLANE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
 	cd charts && NETPLANE_E2E_REQUIRED=1 NETPLANE_BIN_DIR=$(BIN) $(GO) test -count=1 -timeout $(TEST_TIMEOUT) ./...
@@ -53,10 +53,10 @@ lint: ## gofmt, go vet, staticcheck, helm lint (through the Helm SDK)
 	$(GO) run $(STATICCHECK) ./...
 	cd charts && $(GO) vet ./... && $(GO) test -count=1 -run TestChartPassesHelmLintStrict ./...
 
-demo: tools build ## the lab: a multi-node cluster in network namespaces
+demo: ## the lab: a multi-node cluster in network namespaces, netplane installed by its Helm chart
 	@./hack/demo.sh up
 
-conformance: tools build ## Kubernetes' own [sig-network] e2e suites against the lab (SUITES="conformance netpol network")
+conformance: tools build image ## Kubernetes' own [sig-network] e2e suites against the lab (SUITES="conformance netpol network")
 	@./hack/conformance.sh $(SUITES)
 
 demo-down: ## remove everything the demo made

@@ -26,20 +26,32 @@ if [ "$(id -u)" != 0 ]; then
 	exit 1
 fi
 
+# phase NAME CMD...: runs one phase of the demo and prints how long it took.
+phase() {
+	local name=$1 started rc=0
+	shift
+	started=$(date +%s)
+	"$@" || rc=$?
+	echo "phase: $name took $(( $(date +%s) - started ))s"
+	return $rc
+}
+
 build() {
 	mkdir -p bin
 	go build -o "$LAB" ./e2e/lab/cmd/netplane-lab
 }
 
 start_lab() {
-	build
+	# Tools (packages, kube binaries, helm), netplane's binaries and its image:
+	# each built once, reused while up to date.
+	phase tools make --no-print-directory tools
+	phase "build and image" make --no-print-directory build image
+	phase "lab program" build
 	if [ -e "$STATE_DIR/state.json" ]; then
 		echo "a lab is already recorded in $STATE_DIR; removing it first (make demo-down)"
 		"$LAB" down --state-dir="$STATE_DIR"
 	fi
-	started=$(date +%s)
-	"$LAB" up --state-dir="$STATE_DIR" --nodes="$NODES" --subnets="$SUBNETS"
-	echo "lab up in $(( $(date +%s) - started ))s"
+	phase "lab up" "$LAB" up --state-dir="$STATE_DIR" --nodes="$NODES" --subnets="$SUBNETS"
 }
 
 case "${1:-}" in
@@ -50,7 +62,7 @@ up)
 	start_lab
 	echo "deploying examples/ and checking the scenarios:"
 	status=0
-	"$LAB" check --state-dir="$STATE_DIR" || status=$?
+	phase scenarios "$LAB" check --state-dir="$STATE_DIR" || status=$?
 	echo
 	cat "$STATE_DIR/ready"
 	cat <<MSG

@@ -39,16 +39,14 @@ func (c *controlPlane) stop() {
 type identity struct{ user, groups string }
 
 // identities are the lab's users: its own processes get cluster-admin
-// rights (system:masters), the product's least-privilege RBAC being the
-// Helm chart's concern; each kubelet is its node, as the Node authorizer
+// rights (system:masters); netplane's pods are the chart's ServiceAccounts
+// with the chart's RBAC; each kubelet is its node, as the Node authorizer
 // expects.
 func (l *Lab) identities() []identity {
 	ids := []identity{
 		{"admin", "system:masters"},
 		{"system:kube-controller-manager", "system:masters"}, // all controllers under one identity
 		{"system:kube-scheduler", ""},
-		{"netplane-controller", "system:masters"},
-		{"netplane-node", "system:masters"},
 		{"system:kube-proxy", ""}, // the upstream stack's, bound to system:node-proxier by default
 	}
 	for _, n := range l.Nodes {
@@ -58,8 +56,8 @@ func (l *Lab) identities() []identity {
 }
 
 // startControlPlane starts etcd, kube-apiserver (on its underlay address,
-// so the kubernetes Service has a real endpoint), kube-controller-manager,
-// kube-scheduler and netplane --role=controller in the control-plane host,
+// so the kubernetes Service has a real endpoint), kube-controller-manager
+// and kube-scheduler in the control-plane host,
 // and the relay to the API server in the root namespace.
 func (l *Lab) startControlPlane(ctx context.Context) error {
 	l.cp = &controlPlane{}
@@ -89,11 +87,6 @@ func (l *Lab) startControlPlane(ctx context.Context) error {
 	for user, token := range tokens {
 		if err := l.writeKubeconfig(l.kubeconfigFor(user), apiServerURL(), token); err != nil {
 			return err
-		}
-	}
-	if l.Netplane != nil {
-		if l.roles, err = l.Netplane(ctx, l); err != nil {
-			return fmt.Errorf("netplane roles hook: %w", err)
 		}
 	}
 	return l.startControllers(saKey)
@@ -223,8 +216,8 @@ func (l *Lab) writeKubeconfig(path, server, token string) error {
 }
 
 // startControllers starts kube-controller-manager (without its EndpointSlice
-// controllers: netplane owns EndpointSlices; with node IPAM), kube-scheduler
-// and netplane --role=controller, then waits for what pods need: the default
+// controllers: netplane's controller owns EndpointSlices; with node IPAM)
+// and kube-scheduler, then waits for what pods need: the default
 // ServiceAccount and the root CA ConfigMap.
 func (l *Lab) startControllers(saKey string) error {
 	controllers := "*,-endpointslice,-endpointslicemirroring"
@@ -251,17 +244,6 @@ func (l *Lab) startControllers(saKey string) error {
 		return err
 	}
 	l.cp.procs = append(l.cp.procs, sched)
-	if !l.upstream() {
-		argv, env, err := l.controllerCommand()
-		if err != nil {
-			return err
-		}
-		ctrl, err := l.startEnv(l.ControlPlane, "netplane-controller", env, argv...)
-		if err != nil {
-			return err
-		}
-		l.cp.procs = append(l.cp.procs, ctrl)
-	}
 	return l.waitFor(60*time.Second, "the default ServiceAccount and kube-root-ca.crt", func(ctx context.Context) error {
 		if _, err := l.Client.CoreV1().ServiceAccounts("default").Get(ctx, "default", metav1.GetOptions{}); err != nil {
 			return err
@@ -282,9 +264,11 @@ func (l *Lab) waitFor(timeout time.Duration, what string, fn func(context.Contex
 		if err == nil {
 			return nil
 		}
-		for _, p := range l.cp.procs {
-			if p.Exited() {
-				return fmt.Errorf("%s exited while waiting for %s:\n%s", p.Name, what, p.Tail(20))
+		if l.cp != nil { // nil in a lab another process runs (Attach)
+			for _, p := range l.cp.procs {
+				if p.Exited() {
+					return fmt.Errorf("%s exited while waiting for %s:\n%s", p.Name, what, p.Tail(20))
+				}
 			}
 		}
 		if time.Now().After(deadline) {

@@ -96,7 +96,11 @@ func (l *Lab) ExecCRI(ctx context.Context, namespace, pod string, argv ...string
 	if len(list.Containers) == 0 {
 		return "", fmt.Errorf("no running container of %s/%s on %s", namespace, pod, n.Name)
 	}
-	resp, err := c.Runtime.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: list.Containers[0].Id, Cmd: argv, Timeout: 30})
+	timeout := int64(30)
+	if d, ok := ctx.Deadline(); ok {
+		timeout = max(1, int64(time.Until(d).Seconds()))
+	}
+	resp, err := c.Runtime.ExecSync(ctx, &cri.ExecSyncRequest{ContainerId: list.Containers[0].Id, Cmd: argv, Timeout: timeout})
 	if err != nil {
 		return "", fmt.Errorf("exec in %s/%s: %w", namespace, pod, err)
 	}

@@ -1,27 +1,24 @@
 package lab
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"sort"
 	"strconv"
 	"strings"
 	"syscall"
 	"time"
-
-	"golang.org/x/sys/unix"
 )
 
 // Down removes everything a lab recorded in stateDir: it asks a live owner
 // process to tear its lab down, then removes what is left by its own record
 // (pods through each node's containerd, restarted for the purpose if it
-// died; recorded processes; shims; mounts under stateDir; namespaces) and
-// finally stateDir itself. It is safe to run twice and after a crash.
+// died; recorded processes, among them the holders of the nodes' mount
+// namespaces, whose mounts go with them; shims; cgroups; the machine's
+// record; network namespaces) and finally stateDir itself. It is safe to run twice and after a crash.
 func Down(stateDir string, logf func(string, ...any)) error {
 	if logf == nil {
 		logf = func(string, ...any) {}
@@ -66,14 +63,10 @@ func Down(stateDir string, logf func(string, ...any)) error {
 			errs = append(errs, err)
 		}
 	}
-	if st.HoldsSysctls {
-		if err := releaseSysctls(stateDir); err != nil {
+	if st.HoldsMachine {
+		if err := releaseMachine(stateDir); err != nil {
 			errs = append(errs, err)
 		}
-	}
-	removeCNICache(stateDir)
-	if err := unmountUnder(stateDir); err != nil {
-		errs = append(errs, err)
 	}
 	for _, name := range st.Namespaces {
 		out, err := exec.Command("ip", "netns", "delete", name).CombinedOutput()
@@ -102,7 +95,12 @@ func removePods(c containerdInfo, stateDir string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	if client.WaitReady(ctx, time.Second) != nil {
-		cmd := exec.Command("nsenter", "--net=/run/netns/"+c.Namespace, "--", "containerd", "--config", c.Config)
+		if !ownedBy(c.Holder, stateDir) {
+			// The node's mount namespace is gone, and with it every mount
+			// of its pods; what still runs is killed below.
+			return nil
+		}
+		cmd := exec.Command("nsenter", "--target="+strconv.Itoa(c.Holder), "--net", "--mount", "--", "containerd", "--config", c.Config)
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
 			return fmt.Errorf("restart containerd for cleanup: %w", err)
@@ -126,8 +124,8 @@ func removePods(c containerdInfo, stateDir string) error {
 }
 
 // killShims ends containerd shims and container processes of one node that
-// outlived its containerd; their pid files are in the containerd state
-// directory, and each is checked to still be what the file says.
+// outlived its containerd; their pid files are in the node's containerd
+// state folder, and each is checked to still be a shim or a lab program.
 func killShims(c containerdInfo) {
 	files, _ := filepath.Glob(filepath.Join(c.State, "io.containerd.runtime.v2.task", "*", "*", "*.pid"))
 	for _, f := range files {
@@ -140,40 +138,10 @@ func killShims(c containerdInfo) {
 			continue
 		}
 		cmdline, _ := os.ReadFile(fmt.Sprintf("/proc/%d/cmdline", pid))
-		if strings.Contains(string(cmdline), c.Socket) || strings.HasPrefix(string(cmdline), "/testimage") || strings.HasPrefix(string(cmdline), "/netplane") {
+		if strings.Contains(string(cmdline), "containerd-shim") || strings.HasPrefix(string(cmdline), "/testimage") || strings.HasPrefix(string(cmdline), "/usr/local/bin/netplane") {
 			syscall.Kill(pid, syscall.SIGKILL)
 		}
 	}
-}
-
-// unmountUnder detaches every mount below dir, deepest first (overlay
-// rootfs, shm, network namespace files).
-func unmountUnder(dir string) error {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return err
-	}
-	f, err := os.Open("/proc/self/mountinfo")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	var points []string
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		fields := strings.Fields(sc.Text())
-		if len(fields) > 4 && strings.HasPrefix(fields[4], abs+"/") {
-			points = append(points, fields[4])
-		}
-	}
-	sort.Slice(points, func(i, j int) bool { return len(points[i]) > len(points[j]) })
-	var errs []error
-	for _, p := range points {
-		if err := unix.Unmount(p, unix.MNT_DETACH); err != nil && !errors.Is(err, unix.EINVAL) && !errors.Is(err, unix.ENOENT) {
-			errs = append(errs, fmt.Errorf("unmount %s: %w", p, err))
-		}
-	}
-	return errors.Join(errs...)
 }
 
 // ownedBy reports whether pid is alive and its command line names stateDir,
@@ -197,16 +165,4 @@ func waitGone(pid int, timeout time.Duration) bool {
 		time.Sleep(50 * time.Millisecond)
 	}
 	return false
-}
-
-// removeCNICache removes libcni's cached results of this lab's pods, which
-// containerd leaves in the machine-wide /var/lib/cni when a CNI DEL fails;
-// they are recognised by the lab's paths inside them.
-func removeCNICache(stateDir string) {
-	files, _ := filepath.Glob("/var/lib/cni/results/*")
-	for _, f := range files {
-		if data, err := os.ReadFile(f); err == nil && strings.Contains(string(data), stateDir+"/") {
-			os.Remove(f)
-		}
-	}
 }

@@ -124,3 +124,7 @@ func (l *Lab) podProblems(ctx context.Context, namespace, selector string) strin
 	}
 	return strings.Join(out, "; ")
 }
+
+// TestProgram is the lab's test program (testimage) on the machine, to run
+// in a host's namespace.
+func (l *Lab) TestProgram() string { return l.bin.testimage }

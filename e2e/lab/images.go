@@ -10,32 +10,37 @@ import (
 	"github.com/netplane/netplane/e2e/framework"
 )
 
-// Images the lab builds and imports into every node's containerd beside
-// upstream's test images (upstream_images.go); no registry is involved.
-const (
-	TestImage     = "lab.local/testimage:dev"
-	NetplaneImage = "lab.local/netplane:dev"
-)
+// TestImage is the image of the lab's test program, which the lab builds
+// and imports into every node's containerd beside the product image (`make
+// image`) and upstream's test images (upstream_images.go); no registry is
+// involved.
+const TestImage = "lab.local/testimage:dev"
 
-// netBindService is a struct vfs_cap_data (revision 2) granting
-// CAP_NET_BIND_SERVICE permitted and effective, as hack/tools/image writes it.
-var netBindService = string([]byte{0x01, 0, 0, 0x02, 0, 0x04, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0})
-
-// binaries are the programs the lab builds from the working tree.
+// binaries are the programs the lab uses: the test program and the
+// loopback CNI plugin, which it builds into its state directory, and the
+// image archives it imports.
 type binaries struct {
-	dir                                        string
-	netplane, netplaneCNI, testimage, loopback string
-	images                                     []string // docker-archive tars
+	dir                 string
+	testimage, loopback string
+	images              []string // image archives
 }
 
-// buildBinaries builds netplane, netplane-cni and the test program (all static, so they also run inside images) and packs the images.
+// buildBinaries builds the test program and the loopback plugin (static, so
+// they also run inside images) and packs the test image; netplane itself
+// comes as the product image that `make image` packed from `make build`'s
+// binaries, so that the lab runs what users install and nothing is
+// compiled twice.
 func (l *Lab) buildBinaries(ctx context.Context) error {
 	dir := l.path("bin")
-	b := binaries{dir: dir,
-		netplane: filepath.Join(dir, "netplane"), netplaneCNI: filepath.Join(dir, "netplane-cni"),
-		testimage: filepath.Join(dir, "testimage"), loopback: filepath.Join(dir, "loopback")}
-	cmd := exec.CommandContext(ctx, "go", "build", "-o", dir+"/",
-		"./cmd/netplane", "./cmd/netplane-cni", "./e2e/lab/testimage")
+	b := binaries{dir: dir, testimage: filepath.Join(dir, "testimage"), loopback: filepath.Join(dir, "loopback")}
+	product := filepath.Join(framework.BinDir(), "netplane-image.tar")
+	if !l.upstream() {
+		if _, err := os.Stat(product); err != nil {
+			return fmt.Errorf("the netplane image: %w (run `make image`)", err)
+		}
+		b.images = append(b.images, product)
+	}
+	cmd := exec.CommandContext(ctx, "go", "build", "-o", b.testimage, "./e2e/lab/testimage")
 	cmd.Dir = framework.RepoRoot()
 	cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
 	if out, err := cmd.CombinedOutput(); err != nil {
@@ -50,21 +55,11 @@ func (l *Lab) buildBinaries(ctx context.Context) error {
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("go build loopback: %v\n%s", err, out)
 	}
-	for _, img := range []struct {
-		ref, bin, name string
-		entrypoint     []string
-	}{
-		{TestImage, b.testimage, "testimage", []string{"/testimage", "serve"}},
-		// Where the product image (make image) has it, so the chart's
-		// command works with the lab's image too.
-		{NetplaneImage, b.netplane, "usr/local/bin/netplane", []string{"/usr/local/bin/netplane"}},
-	} {
-		tarPath := l.path("images", filepath.Base(img.name)+"-"+fmt.Sprint(len(b.images))+".tar")
-		if err := writeImage(tarPath, img.ref, img.bin, img.name, img.entrypoint); err != nil {
-			return fmt.Errorf("image %s: %w", img.ref, err)
-		}
-		b.images = append(b.images, tarPath)
+	tarPath := l.path("images", "testimage.tar")
+	if err := writeImage(tarPath, TestImage, b.testimage, "testimage", []string{"/testimage", "serve"}); err != nil {
+		return fmt.Errorf("image %s: %w", TestImage, err)
 	}
+	b.images = append(b.images, tarPath)
 	if l.upstream() {
 		tarPath := l.path("images", "coredns.tar")
 		if err := writeImage(tarPath, coreDNSImage, framework.Binary("coredns"), "coredns", []string{"/coredns"}); err != nil {
@@ -100,12 +95,5 @@ func writeImage(path, ref, bin, name string, entrypoint []string) error {
 		}
 		files = append(files, framework.File{Path: d, Mode: mode})
 	}
-	prog := framework.File{Path: name, Data: data}
-	if name == "usr/local/bin/netplane" {
-		// As the product image (make image) has it: the chart runs the DNS
-		// role as a non-root user binding port 53, and the kubelet keeps
-		// only what the file capability grants.
-		prog.Xattrs = map[string]string{"security.capability": netBindService}
-	}
-	return framework.WriteImageArchive(path, ref, entrypoint, append(files, prog))
+	return framework.WriteImageArchive(path, ref, entrypoint, append(files, framework.File{Path: name, Data: data}))
 }

@@ -29,7 +29,7 @@ cgroupsPerQOS: true
 failCgroupV1: false
 failSwapOn: false
 containerRuntimeEndpoint: unix://{{socket}}
-podLogsDir: {{dir}}/pod-logs
+podLogsDir: /var/log/pods
 imageGCHighThresholdPercent: 100
 imageGCLowThresholdPercent: 99
 evictionHard:
@@ -56,10 +56,8 @@ authorization:
   mode: Webhook
 `
 
-// kubeletDir is everything of the node's kubelet: its root directory
-// (volumes, tokens and secrets as tmpfs mounts, which runc must see, so the
-// kubelet shares the mount namespace of the node's containerd), pod logs,
-// certificates and configuration.
+// kubeletDir holds the kubelet's certificates and configuration; its root
+// folder is the node's /var/lib/kubelet.
 func (n *Node) kubeletDir(elem ...string) string {
 	return filepath.Join(append([]string{n.Dir, "kubelet"}, elem...)...)
 }
@@ -68,20 +66,18 @@ func (n *Node) kubeletDir(elem ...string) string {
 // namespace name holds the pid of the process that made the lab.
 func (n *Node) cgroupRoot() string { return "/" + n.NS.Name }
 
-// StartKubelet starts the node's kubelet in the node's network namespace.
+// StartKubelet starts the node's kubelet inside the node.
 func (n *Node) StartKubelet() error {
 	n.mu.Lock()
 	defer n.mu.Unlock()
 	l := n.lab
-	for _, d := range []string{"root", "pod-logs", "pki"} {
-		if err := os.MkdirAll(n.kubeletDir(d), 0o755); err != nil {
-			return err
-		}
+	if err := os.MkdirAll(n.kubeletDir("pki"), 0o755); err != nil {
+		return err
 	}
 	if err := os.WriteFile(n.kubeletDir("resolv.conf"), []byte("nameserver "+UpstreamDNSIP+"\n"), 0o644); err != nil {
 		return err
 	}
-	conf := strings.NewReplacer("{{cgroupRoot}}", n.cgroupRoot(), "{{socket}}", n.Socket, "{{dir}}", n.kubeletDir(),
+	conf := strings.NewReplacer("{{cgroupRoot}}", n.cgroupRoot(), "{{socket}}", containerdSocket, "{{dir}}", n.kubeletDir(),
 		"{{clusterDNS}}", DNSServiceIP, "{{clusterDomain}}", ClusterDomain, "{{ca}}", l.pki.CA).Replace(kubeletConfig)
 	if err := os.WriteFile(n.kubeletDir("config.yaml"), []byte(conf), 0o644); err != nil {
 		return err
@@ -90,10 +86,10 @@ func (n *Node) StartKubelet() error {
 	if err := makeCgroup(n.cgroupRoot()); err != nil {
 		return err
 	}
-	p, err := l.start(n.NS, n.Name+"-kubelet", framework.Binary("kubelet"),
+	p, err := l.startCmd(n.command(framework.Binary("kubelet"),
 		"--config="+n.kubeletDir("config.yaml"), "--kubeconfig="+l.kubeconfigFor("system:node:"+n.Name),
-		"--root-dir="+n.kubeletDir("root"), "--cert-dir="+n.kubeletDir("pki"),
-		"--hostname-override="+n.Name, "--node-ip="+n.IP+","+n.IP6, "--v=1")
+		"--root-dir=/var/lib/kubelet", "--cert-dir="+n.kubeletDir("pki"),
+		"--hostname-override="+n.Name, "--node-ip="+n.IP+","+n.IP6, "--v=1"), n.Name+"-kubelet")
 	n.kubelet = p
 	return err
 }

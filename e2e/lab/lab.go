@@ -10,24 +10,29 @@
 //     the nodes of the other subnet only through the VXLAN overlay. With
 //     Subnets 1 every host is on subnet A;
 //   - a control-plane host running etcd, kube-apiserver, kube-controller-manager
-//     (node IPAM on, its EndpointSlice controllers off), kube-scheduler and
-//     netplane --role=controller;
-//   - N node hosts, each with its own containerd, the real kubelet (built
-//     from the pinned k8s.io/kubernetes module, in its own cgroup root) and
-//     netplane --role=node;
+//     (node IPAM on, its EndpointSlice controllers off) and kube-scheduler;
+//   - N node hosts, each a network and a mount namespace of its own (the
+//     node's own /etc/cni/net.d, /var/lib/kubelet, ...) with its own
+//     containerd and the real kubelet (built from the pinned
+//     k8s.io/kubernetes module, in its own cgroup root);
+//   - netplane installed by `helm install` of charts/netplane, as a user
+//     installs it: the node role as the DaemonSet, the controller and the
+//     DNS as Deployments;
 //   - an external client host and a fake upstream DNS server host;
 //   - a relay in the root namespace on 127.0.0.1 to the API server, the one
 //     way in from outside (a listening socket, no route or interface).
 //
-// Nothing is configured in the machine's root network namespace. Everything
-// made is recorded in a state directory first, so Down can remove it after a
-// crash of the process that made it.
+// Nothing is configured in the machine's root network namespace, and
+// nothing is mounted in its mount namespace. Everything made is recorded in
+// a state directory first, so Down can remove it after a crash of the
+// process that made it.
 package lab
 
 import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"sync"
@@ -104,14 +109,14 @@ type Config struct {
 	APIListen string
 	// Log receives one line per step; nil discards.
 	Log func(format string, args ...any)
-	// Netplane, when set, decides how the netplane roles run (see Roles).
-	Netplane RolesHook
 	// Stack is StackNetplane (the default) or StackUpstream (see stack.go);
 	// default $NETPLANE_LAB_STACK.
 	Stack string
-	// Encryption is the node agents' --encryption: none or wireguard (in
-	// process: the lab's nodes share one kernel); default
-	// $NETPLANE_LAB_ENCRYPTION, else none.
+	// Encryption is the chart's encryption.mode: none or wireguard (in
+	// process: the lab's nodes share one kernel, which has no WireGuard
+	// module), reached from a lab without encryption by the two-step
+	// rollout of the chart's README; default $NETPLANE_LAB_ENCRYPTION,
+	// else none.
 	Encryption string
 }
 
@@ -129,10 +134,12 @@ type Lab struct {
 	// BuildTime is how long compiling the binaries took, which a test's
 	// time budget for the lab itself leaves out.
 	BuildTime time.Duration
+	// Bootstrap is each node's Ready condition before netplane was
+	// installed, as its kubelet reported it.
+	Bootstrap map[string]string
 
 	bin       binaries
 	pki       pki
-	roles     *Roles
 	cp        *controlPlane
 	state     *stateFile
 	stopRelay func()
@@ -154,7 +161,7 @@ func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
 	if cfg.Encryption == "" {
 		cfg.Encryption = os.Getenv("NETPLANE_LAB_ENCRYPTION")
 	}
-	tools := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd", "ctr", "runc", "nsenter", "ip"}
+	tools := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd", "ctr", "runc", "nsenter", "unshare", "ip", "helm"}
 	switch cfg.Stack {
 	case "", StackNetplane:
 		cfg.Stack = StackNetplane
@@ -169,6 +176,11 @@ func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
 		tools = append(tools, upstreamTools...)
 	default:
 		return nil, fmt.Errorf("unknown stack %q (NETPLANE_LAB_STACK): %s or %s", cfg.Stack, StackNetplane, StackUpstream)
+	}
+	switch cfg.Encryption {
+	case "", "none", "wireguard":
+	default:
+		return nil, fmt.Errorf("unknown encryption %q (NETPLANE_LAB_ENCRYPTION): none or wireguard", cfg.Encryption)
 	}
 	switch cfg.Subnets {
 	case 0:
@@ -210,7 +222,9 @@ func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
 		{"underlay and hosts", l.buildTopology},
 		{"control plane", l.startControlPlane},
 		{"nodes", l.startNodes},
+		{"netplane", l.deployNetwork},
 		{"cluster DNS", l.deployDNS},
+		{"encryption", l.rollEncryptionIn},
 	}
 	for _, s := range steps {
 		start := time.Now()
@@ -266,6 +280,12 @@ func (l *Lab) startEnv(ns *netns.NS, name string, env []string, argv ...string) 
 	if len(env) > 0 {
 		cmd.Env = append(os.Environ(), env...)
 	}
+	return l.startCmd(cmd, name)
+}
+
+// startCmd starts cmd with its log in the state directory and records its
+// pid.
+func (l *Lab) startCmd(cmd *exec.Cmd, name string) (*framework.Process, error) {
 	p, err := framework.StartProcess(name, cmd, l.path("logs", name+".log"))
 	if err != nil {
 		return nil, err

@@ -20,18 +20,30 @@ var kubeletSysctls = []string{
 	"kernel/keys/root_maxkeys", "kernel/keys/root_maxbytes",
 }
 
-// sysctlRecord holds the machine's values from before the first lab's
-// kubelet, and one file per lab that runs kubelets. It is one record for
-// the machine, since labs can run side by side: the second lab must not
-// take the first one's kubelet values for the machine's. It lives under
-// /run, which a reboot empties, as it resets the settings.
-var sysctlRecord = "/run/netplane-lab-sysctls"
+// machineRecord holds what the labs change outside their namespaces: the
+// machine's values of the kernel-wide settings from before the first lab's
+// kubelet, the folders made as mount points of the nodes' own paths
+// (nodePaths) where the machine had none, and one file per lab that runs
+// nodes. It is one record for the machine, since labs can run side by
+// side: the second lab must not take the first one's kubelet values for
+// the machine's, nor remove a mount point another lab's nodes use. It
+// lives under /run, which a reboot empties, as it resets the settings.
+var machineRecord = "/run/netplane-lab-machine"
 
-// holdSysctls adds the lab in stateDir to the record, writing the current
-// values first when it is the only lab.
-func holdSysctls(stateDir string) error {
-	return withSysctlLock(func() error {
-		values := filepath.Join(sysctlRecord, "values.json")
+// holdMachine adds the lab in stateDir to the record, writing the current
+// values first when it is the only lab, and makes the nodes' mount points.
+func holdMachine(stateDir string) error {
+	return withMachineLock(func() error {
+		if err := os.MkdirAll(filepath.Join(machineRecord, "holders"), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(holderFile(stateDir), []byte(stateDir), 0o644); err != nil {
+			return err
+		}
+		if err := makeMountPoints(); err != nil {
+			return err
+		}
+		values := filepath.Join(machineRecord, "values.json")
 		if _, err := os.Stat(values); errors.Is(err, os.ErrNotExist) {
 			saved := map[string]string{}
 			for _, k := range kubeletSysctls {
@@ -42,24 +54,68 @@ func holdSysctls(stateDir string) error {
 				saved[k] = strings.TrimSpace(string(v))
 			}
 			data, _ := json.Marshal(saved)
-			if err := os.MkdirAll(filepath.Join(sysctlRecord, "holders"), 0o755); err != nil {
-				return err
-			}
-			if err := writeAtomic(values, data); err != nil {
-				return err
-			}
+			return writeAtomic(values, data)
 		}
-		return os.WriteFile(holderFile(stateDir), []byte(stateDir), 0o644)
+		return nil
 	})
 }
 
-// releaseSysctls removes the lab in stateDir from the record. The last lab
+// makeMountPoints makes the folders of nodePaths the machine lacks, each
+// recorded before it is made.
+func makeMountPoints() error {
+	made := readMadeDirs()
+	for _, p := range nodePaths {
+		var missing []string
+		for d := p; d != "/"; d = filepath.Dir(d) {
+			if _, err := os.Stat(d); err == nil {
+				break
+			}
+			missing = append(missing, d)
+		}
+		for i := len(missing) - 1; i >= 0; i-- {
+			made = append(made, missing[i])
+			data, _ := json.Marshal(made)
+			if err := writeAtomic(filepath.Join(machineRecord, "dirs.json"), data); err != nil {
+				return err
+			}
+			if err := os.Mkdir(missing[i], 0o755); err != nil && !os.IsExist(err) {
+				return fmt.Errorf("mount point %s: %w", missing[i], err)
+			}
+		}
+	}
+	return nil
+}
+
+func readMadeDirs() []string {
+	var made []string
+	data, err := os.ReadFile(filepath.Join(machineRecord, "dirs.json"))
+	if err == nil {
+		json.Unmarshal(data, &made)
+	}
+	return made
+}
+
+// removeMountPoints removes the recorded folders, deepest first; one that
+// is not empty any more holds what someone else put there and stays.
+func removeMountPoints() error {
+	made := readMadeDirs()
+	var errs []error
+	for i := len(made) - 1; i >= 0; i-- {
+		err := os.Remove(made[i])
+		if err != nil && !os.IsNotExist(err) && !errors.Is(err, unix.ENOTEMPTY) && !errors.Is(err, unix.EEXIST) {
+			errs = append(errs, fmt.Errorf("remove mount point %s: %w", made[i], err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// releaseMachine removes the lab in stateDir from the record. The last lab
 // to go (labs whose state directory is gone no longer count) restores the
-// recorded values and removes the record.
-func releaseSysctls(stateDir string) error {
-	return withSysctlLock(func() error {
+// recorded values, removes the mount points it made and removes the record.
+func releaseMachine(stateDir string) error {
+	return withMachineLock(func() error {
 		os.Remove(holderFile(stateDir))
-		holders, _ := filepath.Glob(filepath.Join(sysctlRecord, "holders", "*"))
+		holders, _ := filepath.Glob(filepath.Join(machineRecord, "holders", "*"))
 		for _, h := range holders {
 			dir, err := os.ReadFile(h)
 			if err == nil {
@@ -69,16 +125,19 @@ func releaseSysctls(stateDir string) error {
 			}
 			os.Remove(h)
 		}
-		data, err := os.ReadFile(filepath.Join(sysctlRecord, "values.json"))
+		if err := removeMountPoints(); err != nil {
+			return err // the record stays for the next try
+		}
+		data, err := os.ReadFile(filepath.Join(machineRecord, "values.json"))
 		if errors.Is(err, os.ErrNotExist) {
-			return os.RemoveAll(sysctlRecord)
+			return os.RemoveAll(machineRecord)
 		}
 		if err != nil {
 			return err
 		}
 		var saved map[string]string
 		if err := json.Unmarshal(data, &saved); err != nil {
-			return fmt.Errorf("%s: %w", sysctlRecord, err)
+			return fmt.Errorf("%s: %w", machineRecord, err)
 		}
 		var errs []error
 		for k, v := range saved {
@@ -89,19 +148,19 @@ func releaseSysctls(stateDir string) error {
 		if len(errs) > 0 {
 			return errors.Join(errs...) // the record stays for the next try
 		}
-		return os.RemoveAll(sysctlRecord)
+		return os.RemoveAll(machineRecord)
 	})
 }
 
 func holderFile(stateDir string) string {
 	sum := sha256.Sum256([]byte(stateDir))
-	return filepath.Join(sysctlRecord, "holders", hex.EncodeToString(sum[:8]))
+	return filepath.Join(machineRecord, "holders", hex.EncodeToString(sum[:8]))
 }
 
-// withSysctlLock runs fn under an exclusive lock on /run/lock, the
+// withMachineLock runs fn under an exclusive lock on /run/lock, the
 // machine's directory for locks, taken on the directory itself so that no
 // lock file is left behind.
-func withSysctlLock(fn func() error) error {
+func withMachineLock(fn func() error) error {
 	dir := "/run/lock"
 	if _, err := os.Stat(dir); err != nil {
 		dir = "/run"

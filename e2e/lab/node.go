@@ -16,39 +16,42 @@ import (
 	"github.com/netplane/netplane/e2e/netns"
 )
 
-// Node is one node host: a namespace with its own containerd, a kubelet
-// and netplane --role=node.
+// Node is one node host: a network namespace and a mount namespace of its
+// own (mounts.go), with its own containerd and kubelet. netplane's node
+// role runs on it as the chart's DaemonSet pod.
 type Node struct {
 	Name    string // the Kubernetes Node name
 	Index   int
 	NS      *netns.NS
 	IP, IP6 string // underlay addresses, the Node's InternalIPs
 	Dir     string // everything of this node under the state directory
-	Socket  string // containerd's socket (CRI)
-	CNIConf string // the CNI configuration directory netplane writes
+	// Socket is containerd's CRI socket and CNIConf the node's
+	// /etc/cni/net.d, both as the machine's own mount namespace sees them.
+	Socket, CNIConf string
 
 	lab                 *Lab
+	holder              int // the pid that holds the node's mount namespace
 	mu                  sync.Mutex
 	containerd, kubelet *framework.Process
-	// network is the node's network agent: netplane --role=node, or
-	// kube-proxy in the upstream stack.
+	// network is the upstream stack's kube-proxy.
 	network *framework.Process
 }
 
 // startNodes brings the nodes up side by side and waits until the control
 // plane has given each one its pod CIDRs.
 func (l *Lab) startNodes(ctx context.Context) error {
-	// Before the first kubelet rewrites them.
-	l.state.update(func(s *state) { s.HoldsSysctls = true })
-	if err := holdSysctls(l.StateDir); err != nil {
+	// Before the first kubelet rewrites the kernel-wide settings, and
+	// before the first node's mount namespace needs its mount points.
+	l.state.update(func(s *state) { s.HoldsMachine = true })
+	if err := holdMachine(l.StateDir); err != nil {
 		return err
 	}
 	errs := make(chan error, len(l.Nodes))
 	for _, n := range l.Nodes {
 		n.lab = l
 		n.Dir = l.path("nodes", n.Name)
-		n.Socket = filepath.Join(n.Dir, "containerd.sock")
-		n.CNIConf = filepath.Join(n.Dir, "cni", "net.d")
+		n.Socket = n.fsPath(containerdSocket)
+		n.CNIConf = n.fsPath("/etc/cni/net.d")
 		go func() { errs <- n.start(ctx) }()
 	}
 	for range l.Nodes {
@@ -87,13 +90,14 @@ func (l *Lab) startNodes(ctx context.Context) error {
 }
 
 func (n *Node) start(ctx context.Context) error {
+	if err := os.MkdirAll(n.Dir, 0o755); err != nil {
+		return err
+	}
+	if err := n.startMounts(); err != nil {
+		return err
+	}
 	if err := n.startContainerd(ctx); err != nil {
 		return fmt.Errorf("%s: %w", n.Name, err)
-	}
-	if !n.lab.upstream() {
-		if err := n.StartNetplane(); err != nil {
-			return fmt.Errorf("%s: %w", n.Name, err)
-		}
 	}
 	if err := n.StartKubelet(); err != nil {
 		return fmt.Errorf("%s: %w", n.Name, err)
@@ -101,22 +105,25 @@ func (n *Node) start(ctx context.Context) error {
 	return nil
 }
 
-// containerdConfig is the node's containerd configuration: its own root,
-// state and sockets; CNI from this node's directories; the local pause
+// containerdSocket is containerd's CRI socket inside a node.
+const containerdSocket = "/run/containerd/containerd.sock"
+
+// containerdConfig is the node's containerd configuration: the default
+// paths, which are the node's own in its mount namespace; the local pause
 // image; restrict_oom_score_adj, without which runc fails on this kind of
-// machine; network namespaces of pods under the state directory, so none
+// machine; network namespaces of pods under the state folder, so none
 // lands in the machine's /run/netns.
 const containerdConfig = `version = 2
-root = "{{dir}}/root"
-state = "{{dir}}/state"
+root = "/var/lib/containerd"
+state = "/run/containerd"
 disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs", "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper", "io.containerd.tracing.processor.v1.otlp", "io.containerd.internal.v1.tracing"]
 
 [grpc]
-  address = "{{dir}}/containerd.sock"
+  address = "/run/containerd/containerd.sock"
 [ttrpc]
-  address = "{{dir}}/containerd.sock.ttrpc"
+  address = "/run/containerd/containerd.sock.ttrpc"
 [plugins."io.containerd.internal.v1.opt"]
-  path = "{{dir}}/opt"
+  path = "/var/lib/containerd/opt"
 [plugins."io.containerd.grpc.v1.cri"]
   sandbox_image = "{{pause}}"
   restrict_oom_score_adj = true
@@ -124,8 +131,8 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
   stream_server_address = "127.0.0.1"
   stream_server_port = "0"
   [plugins."io.containerd.grpc.v1.cri".cni]
-    bin_dir = "{{dir}}/cni/bin"
-    conf_dir = "{{dir}}/cni/net.d"
+    bin_dir = "/opt/cni/bin"
+    conf_dir = "/etc/cni/net.d"
     max_conf_num = 1
   [plugins."io.containerd.grpc.v1.cri".containerd]
     snapshotter = "overlayfs"
@@ -135,21 +142,16 @@ disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshot
 `
 
 func (n *Node) startContainerd(ctx context.Context) error {
-	for _, d := range []string{"root", "state", "opt", "cni/bin", "cni/net.d", "pods"} {
-		if err := os.MkdirAll(filepath.Join(n.Dir, d), 0o755); err != nil {
-			return err
-		}
-	}
-	if err := copyFile(n.lab.bin.loopback, filepath.Join(n.Dir, "cni", "bin", "loopback")); err != nil {
+	if err := copyFile(n.lab.bin.loopback, n.fsPath("/opt/cni/bin/loopback")); err != nil {
 		return err
 	}
-	conf := strings.NewReplacer("{{dir}}", n.Dir, "{{pause}}", PauseImage).Replace(containerdConfig)
+	conf := strings.NewReplacer("{{pause}}", PauseImage).Replace(containerdConfig)
 	confPath := filepath.Join(n.Dir, "containerd.toml")
 	if err := os.WriteFile(confPath, []byte(conf), 0o644); err != nil {
 		return err
 	}
-	n.lab.state.addContainerd(containerdInfo{Namespace: n.NS.Name, Config: confPath, Socket: n.Socket, State: filepath.Join(n.Dir, "state")})
-	p, err := n.lab.start(n.NS, n.Name+"-containerd", "containerd", "--config", confPath)
+	n.lab.state.addContainerd(containerdInfo{Namespace: n.NS.Name, Holder: n.holder, Config: confPath, Socket: n.Socket, State: n.fsPath("/run/containerd")})
+	p, err := n.lab.startCmd(n.command("containerd", "--config", confPath), n.Name+"-containerd")
 	if err != nil {
 		return err
 	}
@@ -171,30 +173,6 @@ func (n *Node) startContainerd(ctx context.Context) error {
 	return nil
 }
 
-// StartNetplane starts netplane --role=node in the node; it installs the
-// CNI plugin into the node's CNI bin dir and writes the conflist.
-func (n *Node) StartNetplane() error {
-	n.mu.Lock()
-	defer n.mu.Unlock()
-	argv, env, err := n.nodeCommand()
-	if err != nil {
-		return err
-	}
-	p, err := n.lab.startEnv(n.NS, n.Name+"-netplane", env, argv...)
-	n.network = p
-	return err
-}
-
-// StopNetplane stops netplane --role=node.
-func (n *Node) StopNetplane() {
-	n.mu.Lock()
-	p := n.network
-	n.mu.Unlock()
-	if p != nil {
-		p.Stop(10 * time.Second)
-	}
-}
-
 // Logs returns the tails of the node's process logs, for failure messages.
 func (n *Node) Logs(lines int) string {
 	n.mu.Lock()
@@ -209,7 +187,8 @@ func (n *Node) Logs(lines int) string {
 }
 
 // stop removes the node's pods through containerd (kubelet first, so it
-// does not start them again), then stops containerd and netplane.
+// does not start them again), then stops containerd and the upstream
+// stack's kube-proxy.
 func (n *Node) stop() {
 	n.StopKubelet()
 	if n.containerd != nil && !n.containerd.Exited() {
@@ -221,7 +200,9 @@ func (n *Node) stop() {
 		}
 		n.containerd.Stop(10 * time.Second)
 	}
-	n.StopNetplane()
+	if n.network != nil {
+		n.network.Stop(10 * time.Second)
+	}
 }
 
 func copyFile(src, dst string) error {

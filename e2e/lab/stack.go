@@ -48,8 +48,8 @@ func (l *Lab) ServiceTable() string {
 	return "netplane"
 }
 
-// dnsDeploymentName is the cluster DNS Deployment of the lab's stack.
-func (l *Lab) dnsDeploymentName() string {
+// DNSDeploymentName is the cluster DNS Deployment of the lab's stack.
+func (l *Lab) DNSDeploymentName() string {
 	if l.upstream() {
 		return coreDNSDeployment
 	}
@@ -62,7 +62,7 @@ func (l *Lab) dnsDeploymentName() string {
 // cluster CIDRs (kindnet's rule), and kube-proxy.
 func (l *Lab) startUpstreamNodeNetwork(n *Node, cidrs map[string][]string) error {
 	for _, p := range []string{"bridge", "host-local", "portmap"} {
-		if err := copyFile(framework.Binary("cni/"+p), filepath.Join(n.Dir, "cni", "bin", p)); err != nil {
+		if err := copyFile(framework.Binary("cni/"+p), n.fsPath(filepath.Join("/opt/cni/bin", p))); err != nil {
 			return err
 		}
 	}

@@ -18,9 +18,9 @@ type state struct {
 	Containerd []containerdInfo `json:"containerd"`
 	// CgroupRoots are the nodes' cgroups, made in every hierarchy.
 	CgroupRoots []string `json:"cgroupRoots,omitempty"`
-	// HoldsSysctls says the lab is in the machine's record of the
-	// kernel-wide settings its kubelets change (sysctls.go).
-	HoldsSysctls bool `json:"holdsSysctls,omitempty"`
+	// HoldsMachine says the lab is in the machine's record of what its
+	// nodes change outside their namespaces (machine.go).
+	HoldsMachine bool `json:"holdsMachine,omitempty"`
 
 	// What Attach needs to use a running lab from another process.
 	Kubeconfig string     `json:"kubeconfig,omitempty"`
@@ -41,9 +41,12 @@ type nodeInfo struct {
 	IP6       string `json:"ip6"`
 }
 
-// containerdInfo is enough to start a node's containerd again for cleanup.
+// containerdInfo is enough to start a node's containerd again for cleanup:
+// Holder is the pid whose mount namespace is the node's, Socket and State
+// the machine's paths of containerd's socket and state folder.
 type containerdInfo struct {
 	Namespace string `json:"namespace"`
+	Holder    int    `json:"holder"`
 	Config    string `json:"config"`
 	Socket    string `json:"socket"`
 	State     string `json:"state"`

@@ -20,7 +20,9 @@ import (
 	"testing"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/lab"
@@ -167,7 +169,12 @@ func TestScenarios(t *testing.T) {
 			}
 			l := needReady(t)
 			start := time.Now()
-			if err := s.Run(ctxFor(t, 3*time.Minute), l, t.Logf); err != nil {
+			err := s.Run(ctxFor(t, 3*time.Minute), l, t.Logf)
+			var skipped scenario.Skipped
+			if errors.As(err, &skipped) {
+				t.Skip(skipped.Why)
+			}
+			if err != nil {
 				t.Fatalf("%s: %v", s.Name, err)
 			}
 			t.Logf("%s: ok in %v", s.Name, time.Since(start).Round(time.Millisecond))
@@ -346,21 +353,48 @@ func (l *load) stop(min int64) (ok, failed int64, firstErr error) {
 	return l.ok.Load(), l.failed.Load(), l.firstErr
 }
 
-// TestNodeReadyFollowsThePodNetwork: the kubelet reports a node Ready only
-// while its containerd has netplane's CNI configuration. Without it (a
-// fresh node whose netplane has not started yet) the node turns NotReady
-// with the runtime's network reason, and Ready again once netplane --role=node
-// writes the configuration. Running pods are not touched.
+// TestNodeReadyFollowsThePodNetwork: a node is Ready only while its
+// containerd has netplane's CNI configuration, which the node DaemonSet's
+// pod writes. Every node reported NetworkPluginNotReady before the chart
+// was installed (the lab records it). Then one node loses its agent pod
+// (its kubernetes.io/os label, which the DaemonSet's nodeSelector names,
+// is taken away) and its CNI configuration, as a node that has never run
+// netplane: it turns NotReady with the runtime's network reason; given
+// its label back, the DaemonSet's new pod writes the configuration and the
+// node is Ready again. Running pods are not touched.
 func TestNodeReadyFollowsThePodNetwork(t *testing.T) {
 	l := needReady(t)
+	for _, n := range l.Nodes {
+		if !strings.Contains(l.Bootstrap[n.Name], "NetworkPluginNotReady") {
+			t.Errorf("%s before netplane was installed: %q, want NotReady for NetworkPluginNotReady", n.Name, l.Bootstrap[n.Name])
+		}
+	}
 	n := l.Nodes[len(l.Nodes)-1]
 	ctx := ctxFor(t, 3*time.Minute)
-	n.StopNetplane()
-	running := false
-	t.Cleanup(func() {
-		if !running {
-			n.StartNetplane()
+	const osLabel = "kubernetes.io/os"
+	patch := func(value string) error {
+		v := "null"
+		if value != "" {
+			v = `"` + value + `"`
 		}
+		_, err := l.Client.CoreV1().Nodes().Patch(ctx, n.Name, types.MergePatchType,
+			[]byte(`{"metadata":{"labels":{"`+osLabel+`":`+v+`}}}`), metav1.PatchOptions{})
+		return err
+	}
+	if err := patch(""); err != nil {
+		t.Fatal(err)
+	}
+	relabelled := false
+	t.Cleanup(func() {
+		if !relabelled {
+			patch("linux")
+		}
+	})
+	framework.Eventually(t, time.Minute, "no agent pod on "+n.Name, func() error {
+		if pod, err := l.AgentPod(ctx, n.Name); err == nil {
+			return fmt.Errorf("%s still runs", pod)
+		}
+		return nil
 	})
 	entries, err := os.ReadDir(n.CNIConf)
 	if err != nil {
@@ -377,9 +411,55 @@ func TestNodeReadyFollowsThePodNetwork(t *testing.T) {
 		}
 		return nil
 	})
-	if err := n.StartNetplane(); err != nil {
+	if err := patch("linux"); err != nil {
 		t.Fatal(err)
 	}
-	running = true
-	framework.Eventually(t, time.Minute, "Ready once netplane writes the CNI configuration", func() error { return n.Ready(ctx) })
+	relabelled = true
+	framework.Eventually(t, time.Minute, "Ready once the agent's new pod writes the CNI configuration", func() error { return n.Ready(ctx) })
+	if err := l.WaitRolledOut(ctx, time.Minute); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNetplaneRunsOnlyInItsPods: every netplane process of the lab is a
+// container of the chart's pods (in a pod cgroup of a lab node), and none
+// of them was refused anything by the chart's RBAC.
+func TestNetplaneRunsOnlyInItsPods(t *testing.T) {
+	l := needReady(t)
+	ctx := ctxFor(t, time.Minute)
+	procs, _ := filepath.Glob("/proc/[0-9]*/cmdline")
+	found := 0
+	for _, f := range procs {
+		cmdline, err := os.ReadFile(f)
+		prog := filepath.Base(strings.SplitN(string(cmdline), "\x00", 2)[0])
+		// netplane-cni is the plugin containerd runs for a moment.
+		if err != nil || prog != "netplane" {
+			continue
+		}
+		cgroup, _ := os.ReadFile(filepath.Join(filepath.Dir(f), "cgroup"))
+		if !strings.Contains(string(cgroup), "kubepods") {
+			t.Errorf("%s runs outside a pod (cgroups %s)", strings.ReplaceAll(string(cmdline), "\x00", " "), strings.Fields(string(cgroup)))
+			continue
+		}
+		found++
+	}
+	pods, err := l.Client.CoreV1().Pods(lab.ReleaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=netplane"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Each node's agent, two controllers and two DNS servers.
+	if want := len(l.Nodes) + 4; found < want || len(pods.Items) != want {
+		t.Errorf("%d netplane processes in %d pods, want %d of each", found, len(pods.Items), want)
+	}
+	for _, p := range pods.Items {
+		log, err := l.Client.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, line := range strings.Split(string(log), "\n") {
+			if strings.Contains(line, "forbidden") {
+				t.Errorf("%s was refused something by RBAC: %s", p.Name, line)
+			}
+		}
+	}
 }

@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"path/filepath"
 	"strings"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -32,25 +31,19 @@ type explanation struct {
 }
 
 // explainFrom runs `netplane explain` for a pod of policyNS to nginx by
-// name, on the pod's node as in the node agent's pod: in the node's
-// network namespace, with the node agent's kubeconfig and the lab's
-// netplane binary (both in the lab's state directory).
+// name in the node agent's pod on the client's node, as the chart's README
+// tells a user to.
 func explainFrom(ctx context.Context, l *lab.Lab, client string) (*explanation, error) {
 	p, err := l.Client.CoreV1().Pods(policyNS).Get(ctx, client, metav1.GetOptions{})
 	if err != nil {
 		return nil, err
 	}
-	n := l.Node(p.Spec.NodeName)
-	if n == nil {
-		return nil, fmt.Errorf("%s runs on %q, no lab node", client, p.Spec.NodeName)
+	agent, err := l.AgentPod(ctx, p.Spec.NodeName)
+	if err != nil {
+		return nil, err
 	}
-	args := []string{"explain", "--kubeconfig=" + filepath.Join(l.StateDir, "kubeconfigs", "netplane-node.kubeconfig"),
-		"--from=" + policyNS + "/" + client, "--to=nginx", "--port=8080/tcp", "-o", "json"}
-	if e := l.Config.Encryption; e != "" {
-		// In the agent's pod explain reads it from the agent's configuration.
-		args = append(args, "--encryption="+e)
-	}
-	out, err := n.NS.Exec(filepath.Join(l.StateDir, "bin", "netplane"), args...)
+	out, err := l.Exec(ctx, lab.ReleaseNamespace, agent, "netplane", "explain", "--control-plane-endpoint="+lab.APIServerURL(),
+		"--from="+policyNS+"/"+client, "--to=nginx", "--port=8080/tcp", "-o", "json")
 	if err != nil {
 		return nil, err
 	}

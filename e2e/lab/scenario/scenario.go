@@ -17,3 +17,9 @@ type Scenario struct {
 
 // All is every scenario in the order the demo shows them.
 var All = []Scenario{}
+
+// Skipped is what a scenario returns when the lab it runs in has nothing
+// for it to check; it says why.
+type Skipped struct{ Why string }
+
+func (s Skipped) Error() string { return "skipped: " + s.Why }

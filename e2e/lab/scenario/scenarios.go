@@ -33,6 +33,8 @@ func init() {
 		{"7 scale down/up and failed readiness: endpoints, DNS and rules follow", ScaleAndReadiness},
 		{"8 hostPort: a pod reachable on its node's address", HostPort},
 		{"9 NetworkPolicy: only pods labelled access=true reach nginx; a default-deny namespace", NetworkPolicy},
+		{"10 encryption (NETPLANE_LAB_ENCRYPTION=wireguard): no pod payload crosses the router in clear", Encrypted},
+		{"11 helm upgrade under load: every netplane pod replaced, no request, query or held connection lost", Upgrade},
 	}
 }
 

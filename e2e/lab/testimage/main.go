@@ -10,6 +10,11 @@
 //	testimage lookup [--type=A|AAAA|SRV|CNAME] NAME   through the pod's resolv.conf
 //	testimage upstream [--listen=:53]          fake upstream DNS (*.example.)
 //	testimage pause                            wait for SIGTERM
+//	testimage load [--get URL] [--lookup NAME] [--hold URL] [--stop-file F]
+//	                                           new connections and queries at a rate, and
+//	                                           kept connections, until F exists; JSON tally
+//	testimage touch PATH                       create a file (stops a load)
+//	testimage wait-file PATH                   wait for a file (a load's --started-file)
 package main
 
 import (
@@ -32,11 +37,12 @@ import (
 
 func main() {
 	if len(os.Args) < 2 {
-		fmt.Fprintln(os.Stderr, "usage: testimage serve|get|udp|lookup|upstream|pause ...")
+		fmt.Fprintln(os.Stderr, "usage: testimage serve|get|udp|lookup|upstream|pause|load|touch ...")
 		os.Exit(2)
 	}
 	cmds := map[string]func([]string) error{
 		"serve": serve, "get": get, "udp": udpEcho, "lookup": lookup, "upstream": upstream, "pause": pause,
+		"load": load, "touch": touch, "wait-file": waitFile,
 	}
 	run, ok := cmds[os.Args[1]]
 	if !ok {

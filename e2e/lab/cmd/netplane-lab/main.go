@@ -170,6 +170,11 @@ func check(stateDir string) error {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 		err := s.Run(ctx, l, func(format string, args ...any) { fmt.Printf("    "+format+"\n", args...) })
 		cancel()
+		var skipped scenario.Skipped
+		if errors.As(err, &skipped) {
+			fmt.Printf("skip  %-60s %6.1fs\n      %s\n", s.Name, time.Since(start).Seconds(), skipped.Why)
+			continue
+		}
 		if err != nil {
 			failed++
 			fmt.Printf("FAIL  %-60s %6.1fs\n      %v\n", s.Name, time.Since(start).Seconds(), err)

@@ -1,0 +1,299 @@
+package scenario
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+
+	"github.com/netplane/netplane/e2e/lab"
+)
+
+// loadResult is what `testimage load` prints.
+type loadResult struct {
+	Started time.Time `json:"started"`
+	Seconds float64   `json:"seconds"`
+	Targets []struct {
+		Kind, Target, FirstError string
+		OK, Failed               int64
+		LongestGap               time.Duration
+	} `json:"targets"`
+	Held []struct {
+		Target, Error   string
+		Requests, Dials int64
+		Kept            bool
+	} `json:"held"`
+}
+
+// UpgradeTally is one load's outcome across a disruption, summed over its
+// clients: what the demo prints and docs/upgrade.md records.
+type UpgradeTally struct {
+	Requests, Failed, Queries, FailedQueries int64
+	LongestGap                               time.Duration
+	Held, Kept                               int
+	Errors                                   []string
+}
+
+func (t UpgradeTally) String() string {
+	return fmt.Sprintf("%d requests (%d failed), %d DNS queries (%d failed), longest gap %v, %d of %d held connections kept",
+		t.Requests, t.Failed, t.Queries, t.FailedQueries, t.LongestGap.Round(time.Millisecond), t.Kept, t.Held)
+}
+
+// Lost says whether anything was lost.
+func (t UpgradeTally) Lost() bool {
+	return t.Failed > 0 || t.FailedQueries > 0 || t.Kept < t.Held
+}
+
+// Upgrade: while clients in pods on every node and the external client
+// open new connections (the ClusterIP by name, a NodePort) and send DNS
+// queries for a cluster name, 10 per second each, and hold long-lived
+// connections, `helm upgrade` changes the image tag (a second tag of the
+// same image) and a configuration value of every role, so that every
+// netplane pod is replaced. Nothing may be lost.
+func Upgrade(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
+	if l.Config.Stack == lab.StackUpstream {
+		return Skipped{"the upstream stack has no netplane release to upgrade"}
+	}
+	disrupt := func(ctx context.Context) (string, error) { return upgradeNetplane(ctx, l) }
+	tally, what, err := UnderLoad(ctx, l, disrupt)
+	if err != nil {
+		return err
+	}
+	logf("%s: %s", what, tally)
+	if tally.Lost() {
+		return fmt.Errorf("lost across the upgrade: %s; %s", tally, strings.Join(tally.Errors, "; "))
+	}
+	return nil
+}
+
+// upgradeNetplane upgrades the release to the other of two tags of the
+// same image and the other of two client QPS values, and checks that
+// every netplane pod was replaced.
+func upgradeNetplane(ctx context.Context, l *lab.Lab) (string, error) {
+	image, err := lab.NetplaneImage()
+	if err != nil {
+		return "", err
+	}
+	repo, base, _ := strings.Cut(image, ":")
+	before, err := netplanePods(ctx, l)
+	if err != nil {
+		return "", err
+	}
+	tag, qps := base+"-b", 25
+	if strings.HasSuffix(before[0].Spec.Containers[0].Image, ":"+tag) {
+		tag, qps = base, 20
+	}
+	if err := l.TagImage(ctx, repo+":"+base, repo+":"+tag); err != nil {
+		return "", err
+	}
+	start := time.Now()
+	err = l.UpgradeNetplane(ctx, map[string]any{"image": map[string]any{"tag": tag},
+		"config": map[string]any{"clientConnection": map[string]any{"qps": qps}}})
+	if err != nil {
+		return "", err
+	}
+	after, err := netplanePods(ctx, l)
+	if err != nil {
+		return "", err
+	}
+	old := map[string]bool{}
+	for _, p := range before {
+		old[string(p.UID)] = true
+	}
+	for _, p := range after {
+		if old[string(p.UID)] || !strings.HasSuffix(p.Spec.Containers[0].Image, ":"+tag) {
+			return "", fmt.Errorf("pod %s was not replaced by the upgrade (image %s)", p.Name, p.Spec.Containers[0].Image)
+		}
+	}
+	return fmt.Sprintf("helm upgrade to %s replaced all %d netplane pods in %.1fs", tag, len(before), time.Since(start).Seconds()), nil
+}
+
+func netplanePods(ctx context.Context, l *lab.Lab) ([]corev1.Pod, error) {
+	pods, err := l.Client.CoreV1().Pods(lab.ReleaseNamespace).List(ctx, metav1.ListOptions{LabelSelector: "app.kubernetes.io/name=netplane"})
+	if err != nil {
+		return nil, err
+	}
+	var out []corev1.Pod
+	for _, p := range pods.Items {
+		if p.DeletionTimestamp == nil {
+			out = append(out, p)
+		}
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no netplane pods")
+	}
+	return out, nil
+}
+
+// UnderLoad runs the load of the upgrade scenario around disrupt and sums
+// what every client saw. The load starts before disrupt and stops once
+// disrupt has returned and the cluster DNS Service has as many ready
+// endpoints as its Deployment has replicas again.
+func UnderLoad(ctx context.Context, l *lab.Lab, disrupt func(context.Context) (string, error)) (UpgradeTally, string, error) {
+	var tally UpgradeTally
+	if _, _, err := clusterIPExample(ctx, l); err != nil {
+		return tally, "", err
+	}
+	if err := Apply(ctx, l, "03-nodeport.yaml"); err != nil {
+		return tally, "", err
+	}
+	clusterIP, err := clusterIP(ctx, l, "nginx")
+	if err != nil {
+		return tally, "", err
+	}
+	var clients []string
+	for _, n := range l.Nodes {
+		name := "load-" + n.Name
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kubernetes.io/hostname": n.Name},
+			Containers:   []corev1.Container{{Name: "load", Image: lab.TestImage, Args: []string{"pause"}}}}}
+		if err := create(ctx, l, pod); err != nil {
+			return tally, "", err
+		}
+		if err := running(ctx, l, "default", name); err != nil {
+			return tally, "", err
+		}
+		clients = append(clients, name)
+	}
+	run := fmt.Sprintf("load-%d", time.Now().UnixNano())
+	stop, started := "/tmp/"+run+".stop", "/tmp/"+run+".started"
+	other := l.Nodes[len(l.Nodes)-1].IP
+	inPod := []string{"/testimage", "load", "--stop-file=" + stop, "--started-file=" + started,
+		"--get=http://nginx:8080/", "--get=http://" + net.JoinHostPort(other, "30080") + "/",
+		"--lookup=nginx.default.svc." + lab.ClusterDomain,
+		"--hold=http://" + net.JoinHostPort(clusterIP, "8080") + "/"}
+	outStop, outStarted := filepath.Join(l.StateDir, run+".stop"), filepath.Join(l.StateDir, run+".started")
+	defer os.Remove(outStop)
+	defer os.Remove(outStarted)
+	outside := []string{"load", "--stop-file=" + outStop, "--started-file=" + outStarted}
+	for _, n := range l.Nodes {
+		outside = append(outside, "--get=http://"+net.JoinHostPort(n.IP, "30080")+"/")
+	}
+	outside = append(outside, "--hold=http://"+net.JoinHostPort(l.Nodes[0].IP, "30080")+"/")
+
+	lctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
+	defer cancel()
+	results := make([]string, len(clients)+1)
+	errs := make([]error, len(clients)+1)
+	var wg sync.WaitGroup
+	for i, c := range clients {
+		wg.Add(1)
+		go func() { defer wg.Done(); results[i], errs[i] = l.ExecCRI(lctx, "default", c, inPod...) }()
+	}
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		out, err := exec.CommandContext(lctx, "nsenter", append([]string{"--net=" + l.External.Path, "--", l.TestProgram()}, outside...)...).Output()
+		results[len(clients)], errs[len(clients)] = string(out), err
+	}()
+	// Every client has had an answer from every target before the
+	// disruption begins.
+	var derr error
+	for _, c := range clients {
+		if _, err := l.ExecCRI(ctx, "default", c, "/testimage", "wait-file", started); err != nil && derr == nil {
+			derr = fmt.Errorf("the load in %s did not start: %w", c, err)
+		}
+	}
+	if derr == nil {
+		derr = within(ctx, 30*time.Second, func() error { _, err := os.Stat(outStarted); return err })
+	}
+	began := time.Now()
+	what := ""
+	if derr == nil {
+		what, derr = disrupt(ctx)
+	}
+	if derr == nil {
+		derr = dnsSettled(ctx, l)
+	}
+	ended := time.Now()
+	for _, c := range clients {
+		if _, err := l.ExecCRI(ctx, "default", c, "/testimage", "touch", stop); err != nil && derr == nil {
+			derr = err
+		}
+	}
+	os.WriteFile(outStop, nil, 0o644)
+	wg.Wait()
+	if derr != nil {
+		return tally, "", derr
+	}
+	for i, out := range results {
+		if errs[i] != nil {
+			return tally, "", fmt.Errorf("load %d: %v: %s", i, errs[i], out)
+		}
+		var r loadResult
+		if err := json.Unmarshal([]byte(out), &r); err != nil {
+			return tally, "", fmt.Errorf("load %d: %v: %s", i, err, out)
+		}
+		if r.Started.After(began) || r.Started.Add(time.Duration(r.Seconds*float64(time.Second))).Before(ended) {
+			return tally, "", fmt.Errorf("load %d ran %v for %.1fs, not across the disruption (%v to %v)", i, r.Started, r.Seconds, began, ended)
+		}
+		tally.add(r)
+	}
+	return tally, what, nil
+}
+
+func (t *UpgradeTally) add(r loadResult) {
+	for _, x := range r.Targets {
+		if x.Kind == "dns" {
+			t.Queries += x.OK + x.Failed
+			t.FailedQueries += x.Failed
+		} else {
+			t.Requests += x.OK + x.Failed
+			t.Failed += x.Failed
+		}
+		t.LongestGap = max(t.LongestGap, x.LongestGap)
+		if x.FirstError != "" {
+			t.Errors = append(t.Errors, x.Target+": "+x.FirstError)
+		}
+	}
+	for _, h := range r.Held {
+		t.Held++
+		if h.Kept {
+			t.Kept++
+		} else {
+			t.Errors = append(t.Errors, fmt.Sprintf("held %s: dialled %d times, %s", h.Target, h.Dials, h.Error))
+		}
+	}
+}
+
+// dnsSettled waits until the cluster DNS Service has a ready endpoint for
+// every replica of its Deployment and no other.
+func dnsSettled(ctx context.Context, l *lab.Lab) error {
+	return within(ctx, 2*time.Minute, func() error {
+		d, err := l.Client.AppsV1().Deployments(lab.DNSNamespace).Get(ctx, l.DNSDeploymentName(), metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		slices, err := l.Client.DiscoveryV1().EndpointSlices(lab.DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + lab.DNSService})
+		if err != nil {
+			return err
+		}
+		ready, all := 0, 0
+		for _, s := range slices.Items {
+			if s.AddressType != discoveryv1.AddressTypeIPv4 {
+				continue
+			}
+			for _, e := range s.Endpoints {
+				all++
+				if e.Conditions.Ready == nil || *e.Conditions.Ready {
+					ready++
+				}
+			}
+		}
+		if want := int(*d.Spec.Replicas); ready != want || all != want {
+			return fmt.Errorf("kube-dns has %d endpoints, %d ready, want %d", all, ready, want)
+		}
+		return nil
+	})
+}
