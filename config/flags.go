@@ -109,5 +109,7 @@ func AddFlags(fs *pflag.FlagSet) []flag {
 	str("wireguard-implementation", "node.encryption.implementation", o.Encryption.Implementation, "WireGuard implementation: auto (the kernel's when it has it, else in-process), kernel, userspace.")
 	boolean("wireguard-permissive", "node.encryption.permissive", o.Encryption.Permissive, "For rolling encryption in or out of a running cluster: send to nodes without a valid WireGuard key in clear by the overlay instead of dropping, and keep the overlay.")
 	str("wireguard-private-key-file", "node.encryption.privateKeyFile", o.Encryption.PrivateKeyFile, "This node's WireGuard private key; made on first start (mode 0600), kept across restarts; delete it to rotate the key.")
+	fs.Bool(CleanupFlag, false, "Remove what the node role made on this node (its nftables tables, bridge, VXLAN and WireGuard devices, routes and rules, CNI conflist and plugin, IPAM store, WireGuard key) and exit, as kube-proxy --cleanup does; with --role=node and the node's settings.")
+	fs.Bool(CleanupKeepIPAMFlag, false, "With --cleanup, keep the CNI plugin's IPAM store.")
 	return table
 }

@@ -39,6 +39,19 @@ func Delete(d Dialer, table TableID) error {
 	return nil
 }
 
+// Exists reports whether the kernel has table.
+func Exists(d Dialer, table TableID) (bool, error) {
+	c, err := d.conn()
+	if err != nil {
+		return false, err
+	}
+	tables, err := c.ListTablesOfFamily(table.Family)
+	if err != nil {
+		return false, fmt.Errorf("listing %s tables: %w", familyName(table.Family), err)
+	}
+	return slices.ContainsFunc(tables, func(t *nftables.Table) bool { return t.Name == table.Name }), nil
+}
+
 // sendOnce sends a plan for table over a connection of its own.
 func sendOnce(d Dialer, table TableID, p *plan) error {
 	k := &netlinkKernel{dialer: d, id: table}

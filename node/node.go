@@ -21,7 +21,9 @@
 // family, the pod MTU) is in package nodeview, the netlink helpers in
 // package link: no feature imports another. When one fails, the others are
 // stopped too and the role fails. A stop leaves every table, route and link
-// in place, so the node keeps forwarding while the agent is restarted.
+// in place, so the node keeps forwarding while the agent is restarted;
+// Cleanup (netplane --role=node --cleanup) removes them, each feature its
+// own.
 package node
 
 import (

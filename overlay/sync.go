@@ -187,13 +187,7 @@ func (s *Syncer) converge(plan Plan, routes []netlink.Route) (map[string]int, er
 // with the plan.
 func (s *Syncer) diff(plan Plan, routes []netlink.Route, tunnels map[string]int) (*changes, error) {
 	c := &changes{}
-	var ours []netlink.Route
-	for _, r := range routes {
-		if r.Protocol == RouteProtocol {
-			ours = append(ours, r)
-		}
-	}
-	c.diffRoutes(ours, plan.Routes, tunnels)
+	c.diffRoutes(owned(routes), plan.Routes, tunnels)
 	for _, d := range plan.Devices {
 		idx, ok := tunnels[d.Name]
 		if !ok {

@@ -23,6 +23,7 @@ import (
 	"sync"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/cni/conflist"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/link"
 	"github.com/netplane/netplane/nft"
@@ -176,7 +177,7 @@ func (f *Feature) syncMasquerade(me nodeview.Node, nodes []nodeview.Node, full b
 // sync's cost.
 func (f *Feature) writeCNIFiles(podCIDRs []netip.Prefix, mtu int, full bool) error {
 	cfg := f.d.Config.Node
-	dst := filepath.Join(cfg.CNIBinDir, "netplane-cni")
+	dst := filepath.Join(cfg.CNIBinDir, conflist.Type)
 	if stamp := stampOf(f.pluginPath, dst); full || stamp == "" || stamp != f.pluginStamp {
 		f.pluginStamp = ""
 		if wrote, err := installPlugin(f.pluginPath, dst); err != nil {

@@ -21,6 +21,7 @@ import (
 	"github.com/netplane/netplane/link"
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/nodeview"
+	"github.com/netplane/netplane/sweep"
 )
 
 // Feature is WireGuard as a feature of the node role. With encryption on
@@ -132,7 +133,6 @@ func (f *Feature) Run(ctx context.Context) error {
 // table and its rules, and the guard table, so that the overlay's routes
 // carry pod traffic again.
 func (f *Feature) remove(ctx context.Context) error {
-	var errs []error
 	self := f.d.Config.Node.NodeName
 	if n, err := f.d.Client.CoreV1().Nodes().Get(ctx, self, metav1.GetOptions{}); err == nil && n.Annotations[Annotation] != "" {
 		patch := []byte(`{"metadata":{"annotations":{"` + Annotation + `":null}}}`)
@@ -148,15 +148,12 @@ func (f *Feature) remove(ctx context.Context) error {
 			}
 		}
 	}
-	if l, err := f.h.LinkByName(DeviceName); err == nil {
-		if err := f.h.LinkDel(l); err != nil {
-			errs = append(errs, fmt.Errorf("delete %s: %w", DeviceName, err))
-		} else {
-			f.d.Log.Info("encryption is off: deleted the WireGuard device", "device", DeviceName)
-		}
+	var s sweep.Sweep
+	removeKernel(&s, f.h)
+	for _, what := range s.Removed() {
+		f.d.Log.Info("encryption is off: removed " + what)
 	}
-	errs = append(errs, removeRouting(f.h), nft.Delete(nft.Dialer{}, GuardTable))
-	return errors.Join(errs...)
+	return s.Err()
 }
 
 // peersFollow is how long peers are given to follow a change of this

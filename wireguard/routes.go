@@ -3,6 +3,7 @@ package wireguard
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net/netip"
 	"slices"
 
@@ -11,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/link"
+	"github.com/netplane/netplane/sweep"
 )
 
 // The routes into the device live in a routing table of their own,
@@ -172,24 +174,33 @@ func ensureRules(h *netlink.Handle) error {
 	return nil
 }
 
-// removeRouting deletes the rules and every route of the table.
-func removeRouting(h *netlink.Handle) error {
-	var errs []error
+// removeRouting deletes the rules that look the table up and every route
+// of the table, noting each in s.
+func removeRouting(s *sweep.Sweep, h *netlink.Handle) {
 	for _, fam := range []int{netlink.FAMILY_V4, netlink.FAMILY_V6} {
-		rules, err := h.RuleListFiltered(fam, &netlink.Rule{Table: RouteTable}, netlink.RT_FILTER_TABLE)
-		errs = append(errs, err)
+		name := map[int]string{netlink.FAMILY_V4: "IPv4", netlink.FAMILY_V6: "IPv6"}[fam]
+		rules, err := link.Retry(func() ([]netlink.Rule, error) {
+			return h.RuleListFiltered(fam, &netlink.Rule{Table: RouteTable}, netlink.RT_FILTER_TABLE)
+		})
+		if err != nil {
+			s.Note(fmt.Sprintf("%s rules looking up table %d", name, RouteTable), err)
+			continue
+		}
 		for i := range rules {
-			errs = append(errs, h.RuleDel(&rules[i]))
+			s.Note(fmt.Sprintf("%s rule %d lookup %d", name, rules[i].Priority, RouteTable), h.RuleDel(&rules[i]))
 		}
 	}
 	have, err := tableRoutes(h)
-	errs = append(errs, err)
-	for _, r := range have {
-		if err := h.RouteDel(&r); err != nil && !errors.Is(err, unix.ESRCH) {
-			errs = append(errs, err)
+	if err != nil {
+		s.Note(fmt.Sprintf("routes of table %d", RouteTable), err)
+		return
+	}
+	for _, dst := range slices.SortedFunc(maps.Keys(have), comparePrefix) {
+		r := have[dst]
+		if err := h.RouteDel(&r); !errors.Is(err, unix.ESRCH) {
+			s.Note(fmt.Sprintf("route %s table %d", dst, RouteTable), err)
 		}
 	}
-	return errors.Join(errs...)
 }
 
 // syncAddrs makes addrs the device's only addresses (link-local IPv6 ones

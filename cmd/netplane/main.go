@@ -9,6 +9,8 @@
 // share one API client, one informer per resource, one health server and one
 // metrics server. internal/process runs them on controller-runtime's manager.
 //
+// `netplane --role=node --cleanup` removes what the node role made on its
+// node and exits, as kube-proxy --cleanup does (package node's Cleanup).
 // `netplane explain` says why a connection works or fails (docs/explain.md);
 // `netplane version` prints the version.
 package main
@@ -21,16 +23,19 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
 	"strings"
 	"syscall"
 
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/config"
 	"github.com/netplane/netplane/internal/capability"
 	"github.com/netplane/netplane/internal/process"
 	"github.com/netplane/netplane/internal/version"
+	"github.com/netplane/netplane/node"
 )
 
 func main() {
@@ -44,7 +49,7 @@ func main() {
 // Exit codes.
 const (
 	exitOK      = 0
-	exitFailure = 1 // a role failed, the leader election Lease was lost, or the stop took longer than --shutdown-timeout
+	exitFailure = 1 // a role failed, the leader election Lease was lost, the stop took longer than --shutdown-timeout, or --cleanup left something
 	exitUsage   = 2 // bad flags or configuration
 )
 
@@ -66,7 +71,7 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fs.AddGoFlag(klogFlags.Lookup(name))
 	}
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "Usage: netplane --role=ROLE[,ROLE...] [flags]\n       netplane explain --from=SOURCE --to=DESTINATION [--port=PORT] [-o text|json]\n       netplane version\n\n"+
+		fmt.Fprintf(stderr, "Usage: netplane --role=ROLE[,ROLE...] [flags]\n       netplane --role=node --cleanup [--cleanup-keep-ipam] [flags]\n       netplane explain --from=SOURCE --to=DESTINATION [--port=PORT] [-o text|json]\n       netplane version\n\n"+
 			"Every flag can also be set by the environment variable NETPLANE_<FLAG> (dashes as\n"+
 			"underscores) or by the --config file; flags win over the environment, which wins over the file.\n\nFlags:\n")
 		fs.PrintDefaults()
@@ -88,6 +93,14 @@ func run(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintf(stderr, "netplane: %s\n", strings.ReplaceAll(err.Error(), "\n", "; "))
 		return exitUsage
 	}
+	cleanup, err := config.CleanupOf(fs)
+	if err != nil {
+		fmt.Fprintf(stderr, "netplane: %v\n", err)
+		return exitUsage
+	}
+	if cleanup.Run {
+		return runCleanup(cfg, cleanup.KeepIPAM, stdout, stderr)
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
 	if err := process.Run(ctx, cfg, roles); err != nil {
@@ -96,5 +109,19 @@ func run(args []string, stdout, stderr io.Writer) int {
 		return exitFailure
 	}
 	klog.Flush()
+	return exitOK
+}
+
+// runCleanup removes what the node role made on this node and exits:
+// exitFailure only when something of it remains.
+func runCleanup(cfg *v1alpha1.Configuration, keepIPAM bool, stdout, stderr io.Writer) int {
+	if !slices.Contains(cfg.Roles, v1alpha1.RoleNode) {
+		fmt.Fprintln(stderr, "netplane: --cleanup removes what the node role made: run it with --role=node and the node's settings")
+		return exitUsage
+	}
+	if err := node.Cleanup(cfg.Node, keepIPAM, stdout); err != nil {
+		fmt.Fprintf(stderr, "netplane: cleanup left something of the node role on this node:\n%v\n", err)
+		return exitFailure
+	}
 	return exitOK
 }

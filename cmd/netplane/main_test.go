@@ -32,6 +32,8 @@ func TestRoleDispatchErrors(t *testing.T) {
 		{"mistyped flag", []string{"--rol=node"}, "unknown flag: --rol"},
 		{"unknown flag after a valid one", []string{"--role=node", "--bogus"}, "unknown flag: --bogus"},
 		{"bad flag value", []string{"--role=dns", "--ttl=five"}, `invalid argument "five" for "--ttl" flag`},
+		{"cleanup of another role", []string{"--role=dns", "--cleanup"}, "--cleanup removes what the node role made: run it with --role=node"},
+		{"keeping IPAM without cleanup", []string{"--role=node", "--cleanup-keep-ipam"}, "--cleanup-keep-ipam applies only with --cleanup"},
 	}
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {

@@ -2,7 +2,9 @@
 // netplane --role=node writes into the runtime's configuration directory, and
 // its netplane-cni entry, which the runtime passes to the plugin on stdin.
 // Writer and plugin use these types, so a field one writes is a field the
-// other reads. It imports no Kubernetes package: cmd/netplane-cni links it.
+// other reads; node.go names what the plugin makes on the node, which the
+// node agent's cleanup removes. It imports no Kubernetes package:
+// cmd/netplane-cni links it.
 package conflist
 
 import "github.com/containernetworking/cni/pkg/types"

@@ -22,6 +22,9 @@ const (
 	statePrefix = "allocations."
 	lockFile    = "lock"
 	slots       = 2
+	// tempPattern names the first table of a boot until it is renamed
+	// into its slot (os.CreateTemp's pattern).
+	tempPattern = ".allocations-*.tmp"
 )
 
 // BootIDPath is where the kernel tells which boot this is.
@@ -238,7 +241,7 @@ func overwrite(path string, data []byte) error {
 }
 
 func (s *Store) create(path string, data []byte) error {
-	tmp, err := os.CreateTemp(s.Dir, ".allocations-*.tmp")
+	tmp, err := os.CreateTemp(s.Dir, tempPattern)
 	if err != nil {
 		return err
 	}
@@ -251,6 +254,31 @@ func (s *Store) create(path string, data []byte) error {
 		return err
 	}
 	return os.Rename(tmp.Name(), path)
+}
+
+// Files are the paths of the store's files in dir: every boot's slots,
+// the lock, a temporary file a crash left. A node's cleanup removes them,
+// and only them: the folder may hold files of others.
+func Files(dir string) ([]string, error) {
+	entries, err := os.ReadDir(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, e := range entries {
+		if isStoreFile(e.Name()) {
+			out = append(out, filepath.Join(dir, e.Name()))
+		}
+	}
+	return out, nil
+}
+
+func isStoreFile(name string) bool {
+	temp, _ := filepath.Match(tempPattern, name)
+	return name == lockFile || strings.HasPrefix(name, statePrefix) || temp
 }
 
 // slotMagic starts every slot: "netplane-ipam <generation> <length> <crc32>\n",

@@ -227,3 +227,26 @@ func TestParallelProcessesNeverGetTheSameAddress(t *testing.T) {
 		t.Fatalf("%d distinct addresses for %d attachments of 2 families", len(used), procs*each)
 	}
 }
+
+func TestFilesAreTheStoresOnly(t *testing.T) {
+	for _, tc := range []struct {
+		name string
+		ours bool
+	}{
+		{"lock", true},
+		{"allocations.0b3c.0", true},
+		{"allocations.0b3c.1", true},
+		{"allocations.earlier-boot.0", true},
+		{".allocations-123456.tmp", true},
+		{"lockfile", false},
+		{"notes.txt", false},
+		{".allocations-123456", false},
+	} {
+		if got := isStoreFile(tc.name); got != tc.ours {
+			t.Errorf("isStoreFile(%q) = %v, want %v", tc.name, got, tc.ours)
+		}
+	}
+	if files, err := Files(filepath.Join(t.TempDir(), "none")); err != nil || files != nil {
+		t.Errorf("Files of a missing folder: %q, %v; want none, no error", files, err)
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
+	"github.com/netplane/netplane/cni/conflist"
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/link"
 )
@@ -28,11 +29,8 @@ func Funcs() skel.CNIFuncs {
 // container ID and interface so DEL and GC find it without the pod's netns.
 func VethName(containerID, ifname string) string {
 	sum := sha256.Sum256([]byte(containerID + "/" + ifname))
-	return vethPrefix + hex.EncodeToString(sum[:])[:12]
+	return conflist.VethPrefix + hex.EncodeToString(sum[:])[:12]
 }
-
-// vethPrefix starts the name of every host veth of ours.
-const vethPrefix = "npv"
 
 // host is the netlink handle of the node namespace the plugin runs in: one
 // socket for the whole invocation (a zero Handle opens one per request).

@@ -9,6 +9,7 @@ import (
 	"github.com/containernetworking/cni/pkg/types"
 	"github.com/vishvananda/netlink"
 
+	"github.com/netplane/netplane/cni/conflist"
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/link"
 )
@@ -97,7 +98,7 @@ func removeStrayVeths(bridge string, keep map[string]bool) []error {
 	var errs []error
 	for _, l := range links {
 		name := l.Attrs().Name
-		if _, ok := l.(*netlink.Veth); !ok || !strings.HasPrefix(name, vethPrefix) || keep[name] || l.Attrs().MasterIndex != br.Attrs().Index {
+		if _, ok := l.(*netlink.Veth); !ok || !strings.HasPrefix(name, conflist.VethPrefix) || keep[name] || l.Attrs().MasterIndex != br.Attrs().Index {
 			continue
 		}
 		if err := deleteLink(name); err != nil {

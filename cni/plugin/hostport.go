@@ -10,6 +10,7 @@ import (
 	"github.com/google/nftables"
 	"golang.org/x/sys/unix"
 
+	"github.com/netplane/netplane/cni/conflist"
 	"github.com/netplane/netplane/cni/ipam"
 	"github.com/netplane/netplane/link"
 	"github.com/netplane/netplane/nft"
@@ -21,7 +22,7 @@ import (
 // leave a stale rule behind the next change. It is small (a rule per host
 // port), so it is rewritten whole in one transaction (nft.Replace), which
 // also heals any edit made by someone else.
-var HostPortTable = nft.TableID{Family: nftables.TableFamilyINet, Name: "netplane-hostports"}
+var HostPortTable = nft.TableID{Family: nftables.TableFamilyINet, Name: conflist.HostPortTable}
 
 // hostPortChain holds one DNAT rule per host port and pod address family;
 // the base chains jump to it.

@@ -21,6 +21,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/utils/ptr"
 
+	"github.com/netplane/netplane/cni/conflist"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/podnet"
@@ -39,6 +40,13 @@ type Pod struct {
 // unless the pod has an address of each of the cluster's families.
 func (c *Cluster) AddPod(t testing.TB, n *Node, id string) *Pod {
 	t.Helper()
+	return c.AddPodWithHostPorts(t, n, id)
+}
+
+// AddPodWithHostPorts is AddPod for a pod with hostPorts, which a runtime
+// passes in the portMappings capability.
+func (c *Cluster) AddPodWithHostPorts(t testing.TB, n *Node, id string, ports ...conflist.PortMapping) *Pod {
+	t.Helper()
 	p := &Pod{ID: id, Node: n, NS: c.newNS(t, "pod")}
 	list, err := libcni.ConfListFromFile(filepath.Join(n.ConfDir(), podnet.ConflistName))
 	if err != nil {
@@ -46,6 +54,9 @@ func (c *Cluster) AddPod(t testing.TB, n *Node, id string) *Pod {
 	}
 	cni := libcni.NewCNIConfigWithCacheDir([]string{n.BinDir()}, filepath.Join(n.Dir, "cache"), nil)
 	rt := &libcni.RuntimeConf{ContainerID: id, NetNS: p.NS.Path, IfName: "eth0"}
+	if len(ports) > 0 {
+		rt.CapabilityArgs = map[string]any{"portMappings": ports}
+	}
 	var res *current.Result
 	err = n.NS.Do(func() error {
 		ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)

@@ -96,6 +96,7 @@ type Node struct {
 
 func (n *Node) ConfDir() string { return filepath.Join(n.Dir, "net.d") }
 func (n *Node) BinDir() string  { return filepath.Join(n.Dir, "bin") }
+func (n *Node) IPAMDir() string { return filepath.Join(n.Dir, "ipam") }
 
 // New brings the cluster up: API server, underlay, nodes with their Node
 // objects and, unless NoStart, agents whose CNI plugins are installed.
@@ -280,7 +281,7 @@ func (c *Cluster) Start(t testing.TB, n *Node, flags ...string) {
 	}
 	// No --cni-plugin-path: the agent installs the netplane-cni beside it.
 	args := append([]string{"--role=node", "--kubeconfig=" + n.Kubeconfig, "--node-name=" + n.Name,
-		"--cni-conf-dir=" + n.ConfDir(), "--cni-bin-dir=" + n.BinDir(), "--ipam-state-dir=" + filepath.Join(n.Dir, "ipam"),
+		"--cni-conf-dir=" + n.ConfDir(), "--cni-bin-dir=" + n.BinDir(), "--ipam-state-dir=" + n.IPAMDir(),
 		cidr, "--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0"}, flags...)
 	n.Metrics = ""
 	n.Proc = n.NS.Start(c.T, filepath.Join(framework.NetplaneBinaries(t), "netplane"), args...)
