@@ -27,8 +27,10 @@ import (
 	"github.com/spf13/pflag"
 	"k8s.io/klog/v2"
 
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/config"
 	"github.com/netplane/netplane/internal/process"
+	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/internal/version"
 )
 
@@ -83,7 +85,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := process.Run(ctx, cfg, roles); err != nil {
+	src := role.Source{File: config.File(fs), Load: func() (*v1alpha1.Configuration, error) { return config.Load(fs, table) }}
+	if err := process.Run(ctx, cfg, src, roles); err != nil {
 		klog.ErrorS(err, "netplane stopped")
 		klog.Flush()
 		return exitFailure

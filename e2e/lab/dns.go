@@ -58,7 +58,7 @@ func (l *Lab) deployDNS(ctx context.Context) error {
 		},
 		func() error {
 			_, err := l.Client.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: DNSDeployment}, Rules: []rbacv1.PolicyRule{
-				{APIGroups: []string{""}, Resources: []string{"services", "pods", "namespaces", "endpoints"}, Verbs: []string{"get", "list", "watch"}},
+				{APIGroups: []string{""}, Resources: []string{"services", "pods", "namespaces", "endpoints", "configmaps"}, Verbs: []string{"get", "list", "watch"}},
 				{APIGroups: []string{"discovery.k8s.io"}, Resources: []string{"endpointslices"}, Verbs: []string{"get", "list", "watch"}},
 			}}, metav1.CreateOptions{})
 			return err
@@ -105,7 +105,7 @@ func dnsDeployment(labels map[string]string) *appsv1.Deployment {
 						Weight: 100, PodAffinityTerm: corev1.PodAffinityTerm{TopologyKey: "kubernetes.io/hostname", LabelSelector: &metav1.LabelSelector{MatchLabels: labels}}}}}},
 					Containers: []corev1.Container{{
 						Name: "dns", Image: NetplaneImage,
-						Args: []string{"--role=dns", "--dns-bind-address=:53", "--upstream=" + UpstreamDNSIP,
+						Args: []string{"--role=dns", "--dns-bind-address=:53", "--upstream-servers=" + UpstreamDNSIP,
 							"--cluster-domain=" + ClusterDomain, "--dns-service=" + DNSNamespace + "/" + DNSService,
 							"--health-bind-address=:8080", "--metrics-bind-address=:9153", "--v=2"},
 						Ports: []corev1.ContainerPort{{Name: "dns", ContainerPort: 53, Protocol: corev1.ProtocolUDP},
