@@ -89,7 +89,7 @@ func TestEveryRenderedObjectIsAcceptedByTheAPIServer(t *testing.T) {
 		}}},
 		{"dns only, custom domain and IP", map[string]any{
 			"controller": map[string]any{"enabled": false}, "node": map[string]any{"enabled": false},
-			"dns": map[string]any{"config": map[string]any{"clusterDomain": "corp.internal", "upstream": []any{"192.0.2.53"}}, "service": map[string]any{"name": "kube-dns", "clusterIP": "10.96.0.53"}},
+			"dns": map[string]any{"config": map[string]any{"clusterDomain": "corp.internal", "upstreamServers": []any{"192.0.2.53"}}, "service": map[string]any{"name": "kube-dns", "clusterIP": "10.96.0.53"}},
 		}},
 		{"encryption with WireGuard", wireguardValues},
 		{"private image and extra flags", map[string]any{

@@ -30,22 +30,17 @@ import (
 // --config or NETPLANE_CONFIG, then validates it. Every error names the
 // field by its path in the file (dns.ttl, node.clusterCIDRs[1]).
 func Load(fs *pflag.FlagSet, table []flag) (*v1alpha1.Configuration, error) {
-	v := viper.New()
+	v := newViper()
 	for _, f := range table {
-		if err := v.BindPFlag(f.key, fs.Lookup(f.name)); err != nil {
+		key := strings.ReplaceAll(f.key, ".", keyDelimiter)
+		if err := v.BindPFlag(key, fs.Lookup(f.name)); err != nil {
 			return nil, err
 		}
-		if err := v.BindEnv(f.key, EnvName(f.name)); err != nil {
+		if err := v.BindEnv(key, EnvName(f.name)); err != nil {
 			return nil, err
 		}
 	}
-	path, _ := fs.GetString(ConfigFlag)
-	if !fs.Changed(ConfigFlag) {
-		if env, ok := os.LookupEnv(EnvName(ConfigFlag)); ok {
-			path = env
-		}
-	}
-	if path != "" {
+	if path := File(fs); path != "" {
 		data, err := os.ReadFile(path)
 		if err != nil {
 			return nil, fmt.Errorf("config file: %w", err)
@@ -62,7 +57,10 @@ func Load(fs *pflag.FlagSet, table []flag) (*v1alpha1.Configuration, error) {
 	errs := decode(v, cfg)
 	// An empty list from the environment or the file means "unset", as flags do.
 	cfg.Roles = compact(cfg.Roles)
-	cfg.DNS.Upstream = compact(cfg.DNS.Upstream)
+	cfg.DNS.UpstreamServers = compact(cfg.DNS.UpstreamServers)
+	for d, servers := range cfg.DNS.StubDomains {
+		cfg.DNS.StubDomains[d] = compact(servers)
+	}
 	cfg.Node.NodePortAddresses = compact(cfg.Node.NodePortAddresses)
 	// A CIDR is its network, as net.ParseCIDR (and so kube-proxy) reads
 	// 10.244.1.0/16: the rules are built from prefixes compared as such.
@@ -78,6 +76,25 @@ func Load(fs *pflag.FlagSet, table []flag) (*v1alpha1.Configuration, error) {
 	}
 	return cfg, nil
 }
+
+// File is the configuration file Load reads: --config, else
+// NETPLANE_CONFIG; "" for none.
+func File(fs *pflag.FlagSet) string {
+	path, _ := fs.GetString(ConfigFlag)
+	if !fs.Changed(ConfigFlag) {
+		if env, ok := os.LookupEnv(EnvName(ConfigFlag)); ok {
+			path = env
+		}
+	}
+	return path
+}
+
+// keyDelimiter separates the levels of a key inside viper. Viper's own
+// "." would split a stub domain (dns.stubDomains: {corp.example: [...]})
+// into nested keys.
+const keyDelimiter = "::"
+
+func newViper() *viper.Viper { return viper.NewWithOptions(viper.KeyDelimiter(keyDelimiter)) }
 
 // merge appends to errs those of more whose field errs does not name yet.
 func merge(errs, more field.ErrorList) field.ErrorList {
@@ -117,7 +134,7 @@ func checkFile(data []byte) error {
 		errs = append(errs, field.TypeInvalid(field.NewPath(te.Field), field.OmitValueType{}, fmt.Sprintf("expected %s, got %s", te.Type, te.Value)))
 		unplaced = nil
 	}
-	v := viper.New()
+	v := newViper()
 	v.SetConfigType("yaml")
 	if err := v.ReadConfig(bytes.NewReader(data)); err != nil {
 		return err

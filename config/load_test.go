@@ -72,7 +72,7 @@ controller:
   leaderElection:
     leaderElect: false
 dns:
-  upstream: ["127.0.0.1:5353"]
+  upstreamServers: ["127.0.0.1:5353"]
 node:
   clusterCIDRs: [10.244.0.0/16, fd00:10:244::/56]
 `
@@ -90,7 +90,7 @@ node:
 		{"roles from file", strings.Join(c.Roles, ","), "controller"},
 		{"duration from file", c.Controller.EndpointUpdatesBatchPeriod.Duration, 2 * time.Second},
 		{"nested bool from file", c.Controller.LeaderElection.LeaderElect, false},
-		{"list from file", strings.Join(c.DNS.Upstream, ","), "127.0.0.1:5353"},
+		{"list from file", strings.Join(c.DNS.UpstreamServers, ","), "127.0.0.1:5353"},
 		{"dual-stack list from file", len(c.Node.ClusterCIDRs), 2},
 		{"float from env", c.ClientConnection.QPS, float32(50)},
 		{"list from env", strings.Join(c.Node.NodePortAddresses, ","), "10.0.0.0/8,primary"},
@@ -119,7 +119,8 @@ func TestFileErrorsNameTheField(t *testing.T) {
 		{"unknown field two levels down", "controller:\n  leaderElection:\n    elect: true\n", "controller.leaderElection.elect: unknown field"},
 		{"every unknown field", "dns:\n  tll: 5\nnode:\n  bogus: 1\n", "dns.tll: unknown field\nnode.bogus: unknown field"},
 		{"wrong type", "dns:\n  ttl: five\n", "dns.ttl: expected int32, got string"},
-		{"wrong type list", "dns:\n  upstream: 5\n", "dns.upstream: expected []string, got number"},
+		{"wrong type list", "dns:\n  upstreamServers: 5\n", "dns.upstreamServers: expected []string, got number"},
+		{"wrong type of stub domain servers", "dns:\n  stubDomains:\n    corp.example: 5\n", "dns.stubDomains: expected []string, got number"},
 		{"bad CIDR", "node:\n  clusterCIDRs: [10.244.0.0/16, 10.245.0.0]\n", `node.clusterCIDRs[1]: netip.ParsePrefix("10.245.0.0"): no '/'`},
 		{"bad duration", "dns:\n  upstreamTimeout: soon\n", `dns.upstreamTimeout: "soon" is not a duration`},
 		{"not yaml", "dns: [\n", "not valid YAML"},
@@ -154,7 +155,9 @@ func TestValidationErrorsNameTheField(t *testing.T) {
 		{"service cidr", []string{"--service-cidrs=10.96.0.0"}, nil, `node.serviceCIDRs[0]: netip.ParsePrefix("10.96.0.0"): no '/'`},
 		{"every invalid value", []string{"--ttl=4000", "--max-endpoints-per-slice=0"}, nil, "controller.maxEndpointsPerSlice: must be between 1 and 1000, got 0\ndns.ttl: must be between 0 and 3600, got 4000"},
 		{"two service cidrs of one family", []string{"--service-cidrs=10.96.0.0/16,fd00:10:96::/112,10.97.0.0/16"}, nil, `node.serviceCIDRs[2]: at most one CIDR per IP family: "10.96.0.0/16" and "10.97.0.0/16" are both IPv4`},
-		{"upstream", []string{"--upstream=dns.example"}, nil, "dns.upstream[0]: must be an IP address"},
+		{"upstream", []string{"--upstream-servers=dns.example"}, nil, "dns.upstreamServers[0]: must be an IP address"},
+		{"serve stale", []string{"--dns-serve-stale=-1s"}, nil, "dns.serveStale: must be between 0s and 168h0m0s"},
+		{"kube-dns configmap", []string{"--kube-dns-configmap=kube-dns"}, nil, `dns.kubeDNSConfigMap: must be namespace/name like kube-system/kube-dns, or "" to read none, got "kube-dns"`},
 		{"bind address", []string{"--health-bind-address=nowhere"}, nil, "healthBindAddress: must be host:port"},
 		{"unknown role", []string{"--role=proxy"}, nil, `roles: unknown role "proxy": valid roles are controller,dns,node`},
 		{"no role", []string{"--role="}, nil, "roles: no role given"},
@@ -233,5 +236,52 @@ func TestDisablingAServerWithAnEmptyAddress(t *testing.T) {
 	}
 	if c.MetricsBindAddress != "" || c.HealthBindAddress != "127.0.0.1:0" {
 		t.Errorf("metrics=%q health=%q", c.MetricsBindAddress, c.HealthBindAddress)
+	}
+}
+
+// Stub domains come from the file only (a map has no flag), keep the dots
+// of their names, and are checked against the cluster domain whichever
+// layer set it.
+func TestStubDomainsFromTheFile(t *testing.T) {
+	file := "dns:\n  stubDomains:\n    corp.example: [10.0.0.53, \"10.0.0.54:5353\"]\n    Lab.Corp.Example.: [\"[fd00::53]:53\", fd00::54]\n"
+	c, err := load(t, file, nil, "--role=dns")
+	if err != nil {
+		t.Fatal(err)
+	}
+	got := fmt.Sprint(c.DNS.StubDomains)
+	if want := "map[corp.example:[10.0.0.53 10.0.0.54:5353] lab.corp.example.:[[fd00::53]:53 fd00::54]]"; got != want {
+		t.Errorf("stubDomains = %s, want %s", got, want)
+	}
+	cases := []struct {
+		name, file string
+		args       []string
+		want       string
+	}{
+		{"the cluster domain itself", "dns:\n  stubDomains:\n    cluster.local: [10.0.0.53]\n", nil,
+			"dns.stubDomains[cluster.local]: is inside the cluster domain cluster.local, which netplane answers itself"},
+		{"inside the cluster domain", "dns:\n  stubDomains:\n    svc.cluster.local.: [10.0.0.53]\n", nil,
+			"dns.stubDomains[svc.cluster.local.]: is inside the cluster domain cluster.local"},
+		{"inside a cluster domain set by flag", "dns:\n  stubDomains:\n    corp.example: [10.0.0.53]\n", []string{"--cluster-domain=k8s.corp.example"},
+			""},
+		{"the cluster domain set by flag", "dns:\n  stubDomains:\n    k8s.corp.example: [10.0.0.53]\n", []string{"--cluster-domain=corp.example"},
+			"dns.stubDomains[k8s.corp.example]: is inside the cluster domain corp.example"},
+		{"a server by name", "dns:\n  stubDomains:\n    corp.example: [ns1.corp.example]\n", nil,
+			`dns.stubDomains[corp.example][0]: must be an IP address or IP:port, got "ns1.corp.example"`},
+		{"no server", "dns:\n  stubDomains:\n    corp.example: []\n", nil,
+			"dns.stubDomains[corp.example]: must list at least one server"},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			_, err := load(t, c.file, nil, append([]string{"--role=dns"}, c.args...)...)
+			if c.want == "" {
+				if err != nil {
+					t.Fatalf("error %v, want none", err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("error = %v, want it to contain %q", err, c.want)
+			}
+		})
 	}
 }

@@ -90,7 +90,7 @@ func dnsConfig(t *testing.T, upstream string) v1alpha1.DNS {
 	t.Helper()
 	c := v1alpha1.Default().DNS
 	c.BindAddress = "127.0.0.1:0"
-	c.Upstream = []string{upstream}
+	c.UpstreamServers = []string{upstream}
 	c.UpstreamTimeout = metav1.Duration{Duration: 500 * time.Millisecond}
 	// A resolv.conf of the test's own, so the machine's search domains and
 	// servers never play a part.

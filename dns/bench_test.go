@@ -209,7 +209,7 @@ func startNetplane(b *testing.B, name, bin string, api *framework.APIServer, ups
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
 	args := append(append([]string{"env"}, env...), bin, "--role=dns",
 		"--kubeconfig="+api.Kubeconfig, "--dns-bind-address="+addr, "--ttl=30", "--pod-records=insecure",
-		"--upstream="+upstream, "--resolv-conf="+resolv,
+		"--upstream-servers="+upstream, "--resolv-conf="+resolv,
 		"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
 	args = append(args, extra...)
 	p := pinned(b, name, filepath.Join(dir, name+".log"), args...)

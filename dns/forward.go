@@ -14,62 +14,100 @@ import (
 )
 
 // Forwarder resolves names outside the cluster zone through upstream
-// servers: UDP first, TCP when the UDP answer is truncated, the next server
-// when one fails, and an error (the caller's SERVFAIL) once the timeout is
-// spent, never a hang. Identical concurrent questions share one upstream
-// query.
+// servers: those of the longest stub domain a name is in, else the
+// upstream servers. UDP first, TCP when the UDP answer is truncated, the
+// next server when one fails, and an error (the caller's SERVFAIL) once
+// the timeout is spent, never a hang. Identical concurrent questions share
+// one upstream query. With serve-stale, an expired answer stands in while
+// every server fails.
 type Forwarder struct {
-	upstreams []string // host:port
-	timeout   time.Duration
-	cache     *Cache
-	metrics   *metrics
-	next      atomic.Uint32
-	flight    singleflight.Group
+	routes  atomic.Pointer[routes]
+	timeout time.Duration
+	cache   *Cache
+	metrics *metrics
+	flight  singleflight.Group
 }
 
 // NewForwarder forwards to upstreams (IP or IP:port; port 53 when absent).
 func NewForwarder(upstreams []string, timeout time.Duration, cache *Cache, m *metrics) *Forwarder {
 	f := &Forwarder{timeout: timeout, cache: cache, metrics: m}
-	for _, u := range upstreams {
-		if _, err := netip.ParseAddr(u); err == nil {
-			u = net.JoinHostPort(u, "53")
-		}
-		f.upstreams = append(f.upstreams, u)
-	}
+	f.routes.Store(newRoutes(forwarding{upstreams: upstreams}, nil))
 	return f
 }
 
+// Reroute sends names to fw's servers from now on, and drops the cached
+// answers of the names whose servers changed. Queries on their way keep
+// the servers they started with.
+func (f *Forwarder) Reroute(fw forwarding) *routes {
+	r := newRoutes(fw, f.routes.Load())
+	f.routes.Store(r)
+	f.cache.Drop(r)
+	return r
+}
+
 // errNoUpstream says there is nowhere to forward to.
-var errNoUpstream = errors.New("no upstream DNS server: set --upstream or list nameservers in --resolv-conf")
+var errNoUpstream = errors.New("no upstream DNS server: set --upstream-servers or list nameservers in --resolv-conf")
 
 // Forward answers q from the cache or upstream. The returned message is the
 // caller's to change. do asks for DNSSEC records.
 func (f *Forwarder) Forward(ctx context.Context, q dns.Question, do bool) (*dns.Msg, error) {
 	k := keyOf(q, do)
-	if m := f.cache.Get(k); m != nil {
-		f.metrics.cacheHit(isNegative(m))
-		return m, nil
+	via := f.routes.Load().route(k.name)
+	cached, state := f.cache.Get(k, via)
+	switch state {
+	case fresh:
+		f.metrics.cacheHit(isNegative(cached))
+		return cached, nil
+	case staleServe:
+		// The servers failed to refresh it already: answering now beats
+		// making every client wait the timeout for them to fail again.
+		f.refresh(k, q, do, via)
+		f.metrics.servedStale()
+		return cached, nil
 	}
 	if f.cache != nil && f.cache.perCap > 0 {
 		f.metrics.cacheMiss()
 	}
-	v, err, _ := f.flight.Do(fmt.Sprint(k), func() (any, error) {
-		m, err := f.exchange(ctx, q, do)
-		if err == nil {
-			f.cache.Put(k, m)
-		}
-		return m, err
-	})
+	m, err := f.fetch(ctx, k, q, do, via)
+	if err != nil && state == staleVerify {
+		f.cache.Failing(k, via)
+		f.metrics.servedStale()
+		return cached, nil
+	}
+	return m, err
+}
+
+// fetch asks via's servers and caches the answer; concurrent identical
+// questions share one query.
+func (f *Forwarder) fetch(ctx context.Context, k cacheKey, q dns.Question, do bool, via *servers) (*dns.Msg, error) {
+	v, err, _ := f.flight.Do(fmt.Sprint(k), f.query(ctx, k, q, do, via))
 	if err != nil {
 		return nil, err
 	}
 	return v.(*dns.Msg).Copy(), nil
 }
 
-// exchange asks the upstream servers in turn, starting with a different one
-// each time so the load spreads, within one overall timeout.
-func (f *Forwarder) exchange(ctx context.Context, q dns.Question, do bool) (*dns.Msg, error) {
-	if len(f.upstreams) == 0 {
+// refresh asks again for an answer served stale, on no client's time and
+// without waiting: the answer replaces the stale one once a server gives
+// it. A refresh already on its way is joined, not repeated.
+func (f *Forwarder) refresh(k cacheKey, q dns.Question, do bool, via *servers) {
+	f.flight.DoChan(fmt.Sprint(k), f.query(context.Background(), k, q, do, via))
+}
+
+func (f *Forwarder) query(ctx context.Context, k cacheKey, q dns.Question, do bool, via *servers) func() (any, error) {
+	return func() (any, error) {
+		m, err := f.exchange(ctx, via, q, do)
+		if err == nil {
+			f.cache.Put(k, m, via)
+		}
+		return m, err
+	}
+}
+
+// exchange asks the servers in turn, starting with a different one each
+// time so the load spreads, within one overall timeout.
+func (f *Forwarder) exchange(ctx context.Context, via *servers, q dns.Question, do bool) (*dns.Msg, error) {
+	if len(via.addrs) == 0 {
 		return nil, errNoUpstream
 	}
 	ctx, cancel := context.WithTimeout(ctx, f.timeout)
@@ -78,13 +116,13 @@ func (f *Forwarder) exchange(ctx context.Context, q dns.Question, do bool) (*dns
 	req.SetQuestion(q.Name, q.Qtype)
 	req.Question[0].Qclass = q.Qclass
 	req.SetEdns0(1232, do)
-	start := int(f.next.Add(1))
+	start := int(via.next.Add(1))
 	var errs []error
-	for i := range f.upstreams {
-		up := f.upstreams[(start+i)%len(f.upstreams)]
+	for i := range via.addrs {
+		up := via.addrs[(start+i)%len(via.addrs)]
 		deadline, _ := ctx.Deadline()
 		// Leave the servers not yet tried their share of the time.
-		share := time.Until(deadline) / time.Duration(len(f.upstreams)-i)
+		share := time.Until(deadline) / time.Duration(len(via.addrs)-i)
 		m, err := f.ask(ctx, up, req, share)
 		if err == nil {
 			f.metrics.upstreamResponse(up, m.Rcode)

@@ -29,7 +29,8 @@ type fakeUpstream struct {
 }
 
 // startUpstream serves answers: for each "name TYPE" key a function that
-// builds the answer; anything else is NXDOMAIN with an SOA of minimum 60.
+// builds the answer, "* TYPE" for any other name; anything else is
+// NXDOMAIN with an SOA of minimum 60.
 func startUpstream(t testing.TB, answers map[string]func(q dns.Question) *dns.Msg) *fakeUpstream {
 	t.Helper()
 	u := &fakeUpstream{asked: map[string]int{}, answers: answers}
@@ -41,6 +42,9 @@ func startUpstream(t testing.TB, answers map[string]func(q dns.Question) *dns.Ms
 		u.mu.Lock()
 		u.asked[key]++
 		f := u.answers[key]
+		if f == nil {
+			f = u.answers["* "+dns.TypeToString[q.Qtype]]
+		}
 		u.mu.Unlock()
 		_, tcp := w.RemoteAddr().(*net.TCPAddr)
 		if tcp {
@@ -118,7 +122,7 @@ func testHandler(t testing.TB, upstream string, autopath bool) (*Handler, *prome
 	if err != nil {
 		t.Fatal(err)
 	}
-	fwd := NewForwarder([]string{upstream}, 300*time.Millisecond, NewCache(100, 30*time.Second), m)
+	fwd := NewForwarder([]string{upstream}, 300*time.Millisecond, NewCache(100, 30*time.Second, 0), m)
 	h := NewHandler(testZone(podsInsecure), fwd, m, autopath, []string{"corp.example"})
 	h.SetIndex(buildIndex(t, fixture()))
 	return h, reg
@@ -175,23 +179,24 @@ func TestNegativeAnswersAreCachedAndExpire(t *testing.T) {
 }
 
 func TestCacheCountsTTLDownAndStaysBounded(t *testing.T) {
-	c := NewCache(cacheShards, time.Hour) // one entry per shard
+	c := NewCache(cacheShards, time.Hour, 0) // one entry per shard
+	via := &servers{}
 	now := time.Now()
 	c.now = func() time.Time { return now }
 	m := new(dns.Msg)
 	m.Answer = rrs(t, "a.example. 100 IN A 192.0.2.1")
 	k := keyOf(dns.Question{Name: "A.example.", Qtype: dns.TypeA, Qclass: dns.ClassINET}, false)
-	c.Put(k, m)
+	c.Put(k, m, via)
 	now = now.Add(40 * time.Second)
-	if got := c.Get(k); got == nil || got.Answer[0].Header().Ttl != 60 {
+	if got, _ := c.Get(k, via); got == nil || got.Answer[0].Header().Ttl != 60 {
 		t.Fatalf("after 40s got %v, want TTL 60", got)
 	}
 	now = now.Add(61 * time.Second)
-	if got := c.Get(k); got != nil {
+	if got, _ := c.Get(k, via); got != nil {
 		t.Errorf("expired entry returned: %v", got)
 	}
 	for i := range 1000 {
-		c.Put(keyOf(dns.Question{Name: strings.Repeat("x", i%50+1) + ".example.", Qtype: uint16(i)}, false), m)
+		c.Put(keyOf(dns.Question{Name: strings.Repeat("x", i%50+1) + ".example.", Qtype: uint16(i)}, false), m, via)
 	}
 	if n := c.Len(); n > cacheShards {
 		t.Errorf("cache holds %d entries, bound is %d", n, cacheShards)

@@ -34,6 +34,8 @@ type metrics struct {
 	duration    [zones][]prometheus.Observer      // type
 	cacheHits   [2]prometheus.Counter             // success, denial
 	cacheMisses prometheus.Counter
+	cacheStale  prometheus.Counter
+	rejected    *prometheus.CounterVec
 	autopath    prometheus.Counter
 	upstreamRc  *prometheus.CounterVec
 	upstreamEr  *prometheus.CounterVec
@@ -70,6 +72,8 @@ func newMetrics(reg prometheus.Registerer, server, origin string) (*metrics, err
 		Help: "The count of cache hits."}, []string{"server", "type", "zones", "view"})
 	miss := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "coredns", Subsystem: "cache", Name: "misses_total",
 		Help: "The count of cache misses."}, []string{"server", "zones", "view"})
+	stale := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "coredns", Subsystem: "cache", Name: "served_stale_total",
+		Help: "The count of requests served from stale cache entries."}, []string{"server", "zones", "view"})
 	autopath := prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "coredns", Subsystem: "autopath", Name: "success_total",
 		Help: "Counter of requests that did autopath."}, []string{"server"})
 	m := &metrics{
@@ -77,6 +81,8 @@ func newMetrics(reg prometheus.Registerer, server, origin string) (*metrics, err
 			Help: "Counter of responses received per upstream."}, []string{"to", "rcode"}),
 		upstreamEr: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "coredns", Subsystem: "forward", Name: "request_errors_total",
 			Help: "Counter of upstream queries that failed (timeout, network error, SERVFAIL or REFUSED)."}, []string{"to"}),
+		rejected: prometheus.NewCounterVec(prometheus.CounterOpts{Namespace: "netplane", Subsystem: "dns", Name: "config_rejected_total",
+			Help: "Counter of forwarding settings refused (kept the last good ones), by where they came from: file or configmap."}, []string{"source"}),
 		program: prometheus.NewHistogramVec(prometheus.HistogramOpts{Namespace: "coredns", Subsystem: "kubernetes", Name: "dns_programming_duration_seconds",
 			Help:    "Histogram of the time (in seconds) from an EndpointSlice's last-change-trigger-time to its records being served.",
 			Buckets: prometheus.ExponentialBuckets(0.001, 2, 20)}, []string{"service_kind"}),
@@ -103,9 +109,10 @@ func newMetrics(reg prometheus.Registerer, server, origin string) (*metrics, err
 	}
 	m.cacheHits = [2]prometheus.Counter{hits.WithLabelValues(server, "success", ".", ""), hits.WithLabelValues(server, "denial", ".", "")}
 	m.cacheMisses = miss.WithLabelValues(server, ".", "")
+	m.cacheStale = stale.WithLabelValues(server, ".", "")
 	m.autopath = autopath.WithLabelValues(server)
 	if reg != nil {
-		for _, c := range []prometheus.Collector{requests, responses, duration, hits, miss, autopath, m.upstreamRc, m.upstreamEr, m.program} {
+		for _, c := range []prometheus.Collector{requests, responses, duration, hits, miss, stale, autopath, m.upstreamRc, m.upstreamEr, m.rejected, m.program} {
 			if err := reg.Register(c); err != nil {
 				return nil, fmt.Errorf("registering DNS metrics: %w", err)
 			}
@@ -147,6 +154,19 @@ func (m *metrics) cacheHit(negative bool) {
 func (m *metrics) cacheMiss() {
 	if m != nil {
 		m.cacheMisses.Inc()
+	}
+}
+
+func (m *metrics) servedStale() {
+	if m != nil {
+		m.cacheStale.Inc()
+	}
+}
+
+// rejectedConfig counts forwarding settings refused from source.
+func (m *metrics) rejectedConfig(source string) {
+	if m != nil {
+		m.rejected.WithLabelValues(source).Inc()
 	}
 }
 

@@ -44,7 +44,10 @@ const gcPercent = 50
 // unreachable API server keeps it in that state, it never stops the
 // process.
 func Role(d role.Deps) []role.Runnable {
-	s, err := New(d.Factory, d.Config.DNS, d.Metrics, d.Log)
+	s, err := New(d.Factory, d.Client, d.Config.DNS, d.Metrics, d.Log)
+	if err == nil && d.Source.File != "" && d.Source.Load != nil {
+		s.source = d.Source
+	}
 	return []role.Runnable{{Role: v1alpha1.RoleDNS, Run: func(ctx context.Context) error {
 		if err != nil {
 			return err
@@ -91,15 +94,22 @@ type Server struct {
 	// Listeners are the sockets, once it serves (Serve).
 	Listeners *Listeners
 	watch     *watcher
+	config    v1alpha1.DNS
+	client    kubernetes.Interface
+	reconfig  *reconfig
+	kubeDNS   *configMapWatch // nil when no kube-dns ConfigMap is read
+	source    role.Source     // File "" when the file is not followed
+	metrics   *metrics
 	log       logr.Logger
 }
 
-// Ready reports whether the cluster zone is being answered.
+// Ready reports whether the cluster zone is being answered and the
+// forwarding is the configured one.
 func (s *Server) Ready() error {
 	if !s.Handler.Index().synced {
 		return errors.New("the Service, EndpointSlice, Namespace and Pod caches have not synced yet: the cluster zone is answered SERVFAIL")
 	}
-	return nil
+	return s.kubeDNS.ready()
 }
 
 // Start opens the sockets on c.BindAddress and serves; see StartOn.
@@ -119,7 +129,7 @@ func Start(ctx context.Context, c v1alpha1.DNS, client kubernetes.Interface, reg
 // network namespace) and starts watching the API server through informers
 // of its own.
 func StartOn(ctx context.Context, l *Listeners, c v1alpha1.DNS, client kubernetes.Interface, reg prometheus.Registerer, log logr.Logger) (*Server, error) {
-	s, err := New(informer.New(client), c, reg, log)
+	s, err := New(informer.New(client), client, c, reg, log)
 	if err != nil {
 		return nil, err
 	}
@@ -128,8 +138,9 @@ func StartOn(ctx context.Context, l *Listeners, c v1alpha1.DNS, client kubernete
 }
 
 // New builds a server of c whose index follows the views it registers on
-// f; it serves once Serve is called.
-func New(f *informer.Factory, c v1alpha1.DNS, reg prometheus.Registerer, log logr.Logger) (*Server, error) {
+// f, and whose forwarding follows the kube-dns ConfigMap through client;
+// it serves once Serve is called.
+func New(f *informer.Factory, client kubernetes.Interface, c v1alpha1.DNS, reg prometheus.Registerer, log logr.Logger) (*Server, error) {
 	ns, name, _ := strings.Cut(c.DNSService, "/")
 	z := &Zone{
 		Origin:     strings.ToLower(strings.TrimSuffix(c.ClusterDomain, ".")) + ".",
@@ -137,27 +148,37 @@ func New(f *informer.Factory, c v1alpha1.DNS, reg prometheus.Registerer, log log
 		PodRecords: c.PodRecords,
 		DNSService: svcKey{ns, name},
 	}
-	upstreams := c.Upstream
 	resolvServers, search, rerr := ResolvConf(c.ResolvConf)
-	if len(upstreams) == 0 {
-		upstreams = resolvServers
-		if len(upstreams) == 0 {
-			log.Info("WARNING: no upstream DNS servers; names outside the cluster zone are answered SERVFAIL", "resolvConf", c.ResolvConf, "error", rerr)
-		}
+	if len(c.UpstreamServers) == 0 && rerr != nil {
+		log.Info("WARNING: cannot read the upstream servers of --resolv-conf", "resolvConf", c.ResolvConf, "error", rerr)
 	}
 	m, err := newMetrics(reg, "dns://"+c.BindAddress, z.Origin)
 	if err != nil {
 		return nil, err
 	}
-	fwd := NewForwarder(upstreams, c.UpstreamTimeout.Duration, NewCache(int(c.CacheSize), c.CacheMaxTTL.Duration), m)
-	h := NewHandler(z, fwd, m, c.Autopath, search)
-	log.Info("DNS server", "zone", z.Origin, "upstreams", upstreams, "autopath", c.Autopath, "podRecords", c.PodRecords)
-	w := newWatcher(f, h, m, log, c.Autopath || c.PodRecords == podsVerified)
-	return &Server{Handler: h, watch: w, log: log}, nil
+	fwd := NewForwarder(nil, c.UpstreamTimeout.Duration, NewCache(int(c.CacheSize), c.CacheMaxTTL.Duration, c.ServeStale.Duration), m)
+	s := &Server{config: c, client: client, metrics: m, log: log,
+		reconfig: &reconfig{fwd: fwd, resolv: resolvServers, log: log}}
+	s.reconfig.setFile(forwardingOf(c))
+	s.Handler = NewHandler(z, fwd, m, c.Autopath, search)
+	log.Info("DNS server", "zone", z.Origin, "autopath", c.Autopath, "podRecords", c.PodRecords, "serveStale", c.ServeStale.Duration, "kubeDNSConfigMap", c.KubeDNSConfigMap)
+	s.watch = newWatcher(f, s.Handler, m, log, c.Autopath || c.PodRecords == podsVerified)
+	if cmNS, cmName, ok := strings.Cut(c.KubeDNSConfigMap, "/"); ok {
+		s.kubeDNS = &configMapWatch{ns: cmNS, name: cmName, metrics: m, log: log.WithName("kube-dns-configmap"),
+			apply: func(data map[string]string) error {
+				fw, err := parseKubeDNS(data, c.ClusterDomain)
+				if err == nil {
+					s.reconfig.setConfigMap(fw)
+				}
+				return err
+			}}
+	}
+	return s, nil
 }
 
 // Serve answers on l and follows the API server (starting the informer
-// factory) until ctx ends.
+// factory), the kube-dns ConfigMap and the configuration file until ctx
+// ends.
 func (s *Server) Serve(ctx context.Context, l *Listeners) {
 	l.Serve(s.Handler)
 	s.Listeners = l
@@ -167,4 +188,12 @@ func (s *Server) Serve(ctx context.Context, l *Listeners) {
 			s.log.Error(err, "following the API server")
 		}
 	}()
+	if s.kubeDNS != nil {
+		followKubeDNS(ctx, s.client, s.kubeDNS)
+	}
+	if s.source.File != "" {
+		if err := followFile(ctx, s.source, s.config, s.reconfig, s.metrics, s.log.WithName("config-file")); err != nil {
+			s.log.Error(err, "cannot follow the configuration file: changes to it apply after a restart", "file", s.source.File)
+		}
+	}
 }

@@ -34,6 +34,7 @@ import (
 	"github.com/netplane/netplane/config"
 	"github.com/netplane/netplane/internal/capability"
 	"github.com/netplane/netplane/internal/process"
+	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/internal/version"
 	"github.com/netplane/netplane/node"
 )
@@ -103,7 +104,8 @@ func run(args []string, stdout, stderr io.Writer) int {
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
 	defer stop()
-	if err := process.Run(ctx, cfg, roles); err != nil {
+	src := role.Source{File: config.File(fs), Load: func() (*v1alpha1.Configuration, error) { return config.Load(fs, table) }}
+	if err := process.Run(ctx, cfg, src, roles); err != nil {
 		klog.ErrorS(err, "netplane stopped")
 		klog.Flush()
 		return exitFailure

@@ -118,7 +118,7 @@ current-context: c
 	// nsenter switches the user after entering the namespace, then execs.
 	cmd := exec.Command("nsenter", "--net="+ns.Path, "--setuid=65532", "--setgid=65532", "--",
 		bin, "--role=dns", "--kubeconfig="+kubeconfig, "--dns-bind-address=127.0.0.1:53",
-		"--upstream=127.0.0.1:1", "--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
+		"--upstream-servers=127.0.0.1:1", "--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
 	p, err := ns.StartCmd(cmd, filepath.Join(t.TempDir(), "dns.log"))
 	if err != nil {
 		t.Fatal(err)

@@ -60,7 +60,7 @@ var services int
 func roleArgs(dir string) []string {
 	return []string{
 		"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0",
-		"--dns-bind-address=127.0.0.1:0", "--upstream=127.0.0.1:1", "--leader-elect=false",
+		"--dns-bind-address=127.0.0.1:0", "--upstream-servers=127.0.0.1:1", "--leader-elect=false",
 		"--cni-conf-dir=" + filepath.Join(dir, "net.d"), "--cni-bin-dir=" + filepath.Join(dir, "cni-bin"),
 		"--ipam-state-dir=" + filepath.Join(dir, "ipam"), "--v=2",
 	}

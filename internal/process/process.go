@@ -52,8 +52,8 @@ var _ manager.LeaderElectionRunnable = role.Runnable{}
 
 // Run runs the configured roles, built by roles, until ctx ends (nil after
 // a graceful stop) or one fails, or the stop outlasts
-// --shutdown-timeout (an error).
-func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role.Role) error {
+// --shutdown-timeout (an error). cfg came from src.
+func Run(ctx context.Context, cfg *v1alpha1.Configuration, src role.Source, roles map[string]role.Role) error {
 	log := klog.Background().WithName("netplane")
 	log.Info("starting", "version", version.Version, "commit", version.Commit, "roles", cfg.Roles)
 	restConfig, err := kube.RestConfig(cfg.ClientConnection)
@@ -75,6 +75,7 @@ func Run(ctx context.Context, cfg *v1alpha1.Configuration, roles map[string]role
 		Client:     client,
 		Checks:     checks,
 		Metrics:    metrics.Registry,
+		Source:     src,
 	}
 	if cfg.MetricsBindAddress != "" {
 		deps.MetricsHandler = mgr.AddMetricsServerExtraHandler

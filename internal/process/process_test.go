@@ -76,7 +76,7 @@ func TestGracefulShutdown(t *testing.T) {
 			ctx, cancel := context.WithCancel(context.Background())
 			defer cancel()
 			errc := make(chan error, 1)
-			go func() { errc <- Run(ctx, testConfig(t, c.roles...), wholeRoles(c.funcs)) }()
+			go func() { errc <- Run(ctx, testConfig(t, c.roles...), role.Source{}, wholeRoles(c.funcs)) }()
 			time.Sleep(100 * time.Millisecond)
 			start := time.Now()
 			if c.signal {

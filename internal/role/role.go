@@ -43,6 +43,18 @@ type Deps struct {
 	// address; call it while the role is built. Nil when metrics are off.
 	MetricsHandler func(path string, h http.Handler) error
 	Log            logr.Logger
+	// Source is where Config came from, for a role that applies changes
+	// to the file while it runs.
+	Source Source
+}
+
+// Source is where the process's configuration came from.
+type Source struct {
+	// File is the configuration file; "" without one.
+	File string
+	// Load reads the configuration again from the same flags, environment
+	// and file, validated; nil when the configuration came from no flags.
+	Load func() (*v1alpha1.Configuration, error)
 }
 
 // Func runs a role until ctx is cancelled (a graceful stop, returning nil) or

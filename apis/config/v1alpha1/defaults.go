@@ -49,6 +49,8 @@ func Default() *Configuration {
 			CacheSize:       9984,
 			CacheMaxTTL:     duration(30 * time.Second),
 			DNSService:      "kube-system/kube-dns",
+			// Where Kubernetes documents kube-dns's customisation.
+			KubeDNSConfigMap: "kube-system/kube-dns",
 			// kubeadm's Corefile: health { lameduck 5s }.
 			Lameduck: duration(5 * time.Second),
 		},

@@ -98,12 +98,26 @@ type DNS struct {
 	TTL           int32  `json:"ttl"`
 	PodRecords    string `json:"podRecords"`
 	Autopath      bool   `json:"autopath"`
-	// Upstream servers (host or host:port); empty means the nameservers of ResolvConf.
-	Upstream        []string        `json:"upstream,omitempty"`
-	ResolvConf      string          `json:"resolvConf"`
-	UpstreamTimeout metav1.Duration `json:"upstreamTimeout"`
-	CacheSize       int32           `json:"cacheSize"`
-	CacheMaxTTL     metav1.Duration `json:"cacheMaxTTL"`
+	// UpstreamServers answer every name outside the cluster domain and the
+	// stub domains (IP or IP:port); empty means the nameservers of ResolvConf.
+	UpstreamServers []string `json:"upstreamServers,omitempty"`
+	// StubDomains forward the names under a domain to that domain's own
+	// servers (IP or IP:port), the longest matching domain winning, as
+	// kube-dns's stubDomains and CoreDNS's per-zone forward blocks do.
+	// Changes to it and to UpstreamServers apply without a restart.
+	StubDomains     map[string][]string `json:"stubDomains,omitempty"`
+	ResolvConf      string              `json:"resolvConf"`
+	UpstreamTimeout metav1.Duration     `json:"upstreamTimeout"`
+	CacheSize       int32               `json:"cacheSize"`
+	CacheMaxTTL     metav1.Duration     `json:"cacheMaxTTL"`
+	// ServeStale answers a name from its expired cached answer, for up to
+	// this long after it expired, while every server of the name fails
+	// (RFC 8767); 0 never does.
+	ServeStale metav1.Duration `json:"serveStale"`
+	// KubeDNSConfigMap is namespace/name of the ConfigMap whose
+	// stubDomains and upstreamNameservers (kube-dns's format) override the
+	// file's, applied on every change; "" reads none.
+	KubeDNSConfigMap string `json:"kubeDNSConfigMap"`
 	// DNSService is namespace/name of the Service whose ClusterIPs are the zone's NS glue.
 	DNSService string `json:"dnsService"`
 	// Lameduck keeps answering this long after SIGTERM, with /readyz failing,

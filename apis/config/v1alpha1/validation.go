@@ -73,17 +73,17 @@ func (v *validator) dns(c *Configuration) {
 	if !slices.Contains([]string{PodRecordsDisabled, PodRecordsInsecure, PodRecordsVerified}, d.PodRecords) {
 		v.invalid(p.Child("podRecords"), d.PodRecords, "must be one of disabled, insecure, verified")
 	}
-	for i, u := range d.Upstream {
-		if !validUpstream(u) {
-			v.invalid(p.Child("upstream").Index(i), u, "must be an IP address or IP:port")
-		}
-	}
-	if len(d.Upstream) == 0 {
+	v.errs = append(v.errs, ValidateForwarding(d.ClusterDomain, d.StubDomains, d.UpstreamServers, p.Child("stubDomains"), p.Child("upstreamServers"))...)
+	if len(d.UpstreamServers) == 0 {
 		v.nonEmpty(p.Child("resolvConf"), d.ResolvConf)
 	}
 	v.between(p.Child("upstreamTimeout"), d.UpstreamTimeout.Duration, 100*time.Millisecond, time.Minute)
 	v.intRange(p.Child("cacheSize"), int(d.CacheSize), 0, 10_000_000)
 	v.between(p.Child("cacheMaxTTL"), d.CacheMaxTTL.Duration, 0, 24*time.Hour)
+	v.between(p.Child("serveStale"), d.ServeStale.Duration, 0, 7*24*time.Hour)
+	if ns, name, ok := strings.Cut(d.KubeDNSConfigMap, "/"); d.KubeDNSConfigMap != "" && (!ok || ns == "" || name == "") {
+		v.invalid(p.Child("kubeDNSConfigMap"), d.KubeDNSConfigMap, `must be namespace/name like kube-system/kube-dns, or "" to read none`)
+	}
 	if lame := d.Lameduck.Duration; lame < 0 || (slices.Contains(c.Roles, RoleDNS) && lame >= c.ShutdownTimeout.Duration) {
 		v.invalid(p.Child("lameduck"), lame, fmt.Sprintf("must be at least 0 and less than shutdownTimeout (%v)", c.ShutdownTimeout.Duration))
 	}
