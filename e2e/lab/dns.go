@@ -75,7 +75,7 @@ func (l *Lab) WaitReady(ctx context.Context, timeout time.Duration) error {
 			return err
 		}
 		if d.Status.ReadyReplicas < 1 {
-			return fmt.Errorf("no ready %s pod yet (%s)", l.DNSDeploymentName(), l.podProblems(ctx, DNSNamespace, "k8s-app=kube-dns"))
+			return fmt.Errorf("no ready %s pod yet (%s)", l.DNSDeploymentName(), l.podProblems(ctx, DNSNamespace, l.DNSPodSelector()))
 		}
 		return nil
 	})

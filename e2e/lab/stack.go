@@ -48,6 +48,14 @@ func (l *Lab) ServiceTable() string {
 	return "netplane"
 }
 
+// DNSPodSelector selects the cluster DNS pods of the lab's stack.
+func (l *Lab) DNSPodSelector() string {
+	if l.upstream() {
+		return "k8s-app=kube-dns"
+	}
+	return "app.kubernetes.io/name=netplane,app.kubernetes.io/component=dns"
+}
+
 // DNSDeploymentName is the cluster DNS Deployment of the lab's stack.
 func (l *Lab) DNSDeploymentName() string {
 	if l.upstream() {

@@ -237,7 +237,7 @@ func TestDNSAnswersWhileItsPodIsReplaced(t *testing.T) {
 		_, err := l.ExecCRI(ctx, "default", "client", "/testimage", "lookup", "nginx")
 		return err
 	})
-	pods, err := l.Client.CoreV1().Pods(lab.DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: "k8s-app=kube-dns"})
+	pods, err := l.Client.CoreV1().Pods(lab.DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: l.DNSPodSelector()})
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("DNS pods: %v (%d)", err, len(pods.Items))
 	}
