@@ -21,8 +21,10 @@ import (
 // relabelled or a pod created is in the kernel within 100 ms at p99 and
 // 0.1× kube-router's time; a full sync from the process's start within 1 s
 // (measured 2026-11-26 01:40-02:53: 8.4, 9.6 and 13.0 ms; 0.62 s; see
-// docs/benchmarks.md, NetworkPolicy, for every run). 100 namespaces of 100 pods and 10 policies each; pods spread over 100 nodes,
-// so the node under test ("n0") enforces 100 of them. The policies are of
+// docs/benchmarks.md, NetworkPolicy, for the current figures and how they
+// are measured; older runs are in its git history). 100 namespaces of 100
+// pods and 10 policies each; pods spread over 100 nodes, so the node under
+// test ("n0") enforces 100 of them. The policies are of
 // the kinds clusters have: a default deny, same-namespace ingress, ingress
 // from other teams' namespaces to an app on a port or a named port, egress
 // to a database tier, to DNS by named port, to an address block with
