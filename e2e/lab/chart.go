@@ -151,6 +151,22 @@ func (l *Lab) WaitRolledOut(ctx context.Context, timeout time.Duration) error {
 	})
 }
 
+// WaitDeployment waits until every pod of a kube-system Deployment is on
+// its current template and ready.
+func (l *Lab) WaitDeployment(ctx context.Context, name string, timeout time.Duration) error {
+	return l.waitFor(timeout, name+" rolled out", func(ctx context.Context) error {
+		d, err := l.Client.AppsV1().Deployments(ReleaseNamespace).Get(ctx, name, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		return rolledOut(d)
+	})
+}
+
+// OwnsProcesses says whether this is the process that runs the lab (not a
+// handle from Attach), which alone can stop and start the lab's processes.
+func (l *Lab) OwnsProcesses() bool { return l.cp != nil }
+
 func rolledOut(d *appsv1.Deployment) error {
 	s, want := d.Status, int32(1)
 	if d.Spec.Replicas != nil {

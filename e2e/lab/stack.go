@@ -3,10 +3,12 @@ package lab
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
+	"time"
 
 	appsv1 "k8s.io/api/apps/v1"
 	corev1 "k8s.io/api/core/v1"
@@ -139,6 +141,29 @@ healthzBindAddress: 0.0.0.0:10256
 metricsBindAddress: 127.0.0.1:10249
 `
 
+// RestartKubeProxy stops the node's kube-proxy and starts it again, as a
+// DaemonSet's rolling update replaces its pod, and waits until its health
+// server says it has synced. Only the process that runs the lab can.
+func (n *Node) RestartKubeProxy(ctx context.Context) error {
+	n.mu.Lock()
+	p := n.network
+	n.mu.Unlock()
+	if p == nil {
+		return errors.New("kube-proxy runs in another process (the lab's)")
+	}
+	p.Stop(30 * time.Second)
+	if err := n.startKubeProxy(); err != nil {
+		return err
+	}
+	return n.lab.waitFor(time.Minute, n.Name+"'s kube-proxy healthy", func(ctx context.Context) error {
+		out, err := n.NS.Exec("curl", "-sf", "http://127.0.0.1:10256/healthz")
+		if err != nil {
+			return fmt.Errorf("%v: %s", err, out)
+		}
+		return nil
+	})
+}
+
 func (n *Node) startKubeProxy() error {
 	conf := strings.NewReplacer("{{kubeconfig}}", n.lab.kubeconfigFor("system:kube-proxy"), "{{node}}", n.Name,
 		"{{clusterCIDRs}}", ClusterCIDRs).Replace(kubeProxyConfig)
@@ -153,11 +178,13 @@ func (n *Node) startKubeProxy() error {
 	return err
 }
 
-// corefile is CoreDNS's configuration as kubeadm writes it, forwarding to
-// the lab's upstream DNS server.
+// corefile is CoreDNS's configuration as kubeadm writes it (its lameduck
+// among it), forwarding to the lab's upstream DNS server.
 const corefile = `.:53 {
     errors
-    health :8080
+    health :8080 {
+        lameduck 5s
+    }
     ready :8181
     kubernetes ` + ClusterDomain + ` in-addr.arpa ip6.arpa {
         pods insecure
@@ -188,6 +215,9 @@ func coreDNSObjects(labels map[string]string) (*corev1.ServiceAccount, *rbacv1.C
 		ObjectMeta: metav1.ObjectMeta{Name: coreDNSDeployment, Namespace: DNSNamespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
 			Replicas: ptr.To[int32](2),
+			// kubeadm's strategy.
+			Strategy: appsv1.DeploymentStrategy{Type: appsv1.RollingUpdateDeploymentStrategyType, RollingUpdate: &appsv1.RollingUpdateDeployment{
+				MaxUnavailable: ptr.To(intstr.FromInt32(1)), MaxSurge: ptr.To(intstr.FromString("25%"))}},
 			Selector: &metav1.LabelSelector{MatchLabels: labels},
 			Template: corev1.PodTemplateSpec{
 				ObjectMeta: metav1.ObjectMeta{Labels: labels},

@@ -231,12 +231,20 @@ func TestDNSAnswersWhileItsPodIsReplaced(t *testing.T) {
 	if err := scenario.Apply(ctx, l, "01-clusterip.yaml"); err != nil {
 		t.Fatal(err)
 	}
+	framework.Eventually(t, time.Minute, "the client pod running", func() error {
+		p, err := l.Client.CoreV1().Pods("default").Get(ctx, "client", metav1.GetOptions{})
+		if err == nil && p.Status.Phase != corev1.PodRunning {
+			err = fmt.Errorf("client is %s", p.Status.Phase)
+		}
+		return err
+	})
 	// Through containerd, so a kubelet that is busy replacing the pod
 	// does not fail a lookup the DNS answered.
 	load := startLoad(ctx, func() error {
 		_, err := l.ExecCRI(ctx, "default", "client", "/testimage", "lookup", "nginx")
 		return err
 	})
+	load.await(5)
 	pods, err := l.Client.CoreV1().Pods(lab.DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: l.DNSPodSelector()})
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("DNS pods: %v (%d)", err, len(pods.Items))
