@@ -204,6 +204,9 @@ func TestNetworkPolicyAndOverlayValuesReachTheNodeConfiguration(t *testing.T) {
 		// agent's pod reaches the API server the agent reaches.
 		{map[string]any{"node": map[string]any{"controlPlaneEndpoint": "https://192.0.2.10:6443"}},
 			[]string{"clientConnection:", "controlPlaneEndpoint: https://192.0.2.10:6443"}, true},
+		// kube-proxy's metrics port, where upstream's "should check
+		// kube-proxy urls" and operators' tools ask for /proxyMode.
+		{nil, []string{`metricsBindAddress: "0.0.0.0:10249"`}, true},
 	}
 	for _, c := range cases {
 		objs := render(t, c.values)

@@ -35,6 +35,7 @@ func init() {
 		{"9 NetworkPolicy: only pods labelled access=true reach nginx; a default-deny namespace", NetworkPolicy},
 		{"10 encryption (NETPLANE_LAB_ENCRYPTION=wireguard): no pod payload crosses the router in clear", Encrypted},
 		{"11 helm upgrade under load: every netplane pod replaced, no request, query or held connection lost", Upgrade},
+		{"12 encryption rolled in (permissive, strict) and out under load by helm upgrade: nothing in clear, nothing lost", EncryptionRollout},
 	}
 }
 

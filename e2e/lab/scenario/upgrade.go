@@ -330,3 +330,51 @@ func dnsSettled(ctx context.Context, l *lab.Lab) error {
 		return nil
 	})
 }
+
+// EncryptionRollout: under the same load, encryption is rolled into the
+// running cluster and out again as the chart's README tells an operator
+// to: helm upgrade to WireGuard in permissive mode, then strict (where the
+// underlay must carry no pod packet in clear), then back to permissive
+// and off. Nothing may be lost on the way. A lab encrypted from its start
+// (NETPLANE_LAB_ENCRYPTION) skips it: it went the first two steps already.
+func EncryptionRollout(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
+	if l.Config.Stack == lab.StackUpstream {
+		return Skipped{"the upstream stack has no encryption"}
+	}
+	if l.Config.Encryption == "wireguard" {
+		return Skipped{"the lab was encrypted at its start by the same two upgrades"}
+	}
+	disrupt := func(ctx context.Context) (string, error) {
+		start := time.Now()
+		step := func(mode string, permissive bool) error {
+			return l.UpgradeNetplane(ctx, map[string]any{"encryption": map[string]any{
+				"mode": mode, "implementation": "userspace", "permissive": permissive}})
+		}
+		if err := step("wireguard", true); err != nil {
+			return "", err
+		}
+		if err := step("wireguard", false); err != nil {
+			return "", err
+		}
+		strict := time.Since(start)
+		if err := noClearTraffic(ctx, l, logf); err != nil {
+			return "", fmt.Errorf("strict WireGuard: %w", err)
+		}
+		if err := step("wireguard", true); err != nil {
+			return "", err
+		}
+		if err := step("none", false); err != nil {
+			return "", err
+		}
+		return fmt.Sprintf("encryption rolled in (permissive, strict: %.1fs) and out (permissive, none) in %.1fs", strict.Seconds(), time.Since(start).Seconds()), nil
+	}
+	tally, what, err := UnderLoad(ctx, l, disrupt)
+	if err != nil {
+		return err
+	}
+	logf("%s: %s", what, tally)
+	if tally.Lost() {
+		return fmt.Errorf("lost across the encryption rollout: %s; %s", tally, strings.Join(tally.Errors, "; "))
+	}
+	return nil
+}

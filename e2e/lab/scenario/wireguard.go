@@ -25,6 +25,13 @@ func Encrypted(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error
 	if l.Config.Encryption != "wireguard" {
 		return Skipped{"encryption is off (NETPLANE_LAB_ENCRYPTION unset)"}
 	}
+	return noClearTraffic(ctx, l, logf)
+}
+
+// noClearTraffic captures the underlay while the client pod sends the
+// marker to every nginx pod and the ClusterIP, and fails on anything in
+// clear.
+func noClearTraffic(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
 	pods, ip, err := clusterIPExample(ctx, l)
 	if err != nil {
 		return err
