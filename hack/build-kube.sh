@@ -19,6 +19,10 @@ go mod download k8s.io/kubernetes
 moddir=$(go list -m -f '{{.Dir}}' k8s.io/kubernetes)
 minor=$(echo "$version" | cut -d. -f2)
 ldflags="-s -w -X k8s.io/component-base/version.gitVersion=$version -X k8s.io/component-base/version.gitMajor=1 -X k8s.io/component-base/version.gitMinor=$minor"
+# The Go programs that are out of date are built by one go build, which
+# compiles their shared packages once and links them side by side.
+pkgs=()
+names=()
 for cmd in "$@"; do
   name=$(basename "$cmd" .c)
   stamp="$bin/.$name.version"
@@ -26,12 +30,23 @@ for cmd in "$@"; do
     echo "build-kube: $name $version is up to date"
     continue
   fi
-  echo "build-kube: building $name $version (the first kube-apiserver build takes several minutes)"
   case $cmd in
-  *.c) gcc -Os -Wall -static -DVERSION="$version" -o "$bin/$name.tmp" "$moddir/$cmd" ;;
-  */*) CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "k8s.io/kubernetes/$cmd" ;;
-  *) CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$bin/$name.tmp" "k8s.io/kubernetes/cmd/$cmd" ;;
+  *.c)
+    echo "build-kube: building $name $version"
+    gcc -Os -Wall -static -DVERSION="$version" -o "$bin/$name.tmp" "$moddir/$cmd"
+    mv "$bin/$name.tmp" "$bin/$name"
+    echo "$version" > "$stamp"
+    ;;
+  */*) pkgs+=("k8s.io/kubernetes/$cmd"); names+=("$name") ;;
+  *) pkgs+=("k8s.io/kubernetes/cmd/$cmd"); names+=("$name") ;;
   esac
-  mv "$bin/$name.tmp" "$bin/$name"
-  echo "$version" > "$stamp"
+done
+[ ${#pkgs[@]} -gt 0 ] || exit 0
+echo "build-kube: building ${names[*]} $version (several minutes the first time)"
+out=$(mktemp -d "$bin/.build-kube.XXXXXX")
+trap 'rm -rf "$out"' EXIT
+CGO_ENABLED=0 go build -trimpath -ldflags "$ldflags" -o "$out/" "${pkgs[@]}"
+for name in "${names[@]}"; do
+  mv "$out/$name" "$bin/$name"
+  echo "$version" > "$bin/.$name.version"
 done
