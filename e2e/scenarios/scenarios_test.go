@@ -245,6 +245,16 @@ func TestDNSAnswersWhileItsPodIsReplaced(t *testing.T) {
 		return err
 	})
 	load.await(5)
+	// Both DNS servers ready first: a kubelet restarted just before (the
+	// test above) reports its pods not ready until their probes pass
+	// again, and with one server gone there would be none.
+	framework.Eventually(t, time.Minute, "every DNS pod ready", func() error {
+		d, err := l.Client.AppsV1().Deployments(lab.DNSNamespace).Get(ctx, l.DNSDeploymentName(), metav1.GetOptions{})
+		if err == nil && d.Status.ReadyReplicas != *d.Spec.Replicas {
+			err = fmt.Errorf("%d of %d ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
+		}
+		return err
+	})
 	pods, err := l.Client.CoreV1().Pods(lab.DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: l.DNSPodSelector()})
 	if err != nil || len(pods.Items) == 0 {
 		t.Fatalf("DNS pods: %v (%d)", err, len(pods.Items))
