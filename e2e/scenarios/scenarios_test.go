@@ -156,16 +156,13 @@ func TestLabControlPlaneAndNodes(t *testing.T) {
 	}
 }
 
-// blocked are scenarios seen failing because of a netplane component, not
-// the lab; each names what is missing. Remove an entry when it is fixed.
-var blocked = map[string]string{}
 
 // TestScenarios runs the demo's scenarios in order, as `make demo` does.
 func TestScenarios(t *testing.T) {
 	for _, s := range scenario.All {
 		t.Run(strings.Fields(s.Name)[0]+"_"+strings.Fields(s.Name)[1], func(t *testing.T) {
-			if reason := blocked[strings.Fields(s.Name)[0]]; reason != "" {
-				t.Skip(reason)
+			if reason := scenario.Blocked[strings.Fields(s.Name)[0]]; reason != "" {
+				t.Skip("blocked: " + reason)
 			}
 			l := needReady(t)
 			start := time.Now()

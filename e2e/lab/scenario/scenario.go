@@ -23,3 +23,12 @@ var All = []Scenario{}
 type Skipped struct{ Why string }
 
 func (s Skipped) Error() string { return "skipped: " + s.Why }
+
+// Blocked are scenarios seen failing because of a netplane component, not
+// the lab, by number; each says what fails. The demo and the tests print
+// it instead of running the scenario. Remove an entry when it is fixed.
+var Blocked = map[string]string{
+	"12": "a node agent restarted in strict WireGuard mode with the userspace implementation leaves its pods " +
+		"unreachable from the other nodes for about 5 s, although its WireGuard handshake completes within a second " +
+		"(docs/encryption.md); the strict step of the rollout, and every agent restart in that mode, lose traffic meanwhile",
+}
