@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
 
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -202,6 +203,10 @@ func (n *Node) stop() {
 	}
 	if n.network != nil {
 		n.network.Stop(10 * time.Second)
+	}
+	// Its mount namespace goes with its holder, once nothing else runs in it.
+	if n.holder != 0 {
+		syscall.Kill(n.holder, syscall.SIGTERM)
 	}
 }
 

@@ -113,7 +113,9 @@ func TestEveryRoleCatchesUpWithinFiveSecondsOfTheAPIServer(t *testing.T) {
 				// through a forwarder (or a load balancer) sees a dead one
 				// as a cut connection, which client-go retries a second
 				// apart: 161-296 requests from one process here.
-				if budget := len(r.procs) * (40 + int(o.away/time.Second)); reqs2-reqs > budget {
+				// The DNS role's watch of the kube-dns ConfigMap adds its
+				// list and watch, and each may be tried once more.
+				if budget := len(r.procs)*(40+int(o.away/time.Second)) + 4; reqs2-reqs > budget {
 					t.Errorf("%s: %d requests from the outage's start to the catch-up, want at most %d", o.name, reqs2-reqs, budget)
 				}
 				t.Logf("%s: caught up %v after the API server was ready (a plain client could write slices and watch the changes after %v); %d requests (%d of them readiness probes) from the outage's start to then",

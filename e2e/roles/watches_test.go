@@ -28,7 +28,7 @@ import (
 // dns roles in one process, which read Services, EndpointSlices and Pods
 // both (the controller whole, dns slimmed, the pods through a field
 // selector), and counts what reaches the API server: one list and one
-// watch per resource.
+// watch per resource, the kube-dns ConfigMap among them.
 func TestRolesInOneProcessListAndWatchEachResourceOnce(t *testing.T) {
 	bin := framework.NetplaneBinaries(t)
 	dir := t.TempDir()
@@ -60,7 +60,8 @@ func TestRolesInOneProcessListAndWatchEachResourceOnce(t *testing.T) {
 		}
 		return nil
 	})
-	resources := []string{"endpoints", "endpointslices", "namespaces", "nodes", "pods", "services"}
+	// configmaps: the dns role's one ConfigMap, kube-dns's, by name.
+	resources := []string{"configmaps", "endpoints", "endpointslices", "namespaces", "nodes", "pods", "services"}
 	want := map[string]int{}
 	for _, r := range resources {
 		want["list "+r], want["watch "+r] = 1, 1
