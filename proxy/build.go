@@ -174,19 +174,23 @@ func (b *builder) build(eps []endpoint) {
 		}
 		return nil
 	}
+	// A UDP flow keeps its endpoint while that endpoint serves, as in
+	// kube-proxy: a terminating DNS server answers the queries already
+	// sent to it during its lameduck, although new flows go elsewhere.
+	serving := filter(eps, func(e endpoint) bool { return e.Ready || e.Serving })
 	for _, ip := range cips {
 		b.t.addElement(setClusterIPs, addrID(ip))
 		b.vip(ip, proto, internalChain, verdict(len(internal) > 0))
-		b.udp(netip.AddrPortFrom(ip, sp.Port), internal)
+		b.udp(netip.AddrPortFrom(ip, sp.Port), serving)
 	}
 	for _, ip := range f.Of(append(append([]netip.Addr{}, sp.ExternalIPs...), sp.LoadBalancer...)) {
 		b.vip(ip, proto, externalChain, verdict(len(external) > 0))
-		b.udp(netip.AddrPortFrom(ip, sp.Port), cat.Cluster)
+		b.udp(netip.AddrPortFrom(ip, sp.Port), serving)
 	}
 	if sp.NodePort != 0 {
 		b.nodePort(proto, externalChain, verdict(len(external) > 0))
 		for _, ip := range f.Of(b.node.NodePortIPs) {
-			b.udp(netip.AddrPortFrom(ip, sp.NodePort), cat.Cluster)
+			b.udp(netip.AddrPortFrom(ip, sp.NodePort), serving)
 		}
 	}
 	b.firewall(proto)

@@ -13,9 +13,11 @@ import (
 // datagrams to the endpoint it first chose, even after that endpoint is gone
 // (DNS through a Service breaks when its pods move). After the rules change,
 // entries for a Service address whose reply comes from an address that is no
-// longer one of its endpoints are deleted; so are those answered from an
-// endpoint's port the Service no longer targets (its targetPort changed,
+// longer one of its serving endpoints are deleted; so are those answered from
+// an endpoint's port the Service no longer targets (its targetPort changed,
 // and a client sending from one source port would never leave the old one).
+// An endpoint that terminates but still serves keeps its entries, as in
+// kube-proxy: deleting them would lose the replies it is about to send.
 
 // staleUDP decides whether one UDP flow is stale: it is addressed to a
 // service address (VIP:port or node port) and answered by something that is

@@ -211,3 +211,36 @@ func TestNodePortAddresses(t *testing.T) {
 		}
 	}
 }
+
+// TestUDPFlowsKeepTheirEndpointWhileItServes: the conntrack cleaner's view
+// of a UDP Service keeps every endpoint that serves, a terminating one
+// among them (a DNS server in its lameduck answers what it was sent),
+// whether or not new flows are still sent to it.
+func TestUDPFlowsKeepTheirEndpointWhileItServes(t *testing.T) {
+	vip := netip.MustParseAddrPort("172.30.0.10:53")
+	dns := svc("kube-system", "kube-dns", func(s *v1.Service) {
+		s.Spec.ClusterIP = vip.Addr().String()
+		s.Spec.Ports = []v1.ServicePort{{Name: "dns", Protocol: v1.ProtocolUDP, Port: 53}}
+	})
+	cases := []struct {
+		name string
+		eps  []ep
+		keep []string
+	}{
+		{"ready", []ep{{ip: "10.0.0.1"}, {ip: "10.0.0.2"}}, []string{"10.0.0.1:53", "10.0.0.2:53"}},
+		{"one terminating, still serving", []ep{{ip: "10.0.0.1"}, {ip: "10.0.0.2", notReady: true, serving: true, termin: true}}, []string{"10.0.0.1:53", "10.0.0.2:53"}},
+		{"one terminating, no longer serving", []ep{{ip: "10.0.0.1"}, {ip: "10.0.0.2", notReady: true, termin: true}}, []string{"10.0.0.1:53"}},
+		{"one not ready", []ep{{ip: "10.0.0.1"}, {ip: "10.0.0.2", notReady: true}}, []string{"10.0.0.1:53"}},
+	}
+	for _, c := range cases {
+		d := Build(input(testNode, dns, slice("kube-system/kube-dns", "s1", map[string]int32{"dns": 53}, v1.ProtocolUDP, c.eps...)))
+		var got []string
+		for e := range d.UDP[vip] {
+			got = append(got, e.String())
+		}
+		slices.Sort(got)
+		if !slices.Equal(got, c.keep) {
+			t.Errorf("%s: UDP flows to %s kept for %v, want %v", c.name, vip, got, c.keep)
+		}
+	}
+}

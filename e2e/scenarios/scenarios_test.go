@@ -180,6 +180,67 @@ func TestScenarios(t *testing.T) {
 	}
 }
 
+// TestDNSAnswersWhileItsPodIsReplaced deletes one DNS pod while a client
+// keeps resolving a Service name: every lookup is answered.
+func TestDNSAnswersWhileItsPodIsReplaced(t *testing.T) {
+	l := needReady(t)
+	ctx := ctxFor(t, 3*time.Minute)
+	if err := scenario.Apply(ctx, l, "01-clusterip.yaml"); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, time.Minute, "the client pod running", func() error {
+		p, err := l.Client.CoreV1().Pods("default").Get(ctx, "client", metav1.GetOptions{})
+		if err == nil && p.Status.Phase != corev1.PodRunning {
+			err = fmt.Errorf("client is %s", p.Status.Phase)
+		}
+		return err
+	})
+	// Through containerd, so a kubelet that is busy replacing the pod
+	// does not fail a lookup the DNS answered.
+	load := startLoad(ctx, func() error {
+		_, err := l.ExecCRI(ctx, "default", "client", "/testimage", "lookup", "nginx")
+		return err
+	})
+	load.await(5)
+	// Both DNS servers ready first. It runs before the kubelet restarts
+	// below: a restarted kubelet reports its pods not ready until their
+	// probes pass again (3 s apart for the chart's DNS pods), and a
+	// Deployment's status can say ready before that report arrives.
+	framework.Eventually(t, time.Minute, "every DNS pod ready", func() error {
+		d, err := l.Client.AppsV1().Deployments(lab.DNSNamespace).Get(ctx, l.DNSDeploymentName(), metav1.GetOptions{})
+		if err == nil && d.Status.ReadyReplicas != *d.Spec.Replicas {
+			err = fmt.Errorf("%d of %d ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
+		}
+		return err
+	})
+	pods, err := l.Client.CoreV1().Pods(lab.DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: l.DNSPodSelector()})
+	if err != nil || len(pods.Items) == 0 {
+		t.Fatalf("DNS pods: %v (%d)", err, len(pods.Items))
+	}
+	victim := pods.Items[0]
+	if err := l.Client.CoreV1().Pods(lab.DNSNamespace).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	framework.Eventually(t, 90*time.Second, "a replacement DNS pod ready", func() error {
+		d, err := l.Client.AppsV1().Deployments(lab.DNSNamespace).Get(ctx, lab.DNSDeployment, metav1.GetOptions{})
+		if err != nil {
+			return err
+		}
+		if _, err := l.Client.CoreV1().Pods(lab.DNSNamespace).Get(ctx, victim.Name, metav1.GetOptions{}); err == nil {
+			return errors.New(victim.Name + " still there")
+		}
+		if d.Status.ReadyReplicas != *d.Spec.Replicas {
+			return fmt.Errorf("%d of %d ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
+		}
+		return nil
+	})
+	ok, failed, firstErr := load.stop(20)
+	if failed > 0 {
+		t.Fatalf("%d of %d lookups failed while the DNS pod was replaced; first: %v", failed, ok+failed, firstErr)
+	}
+	t.Logf("%d lookups, none failed, while %s was replaced", ok, victim.Name)
+}
+
 // TestKubeletRestartKeepsTrafficFlowing restarts the kubelet on every
 // node while a client sends requests through the ClusterIP: pods keep
 // running and not one request fails.
@@ -221,66 +282,6 @@ func TestKubeletRestartKeepsTrafficFlowing(t *testing.T) {
 	t.Logf("%d requests, none failed, across the kubelet restarts", ok)
 }
 
-// TestDNSAnswersWhileItsPodIsReplaced deletes one DNS pod while a client
-// keeps resolving a Service name: every lookup is answered.
-func TestDNSAnswersWhileItsPodIsReplaced(t *testing.T) {
-	l := needReady(t)
-	ctx := ctxFor(t, 3*time.Minute)
-	if err := scenario.Apply(ctx, l, "01-clusterip.yaml"); err != nil {
-		t.Fatal(err)
-	}
-	framework.Eventually(t, time.Minute, "the client pod running", func() error {
-		p, err := l.Client.CoreV1().Pods("default").Get(ctx, "client", metav1.GetOptions{})
-		if err == nil && p.Status.Phase != corev1.PodRunning {
-			err = fmt.Errorf("client is %s", p.Status.Phase)
-		}
-		return err
-	})
-	// Through containerd, so a kubelet that is busy replacing the pod
-	// does not fail a lookup the DNS answered.
-	load := startLoad(ctx, func() error {
-		_, err := l.ExecCRI(ctx, "default", "client", "/testimage", "lookup", "nginx")
-		return err
-	})
-	load.await(5)
-	// Both DNS servers ready first: a kubelet restarted just before (the
-	// test above) reports its pods not ready until their probes pass
-	// again, and with one server gone there would be none.
-	framework.Eventually(t, time.Minute, "every DNS pod ready", func() error {
-		d, err := l.Client.AppsV1().Deployments(lab.DNSNamespace).Get(ctx, l.DNSDeploymentName(), metav1.GetOptions{})
-		if err == nil && d.Status.ReadyReplicas != *d.Spec.Replicas {
-			err = fmt.Errorf("%d of %d ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
-		}
-		return err
-	})
-	pods, err := l.Client.CoreV1().Pods(lab.DNSNamespace).List(ctx, metav1.ListOptions{LabelSelector: l.DNSPodSelector()})
-	if err != nil || len(pods.Items) == 0 {
-		t.Fatalf("DNS pods: %v (%d)", err, len(pods.Items))
-	}
-	victim := pods.Items[0]
-	if err := l.Client.CoreV1().Pods(lab.DNSNamespace).Delete(ctx, victim.Name, metav1.DeleteOptions{}); err != nil {
-		t.Fatal(err)
-	}
-	framework.Eventually(t, 90*time.Second, "a replacement DNS pod ready", func() error {
-		d, err := l.Client.AppsV1().Deployments(lab.DNSNamespace).Get(ctx, lab.DNSDeployment, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		if _, err := l.Client.CoreV1().Pods(lab.DNSNamespace).Get(ctx, victim.Name, metav1.GetOptions{}); err == nil {
-			return errors.New(victim.Name + " still there")
-		}
-		if d.Status.ReadyReplicas != *d.Spec.Replicas {
-			return fmt.Errorf("%d of %d ready", d.Status.ReadyReplicas, *d.Spec.Replicas)
-		}
-		return nil
-	})
-	ok, failed, firstErr := load.stop(20)
-	if failed > 0 {
-		t.Fatalf("%d of %d lookups failed while the DNS pod was replaced; first: %v", failed, ok+failed, firstErr)
-	}
-	t.Logf("%d lookups, none failed, while %s was replaced", ok, victim.Name)
-}
-
 // load repeats a request until stopped, counting outcomes.
 type load struct {
 	ok, failed atomic.Int64
@@ -306,7 +307,7 @@ func startLoad(ctx context.Context, req func() error) *load {
 				l.failed.Add(1)
 				l.mu.Lock()
 				if l.firstErr == nil {
-					l.firstErr = err
+					l.firstErr = fmt.Errorf("at %s: %w", time.Now().Format("15:04:05.000"), err)
 				}
 				l.mu.Unlock()
 			} else {
