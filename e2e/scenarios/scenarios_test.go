@@ -157,7 +157,6 @@ func TestLabControlPlaneAndNodes(t *testing.T) {
 	}
 }
 
-
 // TestScenarios runs the demo's scenarios in order, as `make demo` does.
 func TestScenarios(t *testing.T) {
 	for _, s := range scenario.All {
