@@ -177,7 +177,10 @@ func (b *builder) build(eps []endpoint) {
 	// A UDP flow keeps its endpoint while that endpoint serves, as in
 	// kube-proxy: a terminating DNS server answers the queries already
 	// sent to it during its lameduck, although new flows go elsewhere.
-	serving := filter(eps, func(e endpoint) bool { return e.Ready || e.Serving })
+	var serving []endpoint
+	if sp.Protocol == v1.ProtocolUDP {
+		serving = filter(eps, func(e endpoint) bool { return e.Ready || e.Serving })
+	}
 	for _, ip := range cips {
 		b.t.addElement(setClusterIPs, addrID(ip))
 		b.vip(ip, proto, internalChain, verdict(len(internal) > 0))

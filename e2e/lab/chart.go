@@ -45,8 +45,9 @@ func NetplaneImage() (string, error) {
 	return "", fmt.Errorf("%s/Chart.yaml has no appVersion", ChartDir())
 }
 
-// apiServerURL is the API server's address as hosts in the lab reach it.
-func apiServerURL() string {
+// APIServerURL is the API server's address as hosts in the lab reach it
+// (the chart's node.controlPlaneEndpoint in the lab).
+func APIServerURL() string {
 	return "https://" + net.JoinHostPort(ControlPlaneIP, strconv.Itoa(APIPort))
 }
 
@@ -60,7 +61,7 @@ func labValues(image string) map[string]any {
 	return map[string]any{
 		"image": map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
 		"node": map[string]any{
-			"controlPlaneEndpoint": apiServerURL(),
+			"controlPlaneEndpoint": APIServerURL(),
 			"config": map[string]any{
 				"clusterCIDRs": strings.Split(ClusterCIDRs, ","),
 				"serviceCIDRs": strings.Split(ServiceCIDRs, ","),
@@ -139,11 +140,7 @@ func (l *Lab) WaitRolledOut(ctx context.Context, timeout time.Duration) error {
 			return fmt.Errorf("DaemonSet %s: %d of %d updated, %d available", ds.Name, s.UpdatedNumberScheduled, s.DesiredNumberScheduled, s.NumberAvailable)
 		}
 		for _, name := range []string{ControllerWorkload, DNSDeployment} {
-			d, err := l.Client.AppsV1().Deployments(ReleaseNamespace).Get(ctx, name, metav1.GetOptions{})
-			if err != nil {
-				return err
-			}
-			if err := rolledOut(d); err != nil {
+			if err := l.deploymentRolledOut(ctx, name); err != nil {
 				return err
 			}
 		}
@@ -154,13 +151,17 @@ func (l *Lab) WaitRolledOut(ctx context.Context, timeout time.Duration) error {
 // WaitDeployment waits until every pod of a kube-system Deployment is on
 // its current template and ready.
 func (l *Lab) WaitDeployment(ctx context.Context, name string, timeout time.Duration) error {
-	return l.waitFor(timeout, name+" rolled out", func(ctx context.Context) error {
-		d, err := l.Client.AppsV1().Deployments(ReleaseNamespace).Get(ctx, name, metav1.GetOptions{})
-		if err != nil {
-			return err
-		}
-		return rolledOut(d)
-	})
+	return l.waitFor(timeout, name+" rolled out", func(ctx context.Context) error { return l.deploymentRolledOut(ctx, name) })
+}
+
+// deploymentRolledOut is nil when every pod of a kube-system Deployment is
+// on its current template and ready.
+func (l *Lab) deploymentRolledOut(ctx context.Context, name string) error {
+	d, err := l.Client.AppsV1().Deployments(ReleaseNamespace).Get(ctx, name, metav1.GetOptions{})
+	if err != nil {
+		return err
+	}
+	return rolledOut(d)
 }
 
 // OwnsProcesses says whether this is the process that runs the lab (not a
@@ -273,10 +274,6 @@ func (l *Lab) AgentPod(ctx context.Context, node string) (string, error) {
 	}
 	return "", fmt.Errorf("no running netplane node agent pod on %s", node)
 }
-
-// APIServerURL is the API server's address as the node agents reach it
-// (the chart's node.controlPlaneEndpoint in the lab).
-func APIServerURL() string { return apiServerURL() }
 
 // TagImage gives the image from a second name in every node's containerd,
 // as a second tag of the same build.

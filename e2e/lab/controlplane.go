@@ -85,7 +85,7 @@ func (l *Lab) startControlPlane(ctx context.Context) error {
 		return err
 	}
 	for user, token := range tokens {
-		if err := l.writeKubeconfig(l.kubeconfigFor(user), apiServerURL(), token); err != nil {
+		if err := l.writeKubeconfig(l.kubeconfigFor(user), APIServerURL(), token); err != nil {
 			return err
 		}
 	}
