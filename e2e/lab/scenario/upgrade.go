@@ -334,8 +334,8 @@ func dnsSettled(ctx context.Context, l *lab.Lab) error {
 // EncryptionRollout: under the same load, encryption is rolled into the
 // running cluster and out again as the chart's README tells an operator
 // to: helm upgrade to WireGuard in permissive mode, then strict (where the
-// underlay must carry no pod packet in clear), then back to permissive
-// and off. Nothing may be lost on the way. A lab encrypted from its start
+// underlay must carry no pod packet in clear), then back to permissive,
+// off while still permissive, and off. Nothing may be lost on the way. A lab encrypted from its start
 // (NETPLANE_LAB_ENCRYPTION) skips it: it went the first two steps already.
 func EncryptionRollout(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
 	if l.Config.Stack == lab.StackUpstream {
@@ -360,13 +360,18 @@ func EncryptionRollout(ctx context.Context, l *lab.Lab, logf func(string, ...any
 		if err := noClearTraffic(ctx, l, logf); err != nil {
 			return "", fmt.Errorf("strict WireGuard: %w", err)
 		}
-		if err := step("wireguard", true); err != nil {
-			return "", err
+		// Out as the chart's README says: each agent removes its key
+		// annotation while it may still patch Nodes (permissive), and only
+		// then is that right taken back.
+		for _, s := range []struct {
+			mode       string
+			permissive bool
+		}{{"wireguard", true}, {"none", true}, {"none", false}} {
+			if err := step(s.mode, s.permissive); err != nil {
+				return "", err
+			}
 		}
-		if err := step("none", false); err != nil {
-			return "", err
-		}
-		return fmt.Sprintf("encryption rolled in (permissive, strict: %.1fs) and out (permissive, none) in %.1fs", strict.Seconds(), time.Since(start).Seconds()), nil
+		return fmt.Sprintf("encryption rolled in (permissive, strict: %.1fs) and out (permissive, off, off without the right to patch Nodes) in %.1fs", strict.Seconds(), time.Since(start).Seconds()), nil
 	}
 	tally, what, err := UnderLoad(ctx, l, disrupt)
 	if err != nil {
