@@ -44,7 +44,12 @@ build() {
 start_lab() {
 	# Tools (packages, kube binaries, helm), netplane's binaries and its image:
 	# each built once, reused while up to date.
-	phase tools make --no-print-directory tools
+	# The upstream stack runs CoreDNS and upstream's images: all the tools.
+	if [ "${NETPLANE_LAB_STACK:-}" = upstream ]; then
+		phase tools make --no-print-directory tools
+	else
+		phase tools ./hack/install-tools.sh demo
+	fi
 	phase "build and image" make --no-print-directory build image
 	phase "lab program" build
 	if [ -e "$STATE_DIR/state.json" ]; then

@@ -43,11 +43,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 
-"$here/build-kube.sh" "$bin" kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl \
-  test/images/agnhost test/images/regression-issue-74839 build/pause/linux/pause.c
+# `install-tools.sh demo` builds what the lab needs and no more (the
+# demo's first run on a fresh machine waits for it); without it, also the
+# programs of upstream's test images, which only upstream's suites run.
+kube=(kube-apiserver kube-controller-manager kube-scheduler kubelet kubectl build/pause/linux/pause.c)
+[ "${1:-}" = demo ] || kube+=(test/images/agnhost test/images/regression-issue-74839)
+"$here/build-kube.sh" "$bin" "${kube[@]}"
 "$here/build-etcd.sh" "$bin"
 # helm installs the chart into the lab, as its README tells a user.
 "$here/build-helm.sh" "$bin"
 # CoreDNS: upstream's agnhost and glibc-dns-testing images carry it as
 # /coredns for the DNS tests' own servers; also the upstream stack's DNS.
-"$here/build-anchors.sh" "$bin" coredns
+[ "${1:-}" = demo ] || "$here/build-anchors.sh" "$bin" coredns

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strings"
 
 	"github.com/netplane/netplane/e2e/framework"
 )
@@ -67,9 +68,12 @@ func (l *Lab) buildBinaries(ctx context.Context) error {
 		}
 		b.images = append(b.images, tarPath)
 	}
-	upstream, err := upstreamImages(l.path("images"))
+	upstream, missing, err := upstreamImages(l.path("images"))
 	if err != nil {
 		return fmt.Errorf("upstream test images: %w", err)
+	}
+	if len(missing) > 0 {
+		l.Config.Log("lab: upstream's test images without %s (not built by the demo's tools; `make tools` builds them for `make conformance`)", strings.Join(missing, ", "))
 	}
 	b.images = append(b.images, upstream)
 	l.bin = b

@@ -8,6 +8,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -50,30 +51,39 @@ var debianTools = map[string]string{
 // The binaries agnhost, pause and regression-issue-74839 come from the
 // pinned module, coredns (which agnhost and glibc-dns-testing carry as
 // /coredns, for the DNS tests' own servers) from CoreDNS's (make tools).
-func upstreamImages(dir string) (string, error) {
+// Only pause is needed by every lab; the demo's tools leave out the other
+// three (upstream's suites alone run them), and the images made of them
+// are then left out too, named in missing.
+func upstreamImages(dir string) (archive string, missing []string, err error) {
 	bins := map[string][]byte{}
 	for _, name := range []string{"agnhost", "pause", "regression-issue-74839", "coredns"} {
 		p := framework.Binary(name)
+		if p == "" && name != "pause" {
+			missing = append(missing, name)
+			continue
+		}
 		if p == "" {
-			return "", fmt.Errorf("%s not found in %s: run `make tools` as root", name, framework.BinDir())
+			return "", nil, fmt.Errorf("%s not found in %s: run `make tools` as root", name, framework.BinDir())
 		}
 		data, err := os.ReadFile(p)
 		if err != nil {
-			return "", err
+			return "", nil, err
 		}
 		bins[name] = data
 	}
 	base, err := busyboxLayer()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	debian, err := debianLayer()
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
-	porter, err := porterCerts()
-	if err != nil {
-		return "", err
+	var porter []framework.File
+	if bins["agnhost"] != nil {
+		if porter, err = porterCerts(); err != nil {
+			return "", nil, err
+		}
 	}
 	coredns := &framework.Layer{Files: []framework.File{{Path: "coredns", Data: bins["coredns"]}}}
 	agnhost := &framework.Layer{Files: append([]framework.File{
@@ -101,11 +111,16 @@ func upstreamImages(dir string) (string, error) {
 		{Ref: regression74839, Layers: []*framework.Layer{base, {Files: []framework.File{{Path: "regression-issue-74839", Data: bins["regression-issue-74839"]}}}},
 			Entrypoint: []string{"/regression-issue-74839"}, Env: path},
 	}
+	needs := map[string][]string{agnhostImage: {"agnhost", "coredns"}, agnhostPrevImage: {"agnhost", "coredns"},
+		glibcDNSImage: {"coredns"}, regression74839: {"regression-issue-74839"}}
+	images = slices.DeleteFunc(images, func(im framework.Image) bool {
+		return slices.ContainsFunc(needs[im.Ref], func(b string) bool { return bins[b] == nil })
+	})
 	out := filepath.Join(dir, upstreamImagesTar)
 	if err := os.MkdirAll(dir, 0o755); err != nil {
-		return "", err
+		return "", nil, err
 	}
-	return out, framework.WriteImagesArchive(out, images)
+	return out, missing, framework.WriteImagesArchive(out, images)
 }
 
 // nginxConf serves the welcome page on port 80, as the upstream image does.

@@ -24,7 +24,7 @@ func TestUpstreamImagesRunTheirTools(t *testing.T) {
 	for _, b := range []string{"agnhost", "pause", "regression-issue-74839", "coredns", "busybox"} {
 		framework.RequireBinary(t, b)
 	}
-	archive, err := upstreamImages(t.TempDir())
+	archive, _, err := upstreamImages(t.TempDir())
 	if err != nil {
 		t.Fatal(err)
 	}
