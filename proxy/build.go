@@ -152,14 +152,26 @@ func (b *builder) build(eps []endpoint) {
 			}
 			return nil
 		}
-		if sp.usesClusterEndpoints() && len(cat.Cluster) > 0 {
+		if len(internal) == 0 {
+			internalChain = ""
+		}
+		hasCluster := sp.usesClusterEndpoints() && len(cat.Cluster) > 0
+		hasLocal := sp.usesLocalEndpoints() && len(cat.Local) > 0
+		if hasCluster {
 			b.policyChain(clusterChain, masqFor(clusterChain), cat.Cluster, 0)
+		} else {
+			clusterChain = ""
 		}
-		if sp.usesLocalEndpoints() && len(cat.Local) > 0 {
+		if hasLocal {
 			b.policyChain(localChain, masqFor(localChain), cat.Local, localSlots)
+		} else {
+			localChain = ""
 		}
-		if sp.externallyAccessible() && len(external) > 0 {
-			externalChain = b.externalChain(clusterChain, localChain, cat)
+		// With Local policy and no endpoint on this node, pods and the node
+		// itself still go through the external chain to every endpoint; the
+		// rest is not DNATed and meets the no-endpoint drop, as in kube-proxy.
+		if sp.externallyAccessible() && (len(external) > 0 || (sp.ExternalLocal && clusterChain != "")) {
+			externalChain = b.externalChain(clusterChain, localChain)
 		}
 	}
 	b.counts(sp, cat, f)
@@ -199,23 +211,28 @@ func (b *builder) build(eps []endpoint) {
 	b.firewall(proto)
 }
 
-// vip dispatches ip.proto.port to chain, or records its no-endpoint verdict.
+// vip dispatches ip.proto.port to chain (none: "") and records its
+// no-endpoint verdict (none: nil), which the filter hooks apply after DNAT
+// to what the chain did not DNAT.
 func (b *builder) vip(ip netip.Addr, proto uint8, chain string, noEndpoints *expr.Verdict) {
-	set, v := setServiceIPs, expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
-	if noEndpoints != nil {
-		set, v = setNoEndpoints, *noEndpoints
-	}
 	var buf [nft.MaxVerdictIDLen]byte
-	b.t.addElement(set, nft.NewID(buf[:0]).Addr(ip).Proto(proto).Port(b.sp.Port).EndKey().Verdict(v.Kind, v.Chain).String())
+	if chain != "" {
+		b.t.addElement(setServiceIPs, nft.NewID(buf[:0]).Addr(ip).Proto(proto).Port(b.sp.Port).EndKey().Verdict(expr.VerdictGoto, chain).String())
+	}
+	if noEndpoints != nil {
+		b.t.addElement(setNoEndpoints, nft.NewID(buf[:0]).Addr(ip).Proto(proto).Port(b.sp.Port).EndKey().Verdict(noEndpoints.Kind, noEndpoints.Chain).String())
+	}
 }
 
+// nodePort is vip for the NodePort on every node address.
 func (b *builder) nodePort(proto uint8, chain string, noEndpoints *expr.Verdict) {
-	set, v := setNodePorts, expr.Verdict{Kind: expr.VerdictGoto, Chain: chain}
-	if noEndpoints != nil {
-		set, v = setNoEPNodePorts, *noEndpoints
-	}
 	var buf [nft.MaxVerdictIDLen]byte
-	b.t.addElement(set, nft.NewID(buf[:0]).Proto(proto).Port(b.sp.NodePort).EndKey().Verdict(v.Kind, v.Chain).String())
+	if chain != "" {
+		b.t.addElement(setNodePorts, nft.NewID(buf[:0]).Proto(proto).Port(b.sp.NodePort).EndKey().Verdict(expr.VerdictGoto, chain).String())
+	}
+	if noEndpoints != nil {
+		b.t.addElement(setNoEPNodePorts, nft.NewID(buf[:0]).Proto(proto).Port(b.sp.NodePort).EndKey().Verdict(noEndpoints.Kind, noEndpoints.Chain).String())
+	}
 }
 
 // firewall drops sources outside loadBalancerSourceRanges before DNAT. As
@@ -376,7 +393,7 @@ func (b *builder) affinity(name string, proto uint8, eps []endpoint) {
 
 // externalChain writes the external- chain NodePorts, externalIPs and LB
 // IPs lead to, and returns its name.
-func (b *builder) externalChain(clusterChain, localChain string, cat categorized) string {
+func (b *builder) externalChain(clusterChain, localChain string) string {
 	f, t := b.t.fam, b.t
 	name := b.chainName("external")
 	t.Chain(name, nil)
@@ -388,9 +405,10 @@ func (b *builder) externalChain(clusterChain, localChain string, cat categorized
 	}
 	// Local policy keeps the client's address and uses only local endpoints,
 	// but pods and the node itself reach every endpoint, as if they had
-	// hairpinned through the load balancer.
+	// hairpinned through the load balancer. Without local endpoints the
+	// other sources fall through, undone, to the no-endpoint drop.
 	short := clusterChain
-	if !b.sp.usesClusterEndpoints() || len(cat.Cluster) == 0 {
+	if short == "" {
 		short = localChain
 	}
 	if cidrs := f.Prefixes(b.node.ClusterCIDRs); len(cidrs) > 0 {
@@ -398,7 +416,9 @@ func (b *builder) externalChain(clusterChain, localChain string, cat categorized
 	}
 	t.AddRule(name, nft.NewRule(tableFamily(f)).FibLocal(nft.Saddr).MarkSet(masqBit).Rule())
 	t.AddRule(name, nft.NewRule(tableFamily(f)).FibLocal(nft.Saddr).Goto(short).Rule())
-	t.AddRule(name, nft.NewRule(tableFamily(f)).Goto(localChain).Rule())
+	if localChain != "" {
+		t.AddRule(name, nft.NewRule(tableFamily(f)).Goto(localChain).Rule())
+	}
 	return name
 }
 
