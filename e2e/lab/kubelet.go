@@ -8,6 +8,8 @@ import (
 	"syscall"
 	"time"
 
+	corev1 "k8s.io/api/core/v1"
+
 	"github.com/netplane/netplane/e2e/framework"
 )
 
@@ -89,7 +91,7 @@ func (n *Node) StartKubelet() error {
 	p, err := l.startCmd(n.command(framework.Binary("kubelet"),
 		"--config="+n.kubeletDir("config.yaml"), "--kubeconfig="+l.kubeconfigFor("system:node:"+n.Name),
 		"--root-dir=/var/lib/kubelet", "--cert-dir="+n.kubeletDir("pki"),
-		"--hostname-override="+n.Name, "--node-ip="+n.IP+","+n.IP6, "--v=1"), n.Name+"-kubelet")
+		"--hostname-override="+n.Name, "--node-ip="+n.IP+","+n.IP6, "--node-labels="+n.topologyLabels(), "--v=1"), n.Name+"-kubelet")
 	n.kubelet = p
 	return err
 }
@@ -191,4 +193,17 @@ func rmdirCgroup(dir string) error {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// Region and zone labels: every node of the lab is in region "lab" and in
+// a zone of its own (zone-a, zone-b, ...), as a cloud's nodes spread over
+// zones are, for topology-aware routing and upstream's Topology Hints and
+// Traffic Distribution tests, which need three.
+const Region = "lab"
+
+// Zone is the zone of the node with index i.
+func Zone(i int) string { return "zone-" + string(rune('a'+i%26)) }
+
+func (n *Node) topologyLabels() string {
+	return corev1.LabelTopologyRegion + "=" + Region + "," + corev1.LabelTopologyZone + "=" + Zone(n.Index)
 }

@@ -237,9 +237,21 @@ func upstream(args []string) error {
 	h := dns.HandlerFunc(func(w dns.ResponseWriter, req *dns.Msg) {
 		m := new(dns.Msg)
 		m.SetReply(req)
+		if len(req.Question) != 1 {
+			m.Rcode = dns.RcodeFormatError
+			w.WriteMsg(m)
+			return
+		}
 		q := req.Question[0]
+		name := strings.ToLower(q.Name)
 		switch {
-		case !dns.IsSubDomain("example.", q.Name):
+		case internet[name] != nil:
+			for _, rr := range internet[name] {
+				if rr.Header().Rrtype == q.Qtype {
+					m.Answer = append(m.Answer, rr)
+				}
+			}
+		case !dns.IsSubDomain("example.", name):
 			m.Rcode = dns.RcodeNameError
 		case q.Qtype == dns.TypeA:
 			rr, _ := dns.NewRR(q.Name + " 60 IN A 192.0.2.10")
@@ -253,6 +265,29 @@ func upstream(args []string) error {
 		go func() { errc <- srv.ListenAndServe() }()
 	}
 	return <-errc
+}
+
+// internet are the records of the Internet's DNS that upstream's DNS tests
+// ask the cluster's upstream for (Google's public resolver, its name and
+// reverse names), as the real zones hold them.
+var internet = map[string][]dns.RR{}
+
+func init() {
+	for _, r := range []string{
+		"dns.google. 300 IN A 8.8.8.8",
+		"dns.google. 300 IN A 8.8.4.4",
+		"dns.google. 300 IN AAAA 2001:4860:4860::8888",
+		"dns.google. 300 IN AAAA 2001:4860:4860::8844",
+		"8.8.8.8.in-addr.arpa. 300 IN PTR dns.google.",
+		"8.8.4.4.in-addr.arpa. 300 IN PTR dns.google.",
+		"8.8.8.8.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.0.6.8.4.0.6.8.4.1.0.0.2.ip6.arpa. 300 IN PTR dns.google.",
+	} {
+		rr, err := dns.NewRR(r)
+		if err != nil {
+			panic(err)
+		}
+		internet[rr.Header().Name] = append(internet[rr.Header().Name], rr)
+	}
 }
 
 func pause([]string) error {
