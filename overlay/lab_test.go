@@ -3,7 +3,6 @@ package overlay_test
 import (
 	"fmt"
 	"net/netip"
-	"os"
 	"regexp"
 	"slices"
 	"strconv"
@@ -12,17 +11,13 @@ import (
 
 	"github.com/vishvananda/netlink"
 
+	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 )
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() == 0 {
-		netns.RemoveStale()
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { framework.Main(m) }
 
 // lab is three nodes in network namespaces: node1 and node2 on underlay
 // subnet A (192.168.10.0/24, fd00:a::/64), a bridge in a switch namespace;

@@ -316,14 +316,7 @@ func TestKernelAcceptsTheLoggingHook(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() == 0 {
-		netns.RemoveStale()
-	}
-	code := m.Run()
-	framework.RemoveBinaries()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { framework.Main(m) }
 
 // namespaceCounter reads the table's counters in a lab's namespace.
 type namespaceCounter struct{ d nft.Dialer }

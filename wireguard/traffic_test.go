@@ -7,16 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/wireguard"
 )
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() == 0 {
-		netns.RemoveStale()
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { framework.Main(m) }
 
 // marker is sent by the pods in every test payload; it must never be seen
 // on the underlay.

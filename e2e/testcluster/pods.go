@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -170,13 +169,4 @@ func (c *Cluster) AddService(t testing.TB, svc *v1.Service, port discoveryv1.End
 		t.Fatal(err)
 	}
 	return svc
-}
-
-// Main runs a package's tests after removing the namespaces a killed run
-// of them left behind.
-func Main(m *testing.M) {
-	if os.Geteuid() == 0 {
-		netns.RemoveStale()
-	}
-	framework.Main(m)
 }
