@@ -26,12 +26,13 @@ import (
 	"github.com/netplane/netplane/podnet"
 )
 
-// Pod is a pod's namespace, made through a node's CNI plugin.
+// Pod is a pod's namespace, made through a node's CNI plugin or by hand.
 type Pod struct {
 	ID      string // its container ID
 	Node    *Node
 	NS      *netns.NS
 	IP, IP6 string // IP6 "" unless the cluster is dual-stack
+	Link    string // a hand-made pod's link on the node (handmade.go)
 }
 
 // AddPod makes a pod namespace on n through the conflist and plugin its
