@@ -24,8 +24,8 @@ import (
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/controllers/endpointslice"
-	"github.com/netplane/netplane/controllers/internal/apitest"
 	"github.com/netplane/netplane/controllers/mirroring"
+	"github.com/netplane/netplane/e2e/apitest"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/process"

@@ -26,7 +26,7 @@ import (
 // `netplane explain` runs inside a node's namespace, as in the node
 // agent's pod, and its verdict is compared with a real connection.
 
-func TestMain(m *testing.M) { testcluster.Main(m) }
+func TestMain(m *testing.M) { framework.Main(m) }
 
 type cluster struct {
 	*testcluster.Cluster

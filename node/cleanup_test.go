@@ -24,7 +24,7 @@ import (
 	"github.com/netplane/netplane/e2e/testcluster"
 )
 
-func TestMain(m *testing.M) { testcluster.Main(m) }
+func TestMain(m *testing.M) { framework.Main(m) }
 
 // The phases of node1's agent before a cleanup, each making what the
 // others do not: the first everything but the direct routes and the

@@ -138,7 +138,7 @@ func waitRoutes(b *testing.B, facts []nodeview.Node, agents []*agent, p podPath)
 // plugin of the path would give them.
 func setPodMTU(b *testing.B, nodes []*labNode, mtu int) {
 	for _, n := range nodes {
-		n.ns.MustExec(b, "ip", "link", "set", "vpod", "mtu", strconv.Itoa(mtu))
+		n.ns.MustExec(b, "ip", "link", "set", n.podLink, "mtu", strconv.Itoa(mtu))
 		n.pod.MustExec(b, "ip", "link", "set", "eth0", "mtu", strconv.Itoa(mtu))
 		n.ns.MustExec(b, "ip", "link", "set", "cni0", "mtu", strconv.Itoa(mtu))
 	}

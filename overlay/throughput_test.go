@@ -51,7 +51,7 @@ func benchPath(b *testing.B, l *lab, path string) map[string]float64 {
 	l.sync(b, cfg)
 	mtu := strconv.Itoa(nodeview.PodMTU(0, cfg.Mode != overlay.Never, 1500, nodeview.IPv4))
 	for _, n := range []*labNode{l.node(1), l.node(2)} {
-		n.ns.MustExec(b, "ip", "link", "set", "vpod", "mtu", mtu)
+		n.ns.MustExec(b, "ip", "link", "set", n.podLink, "mtu", mtu)
 		n.pod.MustExec(b, "ip", "link", "set", "eth0", "mtu", mtu)
 	}
 	dst := net.JoinHostPort(l.node(2).podIP, "9000")

@@ -17,11 +17,12 @@ import (
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/e2e/testcluster"
 	"github.com/netplane/netplane/nft"
 )
 
-// The layout on the real kernel: a node namespace with a bridge and
-// br_netfilter's bridge-nf-call-iptables on, four pod namespaces on it
+// The layout on the real kernel: the node of a testcluster with a bridge
+// and br_netfilter's bridge-nf-call-iptables on, four pod namespaces on it
 // (x/a, x/b, y/a, y/b) serving TCP and UDP on 80 and 81, the model's dump
 // loaded with nft, real connections. Each probe's result is compared with
 // the API reading and with what the case states.
@@ -51,27 +52,18 @@ func newLabVia(t testing.TB, driver bool) *lab {
 	framework.RequireBinary(t, "nft")
 	_, err := os.Stat("/proc/sys/net/bridge")
 	framework.Require(t, err == nil, "br_netfilter is not loaded (modprobe br_netfilter)")
-	l := &lab{t: t, node: netns.New(t, "polnode"), pods: map[string]*netns.NS{}, ips: map[string]string{},
+	tc := testcluster.New(t, testcluster.Options{Nodes: 1, NoAPIServer: true})
+	l := &lab{t: t, node: tc.Nodes[0].NS, pods: map[string]*netns.NS{}, ips: map[string]string{},
 		c: newCluster([]string{"n1"}, nil)}
-	l.node.Bridge(t, "br0")
-	l.node.Addr(t, "br0", "10.244.0.1/24")
-	l.node.Addr(t, "br0", "fd00:244::1/64")
-	l.node.Sysctl(t, "net.ipv4.ip_forward", "1")
-	l.node.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
 	l.node.Sysctl(t, "net.bridge.bridge-nf-call-iptables", "1")
 	l.node.Sysctl(t, "net.bridge.bridge-nf-call-ip6tables", "1")
 	for _, ns := range []string{"x", "y"} {
 		l.c.setNamespace(modelNamespace(ns))
 	}
-	for i, lp := range labPods {
+	for _, lp := range labPods {
 		ns, name, _ := strings.Cut(lp.key, "/")
-		peer := fmt.Sprintf("veth%d", i)
-		pod := netns.Host(t, "pol"+ns+name, l.node, peer, "eth0")
-		l.node.Attach(t, peer, "br0")
-		pod.Addr(t, "eth0", lp.ip+"/24")
-		pod.Addr(t, "eth0", lp.ip6+"/64")
-		pod.Route(t, "default", "via", "10.244.0.1")
-		pod.Route(t, "default", "via", "fd00:244::1")
+		pod := tc.AddHandPod(t, tc.Nodes[0], testcluster.HandPod{Label: "pol" + ns + name, Bridge: "br0",
+			IPs: []string{lp.ip + "/24", lp.ip6 + "/64"}}).NS
 		l.pods[lp.key], l.ips[lp.key] = pod, lp.ip
 		for _, port := range []int{80, 81} {
 			serve(t, pod, fmt.Sprintf(":%d", port))
@@ -316,14 +308,7 @@ func TestKernelAcceptsTheLoggingHook(t *testing.T) {
 	}
 }
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() == 0 {
-		netns.RemoveStale()
-	}
-	code := m.Run()
-	framework.RemoveBinaries()
-	os.Exit(code)
-}
+func TestMain(m *testing.M) { framework.Main(m) }
 
 // namespaceCounter reads the table's counters in a lab's namespace.
 type namespaceCounter struct{ d nft.Dialer }

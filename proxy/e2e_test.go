@@ -18,29 +18,40 @@ import (
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/e2e/testcluster"
 )
 
-// The lab: node-a (192.168.0.2, fd00:192::2; zone z1) runs `netplane
-// --role=node`; pods a1, a2 on it (10.244.1.0/24, routed veths); node-b
-// (192.168.0.3) with pod b1 (10.244.2.2) is "another node"; ext
-// (203.0.113.2, 2001:db8:113::2) is an external client. The cluster CIDRs
-// are 10.244.1.0/24 and 10.244.2.0/24 (two of one family) and fd00:244::/32;
-// the Service CIDRs 10.96.0.0/16 and fd00:10:96::/112. Every pod runs TCP
-// and UDP echo servers that answer "<pod> <client address seen>", and an
-// SCTP probe listener (flows_sctp_test.go).
+// The lab is a testcluster: node1 (192.168.0.2, fd00:192::2; zone z1)
+// runs `netplane --role=node`; pods a1, a2 on it (10.244.1.0/24, routed
+// veths); node2 (192.168.0.3), running no agent, with pod b1 (10.244.2.2)
+// is "another node"; ext (203.0.113.2, 2001:db8:113::2), linked to node1,
+// is an external client. The cluster CIDRs are 10.244.1.0/24 and
+// 10.244.2.0/24 (two of one family) and fd00:244::/32; the Service CIDRs
+// 10.96.0.0/16 and fd00:10:96::/112. The Nodes have no pod CIDR, so the
+// agent's pod network waits and the pods are wired by hand. Every pod runs
+// TCP and UDP echo servers that answer "<pod> <client address seen>", and
+// an SCTP probe listener (flows_sctp_test.go).
 
 type lab struct {
 	t     *testing.T
-	api   *framework.APIServer
-	node  *netns.NS
+	c     *testcluster.Cluster
+	agent *testcluster.Node // node1
+	node  *netns.NS         // node1's namespace
 	nodeB *netns.NS
 	pods  map[string]*netns.NS
 	ext   *netns.NS
-	proc  *framework.Process
-	args  []string
+	flags []string // the agent's, beyond testcluster's
 	ctx   context.Context
 	sctp  *sctpLab
 }
+
+// The lab's nodes.
+const (
+	nodeA = "node1"
+	nodeB = "node2"
+)
+
+func TestMain(m *testing.M) { framework.Main(m) }
 
 // netplaneBinary is bin/netplane under `make test`, or cmd/netplane built
 // from this tree for this test process (see framework.NetplaneBinaries).
@@ -48,40 +59,35 @@ func netplaneBinary(t testing.TB) string {
 	return filepath.Join(framework.NetplaneBinaries(t), "netplane")
 }
 
-func TestMain(m *testing.M) { framework.Main(m) }
-
 func newLab(t *testing.T) *lab {
 	if testing.Short() {
 		t.Skip("end-to-end")
 	}
-	framework.RequireRoot(t)
-	bin := netplaneBinary(t)
-	// The lab's API calls share one context, bounded so a hung call fails but
-	// long enough for the whole flow table on a loaded machine (framework.Ctx
-	// gives 60 s, which a slow run of the table outlasts).
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
-	t.Cleanup(cancel)
-	l := &lab{t: t, api: framework.StartAPIServer(t, framework.Options{}), pods: map[string]*netns.NS{}, ctx: ctx, sctp: newSCTPLab()}
-	l.node = l.host("node-a")
-	l.node.Sysctl(t, "net.ipv4.ip_forward", "1")
-	l.node.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
-	nodeB := l.host("node-b")
-	l.nodeB = nodeB
-	nodeB.Sysctl(t, "net.ipv4.ip_forward", "1")
-	nodeB.Sysctl(t, "net.ipv6.conf.all.forwarding", "1")
-	netns.Veth(t, l.node, "underlay", nodeB, "underlay")
-	l.node.Addr(t, "underlay", "192.168.0.2/24")
-	l.node.Addr(t, "underlay", "fd00:192::2/64")
-	nodeB.Addr(t, "underlay", "192.168.0.3/24")
-	nodeB.Addr(t, "underlay", "fd00:192::3/64")
+	// The lab's API calls share the cluster's context, bounded so a hung
+	// call fails but long enough for the whole flow table on a loaded
+	// machine (framework.Ctx gives 60 s, which a slow run of the table
+	// outlasts).
+	c := testcluster.New(t, testcluster.Options{
+		Subnets:      []testcluster.Subnet{{V4: "192.168.0.", V6: "fd00:192::"}},
+		Place:        func(i int) (int, string) { return 0, fmt.Sprint(1 + i) },
+		NoDAD:        true,
+		ClusterCIDRs: []string{"10.244.1.0/24", "10.244.2.0/24", "fd00:244::/32"},
+		NoPodCIDRs:   true,
+		NoStart:      true,
+		Timeout:      10 * time.Minute,
+		Setup:        func(t testing.TB, n *testcluster.Node) { quiet(t, n.NS) },
+	})
+	l := &lab{t: t, c: c, agent: c.Nodes[0], node: c.Nodes[0].NS, nodeB: c.Nodes[1].NS, pods: map[string]*netns.NS{},
+		ctx: c.Ctx, sctp: newSCTPLab()}
 	l.node.Route(t, "10.244.2.0/24", "via", "192.168.0.3")
 	l.node.Route(t, "fd00:244:2::/64", "via", "fd00:192::3")
-	nodeB.Route(t, "default", "via", "192.168.0.2")
-	nodeB.Route(t, "default", "via", "fd00:192::2")
-	l.pod(l.node, "a1", "10.244.1.2", "fd00:244:1::2")
-	l.pod(l.node, "a2", "10.244.1.3", "fd00:244:1::3")
-	l.pod(nodeB, "b1", "10.244.2.2", "fd00:244:2::2")
-	l.ext = l.host("ext")
+	l.nodeB.Route(t, "default", "via", "192.168.0.2")
+	l.nodeB.Route(t, "default", "via", "fd00:192::2")
+	l.pod(c.Nodes[0], "a1", "10.244.1.2", "fd00:244:1::2")
+	l.pod(c.Nodes[0], "a2", "10.244.1.3", "fd00:244:1::3")
+	l.pod(c.Nodes[1], "b1", "10.244.2.2", "fd00:244:2::2")
+	l.ext = netns.NewNoDAD(t, "ext")
+	quiet(t, l.ext)
 	netns.Veth(t, l.node, "toext", l.ext, "eth0")
 	l.node.Addr(t, "toext", "203.0.113.1/24")
 	l.ext.Addr(t, "eth0", "203.0.113.2/24")
@@ -96,83 +102,59 @@ func newLab(t *testing.T) *lab {
 	// The next hops of those default routes own an address in the Service
 	// CIDRs that no Service has (the API server allocates from the low 256
 	// addresses of a range, kept for static ClusterIPs, only when the rest
-	// is full): a packet to it that left node-a would be refused there, not
+	// is full): a packet to it that left node1 would be refused there, not
 	// silently lost.
 	l.ext.Addr(t, "lo", unallocatedClusterIP4+"/32")
-	nodeB.Addr(t, "lo", unallocatedClusterIP6+"/128")
-	l.createNode()
-	l.start(bin)
+	l.nodeB.Addr(t, "lo", unallocatedClusterIP6+"/128")
+	l.zone()
+	l.flags = []string{"--service-cidrs=10.96.0.0/16,fd00:10:96::/112", "--sync-period=3s", "--min-sync-period=0s",
+		"--bridge=np-e2e0", "-v=2"}
+	l.start()
 	return l
 }
 
-func (l *lab) host(label string) *netns.NS {
-	ns := netns.New(l.t, label)
-	l.quiet(ns)
-	return ns
+// quiet turns off what would make counting rejects flaky.
+func quiet(t testing.TB, ns *netns.NS) {
+	ns.Sysctl(t, "net.ipv4.icmp_ratelimit", "0")
+	ns.Sysctl(t, "net.ipv6.icmp.ratelimit", "0")
 }
 
-// quiet turns off what would make counting rejects or using IPv6 at once flaky.
-func (l *lab) quiet(ns *netns.NS) {
-	ns.Sysctl(l.t, "net.ipv4.icmp_ratelimit", "0")
-	ns.Sysctl(l.t, "net.ipv6.icmp.ratelimit", "0")
-	ns.Sysctl(l.t, "net.ipv6.conf.default.accept_dad", "0")
-	ns.Sysctl(l.t, "net.ipv6.conf.all.accept_dad", "0")
-}
-
-// pod makes a pod namespace routed from node (no bridge: a /32 route per
-// pod), with echo servers (netns.ServeEcho, TCP and UDP) on ports 8080 and
-// 5353.
-func (l *lab) pod(node *netns.NS, name, ip4, ip6 string) {
+// pod makes a pod on node routed from it (no bridge: a /32 route per pod,
+// so every packet, also to a pod on the same node, goes through the node,
+// as with a routed CNI), with echo servers (netns.ServeEcho, TCP and UDP)
+// on ports 8080 and 5353.
+func (l *lab) pod(node *testcluster.Node, name, ip4, ip6 string) {
 	t := l.t
-	p := l.host(name)
-	netns.Veth(t, node, "v"+name, p, "eth0")
-	gw4 := ip4[:strings.LastIndex(ip4, ".")] + ".1"
-	gw6 := ip6[:strings.LastIndex(ip6, ":")] + ":1"
-	// Host addresses: every packet, also to a pod on the same node, goes
-	// through the node, as with a routed CNI.
-	p.Addr(t, "eth0", ip4+"/32")
-	p.Addr(t, "eth0", ip6+"/128")
-	node.Addr(t, "v"+name, gw4+"/32")
-	node.Addr(t, "v"+name, gw6+"/128")
-	node.Route(t, ip4+"/32", "dev", "v"+name)
-	node.Route(t, ip6+"/128", "dev", "v"+name)
-	p.Route(t, "default", "via", gw4, "dev", "eth0", "onlink")
-	p.Route(t, "default", "via", gw6, "dev", "eth0", "onlink")
+	p := l.c.AddHandPod(t, node, testcluster.HandPod{Label: name, IPs: []string{ip4 + "/24", ip6 + "/64"}}).NS
+	quiet(t, p)
 	p.ServeEcho(t, ":8080", name)
 	p.ServeEcho(t, ":5353", name)
 	l.sctp.listen(t, p, name, ip4, ip6)
 	l.pods[name] = p
 }
 
-func (l *lab) createNode() {
-	n := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "node-a", Labels: map[string]string{v1.LabelTopologyZone: "z1"}}}
-	n, err := l.api.Client.CoreV1().Nodes().Create(l.ctx, n, metav1.CreateOptions{})
+// zone puts node1 in zone z1.
+func (l *lab) zone() {
+	nodes := l.c.API.Client.CoreV1().Nodes()
+	n, err := nodes.Get(l.ctx, nodeA, metav1.GetOptions{})
 	if err != nil {
 		l.t.Fatal(err)
 	}
-	n.Status.Addresses = []v1.NodeAddress{{Type: v1.NodeInternalIP, Address: "192.168.0.2"}, {Type: v1.NodeInternalIP, Address: "fd00:192::2"}}
-	if _, err := l.api.Client.CoreV1().Nodes().UpdateStatus(l.ctx, n, metav1.UpdateOptions{}); err != nil {
+	n.Labels = map[string]string{v1.LabelTopologyZone: "z1"}
+	if _, err := nodes.Update(l.ctx, n, metav1.UpdateOptions{}); err != nil {
 		l.t.Fatal(err)
 	}
 }
 
-func (l *lab) start(bin string) {
-	t := l.t
-	if l.args == nil {
-		fwd := l.node.Forward(t, "127.0.0.1:0", strings.TrimPrefix(l.api.URL, "https://"))
-		kc := filepath.Join(t.TempDir(), "kubeconfig")
-		if err := l.api.WriteKubeconfig(kc, "https://"+fwd, l.api.Token); err != nil {
-			t.Fatal(err)
-		}
-		tmp := t.TempDir()
-		l.args = []string{"--role=node", "--kubeconfig=" + kc, "--node-name=node-a",
-			"--cluster-cidr=10.244.1.0/24,10.244.2.0/24,fd00:244::/32", "--service-cidrs=10.96.0.0/16,fd00:10:96::/112",
-			"--sync-period=3s", "--min-sync-period=0s",
-			"--health-bind-address=127.0.0.1:10290", "--metrics-bind-address=127.0.0.1:10291",
-			"--cni-conf-dir=" + tmp, "--cni-bin-dir=" + tmp, "--ipam-state-dir=" + tmp, "--bridge=np-e2e0", "-v=2"}
-	}
-	l.proc = l.node.Start(t, bin, l.args...)
+// start starts the agent on node1 with the lab's flags and waits until it
+// serves its metrics.
+func (l *lab) start() {
+	l.c.Start(l.t, l.agent, l.flags...)
+	l.agent.Served(l.t)
 }
+
+// metrics is the agent's /metrics.
+func (l *lab) metrics() (int, string) { return httpGet(l.node, "http://"+l.agent.Metrics+"/metrics") }
 
 // hit is hit, or an SCTP probe for network "sctp".
 func (l *lab) hit(ns *netns.NS, network, addr string) string {
@@ -227,13 +209,13 @@ func (l *lab) service(name string, eps []labEP, opts ...svcOpt) *v1.Service {
 		o(s)
 	}
 	ingress := s.Status.LoadBalancer.Ingress // a load-balancer controller's part
-	s, err := l.api.Client.CoreV1().Services("default").Create(l.ctx, s, metav1.CreateOptions{})
+	s, err := l.c.API.Client.CoreV1().Services("default").Create(l.ctx, s, metav1.CreateOptions{})
 	if err != nil {
 		l.t.Fatal(err)
 	}
 	if len(ingress) > 0 {
 		s.Status.LoadBalancer.Ingress = ingress
-		if s, err = l.api.Client.CoreV1().Services("default").UpdateStatus(l.ctx, s, metav1.UpdateOptions{}); err != nil {
+		if s, err = l.c.API.Client.CoreV1().Services("default").UpdateStatus(l.ctx, s, metav1.UpdateOptions{}); err != nil {
 			l.t.Fatal(err)
 		}
 	}
@@ -265,9 +247,9 @@ func (l *lab) endpoints(name string, eps []labEP) {
 			},
 		}
 		for _, e := range eps {
-			node := "node-a"
+			node := nodeA
 			if strings.HasPrefix(e.pod, "b") {
-				node = "node-b"
+				node = nodeB
 			}
 			de := discovery.Endpoint{
 				Addresses: []string{podIPs[e.pod][fam]}, NodeName: ptr.To(node),
@@ -284,7 +266,7 @@ func (l *lab) endpoints(name string, eps []labEP) {
 			}
 			s.Endpoints = append(s.Endpoints, de)
 		}
-		c := l.api.Client.DiscoveryV1().EndpointSlices("default")
+		c := l.c.API.Client.DiscoveryV1().EndpointSlices("default")
 		_ = c.Delete(l.ctx, s.Name, metav1.DeleteOptions{})
 		if _, err := c.Create(l.ctx, s, metav1.CreateOptions{}); err != nil {
 			l.t.Fatal(err)
@@ -326,7 +308,7 @@ func (l *lab) expect(from string, network, addr string, seenAs string, want ...s
 		return
 	}
 	l.t.Fatalf("%s → %s %s: want answers from all of %v (client seen as %q); got %v, last %q\nnetplane log:\n%s",
-		from, network, addr, want, seenAs, got, last, l.proc.Tail(20))
+		from, network, addr, want, seenAs, got, last, l.agent.Proc.Tail(20))
 }
 
 // confirm checks, once every wanted answer came, that a few more go to

@@ -58,9 +58,9 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		s.Spec.Ports = s.Spec.Ports[:1]
 		s.Spec.Ports[0].Port = 8888
 	})
-	// Topology hints, as the EndpointSlice controller writes them; node-a is in zone z1.
+	// Topology hints, as the EndpointSlice controller writes them; node1 is in zone z1.
 	zonal := l.service("zonal", []labEP{{pod: "a1", zones: []string{"z1"}}, {pod: "b1", zones: []string{"z2"}}})
-	nodal := l.service("nodal", []labEP{{pod: "a2", zones: []string{"z1"}, nodes: []string{"node-a"}}, {pod: "b1", zones: []string{"z1"}, nodes: []string{"node-b"}}})
+	nodal := l.service("nodal", []labEP{{pod: "a2", zones: []string{"z1"}, nodes: []string{nodeA}}, {pod: "b1", zones: []string{"z1"}, nodes: []string{nodeB}}})
 	elsewhere := l.service("elsewhere", []labEP{{pod: "a1", zones: []string{"z2"}}, {pod: "b1", zones: []string{"z3"}}})
 	sctp := l.service("sctp", []labEP{{pod: "a1"}, {pod: "b1"}}, func(s *v1.Service) {
 		s.Spec.Type = v1.ServiceTypeNodePort
@@ -162,7 +162,7 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 
 	t.Run("metrics are served", func(t *testing.T) {
 		l.t = t
-		code, body := httpGet(l.node, "http://127.0.0.1:10291/metrics")
+		code, body := l.metrics()
 		for _, m := range []string{`netplane_proxy_sync_duration_seconds_count{type="full"}`, `netplane_proxy_sync_duration_seconds_count{type="partial"}`, "netplane_proxy_network_programming_duration_seconds", `netplane_proxy_no_local_endpoints{traffic_policy="external"} 2`} { // remote-only has two ports
 			if code != 200 || !strings.Contains(body, m) {
 				t.Errorf("/metrics lacks %s (status %d %.200s)", m, code, body)
@@ -207,15 +207,15 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 		}
 		defer conn.Close()
 		talk(t, conn, "a1")
-		l.proc.Stop(10 * time.Second)
+		l.c.Stop(l.agent)
 		talk(t, conn, "a1")
 		l.expect("a2", "tcp", hp(cip(web), 80), "10.244.1.3", "a1", "b1") // rules stay while the agent is down
 		// Created while no agent runs: only the new process can program it.
 		late := l.service("after-restart", []labEP{{pod: "b1"}})
 		l.expect("a2", "tcp", hp(cip(late), 80), "", "timeout")
-		l.start(netplaneBinary(t))
+		l.start()
 		framework.Eventually(t, 15*time.Second, "the new process's first full sync", func() error {
-			code, body := httpGet(l.node, "http://127.0.0.1:10291/metrics")
+			code, body := l.metrics()
 			if code != 200 || !firstFullSync.MatchString(body) {
 				return fmt.Errorf("/metrics: %d, no full sync counted (%.200s)", code, body)
 			}
@@ -228,9 +228,9 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 
 	t.Run("--masquerade-all masquerades pods reaching a ClusterIP too", func(t *testing.T) {
 		l.t = t
-		l.proc.Stop(10 * time.Second)
-		l.args = append(l.args, "--masquerade-all")
-		l.start(netplaneBinary(t))
+		l.c.Stop(l.agent)
+		l.flags = append(l.flags, "--masquerade-all")
+		l.start()
 		framework.Eventually(t, 15*time.Second, "the new process masquerades pod traffic in both families", func() error {
 			for _, addr := range []string{hp(cip(web), 80), hp(cip6(web), 80)} {
 				if got := hit(l.ns("a2"), "tcp", addr); strings.HasSuffix(got, " 10.244.1.3") || strings.HasSuffix(got, " fd00:244:1::3") || !strings.Contains(got, " ") {

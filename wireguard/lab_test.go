@@ -14,14 +14,15 @@ import (
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/e2e/testcluster"
 	"github.com/netplane/netplane/wireguard"
 )
 
-// The lab: nodes in network namespaces on two subnets joined by a router
-// namespace, each running the userspace device through this package with
-// the others as peers, as the node role will. Node i sits on 192.168.i.0/24
-// (address .2, the router .1, its underlay interface ul0, the router's
-// side to-node<i>) with pod CIDR 10.244.i.0/24, whose first address is on
+// The lab: the nodes of a testcluster, each on a subnet of its own joined
+// by the router namespace, each running the userspace device through this
+// package with the others as peers, as the node role will. Node i sits on
+// 192.168.i.0/24 (address .2, the router .1, its underlay interface eth0,
+// the router's side u-node<i>) with pod CIDR 10.244.i.0/24, whose first address is on
 // netplane.wg, so what the node itself sends into the tunnel leaves from
 // an address the peers allow, and runs the echo servers. The routes the node role will own are made
 // here from the plan: every peer's allowed IPs and the plan's Drop list
@@ -43,6 +44,7 @@ var ghost = wireguard.Node{Name: "ghost", IPs: []netip.Addr{netip.MustParseAddr(
 
 type lab struct {
 	router *netns.NS
+	links  []string // the router's links to the nodes, for captures
 	nodes  []*labNode
 	extra  []wireguard.Node // Node facts beside the lab's own nodes
 }
@@ -65,19 +67,21 @@ func (n *labNode) podIP() string { return n.podCIDR.Addr().Next().String() }
 
 func newLab(t testing.TB, count int) *lab {
 	t.Helper()
-	l := &lab{router: netns.New(t, "wg-router"), extra: []wireguard.Node{ghost}}
-	l.router.Sysctl(t, "net.ipv4.ip_forward", "1")
+	var subnets []testcluster.Subnet
 	for i := 1; i <= count; i++ {
-		n := &labNode{name: fmt.Sprintf("node%d", i),
-			underlay: netip.AddrFrom4([4]byte{192, 168, byte(i), 2}),
-			podCIDR:  netip.PrefixFrom(netip.AddrFrom4([4]byte{10, 244, byte(i), 0}), 24),
+		subnets = append(subnets, testcluster.Subnet{V4: fmt.Sprintf("192.168.%d.", i), Bridge: testcluster.Link,
+			Gateway: fmt.Sprintf("192.168.%d.1", i), Routed: true})
+	}
+	c := testcluster.New(t, testcluster.Options{Nodes: count, NoAPIServer: true, Subnets: subnets,
+		Place: func(i int) (int, string) { return i - 1, "2" }})
+	l := &lab{router: c.Router, extra: []wireguard.Node{ghost}}
+	for _, cn := range c.Nodes {
+		n := &labNode{name: cn.Name, ns: cn.NS,
+			underlay: netip.MustParseAddr(cn.IP),
+			podCIDR:  netip.MustParsePrefix(testcluster.PodCIDRs(cn.Index, false)[0]),
 			keyFile:  filepath.Join(t.TempDir(), "wireguard", "private.key"),
 			log:      testr.NewWithInterface(t, testr.Options{})}
-		n.ns = netns.Host(t, n.name, l.router, "to-"+n.name, "ul0")
-		l.router.Addr(t, "to-"+n.name, fmt.Sprintf("192.168.%d.1/24", i))
-		n.ns.Addr(t, "ul0", n.underlay.String()+"/24")
-		n.ns.Route(t, "default", "via", fmt.Sprintf("192.168.%d.1", i))
-		l.nodes = append(l.nodes, n)
+		l.nodes, l.links = append(l.nodes, n), append(l.links, cn.Link)
 	}
 	for _, n := range l.nodes {
 		l.start(t, n)

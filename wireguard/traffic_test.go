@@ -7,16 +7,12 @@ import (
 	"testing"
 	"time"
 
+	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/wireguard"
 )
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() == 0 {
-		netns.RemoveStale()
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { framework.Main(m) }
 
 // marker is sent by the pods in every test payload; it must never be seen
 // on the underlay.
@@ -51,7 +47,7 @@ func expectSeen(t *testing.T, from *netns.NS, ip, want string) {
 // the node: its route goes into the device, which has no peer for it.
 func TestPodTrafficCrossesTheRouterOnlyEncrypted(t *testing.T) {
 	l := newLab(t, 2)
-	caps := []*netns.Capture{l.router.Capture(t, "to-node1"), l.router.Capture(t, "to-node2")}
+	caps := []*netns.Capture{l.router.Capture(t, l.links[0]), l.router.Capture(t, l.links[1])}
 	l.syncAll(t)
 	a, b := l.nodes[0], l.nodes[1]
 	expectSeen(t, a.ns, b.podIP(), a.podIP())

@@ -54,10 +54,6 @@ type Plugin struct {
 	// result.
 	IPAM types.IPAM `json:"ipam,omitzero"`
 	DNS  types.DNS  `json:"dns,omitzero"`
-
-	// FailAfterAllocationForTests makes ADD fail once everything is set up,
-	// so tests can prove that a late failure rolls back all of it.
-	FailAfterAllocationForTests bool `json:"failAfterAllocationForTests,omitempty"`
 }
 
 // RuntimeConfig carries the capabilities the entry declares, filled in by

@@ -94,11 +94,13 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if conf.FailAfterAllocationForTests {
-		return fmt.Errorf("failing after allocation because failAfterAllocationForTests is set")
+	// A result the runtime cannot read is a failed ADD: it gets rolled
+	// back like any other failure.
+	if err := types.PrintResult(res, conf.CNIVersion); err != nil {
+		return err
 	}
 	success = true
-	return types.PrintResult(res, conf.CNIVersion)
+	return nil
 }
 
 // allocate records the attachment and programs its hostPorts in one locked

@@ -153,10 +153,9 @@ func BenchmarkAddDelAgainstBridgeAndHostLocal(b *testing.B) {
 	}{{"sequential200", 200, 1, 3}, {"concurrent50", 50, 50, 20}} {
 		b.Run(phase.name, func(b *testing.B) {
 			framework.RequireRoot(b)
-			framework.Require(b, pluginDir != "", "netplane-cni was not built")
 			bridge := framework.RequireBinary(b, "cni/bridge")
 			framework.RequireBinary(b, "cni/host-local")
-			ours := newContender(b, "netplane", []string{pluginDir}, map[string]any{
+			ours := newContender(b, "netplane", []string{pluginDir(b)}, map[string]any{
 				"type": "netplane-cni", "bridge": "cni0", "mtu": 1500, "podCIDRs": []string{"10.244.0.0/22"}, "stateDir": b.TempDir(),
 			})
 			ref := newContender(b, "reference", []string{filepath.Dir(bridge)}, map[string]any{
@@ -246,8 +245,7 @@ func childrenCPU(b *testing.B) time.Duration {
 // included).
 func BenchmarkStatus(b *testing.B) {
 	framework.RequireRoot(b)
-	framework.Require(b, pluginDir != "", "netplane-cni was not built")
-	c := newContender(b, "netplane", []string{pluginDir}, map[string]any{
+	c := newContender(b, "netplane", []string{pluginDir(b)}, map[string]any{
 		"type": "netplane-cni", "bridge": "cni0", "podCIDRs": []string{"10.244.0.0/24"}, "stateDir": b.TempDir(),
 	})
 	c.node.MustExec(b, "ip", "link", "add", "cni0", "type", "bridge")

@@ -4,12 +4,8 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
-	"fmt"
 	"net/netip"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -28,32 +24,18 @@ import (
 	"github.com/netplane/netplane/e2e/netns"
 )
 
-// pluginDir holds a netplane-cni built from this tree by TestMain, so the
-// tests always exercise the current code through its real binary.
-var pluginDir string
-
-func TestMain(m *testing.M) {
-	flag.Parse()
-	dir, err := os.MkdirTemp("", "netplane-cni-test-")
-	if err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		os.Exit(1)
+// pluginDir holds the netplane-cni the tests run
+// (framework.NetplaneBinaries), so they exercise the current code through
+// its real binary.
+func pluginDir(t testing.TB) string {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("runs the plugin binary; skipped with -short")
 	}
-	if os.Geteuid() == 0 && !testing.Short() {
-		cmd := exec.Command("go", "build", "-o", filepath.Join(dir, "netplane-cni"), "github.com/netplane/netplane/cmd/netplane-cni")
-		cmd.Env = append(os.Environ(), "CGO_ENABLED=0")
-		if out, err := cmd.CombinedOutput(); err != nil {
-			fmt.Fprintf(os.Stderr, "build netplane-cni: %v\n%s", err, out)
-			os.RemoveAll(dir)
-			os.Exit(1)
-		}
-		pluginDir = dir
-	}
-	netns.RemoveStale()
-	code := m.Run()
-	os.RemoveAll(dir)
-	os.Exit(code)
+	return framework.NetplaneBinaries(t)
 }
+
+func TestMain(m *testing.M) { framework.Main(m) }
 
 // node is a throwaway namespace playing the node, with the plugin's
 // configuration and state in a temporary directory.
@@ -74,12 +56,11 @@ type nodeOpts struct {
 func newNode(t *testing.T, o nodeOpts) *node {
 	t.Helper()
 	framework.RequireRoot(t)
-	framework.Require(t, pluginDir != "", "netplane-cni was not built (needs root and no -short)")
 	if o.podCIDRs == nil {
 		o.podCIDRs = []string{"10.244.1.0/24"}
 	}
 	n := &node{ns: netns.New(t, "node"), stateDir: t.TempDir(), podCIDRs: o.podCIDRs}
-	n.cni = newCNI([]string{pluginDir}, t.TempDir())
+	n.cni = newCNI([]string{pluginDir(t)}, t.TempDir())
 	n.list = n.conflist(t, o)
 	return n
 }

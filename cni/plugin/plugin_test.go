@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"net"
+	"os"
 	"os/exec"
 	"slices"
 	"strings"
@@ -182,13 +183,26 @@ func TestDelInALivingNetnsRemovesThePairAndAddWorksAgain(t *testing.T) {
 	n.requireClean(t)
 }
 
+// TestFailureAfterAllocationLeavesNothingBehind makes the last step of an
+// ADD with a hostPort fail, once everything is set up: the plugin writes
+// its result to a full device (/dev/full), as to a runtime gone away.
 func TestFailureAfterAllocationLeavesNothingBehind(t *testing.T) {
-	n := newNode(t, nodeOpts{extra: map[string]any{"failAfterAllocationForTests": true}})
+	n := newNode(t, nodeOpts{})
 	pod := netns.New(t, "pod")
 	r := rt(pod, "fails")
 	r.CapabilityArgs = map[string]any{"portMappings": []map[string]any{{"hostPort": 30998, "containerPort": 80}}}
-	if _, err := n.add(r); err == nil {
-		t.Fatal("ADD succeeded despite the injected failure")
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"netplane","type":"netplane-cni","bridge":"cni0","mtu":1400,`+
+		`"podCIDRs":["10.244.1.0/24"],"stateDir":%q,"runtimeConfig":{"portMappings":[{"hostPort":30998,"containerPort":80,"protocol":"tcp"}]}}`, n.stateDir)
+	full, err := os.OpenFile("/dev/full", os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer full.Close()
+	cmd := n.ns.Command(pluginDir(t) + "/netplane-cni")
+	cmd.Env = []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=" + r.ContainerID, "CNI_NETNS=" + pod.Path, "CNI_IFNAME=eth0", "CNI_PATH=" + pluginDir(t)}
+	cmd.Stdin, cmd.Stdout = strings.NewReader(conf), full
+	if err := cmd.Run(); err == nil {
+		t.Fatal("ADD succeeded though its result could not be written")
 	}
 	n.requireClean(t)
 	if _, err := handle(t, pod).LinkByName("eth0"); err == nil {
@@ -424,8 +438,8 @@ func TestBadInputGetsCodedErrors(t *testing.T) {
 		{"bad pod CIDR", strings.Replace(conf, "10.244.1.0/24", "10.244.1.0/31", 1), "eth0", types.ErrInvalidNetworkConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			cmd := n.ns.Command(pluginDir + "/netplane-cni")
-			cmd.Env = []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=bad", "CNI_NETNS=" + pod.Path, "CNI_IFNAME=" + tc.ifname, "CNI_PATH=" + pluginDir}
+			cmd := n.ns.Command(pluginDir(t) + "/netplane-cni")
+			cmd.Env = []string{"CNI_COMMAND=ADD", "CNI_CONTAINERID=bad", "CNI_NETNS=" + pod.Path, "CNI_IFNAME=" + tc.ifname, "CNI_PATH=" + pluginDir(t)}
 			cmd.Stdin = strings.NewReader(tc.stdin)
 			out, err := cmd.Output()
 			if _, ok := err.(*exec.ExitError); !ok {

@@ -11,8 +11,8 @@ import (
 	"k8s.io/client-go/tools/cache"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/netplane/netplane/controllers/internal/apitest"
 	"github.com/netplane/netplane/controllers/internal/kit"
+	"github.com/netplane/netplane/e2e/apitest"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/internal/informer"
 )

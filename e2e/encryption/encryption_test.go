@@ -20,12 +20,11 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
-	"github.com/netplane/netplane/e2e/testcluster"
 	"github.com/netplane/netplane/podnet"
 	"github.com/netplane/netplane/wireguard"
 )
 
-func TestMain(m *testing.M) { testcluster.Main(m) }
+func TestMain(m *testing.M) { framework.Main(m) }
 
 // expectReach checks TCP and UDP from every pod to every other pod, both
 // families, with the pod's own address as the source the server sees.

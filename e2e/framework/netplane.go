@@ -2,6 +2,7 @@ package framework
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -66,13 +67,6 @@ func RemoveBinaries() {
 	}
 }
 
-// Main runs a package's tests and then removes the binaries they built.
-func Main(m *testing.M) {
-	code := m.Run()
-	RemoveBinaries()
-	os.Exit(code)
-}
-
 var servingLine = regexp.MustCompile(`"serving".*server="(health|metrics)" address="([^"]+)"`)
 
 // metricsBound is controller-runtime's line once its metrics server
@@ -130,13 +124,39 @@ func Eventually(t testing.TB, timeout time.Duration, what string, cond func() er
 func EventuallyEvery(t testing.TB, interval, timeout time.Duration, what string, cond func() error) time.Duration {
 	t.Helper()
 	start := time.Now()
-	var last error
-	err := wait.PollUntilContextTimeout(context.Background(), interval, timeout, true, func(context.Context) (bool, error) {
-		last = cond()
-		return last == nil, nil
-	})
-	if err != nil {
-		t.Fatalf("%s: not true after %v: %v", what, timeout, last)
+	if err := Poll(context.Background(), interval, timeout, what, func(context.Context) error { return cond() }); err != nil {
+		t.Fatal(err)
 	}
 	return time.Since(start)
 }
+
+// Poll calls cond every interval until it returns nil. When timeout passes
+// or ctx ends first, it returns what was awaited with cond's last error; an
+// error cond marks Final (a process it needed exited) ends the wait at
+// once. Eventually and the lab, which has no test to fail, wait with it.
+func Poll(ctx context.Context, interval, timeout time.Duration, what string, cond func(context.Context) error) error {
+	var last error
+	err := wait.PollUntilContextTimeout(ctx, interval, timeout, true, func(ctx context.Context) (bool, error) {
+		last = cond(ctx)
+		var final finalError
+		if errors.As(last, &final) {
+			return false, final.error
+		}
+		return last == nil, nil
+	})
+	var final finalError
+	switch {
+	case err == nil:
+		return nil
+	case errors.As(last, &final):
+		return fmt.Errorf("%s: %w", what, final.error)
+	case last == nil: // ctx ended before cond ran
+		last = err
+	}
+	return fmt.Errorf("%s: not true after %v: %w", what, timeout, last)
+}
+
+// Final marks an error that makes Poll stop waiting.
+func Final(err error) error { return finalError{err} }
+
+type finalError struct{ error }

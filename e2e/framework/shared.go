@@ -33,15 +33,14 @@ func SharedAPIServer(t testing.TB, opts Options) *APIServer {
 	return shared
 }
 
-// RunShared is a TestMain body: it runs the tests, stops the shared API
-// server if one was started, and exits.
+// RunShared is Main that also stops the shared API server if one was
+// started.
 func RunShared(m *testing.M) {
-	code := m.Run()
-	if shared != nil {
-		shared.Close()
-	}
-	RemoveBinaries()
-	os.Exit(code)
+	os.Exit(run(m, func() {
+		if shared != nil {
+			shared.Close()
+		}
+	}))
 }
 
 // RunWithAPIServer is a TestMain body for a package whose tests share one
@@ -63,10 +62,7 @@ func RunWithAPIServer(m *testing.M, opts Options, api **APIServer) {
 		os.Exit(1)
 	}
 	*api = s
-	code := m.Run()
-	s.Close()
-	RemoveBinaries()
-	os.Exit(code)
+	os.Exit(run(m, s.Close))
 }
 
 // TempDir is a folder for a test that runs a container runtime: removed at

@@ -181,24 +181,13 @@ func (l *Lab) waitAPIServer(ctx context.Context, timeout time.Duration) error {
 	if l.Client, err = kubernetes.NewForConfig(cfg); err != nil {
 		return err
 	}
-	deadline := time.Now().Add(timeout)
-	for {
-		rctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		body, err := l.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(rctx)
-		cancel()
-		if err == nil {
-			return nil
+	return l.waitFor(timeout, "kube-apiserver ready", func(ctx context.Context) error {
+		body, err := l.Client.Discovery().RESTClient().Get().AbsPath("/readyz").DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("%v %s", err, body)
 		}
-		for _, p := range l.cp.procs {
-			if p.Exited() {
-				return fmt.Errorf("%s exited:\n%s", p.Name, p.Tail(20))
-			}
-		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("kube-apiserver not ready after %v: %v %s", timeout, err, body)
-		}
-		time.Sleep(200 * time.Millisecond)
-	}
+		return nil
+	})
 }
 
 // writeKubeconfig writes a kubeconfig for a bearer token; the API server's
@@ -253,29 +242,23 @@ func (l *Lab) startControllers(saKey string) error {
 	})
 }
 
-// waitFor polls fn until it returns nil, failing after timeout with fn's
-// last error; a control-plane process that exits fails it at once.
+// waitFor polls fn (each call bounded to 5 s) until it returns nil,
+// failing after timeout with fn's last error; a control-plane process
+// that exits fails it at once.
 func (l *Lab) waitFor(timeout time.Duration, what string, fn func(context.Context) error) error {
-	deadline := time.Now().Add(timeout)
-	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	return framework.Poll(context.Background(), 100*time.Millisecond, timeout, what, func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+		defer cancel()
 		err := fn(ctx)
-		cancel()
-		if err == nil {
-			return nil
-		}
-		if l.cp != nil { // nil in a lab another process runs (Attach)
+		if err != nil && l.cp != nil { // nil in a lab another process runs (Attach)
 			for _, p := range l.cp.procs {
 				if p.Exited() {
-					return fmt.Errorf("%s exited while waiting for %s:\n%s", p.Name, what, p.Tail(20))
+					return framework.Final(fmt.Errorf("%s exited:\n%s", p.Name, p.Tail(20)))
 				}
 			}
 		}
-		if time.Now().After(deadline) {
-			return fmt.Errorf("%s: not there after %v: %w", what, timeout, err)
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 func writeRSAKey(path string) error {

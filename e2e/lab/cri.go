@@ -11,6 +11,8 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	cri "k8s.io/cri-api/pkg/apis/runtime/v1"
+
+	"github.com/netplane/netplane/e2e/framework"
 )
 
 // CRI is a client of one node's containerd over its CRI socket.
@@ -34,18 +36,12 @@ func (c *CRI) Close() error { return c.conn.Close() }
 
 // WaitReady waits until the runtime answers Version.
 func (c *CRI) WaitReady(ctx context.Context, timeout time.Duration) error {
-	deadline := time.Now().Add(timeout)
-	var err error
-	for time.Now().Before(deadline) {
-		cctx, cancel := context.WithTimeout(ctx, time.Second)
-		_, err = c.Runtime.Version(cctx, &cri.VersionRequest{})
-		cancel()
-		if err == nil {
-			return nil
-		}
-		time.Sleep(100 * time.Millisecond)
-	}
-	return fmt.Errorf("containerd CRI not answering after %v: %w", timeout, err)
+	return framework.Poll(ctx, 100*time.Millisecond, timeout, "containerd CRI answering", func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		defer cancel()
+		_, err := c.Runtime.Version(ctx, &cri.VersionRequest{})
+		return err
+	})
 }
 
 // RemoveAllSandboxes stops and removes every pod sandbox, which makes

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/netplane/netplane/e2e/framework"
 )
 
 // Down removes everything a lab recorded in stateDir: it asks a live owner
@@ -153,16 +155,14 @@ func ownedBy(pid int, stateDir string) bool {
 }
 
 func waitGone(pid int, timeout time.Duration) bool {
-	deadline := time.Now().Add(timeout)
-	for time.Now().Before(deadline) {
+	return framework.Poll(context.Background(), 50*time.Millisecond, timeout, "process gone", func(context.Context) error {
 		if err := syscall.Kill(pid, 0); errors.Is(err, syscall.ESRCH) {
-			return true
+			return nil
 		}
 		// A child of ours that exited is a zombie until reaped.
 		if st, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid)); err == nil && strings.Contains(string(st), ") Z ") {
-			return true
+			return nil
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
-	return false
+		return fmt.Errorf("pid %d runs", pid)
+	}) == nil
 }

@@ -1,6 +1,7 @@
 package lab
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -175,14 +176,10 @@ func removeCgroup(path string) error {
 // rmdirCgroup kills the processes of one cgroup and removes it once they
 // are gone.
 func rmdirCgroup(dir string) error {
-	deadline := time.Now().Add(10 * time.Second)
-	for {
+	return framework.Poll(context.Background(), 50*time.Millisecond, 10*time.Second, "cgroup "+dir+" removed", func(context.Context) error {
 		err := os.Remove(dir)
 		if err == nil || os.IsNotExist(err) {
 			return nil
-		}
-		if time.Now().After(deadline) {
-			return err
 		}
 		procs, _ := os.ReadFile(filepath.Join(dir, "cgroup.procs"))
 		for _, f := range strings.Fields(string(procs)) {
@@ -191,8 +188,8 @@ func rmdirCgroup(dir string) error {
 				syscall.Kill(pid, syscall.SIGKILL)
 			}
 		}
-		time.Sleep(50 * time.Millisecond)
-	}
+		return err
+	})
 }
 
 // Region and zone labels: every node of the lab is in region "lab" and in

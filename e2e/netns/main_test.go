@@ -1,13 +1,9 @@
 package netns
 
 import (
-	"os"
 	"testing"
+
+	"github.com/netplane/netplane/e2e/framework"
 )
 
-func TestMain(m *testing.M) {
-	if os.Geteuid() == 0 {
-		RemoveStale()
-	}
-	os.Exit(m.Run())
-}
+func TestMain(m *testing.M) { framework.Main(m) }

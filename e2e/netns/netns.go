@@ -11,9 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"runtime"
-	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -26,9 +24,9 @@ import (
 	"github.com/netplane/netplane/e2e/framework"
 )
 
-// Prefix starts every namespace name this package makes; the test process's
-// pid follows it, so leftovers of a killed run can be told apart and removed.
-const Prefix = "np"
+// Prefix starts every namespace name this package makes, followed by the
+// test process's pid (see framework.RemoveStaleNamespaces).
+const Prefix = framework.NamespacePrefix
 
 var counter atomic.Int64
 
@@ -188,28 +186,4 @@ func (ns *NS) Do(fn func() error) error {
 func (ns *NS) Sysctl(t testing.TB, key, value string) {
 	t.Helper()
 	ns.MustExec(t, "sysctl", "-qw", key+"="+value)
-}
-
-var stale = regexp.MustCompile("^" + Prefix + `(\d+)-`)
-
-// RemoveStale deletes namespaces left by earlier test processes that were
-// killed before their cleanup ran (their pid no longer exists). Namespaces of
-// live processes, and any not made by this package, are left alone.
-func RemoveStale() {
-	out, err := exec.Command("ip", "netns", "list").Output()
-	if err != nil {
-		return
-	}
-	for _, line := range strings.Split(string(out), "\n") {
-		name, _, _ := strings.Cut(strings.TrimSpace(line), " ")
-		m := stale.FindStringSubmatch(name)
-		if m == nil {
-			continue
-		}
-		pid, _ := strconv.Atoi(m[1])
-		if pid == os.Getpid() || syscall.Kill(pid, 0) == nil {
-			continue
-		}
-		_ = exec.Command("ip", "netns", "delete", name).Run()
-	}
 }

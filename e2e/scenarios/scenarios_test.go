@@ -56,7 +56,7 @@ func TestMain(m *testing.M) {
 		fmt.Fprintln(os.Stderr, "skipping the lab: needs root and `make tools`")
 		os.Exit(0)
 	}
-	netns.RemoveStale()
+	framework.RemoveStaleNamespaces()
 	start := time.Now()
 	dir, err := os.MkdirTemp("", "netplane-lab-")
 	if err != nil {

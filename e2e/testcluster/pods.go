@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 	"path/filepath"
 	"regexp"
 	"strconv"
@@ -27,12 +26,13 @@ import (
 	"github.com/netplane/netplane/podnet"
 )
 
-// Pod is a pod's namespace, made through a node's CNI plugin.
+// Pod is a pod's namespace, made through a node's CNI plugin or by hand.
 type Pod struct {
 	ID      string // its container ID
 	Node    *Node
 	NS      *netns.NS
 	IP, IP6 string // IP6 "" unless the cluster is dual-stack
+	Link    string // a hand-made pod's link on the node (handmade.go)
 }
 
 // AddPod makes a pod namespace on n through the conflist and plugin its
@@ -170,13 +170,4 @@ func (c *Cluster) AddService(t testing.TB, svc *v1.Service, port discoveryv1.End
 		t.Fatal(err)
 	}
 	return svc
-}
-
-// Main runs a package's tests after removing the namespaces a killed run
-// of them left behind.
-func Main(m *testing.M) {
-	if os.Geteuid() == 0 {
-		netns.RemoveStale()
-	}
-	framework.Main(m)
 }

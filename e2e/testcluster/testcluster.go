@@ -1,11 +1,14 @@
-// Package testcluster brings up netplane node agents for the tests of any
-// package: a real kube-apiserver (e2e/framework); an underlay of subnets in
-// network namespaces, each a bridge in a switch namespace, a bridge in a
-// router namespace, or a link from the router to one node; one namespace per
-// node running `netplane --role=node` with a kubeconfig through a forwarder
-// to the API server; pods made through the CNI plugin the agents install, as
-// a runtime would, and their Pod objects written as a kubelet would.
-// Everything is removed when the test ends (e2e/netns).
+// Package testcluster is the rig of every test that needs nodes: an
+// underlay of subnets in network namespaces, each a bridge in a switch
+// namespace, a bridge in a router namespace, or a link from the router to
+// one node; one namespace per node. By default a real kube-apiserver
+// (e2e/framework) holds a Node per node and each node runs
+// `netplane --role=node` with a kubeconfig through a forwarder to it; pods
+// are made through the CNI plugin the agents install, as a runtime would,
+// and their Pod objects written as a kubelet would. The tests of one node
+// feature's shell take the underlay and nodes alone (NoAPIServer) and wire
+// pods by hand (handmade.go). Everything is removed when the test ends
+// (e2e/netns).
 package testcluster
 
 import (
@@ -52,13 +55,22 @@ type Subnet struct {
 // Options say what differs between clusters; the zero value is two nodes on
 // one IPv4 subnet 192.168.77.0/24 with no default route.
 type Options struct {
-	Nodes     int                                   // 2 when 0
-	Subnets   []Subnet                              // one InSwitch 192.168.77.0/24 when empty
-	Place     func(i int) (subnet int, host string) // node i (from 1); subnet 0, host 10+i when nil
-	IPv6      bool                                  // dual-stack pod CIDRs 10.244.<i>.0/24, fd00:10:244:<i>::/64
-	NoDAD     bool                                  // namespaces without IPv6 duplicate address detection
-	APIServer framework.Options
-	Timeout   time.Duration // of Ctx; 20 minutes when 0
+	Nodes   int                                   // 2 when 0
+	Subnets []Subnet                              // one InSwitch 192.168.77.0/24 when empty
+	Place   func(i int) (subnet int, host string) // node i (from 1); subnet 0, host 10+i when nil
+	IPv6    bool                                  // dual-stack pod CIDRs 10.244.<i>.0/24, fd00:10:244:<i>::/64
+	NoDAD   bool                                  // namespaces without IPv6 duplicate address detection
+	// NoAPIServer: the underlay and the nodes only, no API server, Node
+	// objects or agents; the test drives a feature's shell in the nodes.
+	NoAPIServer bool
+	APIServer   framework.Options
+	// ClusterCIDRs are the agents' --cluster-cidr; 10.244.0.0/16 (and
+	// fd00:10:244::/48 with IPv6) when empty.
+	ClusterCIDRs []string
+	// NoPodCIDRs: the Node objects have no pod CIDR, so an agent's pod
+	// network waits and the test wires pods by hand.
+	NoPodCIDRs bool
+	Timeout    time.Duration // of Ctx; 20 minutes when 0
 	// Setup runs in each node's namespace once it is addressed, before its
 	// agent starts.
 	Setup func(t testing.TB, n *Node)
@@ -73,8 +85,8 @@ type Options struct {
 
 // Cluster is the API server, the underlay and the nodes.
 type Cluster struct {
-	T      testing.TB // the test the cluster lives as long as; owns the agents
-	API    *framework.APIServer
+	T      testing.TB           // the test the cluster lives as long as; owns the agents
+	API    *framework.APIServer // nil with NoAPIServer
 	Ctx    context.Context
 	Switch *netns.NS // the InSwitch subnets' namespace (bridge br<subnet>), or nil
 	Router *netns.NS // or nil when no subnet is routed
@@ -89,9 +101,10 @@ type Node struct {
 	Link          string // its link's name on the switch's or the router's side, for captures
 	NS            *netns.NS
 	Dir           string
-	Kubeconfig    string
+	Kubeconfig    string // "" with NoAPIServer
 	Proc          *framework.Process
-	Metrics       string // the agent's metrics address inside NS, once Served
+	Metrics       string          // the agent's metrics address inside NS, once Served
+	bridges       map[string]bool // made for hand-made pods
 }
 
 func (n *Node) ConfDir() string { return filepath.Join(n.Dir, "net.d") }
@@ -103,8 +116,10 @@ func (n *Node) IPAMDir() string { return filepath.Join(n.Dir, "ipam") }
 func New(t testing.TB, o Options) *Cluster {
 	t.Helper()
 	framework.RequireRoot(t)
-	_, err := os.Stat("/proc/sys/net/bridge")
-	framework.Require(t, err == nil, "br_netfilter is not loaded (modprobe br_netfilter)")
+	if !o.NoAPIServer {
+		_, err := os.Stat("/proc/sys/net/bridge")
+		framework.Require(t, err == nil, "br_netfilter is not loaded (modprobe br_netfilter)")
+	}
 	if o.Nodes == 0 {
 		o.Nodes = 2
 	}
@@ -117,7 +132,10 @@ func New(t testing.TB, o Options) *Cluster {
 	if o.Timeout == 0 {
 		o.Timeout = 20 * time.Minute
 	}
-	c := &Cluster{T: t, API: framework.StartAPIServer(t, o.APIServer), opts: o}
+	c := &Cluster{T: t, opts: o}
+	if !o.NoAPIServer {
+		c.API = framework.StartAPIServer(t, o.APIServer)
+	}
 	ctx, cancel := context.WithTimeout(context.Background(), o.Timeout)
 	t.Cleanup(cancel)
 	c.Ctx = ctx
@@ -125,7 +143,7 @@ func New(t testing.TB, o Options) *Cluster {
 	for i := 1; i <= o.Nodes; i++ {
 		c.Nodes = append(c.Nodes, c.addNode(t, i))
 	}
-	if o.NoStart {
+	if o.NoAPIServer || o.NoStart {
 		return c
 	}
 	for _, n := range c.Nodes {
@@ -237,11 +255,14 @@ func (c *Cluster) addNode(t testing.TB, i int) *Node {
 	if c.opts.Setup != nil {
 		c.opts.Setup(t, n)
 	}
-	cidrs := []string{fmt.Sprintf("10.244.%d.0/24", i)}
-	if c.opts.IPv6 {
-		cidrs = append(cidrs, fmt.Sprintf("fd00:10:244:%d::/64", i))
+	if c.API == nil {
+		return n
 	}
-	obj := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}, Spec: v1.NodeSpec{PodCIDR: cidrs[0], PodCIDRs: cidrs}}
+	obj := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: n.Name}}
+	if !c.opts.NoPodCIDRs {
+		obj.Spec.PodCIDRs = PodCIDRs(i, c.opts.IPv6)
+		obj.Spec.PodCIDR = obj.Spec.PodCIDRs[0]
+	}
 	created, err := c.API.Client.CoreV1().Nodes().Create(c.Ctx, obj, metav1.CreateOptions{})
 	if err != nil {
 		t.Fatal(err)
@@ -253,6 +274,16 @@ func (c *Cluster) addNode(t testing.TB, i int) *Node {
 		t.Fatal(err)
 	}
 	return n
+}
+
+// PodCIDRs are node i's pod CIDRs: 10.244.<i>.0/24 and, with ipv6,
+// fd00:10:244:<i>::/64.
+func PodCIDRs(i int, ipv6 bool) []string {
+	cidrs := []string{fmt.Sprintf("10.244.%d.0/24", i)}
+	if ipv6 {
+		cidrs = append(cidrs, fmt.Sprintf("fd00:10:244:%d::/64", i))
+	}
+	return cidrs
 }
 
 // SetAddresses writes the InternalIPs of Node obj, what a kubelet would;
@@ -275,10 +306,14 @@ func (c *Cluster) SetAddresses(t testing.TB, obj *v1.Node, ips ...string) {
 // subtest starts it.
 func (c *Cluster) Start(t testing.TB, n *Node, flags ...string) {
 	t.Helper()
-	cidr := "--cluster-cidr=10.244.0.0/16"
-	if c.opts.IPv6 {
-		cidr += ",fd00:10:244::/48"
+	cidrs := c.opts.ClusterCIDRs
+	if len(cidrs) == 0 {
+		cidrs = []string{"10.244.0.0/16"}
+		if c.opts.IPv6 {
+			cidrs = append(cidrs, "fd00:10:244::/48")
+		}
 	}
+	cidr := "--cluster-cidr=" + strings.Join(cidrs, ",")
 	// No --cni-plugin-path: the agent installs the netplane-cni beside it.
 	args := append([]string{"--role=node", "--kubeconfig=" + n.Kubeconfig, "--node-name=" + n.Name,
 		"--cni-conf-dir=" + n.ConfDir(), "--cni-bin-dir=" + n.BinDir(), "--ipam-state-dir=" + n.IPAMDir(),
