@@ -7,12 +7,10 @@ import (
 	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
-	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/link"
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
-	"github.com/netplane/netplane/podnet"
 	"github.com/netplane/netplane/wireguard"
 )
 
@@ -96,8 +94,8 @@ func (k *netlinkKernel) Underlays(self nodeview.Node) ([]overlay.Underlay, error
 	return out, nil
 }
 
-func (k *netlinkKernel) PodMTU(self nodeview.Node, node v1alpha1.Node) (int, error) {
-	return podnet.PodMTU(nodeview.KernelUnderlay(k.h), node, self)
+func (k *netlinkKernel) UnderlayMTU(self nodeview.Node) (int, error) {
+	return nodeview.UnderlayMTU(nodeview.KernelUnderlay(k.h), self)
 }
 
 func (k *netlinkKernel) FDB(device string) ([]netlink.Neigh, error) {

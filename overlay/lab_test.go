@@ -91,7 +91,7 @@ func (l *lab) addNode(t testing.TB, i int, peer *netns.NS, net4, net6 string) *l
 	n.ns.Addr(t, "cni0", fmt.Sprintf("fd00:10:244:%d::1/64", i))
 	n.pod = host(t, "pod"+strconv.Itoa(i), n.ns, "vpod", "eth0")
 	n.ns.Attach(t, "vpod", "cni0")
-	mtu := strconv.Itoa(nodeview.PodMTU(0, true, 1500, nodeview.IPv4, nodeview.IPv6))
+	mtu := strconv.Itoa(nodeview.Settings{}.PodMTU(1500, n.Node))
 	n.ns.MustExec(t, "ip", "link", "set", "vpod", "mtu", mtu)
 	n.pod.MustExec(t, "ip", "link", "set", "eth0", "mtu", mtu)
 	n.podIP, n.podIP6 = fmt.Sprintf("10.244.%d.2", i), fmt.Sprintf("fd00:10:244:%d::2", i)
