@@ -29,7 +29,7 @@ type Kernel interface {
 	TunnelRoutes() ([]netlink.Route, error) // WireGuard's table (wireguard.RouteTable)
 	LinkName(index int) string
 	Underlays(self nodeview.Node) ([]overlay.Underlay, error)
-	UnderlayMTU(self nodeview.Node) (int, error) // as nodeview.UnderlayMTU
+	nodeview.Underlay // the interfaces of the node's addresses, for its MTU
 	FDB(device string) ([]netlink.Neigh, error)
 	Conntrack(fam nodeview.Family) ([]*netlink.ConntrackFlow, error)
 }
@@ -71,7 +71,7 @@ func Locate(k Kernel, in *Input) error {
 		if in.Overlay.Underlays, err = k.Underlays(v); err != nil {
 			return err
 		}
-		if mtu, err := k.UnderlayMTU(v); err == nil {
+		if mtu, err := nodeview.UnderlayMTU(k, v); err == nil {
 			in.Overlay.PodMTU = in.Overlay.Settings.PodMTU(mtu, v)
 		}
 		return nil

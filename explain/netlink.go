@@ -16,6 +16,7 @@ import (
 
 // netlinkKernel is the Kernel of the process's own network namespace.
 type netlinkKernel struct {
+	nodeview.Underlay
 	h *netlink.Handle
 }
 
@@ -25,7 +26,7 @@ func NewKernel() (Kernel, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &netlinkKernel{h: h}, h.Close, nil
+	return &netlinkKernel{Underlay: nodeview.KernelUnderlay(h), h: h}, h.Close, nil
 }
 
 func (k *netlinkKernel) Table(id nft.TableID) (*nft.Table, error) {
@@ -83,7 +84,7 @@ func (k *netlinkKernel) LinkName(index int) string {
 func (k *netlinkKernel) Underlays(self nodeview.Node) ([]overlay.Underlay, error) {
 	var out []overlay.Underlay
 	for _, ip := range self.IPs {
-		i, ok, err := link.InterfaceOf(k.h, ip)
+		i, ok, err := k.InterfaceOf(ip)
 		if err != nil {
 			return nil, err
 		}
@@ -92,10 +93,6 @@ func (k *netlinkKernel) Underlays(self nodeview.Node) ([]overlay.Underlay, error
 		}
 	}
 	return out, nil
-}
-
-func (k *netlinkKernel) UnderlayMTU(self nodeview.Node) (int, error) {
-	return nodeview.UnderlayMTU(nodeview.KernelUnderlay(k.h), self)
 }
 
 func (k *netlinkKernel) FDB(device string) ([]netlink.Neigh, error) {
