@@ -17,8 +17,8 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/kubernetes"
 
-	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/dns"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // Question is what the command was asked.
@@ -26,9 +26,8 @@ type Question struct {
 	From, To      string
 	Namespace     string // for a bare POD in From or To
 	Port          PortQuery
-	ClusterDomain string // cluster.local
-	OverlayMode   string
-	Encryption    v1alpha1.Encryption // the node role's
+	ClusterDomain string            // cluster.local
+	Settings      nodeview.Settings // the node role's
 }
 
 // reader reads the objects one question needs: targeted Gets and
@@ -46,8 +45,7 @@ type reader struct {
 // q names that is not there.
 func Read(ctx context.Context, c kubernetes.Interface, q Question) (*Input, error) {
 	r := &reader{c: c, ctx: ctx, q: q, ns: map[string]*v1.Namespace{}, pod: map[types.NamespacedName]*v1.Pod{},
-		in: &Input{To: q.To, Port: q.Port, Overlay: Overlay{Mode: q.OverlayMode,
-			Encryption: q.Encryption.Mode, WireGuardPort: int(q.Encryption.WireGuardPort), Permissive: q.Encryption.Permissive}}}
+		in: &Input{To: q.To, Port: q.Port, Overlay: Overlay{Settings: q.Settings}}}
 	nodes, err := c.CoreV1().Nodes().List(ctx, metav1.ListOptions{ResourceVersion: "0"})
 	if err != nil {
 		return nil, fmt.Errorf("listing nodes: %w", err)

@@ -10,6 +10,8 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	netv1 "k8s.io/api/networking/v1"
 	"k8s.io/apimachinery/pkg/util/intstr"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // The world of the policy cases: namespaces x and y; x/a on n1, x/b on
@@ -25,7 +27,7 @@ var (
 func world(from, to *v1.Pod, port int, pols ...*netv1.NetworkPolicy) *Input {
 	return &Input{FromPod: from, ToPod: to, To: to.Namespace + "/" + to.Name, Port: PortQuery{Number: port},
 		Pods: []*v1.Pod{podA, podB, podC}, Namespaces: []*v1.Namespace{nsX, nsY}, Policies: pols, Nodes: testNodes,
-		Overlay: Overlay{Mode: "always"}}
+		Overlay: Overlay{Settings: nodeview.Settings{Overlay: "always"}}}
 }
 
 func effect(ns, name, dir, eff string, rule int) PolicyEffect {
@@ -135,7 +137,7 @@ func TestService(t *testing.T) {
 			mod(s)
 		}
 		return &Input{FromPod: podA, ToService: s, To: "svc/x/s", Slices: []*discoveryv1.EndpointSlice{slice(s, "", 8080, eps...)},
-			Pods: []*v1.Pod{podA, podB, podD}, Namespaces: []*v1.Namespace{nsX}, Nodes: testNodes, Overlay: Overlay{Mode: "never"}}
+			Pods: []*v1.Pod{podA, podB, podD}, Namespaces: []*v1.Namespace{nsX}, Nodes: testNodes, Overlay: Overlay{Settings: nodeview.Settings{Overlay: "never"}}}
 	}
 	local := v1.ServiceInternalTrafficPolicyLocal
 	onlyPort80 := netpol("x", "only-80", map[string]string{"app": "b"}, ingressOnly,

@@ -11,7 +11,6 @@ import (
 	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
-	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
@@ -30,7 +29,7 @@ type Kernel interface {
 	TunnelRoutes() ([]netlink.Route, error) // WireGuard's table (wireguard.RouteTable)
 	LinkName(index int) string
 	Underlays(self nodeview.Node) ([]overlay.Underlay, error)
-	PodMTU(self nodeview.Node, node v1alpha1.Node) (int, error) // as podnet.PodMTU
+	nodeview.Underlay // the interfaces of the node's addresses, for its MTU
 	FDB(device string) ([]netlink.Neigh, error)
 	Conntrack(fam nodeview.Family) ([]*netlink.ConntrackFlow, error)
 }
@@ -72,10 +71,8 @@ func Locate(k Kernel, in *Input) error {
 		if in.Overlay.Underlays, err = k.Underlays(v); err != nil {
 			return err
 		}
-		var node v1alpha1.Node
-		node.Overlay.Mode, node.Encryption.Mode = in.Overlay.Mode, in.Overlay.Encryption
-		if mtu, err := k.PodMTU(v, node); err == nil {
-			in.Overlay.PodMTU = mtu
+		if mtu, err := nodeview.UnderlayMTU(k, v); err == nil {
+			in.Overlay.PodMTU = in.Overlay.Settings.PodMTU(mtu, v)
 		}
 		return nil
 	}
@@ -247,7 +244,7 @@ func checkPaths(k Kernel, in *Input, x *Explanation, out *KernelReport) error {
 	for _, n := range in.Nodes {
 		nodes = append(nodes, nodeview.Of(n, nodeview.Keep{}))
 	}
-	plan := overlay.Desired(overlay.Input{Config: overlay.Config{Mode: overlay.Mode(in.Overlay.Mode)}.Defaults(), Self: in.Here,
+	plan := overlay.Desired(overlay.Input{Config: overlay.Config{Mode: overlay.Mode(in.Overlay.Settings.Overlay)}.Defaults(), Self: in.Here,
 		Nodes: nodes, Connected: in.Overlay.Connected, Underlays: in.Overlay.Underlays})
 	routes, err := k.Routes()
 	if err != nil {

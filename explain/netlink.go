@@ -7,17 +7,16 @@ import (
 	"go4.org/netipx"
 	"golang.org/x/sys/unix"
 
-	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/link"
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
-	"github.com/netplane/netplane/podnet"
 	"github.com/netplane/netplane/wireguard"
 )
 
 // netlinkKernel is the Kernel of the process's own network namespace.
 type netlinkKernel struct {
+	nodeview.Underlay
 	h *netlink.Handle
 }
 
@@ -27,7 +26,7 @@ func NewKernel() (Kernel, func(), error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	return &netlinkKernel{h: h}, h.Close, nil
+	return &netlinkKernel{Underlay: nodeview.KernelUnderlay(h), h: h}, h.Close, nil
 }
 
 func (k *netlinkKernel) Table(id nft.TableID) (*nft.Table, error) {
@@ -85,7 +84,7 @@ func (k *netlinkKernel) LinkName(index int) string {
 func (k *netlinkKernel) Underlays(self nodeview.Node) ([]overlay.Underlay, error) {
 	var out []overlay.Underlay
 	for _, ip := range self.IPs {
-		i, ok, err := link.InterfaceOf(k.h, ip)
+		i, ok, err := k.InterfaceOf(ip)
 		if err != nil {
 			return nil, err
 		}
@@ -94,10 +93,6 @@ func (k *netlinkKernel) Underlays(self nodeview.Node) ([]overlay.Underlay, error
 		}
 	}
 	return out, nil
-}
-
-func (k *netlinkKernel) PodMTU(self nodeview.Node, node v1alpha1.Node) (int, error) {
-	return podnet.PodMTU(nodeview.KernelUnderlay(k.h), node, self)
 }
 
 func (k *netlinkKernel) FDB(device string) ([]netlink.Neigh, error) {

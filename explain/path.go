@@ -6,28 +6,23 @@ import (
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 
-	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 	"github.com/netplane/netplane/wireguard"
 )
 
-// Overlay is what the path between two nodes depends on. The overlay's
-// mode is the cluster's; the connected subnets and underlays are the
-// source node's, known only on it (Known).
+// Overlay is what the path between two nodes depends on. The node
+// role's settings are the cluster's; the connected subnets and underlays
+// are the source node's, known only on it (Known).
 type Overlay struct {
-	Mode      string // cross-subnet (default), always, never
+	// Settings are the node role's (its configuration, as the role reads
+	// it): the overlay's mode and the encryption.
+	Settings  nodeview.Settings
 	Known     bool
 	Connected []netip.Prefix
 	Underlays []overlay.Underlay
 	// PodMTU is the MTU of the source node's pods, when known.
 	PodMTU int
-	// Encryption is the node role's: none or wireguard, with its port and
-	// whether it is permissive (a node without a valid key is reached by
-	// the overlay in clear rather than not at all).
-	Encryption    string
-	WireGuardPort int
-	Permissive    bool
 }
 
 // path is how a packet from a pod on node src reaches a pod on node dst,
@@ -40,12 +35,12 @@ func path(src, dst string, nodes []nodeview.Node, fam nodeview.Family, ov Overla
 		return PathSameNode, fmt.Sprintf("same node %s, over the bridge", src)
 	}
 	clear := ""
-	if ov.Encryption == v1alpha1.EncryptionWireGuard {
+	if enc := ov.Settings.Encryption; enc != nodeview.NoEncryption {
 		kind, text, why := tunnel(src, dst, nodes, ov)
 		switch {
 		case kind != "":
 			return kind, text
-		case !ov.Permissive:
+		case enc == nodeview.WireGuardStrict:
 			return PathNone, "dropped: " + why
 		}
 		clear = "in clear (permissive encryption; " + why + "): "
@@ -57,7 +52,7 @@ func path(src, dst string, nodes []nodeview.Node, fam nodeview.Family, ov Overla
 // tunnel is the WireGuard path from node src to node dst, as src's peer
 // plan has it, or why dst is no peer of src.
 func tunnel(src, dst string, nodes []nodeview.Node, ov Overlay) (kind, text, why string) {
-	in := wireguard.Input{Self: src, Port: ov.WireGuardPort}
+	in := wireguard.Input{Self: src, Port: ov.Settings.WireGuard.Port}
 	if in.Port == 0 {
 		in.Port = wireguard.DefaultPort
 	}
@@ -84,7 +79,7 @@ func tunnel(src, dst string, nodes []nodeview.Node, ov Overlay) (kind, text, why
 
 // overlayPath is the overlay's path from node src to node dst.
 func overlayPath(src, dst string, nodes []nodeview.Node, fam nodeview.Family, ov Overlay) (kind, text string) {
-	cfg := overlay.Config{Mode: overlay.Mode(ov.Mode)}.Defaults()
+	cfg := overlay.Config{Mode: overlay.Mode(ov.Settings.Overlay)}.Defaults()
 	if !ov.Known {
 		var ip netip.Addr
 		for _, n := range nodes {

@@ -34,7 +34,8 @@ func TestPathWithEncryption(t *testing.T) {
 		node("n4", "192.168.1.14", "10.244.4.0/24", "not-a-key"), // malformed
 	}
 	wg := func(permissive bool) Overlay {
-		return Overlay{Mode: "never", Encryption: v1alpha1.EncryptionWireGuard, Permissive: permissive}
+		enc := v1alpha1.Encryption{Mode: v1alpha1.EncryptionWireGuard, Permissive: permissive, WireGuardPort: wireguard.DefaultPort}
+		return Overlay{Settings: nodeview.SettingsOf(v1alpha1.Node{Overlay: v1alpha1.Overlay{Mode: "never"}, Encryption: enc})}
 	}
 	for _, c := range []struct {
 		name     string
@@ -48,7 +49,7 @@ func TestPathWithEncryption(t *testing.T) {
 		{"a malformed key: dropped", "n4", wg(false), PathNone, "dropped: annotation " + wireguard.Annotation + " of node n4"},
 		{"permissive: without a key, the overlay in clear", "n3", wg(true), PathDirect, "in clear (permissive encryption; node n3 has not published"},
 		{"permissive: a keyed peer still through the tunnel", "n2", wg(true), PathWireGuard, "WireGuard to node n2"},
-		{"no encryption: the overlay", "n2", Overlay{Mode: "never"}, PathDirect, "direct route to node n2"},
+		{"no encryption: the overlay", "n2", Overlay{Settings: nodeview.Settings{Overlay: "never"}}, PathDirect, "direct route to node n2"},
 		{"the same node: the bridge", "n1", wg(false), PathSameNode, "same node n1"},
 	} {
 		t.Run(c.name, func(t *testing.T) {

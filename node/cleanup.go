@@ -5,6 +5,7 @@ import (
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/link"
+	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 	"github.com/netplane/netplane/podnet"
 	"github.com/netplane/netplane/policy"
@@ -28,7 +29,7 @@ func Cleanup(cfg v1alpha1.Node, keepIPAM bool, out io.Writer) error {
 	}
 	defer h.Close()
 	var s sweep.Sweep
-	wireguard.Cleanup(&s, h, cfg.Encryption.PrivateKeyFile)
+	wireguard.Cleanup(&s, h, nodeview.SettingsOf(cfg).WireGuard.PrivateKeyFile)
 	policy.Cleanup(&s)
 	overlay.Cleanup(&s, h)
 	podnet.Cleanup(&s, h, cfg, keepIPAM)

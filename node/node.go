@@ -13,12 +13,15 @@
 //	         peers, the routes into it (protocol 208) and the guard table
 //	         inet netplane-wg; the overlay then steps aside (its Off)
 //
-// Each feature is built the same way, New(role.Deps) (*Feature, error),
-// when the process builds its roles: that is when it registers its metrics
-// (Deps.Register) and the informer views it reads (before any informer
-// starts); it writes events through Deps.Recorder, and then runs until the
-// process stops. What the features share (the Node view, the address
-// family, the pod MTU) is in package nodeview, the netlink helpers in
+// Each feature is built the same way, New(role.Deps, nodeview.Settings)
+// (*Feature, error), when the process builds its roles: that is when it
+// registers its metrics (Deps.Register) and the informer views it reads
+// (before any informer starts); it writes events through Deps.Recorder,
+// and then runs until the process stops. The node's settings (dataplane,
+// the cluster's pod CIDRs, the MTU) are read from the configuration once,
+// here, and handed to every feature. What the features share (the Node
+// view, the address family, the settings) is in package nodeview, the
+// netlink helpers in
 // package link: no feature imports another. When one fails, the others are
 // stopped too and the role fails. A stop leaves every table, route and link
 // in place, so the node keeps forwarding while the agent is restarted;
@@ -31,6 +34,7 @@ import (
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
+	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
 	"github.com/netplane/netplane/podnet"
 	"github.com/netplane/netplane/policy"
@@ -44,28 +48,50 @@ type Feature interface {
 	Run(ctx context.Context) error
 }
 
+// constructor is how the role builds a feature.
+type constructor func(role.Deps, nodeview.Settings) (Feature, error)
+
 // construct adapts a feature's constructor.
-func construct[F Feature](newF func(role.Deps) (F, error)) func(role.Deps) (Feature, error) {
-	return func(d role.Deps) (Feature, error) { return newF(d) }
+func construct[F Feature](newF func(role.Deps, nodeview.Settings) (F, error)) constructor {
+	return func(d role.Deps, s nodeview.Settings) (Feature, error) { return newF(d, s) }
 }
 
-// features builds the node's features in the order they start.
+// features builds the node's features in the order they start, each with
+// the settings read here.
 func features(d role.Deps) ([]Feature, error) {
+	s := nodeview.SettingsOf(d.Config.Node)
+	d.Log.Info("node settings", "dataplane", s.Dataplane(), "clusterCIDRs", clusterCIDRs(s), "mtu", mtu(s))
 	var out []Feature
-	for _, build := range []func(role.Deps) (Feature, error){
+	for _, build := range []constructor{
 		construct(proxy.New),
 		construct(podnet.New),
 		construct(overlay.New),
-		construct(policy.New),
+		// NetworkPolicy reads none of the settings.
+		func(d role.Deps, _ nodeview.Settings) (Feature, error) { return policy.New(d) },
 		construct(wireguard.New),
 	} {
-		f, err := build(d)
+		f, err := build(d, s)
 		if err != nil {
 			return nil, err
 		}
 		out = append(out, f)
 	}
 	return out, nil
+}
+
+// clusterCIDRs and mtu say where settings come from, for the log.
+func clusterCIDRs(s nodeview.Settings) any {
+	if s.ClusterCIDRsFromNodes() {
+		return "every Node's pod CIDRs (no --cluster-cidr)"
+	}
+	return s.ClusterCIDRs(nil)
+}
+
+func mtu(s nodeview.Settings) any {
+	if s.MTU == 0 {
+		return "the underlay's less the dataplane's overhead"
+	}
+	return s.MTU
 }
 
 // Role is the node role as the process builds it: one part, on every node.

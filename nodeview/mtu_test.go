@@ -2,13 +2,15 @@ package nodeview
 
 import (
 	"errors"
+	"fmt"
 	"net/netip"
 	"testing"
 
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/link"
 )
 
-// fakeUnderlay is the kernel as LocalPodMTU reads it: the interfaces by
+// fakeUnderlay is the kernel as UnderlayMTU reads it: the interfaces by
 // the addresses they hold, and the default route's MTU.
 type fakeUnderlay struct {
 	addrs        map[netip.Addr]link.Interface
@@ -26,51 +28,62 @@ func (f fakeUnderlay) InterfaceOf(ip netip.Addr) (link.Interface, bool, error) {
 
 func (f fakeUnderlay) DefaultRouteMTU() int { return f.defaultRoute }
 
-func TestLocalPodMTUReadsTheUnderlayOfTheNodesAddresses(t *testing.T) {
+// TestTheNodesMTUs is every combination of underlay (families, which one
+// the node lists first, interface MTUs, none found), dataplane and --mtu:
+// the underlay's MTU, and the pods' (and WireGuard device's), which leave
+// room for the largest overhead of the paths pod traffic may take.
+func TestTheNodesMTUs(t *testing.T) {
 	v4, v6 := netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("fd00::10")
 	eth := func(mtu int) link.Interface { return link.Interface{Index: 2, Name: "eth0", MTU: mtu} }
-	for _, tc := range []struct {
-		name      string
-		underlay  fakeUnderlay
-		explicit  int
-		tunnelled bool
-		ips       []netip.Addr
-		want      int
-		wantErr   bool
+	both := fakeUnderlay{addrs: map[netip.Addr]link.Interface{v4: eth(1500), v6: eth(1500)}, defaultRoute: 9000}
+	dataplanes := []struct {
+		name string
+		enc  v1alpha1.Encryption
+		mode string
 	}{
-		{"the InternalIP's interface less VXLAN over IPv4", fakeUnderlay{addrs: map[netip.Addr]link.Interface{v4: eth(9000)}}, 0, true, []netip.Addr{v4}, 8950, false},
-		{"not tunnelled: the interface's own", fakeUnderlay{addrs: map[netip.Addr]link.Interface{v4: eth(9000)}}, 0, false, []netip.Addr{v4}, 9000, false},
-		{"dual-stack: the smaller MTU, less the IPv6 overhead",
-			fakeUnderlay{addrs: map[netip.Addr]link.Interface{v4: eth(9000), v6: {Index: 3, Name: "eth1", MTU: 1500}}}, 0, true, []netip.Addr{v4, v6}, 1430, false},
-		{"no interface holds the address yet: the default route's", fakeUnderlay{defaultRoute: 1400}, 0, true, []netip.Addr{v4}, 1350, false},
-		{"an explicit MTU wins without reading the kernel", fakeUnderlay{err: errors.New("must not be read")}, 1300, true, []netip.Addr{v4}, 1300, false},
-		{"a failed look-up is an error", fakeUnderlay{err: errors.New("netlink: busy")}, 0, true, []netip.Addr{v4}, 0, true},
+		{"direct", v1alpha1.Encryption{Mode: v1alpha1.EncryptionNone}, v1alpha1.OverlayNever},
+		{"VXLAN cross-subnet", v1alpha1.Encryption{Mode: v1alpha1.EncryptionNone}, v1alpha1.OverlayCrossSubnet},
+		{"VXLAN always", v1alpha1.Encryption{Mode: v1alpha1.EncryptionNone}, v1alpha1.OverlayAlways},
+		{"WireGuard strict", v1alpha1.Encryption{Mode: v1alpha1.EncryptionWireGuard}, v1alpha1.OverlayCrossSubnet},
+		{"WireGuard permissive, direct", v1alpha1.Encryption{Mode: v1alpha1.EncryptionWireGuard, Permissive: true}, v1alpha1.OverlayNever},
+		{"WireGuard permissive, VXLAN", v1alpha1.Encryption{Mode: v1alpha1.EncryptionWireGuard, Permissive: true}, v1alpha1.OverlayCrossSubnet},
+	}
+	for _, tc := range []struct {
+		name     string
+		underlay fakeUnderlay
+		ips      []netip.Addr
+		wantU    int
+		wantPod  [6]int // by dataplane, in the order above
+	}{
+		{"IPv4", both, []netip.Addr{v4}, 1500, [6]int{1500, 1450, 1450, 1440, 1440, 1440}},
+		{"IPv6", both, []netip.Addr{v6}, 1500, [6]int{1500, 1430, 1430, 1420, 1420, 1420}},
+		// WireGuard's outer packets are IPv4; VXLAN may carry IPv6.
+		{"dual stack, IPv4 first", both, []netip.Addr{v4, v6}, 1500, [6]int{1500, 1430, 1430, 1440, 1440, 1430}},
+		{"dual stack, IPv6 first", both, []netip.Addr{v6, v4}, 1500, [6]int{1500, 1430, 1430, 1420, 1420, 1420}},
+		{"the smaller of two interfaces", fakeUnderlay{addrs: map[netip.Addr]link.Interface{v4: eth(9000), v6: eth(1500)}}, []netip.Addr{v4, v6},
+			1500, [6]int{1500, 1430, 1430, 1440, 1440, 1430}},
+		{"jumbo frames", fakeUnderlay{addrs: map[netip.Addr]link.Interface{v4: eth(9000)}}, []netip.Addr{v4}, 9000, [6]int{9000, 8950, 8950, 8940, 8940, 8940}},
+		{"no interface holds the address yet: the default route's", fakeUnderlay{defaultRoute: 1400}, []netip.Addr{v6}, 1400, [6]int{1400, 1330, 1330, 1320, 1320, 1320}},
+		{"no InternalIP yet: the default route's, IPv4 overheads", fakeUnderlay{defaultRoute: 1400}, nil, 1400, [6]int{1400, 1350, 1350, 1340, 1340, 1340}},
 	} {
-		got, err := LocalPodMTU(tc.underlay, tc.explicit, tc.tunnelled, Node{Name: "self", IPs: tc.ips})
-		if (err != nil) != tc.wantErr || got != tc.want {
-			t.Errorf("%s: LocalPodMTU = %d, %v; want %d, error %v", tc.name, got, err, tc.want, tc.wantErr)
+		for i, dp := range dataplanes {
+			for _, explicit := range []int32{0, 1300} {
+				t.Run(fmt.Sprintf("%s/%s/--mtu=%d", tc.name, dp.name, explicit), func(t *testing.T) {
+					s := SettingsOf(v1alpha1.Node{Overlay: v1alpha1.Overlay{Mode: dp.mode}, Encryption: dp.enc, MTU: explicit})
+					self := Node{Name: "self", IPs: tc.ips}
+					u, err := UnderlayMTU(tc.underlay, self)
+					want := tc.wantPod[i]
+					if explicit > 0 {
+						want = int(explicit)
+					}
+					if pod := s.PodMTU(u, self); err != nil || u != tc.wantU || pod != want {
+						t.Errorf("underlay %d, pods %d, %v; want %d and %d", u, pod, err, tc.wantU, want)
+					}
+				})
+			}
 		}
 	}
-}
-
-func TestLocalWireGuardMTUIsTheUnderlaysLessTheTunnelsOuterFamily(t *testing.T) {
-	v4, v6 := netip.MustParseAddr("192.168.1.10"), netip.MustParseAddr("fd00::10")
-	eth := link.Interface{Index: 2, Name: "eth0", MTU: 1500}
-	u := fakeUnderlay{addrs: map[netip.Addr]link.Interface{v4: eth, v6: eth}, defaultRoute: 9000}
-	for _, tc := range []struct {
-		name string
-		ips  []netip.Addr
-		want int
-	}{
-		{"IPv4 first: 60 bytes", []netip.Addr{v4, v6}, 1440},
-		{"IPv6 first: 80 bytes", []netip.Addr{v6, v4}, 1420},
-		{"no InternalIP yet: the default route's, less IPv4's", nil, 8940},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := LocalWireGuardMTU(u, Node{Name: "self", IPs: tc.ips})
-			if err != nil || got != tc.want {
-				t.Errorf("LocalWireGuardMTU = %d, %v; want %d", got, err, tc.want)
-			}
-		})
+	if _, err := UnderlayMTU(fakeUnderlay{err: errors.New("netlink: busy")}, Node{IPs: []netip.Addr{v4}}); err == nil {
+		t.Errorf("a failed look-up of the underlay: no error")
 	}
 }

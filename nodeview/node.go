@@ -1,8 +1,9 @@
 // Package nodeview holds what the node role's features share about Nodes
 // and addresses, so that no feature imports another: the slim Node (the
 // few facts a feature reads of a Node object), the views and sync loop
-// over them, the address family, and the MTU pods get. Features import it;
-// it imports no feature.
+// over them, the address family, and the node's settings (settings.go)
+// with the MTUs they decide (mtu.go). Features import it; it imports no
+// feature.
 package nodeview
 
 import (
@@ -114,4 +115,14 @@ func (n Node) PrimaryIPs() []netip.Addr {
 		}
 	}
 	return out
+}
+
+// WireGuardUnderlay is the address a node's WireGuard peers send to: its
+// first InternalIP as listed. The tunnel's outer packets, and so the
+// overhead pods' MTU leaves room for, are of its family.
+func (n Node) WireGuardUnderlay() (netip.Addr, bool) {
+	if len(n.IPs) == 0 {
+		return netip.Addr{}, false
+	}
+	return n.IPs[0], true
 }

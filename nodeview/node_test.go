@@ -60,23 +60,3 @@ func TestPrimaryIPsAreTheInternalIPElseTheExternalIPPerFamily(t *testing.T) {
 		}
 	}
 }
-
-func TestPodMTU(t *testing.T) {
-	for _, tc := range []struct {
-		name      string
-		explicit  int
-		tunnelled bool
-		families  []Family
-		want      int
-	}{
-		{"an explicit MTU wins", 1400, true, []Family{IPv6}, 1400},
-		{"never tunnelled: the underlay's", 0, false, []Family{IPv4}, 1500},
-		{"tunnelled over IPv4 leaves room for 50 bytes", 0, true, []Family{IPv4}, 1450},
-		{"tunnelled over IPv6 leaves room for 70 bytes", 0, true, []Family{IPv6}, 1430},
-		{"dual stack takes the larger overhead", 0, true, []Family{IPv4, IPv6}, 1430},
-	} {
-		if got := PodMTU(tc.explicit, tc.tunnelled, 1500, tc.families...); got != tc.want {
-			t.Errorf("%s: PodMTU = %d, want %d", tc.name, got, tc.want)
-		}
-	}
-}

@@ -81,7 +81,7 @@ func BenchmarkPodToPodAgainstFlannel(b *testing.B) {
 				}
 			}
 			waitRoutes(b, facts, agents, p)
-			mtu := nodeview.PodMTU(0, p.mode != overlay.Never, 1500, nodeview.IPv4)
+			mtu := ipv4PodMTU(p.mode)
 			if p.mode == "" {
 				mtu = agents[0].flannelMTU(b)
 			}

@@ -9,7 +9,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/link"
 	"github.com/netplane/netplane/nodeview"
@@ -34,13 +33,13 @@ type Feature struct {
 	waiting string // why the last sync had nothing to do; "" once it had
 }
 
-// New builds the feature from the node role's configuration and
+// New builds the feature from the node's settings (its mode, and whether
+// strict encryption makes it step aside) and the VXLAN port and VNI, and
 // registers its metrics and its view of the Nodes; the process calls it
 // before any informer starts.
-func New(d role.Deps) (*Feature, error) {
+func New(d role.Deps, s nodeview.Settings) (*Feature, error) {
 	o := d.Config.Node.Overlay
-	cfg := Config{Mode: Mode(o.Mode), Port: int(o.VXLANPort), VNI: int(o.VXLANVNI),
-		Off: d.Config.Node.Encryption.Mode == v1alpha1.EncryptionWireGuard && !d.Config.Node.Encryption.Permissive}.Defaults()
+	cfg := Config{Mode: Mode(s.Overlay), Port: int(o.VXLANPort), VNI: int(o.VXLANVNI), Off: s.OverlayOff()}.Defaults()
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}

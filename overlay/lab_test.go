@@ -56,15 +56,13 @@ func newLab(t testing.TB) *lab {
 		},
 	})
 	l := &lab{router: c.Router}
-	mtu := nodeview.PodMTU(0, true, 1500, nodeview.IPv4, nodeview.IPv6)
 	for _, cn := range c.Nodes {
 		i, cidrs := cn.Index, testcluster.PodCIDRs(cn.Index, true)
-		pod := c.AddHandPod(t, cn, testcluster.HandPod{Label: "pod" + strconv.Itoa(i), Bridge: "cni0", MTU: mtu,
+		node := nodeview.Node{Name: cn.Name, IPs: []netip.Addr{netip.MustParseAddr(cn.IP), netip.MustParseAddr(cn.IP6)},
+			PodCIDRs: []netip.Prefix{netip.MustParsePrefix(cidrs[0]), netip.MustParsePrefix(cidrs[1])}}
+		pod := c.AddHandPod(t, cn, testcluster.HandPod{Label: "pod" + strconv.Itoa(i), Bridge: "cni0", MTU: nodeview.Settings{}.PodMTU(1500, node),
 			IPs: []string{fmt.Sprintf("10.244.%d.2/24", i), fmt.Sprintf("fd00:10:244:%d::2/64", i)}})
-		n := &labNode{ns: cn.NS, pod: pod.NS, podLink: pod.Link, h: cn.NS.Netlink(t), podIP: pod.IP, podIP6: pod.IP6,
-			Node: nodeview.Node{Name: cn.Name, IPs: []netip.Addr{netip.MustParseAddr(cn.IP), netip.MustParseAddr(cn.IP6)},
-				PodCIDRs: []netip.Prefix{netip.MustParsePrefix(cidrs[0]), netip.MustParsePrefix(cidrs[1])}}}
-		l.nodes = append(l.nodes, n)
+		l.nodes = append(l.nodes, &labNode{ns: cn.NS, pod: pod.NS, podLink: pod.Link, h: cn.NS.Netlink(t), podIP: pod.IP, podIP6: pod.IP6, Node: node})
 	}
 	return l
 }

@@ -3,6 +3,7 @@ package overlay_test
 import (
 	"io"
 	"net"
+	"net/netip"
 	"strconv"
 	"testing"
 	"time"
@@ -41,6 +42,13 @@ func BenchmarkPodToPod(b *testing.B) {
 	}
 }
 
+// ipv4PodMTU is the MTU the node role gives pods over an IPv4 underlay
+// of 1500 bytes with the overlay in mode.
+func ipv4PodMTU(mode overlay.Mode) int {
+	self := nodeview.Node{IPs: []netip.Addr{netip.MustParseAddr("192.168.0.1")}}
+	return nodeview.Settings{Overlay: string(mode)}.PodMTU(1500, self)
+}
+
 // benchPath sets the lab to one path and measures it: bytes per second of
 // the stream, round trips per second.
 func benchPath(b *testing.B, l *lab, path string) map[string]float64 {
@@ -49,7 +57,7 @@ func benchPath(b *testing.B, l *lab, path string) map[string]float64 {
 		cfg = always
 	}
 	l.sync(b, cfg)
-	mtu := strconv.Itoa(nodeview.PodMTU(0, cfg.Mode != overlay.Never, 1500, nodeview.IPv4))
+	mtu := strconv.Itoa(ipv4PodMTU(cfg.Mode))
 	for _, n := range []*labNode{l.node(1), l.node(2)} {
 		n.ns.MustExec(b, "ip", "link", "set", n.podLink, "mtu", mtu)
 		n.pod.MustExec(b, "ip", "link", "set", "eth0", "mtu", mtu)

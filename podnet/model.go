@@ -9,7 +9,6 @@ import (
 
 	"github.com/netplane/netplane/cni/conflist"
 	"github.com/netplane/netplane/nft"
-	"github.com/netplane/netplane/nodeview"
 )
 
 // ConflistName sorts first in the CNI configuration directory, so runtimes
@@ -22,29 +21,12 @@ const ConflistName = "00-netplane.conflist"
 var MasqTable = nft.TableID{Family: nftables.TableFamilyINet, Name: "netplane-pods"}
 
 // masqPlan says which pod traffic leaving the node keeps its source: pods
-// of this node (sources) reaching the cluster's pod network (exempt) are
-// not masqueraded. The exempt list is --cluster-cidr, or, when unset, every
-// node's pod CIDRs.
+// of this node (sources) reaching the cluster's pod network (exempt: the
+// cluster's pod CIDRs, nodeview.Settings.ClusterCIDRs) are not
+// masqueraded.
 type masqPlan struct {
 	Sources []netip.Prefix
 	Exempt  []netip.Prefix
-}
-
-func planMasquerade(podCIDRs, clusterCIDRs []netip.Prefix, nodes []nodeview.Node) masqPlan {
-	p := masqPlan{Sources: podCIDRs, Exempt: slices.Clone(clusterCIDRs)}
-	if len(clusterCIDRs) == 0 {
-		for _, n := range nodes {
-			p.Exempt = append(p.Exempt, n.PodCIDRs...)
-		}
-	}
-	slices.SortFunc(p.Exempt, func(a, b netip.Prefix) int {
-		if c := a.Addr().Compare(b.Addr()); c != 0 {
-			return c
-		}
-		return a.Bits() - b.Bits()
-	})
-	p.Exempt = slices.Compact(p.Exempt)
-	return p
 }
 
 var (

@@ -2,13 +2,13 @@ package podnet
 
 import (
 	"encoding/json"
-	"fmt"
 	"net/netip"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 
+	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/cni/conflist"
 	"github.com/netplane/netplane/nodeview"
 )
@@ -21,21 +21,10 @@ func prefixes(ss ...string) []netip.Prefix {
 	return out
 }
 
-func TestMasqueradeExemptsClusterCIDROrElseEveryNodesPodCIDRs(t *testing.T) {
-	self := nodeview.Node{Name: "self", PodCIDRs: prefixes("10.244.0.0/24")}
-	other := nodeview.Node{Name: "o", PodCIDRs: prefixes("10.244.1.0/24")}
-	if got := fmt.Sprint(planMasquerade(self.PodCIDRs, prefixes("10.244.0.0/16"), []nodeview.Node{self, other})); got != "{[10.244.0.0/24] [10.244.0.0/16]}" {
-		t.Errorf("with --cluster-cidr: %s", got)
-	}
-	if got := fmt.Sprint(planMasquerade(self.PodCIDRs, nil, []nodeview.Node{other, self})); got != "{[10.244.0.0/24] [10.244.0.0/24 10.244.1.0/24]}" {
-		t.Errorf("without --cluster-cidr: %s", got)
-	}
-}
-
 // The table keeps pod traffic to the cluster's pods unmasqueraded, per
 // family, and masquerades the rest; its forward chain accepts pod traffic.
 func TestMasqueradeTableReturnsForTheClusterAndMasqueradesTheRest(t *testing.T) {
-	got := masqueradeTable(planMasquerade(prefixes("10.244.1.0/24", "fd00:10:244:1::/64"), prefixes("10.244.0.0/16", "100.64.0.0/16", "fd00:10:244::/56"), nil)).Dump()
+	got := masqueradeTable(masqPlan{Sources: prefixes("10.244.1.0/24", "fd00:10:244:1::/64"), Exempt: prefixes("10.244.0.0/16", "100.64.0.0/16", "fd00:10:244::/56")}).Dump()
 	const want = `add table inet netplane-pods
 add chain inet netplane-pods forward { type filter hook forward priority 0 ; }
 add chain inet netplane-pods postrouting { type nat hook postrouting priority 100 ; }
@@ -163,20 +152,24 @@ func TestOnlyChangesOfThisNodeOrOfExemptPodCIDRsAreRelevant(t *testing.T) {
 	moved := &nodeview.Node{Name: "node2", PodCIDRs: []netip.Prefix{netip.MustParsePrefix("10.244.20.0/24")}}
 	readdressed := &nodeview.Node{Name: "node2", PodCIDRs: other.PodCIDRs, IPs: []netip.Addr{netip.MustParseAddr("192.168.10.2")}}
 	for _, tc := range []struct {
-		name         string
-		clusterCIDRs bool
-		old, cur     *nodeview.Node
-		want         bool
+		name      string
+		fromNodes bool // no --cluster-cidr
+		old, cur  *nodeview.Node
+		want      bool
 	}{
-		{"this node's Node appears", true, nil, me, true},
-		{"this node's Node changes", true, me, me, true},
-		{"another Node appears, with --cluster-cidr", true, nil, other, false},
-		{"another Node is deleted, with --cluster-cidr", true, other, nil, false},
-		{"another Node appears, without --cluster-cidr", false, nil, other, true},
-		{"another Node's pod CIDR changes, without --cluster-cidr", false, other, moved, true},
-		{"another Node's address changes, without --cluster-cidr", false, other, readdressed, false},
+		{"this node's Node appears", false, nil, me, true},
+		{"this node's Node changes", false, me, me, true},
+		{"another Node appears, with --cluster-cidr", false, nil, other, false},
+		{"another Node is deleted, with --cluster-cidr", false, other, nil, false},
+		{"another Node appears, without --cluster-cidr", true, nil, other, true},
+		{"another Node's pod CIDR changes, without --cluster-cidr", true, other, moved, true},
+		{"another Node's address changes, without --cluster-cidr", true, other, readdressed, false},
 	} {
-		if got := relevant("node1", tc.clusterCIDRs, tc.old, tc.cur); got != tc.want {
+		var s nodeview.Settings
+		if !tc.fromNodes {
+			s = nodeview.SettingsOf(v1alpha1.Node{ClusterCIDRs: prefixes("10.244.0.0/16")})
+		}
+		if got := relevant("node1", s, tc.old, tc.cur); got != tc.want {
 			t.Errorf("%s: relevant %v, want %v", tc.name, got, tc.want)
 		}
 	}

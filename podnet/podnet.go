@@ -8,9 +8,9 @@
 //
 // Routes to other nodes' pods are not here: they are the overlay's
 // (package overlay), a feature of its own beside this one. What the two
-// share is in package nodeview: the Node view, and the pod MTU, the
-// underlay's less the VXLAN overhead whenever the overlay's mode may
-// tunnel (nodeview.LocalPodMTU).
+// share is in package nodeview: the Node view, and the node's settings,
+// which decide the pod MTU and the cluster's pod CIDRs the masquerade
+// exempts.
 package podnet
 
 import (
@@ -19,10 +19,8 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"slices"
 	"sync"
 
-	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/cni/conflist"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/link"
@@ -33,6 +31,7 @@ import (
 // Feature is the pod network as a feature of the node role.
 type Feature struct {
 	d          role.Deps
+	settings   nodeview.Settings
 	nodes      *nodeview.Nodes
 	metrics    metrics
 	pluginPath string
@@ -48,9 +47,9 @@ type Feature struct {
 
 // New builds the feature and registers its metrics and its view of the
 // Nodes; the process calls it before any informer starts.
-func New(d role.Deps) (*Feature, error) {
+func New(d role.Deps, s nodeview.Settings) (*Feature, error) {
 	cfg := d.Config.Node
-	f := &Feature{d: d, metrics: newMetrics(), pluginPath: cfg.CNIPluginPath,
+	f := &Feature{d: d, settings: s, metrics: newMetrics(), pluginPath: cfg.CNIPluginPath,
 		masq: nft.NewProgrammer(nft.Dialer{}, MasqTable), lastErr: errWaiting{"the pod network has not been set up yet"}}
 	if err := d.Register(f.metrics.collectors()...); err != nil {
 		return nil, err
@@ -59,32 +58,21 @@ func New(d role.Deps) (*Feature, error) {
 		f.pluginPath = defaultPluginPath()
 	}
 	f.nodes = nodeview.Watch(d, "podnet", f.sync)
-	f.nodes.Relevant(func(old, cur *nodeview.Node) bool { return relevant(cfg.NodeName, len(cfg.ClusterCIDRs) > 0, old, cur) })
+	f.nodes.Relevant(func(old, cur *nodeview.Node) bool { return relevant(cfg.NodeName, s, old, cur) })
 	return f, nil
 }
 
 // relevant says whether a Node change can change what the pod network
 // writes: any change of this node's Node (its pod CIDRs, its addresses
-// for the MTU); of another node's, only a change of its pod CIDRs, and
-// only when they make the masquerade exemptions (no --cluster-cidr).
-// Old is nil for a new Node, cur nil for a deleted one.
-func relevant(self string, clusterCIDRs bool, old, cur *nodeview.Node) bool {
-	var before, after []netip.Prefix
+// for the MTU); of another node's, a change of the cluster's pod CIDRs the
+// masquerade exempts. Old is nil for a new Node, cur nil for a deleted one.
+func relevant(self string, s nodeview.Settings, old, cur *nodeview.Node) bool {
 	for _, n := range []*nodeview.Node{old, cur} {
 		if n != nil && n.Name == self {
 			return true
 		}
 	}
-	if clusterCIDRs {
-		return false
-	}
-	if old != nil {
-		before = old.PodCIDRs
-	}
-	if cur != nil {
-		after = cur.PodCIDRs
-	}
-	return !slices.Equal(before, after)
+	return s.ClusterCIDRsChange(old, cur)
 }
 
 // Run keeps the node set up until ctx ends. A stop leaves everything in
@@ -149,10 +137,11 @@ func (f *Feature) syncOnce(full bool) error {
 	if !found || len(me.PodCIDRs) == 0 {
 		return errWaiting{fmt.Sprintf("node %q has no spec.podCIDRs yet: waiting for the controller that assigns them (or check --node-name)", cfg.NodeName)}
 	}
-	mtu, err := PodMTU(f.kernel, cfg, me)
+	underlay, err := nodeview.UnderlayMTU(f.kernel, me)
 	if err != nil {
 		return err
 	}
+	mtu := f.settings.PodMTU(underlay, me)
 	if err := setUpNode(f.kernel, cfg.Bridge, cfg.ProcSysDir, mtu, me.PodCIDRs); err != nil {
 		return err // no conflist before the bridge and forwarding are in place
 	}
@@ -163,7 +152,7 @@ func (f *Feature) syncOnce(full bool) error {
 // sends only what differs from what it wrote; full also reads the table
 // back when someone else changed it, and repairs it.
 func (f *Feature) syncMasquerade(me nodeview.Node, nodes []nodeview.Node, full bool) error {
-	t := masqueradeTable(planMasquerade(me.PodCIDRs, f.d.Config.Node.ClusterCIDRs, nodes))
+	t := masqueradeTable(masqPlan{Sources: me.PodCIDRs, Exempt: f.settings.ClusterCIDRs(nodes)})
 	if _, err := f.masq.Sync(t, full); err != nil {
 		return fmt.Errorf("masquerade table %s: %w", MasqTable, err)
 	}
@@ -194,15 +183,4 @@ func (f *Feature) writeCNIFiles(podCIDRs []netip.Prefix, mtu int, full bool) err
 		f.d.Log.Info("wrote the CNI configuration", "path", path, "podCIDRs", podCIDRs, "mtu", mtu)
 	}
 	return err
-}
-
-// PodMTU is the MTU of this node's pods: --mtu when set, else the
-// underlay's less what the path to other nodes adds: WireGuard's 60 or
-// 80 bytes (by the family of the node's first InternalIP) when encryption
-// is on, else VXLAN's unless the overlay never tunnels.
-func PodMTU(u nodeview.Underlay, cfg v1alpha1.Node, me nodeview.Node) (int, error) {
-	if cfg.Encryption.Mode == v1alpha1.EncryptionWireGuard && cfg.MTU == 0 {
-		return nodeview.LocalWireGuardMTU(u, me) // the device's own
-	}
-	return nodeview.LocalPodMTU(u, int(cfg.MTU), cfg.Overlay.Mode != v1alpha1.OverlayNever, me)
 }

@@ -55,9 +55,9 @@ func TestSetUpNodeOnTheFakeKernel(t *testing.T) {
 			self := nodeview.Node{Name: "self", IPs: []netip.Addr{netip.MustParseAddr("192.168.1.10")}, PodCIDRs: tc.podCIDRs}
 			var err error
 			for range 1 + btoi(tc.twice) {
-				var mtu int
-				if mtu, err = nodeview.LocalPodMTU(k, 0, true, self); err == nil {
-					err = setUpNode(k, tc.bridge, "/proc/sys", mtu, self.PodCIDRs)
+				var underlay int
+				if underlay, err = nodeview.UnderlayMTU(k, self); err == nil {
+					err = setUpNode(k, tc.bridge, "/proc/sys", nodeview.Settings{}.PodMTU(underlay, self), self.PodCIDRs)
 				}
 			}
 			switch {

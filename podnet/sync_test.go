@@ -46,7 +46,7 @@ func TestMasqueradeTableSyncsThroughTheDriver(t *testing.T) {
 		if !slices.Equal(got, tc.steps) {
 			t.Errorf("%s: steps %q, want %q", tc.name, got, tc.steps)
 		}
-		want := masqueradeTable(planMasquerade(self.PodCIDRs, nil, tc.nodes)).Dump()
+		want := masqueradeTable(masqPlan{Sources: self.PodCIDRs, Exempt: f.settings.ClusterCIDRs(tc.nodes)}).Dump()
 		if tc.absent {
 			want = ""
 		}

@@ -21,8 +21,9 @@ import (
 type NodeFacts struct {
 	Name string
 	Zone string // topology.kubernetes.io/zone of the Node
-	// ClusterCIDRs: traffic to a ClusterIP from outside all of them is
-	// masqueraded. Any number per family.
+	// ClusterCIDRs are the cluster's pod CIDRs (nodeview.Settings): traffic
+	// to a ClusterIP from outside all of them is masqueraded. Any number
+	// per family.
 	ClusterCIDRs []netip.Prefix
 	// ServiceCIDRs: new traffic to an address in them that is no ClusterIP
 	// is dropped rather than routed off the node. At most one per family.
@@ -34,6 +35,21 @@ type NodeFacts struct {
 	// address of its family when --nodeport-addresses matches them all.
 	HealthCheckIPs []netip.Addr
 	MasqueradeAll  bool
+}
+
+// clusterIPMasquerade completes r, a rule of family f's table matching
+// ClusterIP traffic, with the masquerade mark: for every packet with
+// --masquerade-all, else for one from outside the cluster's pod CIDRs of
+// family f; false when neither applies (no pod CIDRs of f known).
+func (n NodeFacts) clusterIPMasquerade(f nodeview.Family, r *nft.RuleBuilder) (nft.Rule, bool) {
+	if !n.MasqueradeAll {
+		cidrs := f.Prefixes(n.ClusterCIDRs)
+		if len(cidrs) == 0 {
+			return nft.Rule{}, false
+		}
+		r = r.MatchPrefixes(nft.Saddr, cidrs, true)
+	}
+	return r.MarkSet(masqBit).Rule(), true
 }
 
 // Input is everything the desired ruleset is a function of.
@@ -327,11 +343,9 @@ func (b *builder) policyChain(name string, cips []netip.Addr, eps []endpoint, of
 	f, sp, t := b.t.fam, b.sp, b.t
 	t.Chain(name, nil)
 	for _, cip := range cips {
-		if b.node.MasqueradeAll {
-			t.AddRule(name, nft.NewRule(tableFamily(f)).MatchPrefix(nft.Daddr, netip.PrefixFrom(cip, cip.BitLen()), false).MarkSet(masqBit).Rule())
-		} else if cidrs := f.Prefixes(b.node.ClusterCIDRs); len(cidrs) > 0 {
-			t.AddRule(name, nft.NewRule(tableFamily(f)).MatchPrefix(nft.Daddr, netip.PrefixFrom(cip, cip.BitLen()), false).
-				MatchPrefixes(nft.Saddr, cidrs, true).MarkSet(masqBit).Rule())
+		to := nft.NewRule(tableFamily(f)).MatchPrefix(nft.Daddr, netip.PrefixFrom(cip, cip.BitLen()), false)
+		if r, ok := b.node.clusterIPMasquerade(f, to); ok {
+			t.AddRule(name, r)
 		}
 	}
 	proto := protoNumber(sp.Protocol)

@@ -114,26 +114,32 @@ func (p *proxier) eventHandler() cache.ResourceEventHandler {
 	}
 }
 
-// nodeHandler reacts to this node only (its addresses and zone), and only
-// to a change of what the proxy reads of it: not to kubelet heartbeats.
+// nodeHandler reacts to a change of what the proxy reads of this node
+// (addresses, zone, taint), or of the cluster's pod CIDRs where the Nodes
+// make them; not to kubelet heartbeats.
 func (p *proxier) nodeHandler() cache.ResourceEventHandler {
-	own := func(obj any) bool {
-		n := nodeview.RecordOf(obj)
-		return n != nil && n.Name == p.cfg.NodeName
+	relevant := func(old, cur any) bool {
+		o, c := nodeview.RecordOf(old), nodeview.RecordOf(cur)
+		for _, n := range []*nodeview.Node{o, c} {
+			if n != nil && n.Name == p.cfg.NodeName {
+				return true
+			}
+		}
+		return p.settings.ClusterCIDRsChange(o, c)
 	}
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if own(obj) {
+			if relevant(nil, obj) {
 				p.changed(obj)
 			}
 		},
 		UpdateFunc: func(old, obj any) {
-			if own(obj) && !reflect.DeepEqual(old, obj) {
+			if relevant(old, obj) && !reflect.DeepEqual(old, obj) {
 				p.changedFrom(old, obj)
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if own(obj) {
+			if relevant(obj, nil) {
 				p.changed(obj)
 			}
 		},

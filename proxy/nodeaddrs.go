@@ -15,10 +15,19 @@ import (
 // flags, the Node's addresses and the interfaces' addresses, which
 // localAddrs reads.
 
-// nodeFacts are this node's facts from the flags and its Node.
+// nodeFacts are this node's facts from the flags, the node's settings and
+// the Nodes.
 func (p *proxier) nodeFacts() NodeFacts {
-	nf := NodeFacts{Name: p.cfg.NodeName, MasqueradeAll: p.cfg.MasqueradeAll}
-	nf.ClusterCIDRs, nf.ServiceCIDRs = p.cfg.ClusterCIDRs, p.cfg.ServiceCIDRs
+	nf := NodeFacts{Name: p.cfg.NodeName, MasqueradeAll: p.cfg.MasqueradeAll, ServiceCIDRs: p.cfg.ServiceCIDRs}
+	var all []nodeview.Node
+	if p.settings.ClusterCIDRsFromNodes() {
+		for _, o := range p.nodes.List() {
+			if n := nodeview.RecordOf(o); n != nil {
+				all = append(all, *n)
+			}
+		}
+	}
+	nf.ClusterCIDRs = p.settings.ClusterCIDRs(all)
 	node, ok := nodeview.Get(p.nodes, p.cfg.NodeName)
 	if !ok {
 		p.log.V(1).Info("own Node not found; no zone and no primary node IPs for NodePorts until it exists", "node", p.cfg.NodeName)

@@ -22,9 +22,10 @@ import (
 type proxier struct {
 	log      logr.Logger
 	cfg      v1alpha1.Node
+	settings nodeview.Settings              // the cluster's pod CIDRs
 	services cache.Store                    // of *serviceRecord
 	slices   cache.Indexer                  // of *sliceRecord, indexed byService
-	nodes    cache.KeyGetter                // this node's Node, slim (nodeview)
+	nodes    cache.Store                    // this node's Node, or every Node (views), slim
 	syncers  map[nodeview.Family]nft.Syncer // the tables, by family
 	model    *Model
 	health   *healthServers
@@ -40,12 +41,13 @@ type proxier struct {
 	syncedAt time.Time // when a sync last succeeded
 }
 
-// newProxier reads Services, EndpointSlices and this node's Node from the
-// proxy's views and programs its tables through syncers.
-func newProxier(d role.Deps, v views, m *metrics, syncers map[nodeview.Family]nft.Syncer) *proxier {
+// newProxier reads Services, EndpointSlices and Nodes from the proxy's
+// views and programs its tables through syncers.
+func newProxier(d role.Deps, s nodeview.Settings, v views, m *metrics, syncers map[nodeview.Family]nft.Syncer) *proxier {
 	p := &proxier{
 		log:      d.Log,
 		cfg:      d.Config.Node,
+		settings: s,
 		services: v.services.Indexer(),
 		slices:   v.slices.Indexer(),
 		nodes:    v.nodes.Indexer(),

@@ -35,6 +35,7 @@ import (
 	"github.com/netplane/netplane/internal/memory"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // gcPercent is the node role's GOGC unless $GOGC is set: at 10,000
@@ -48,15 +49,17 @@ const startupHeadroom = 16 << 20
 
 // Feature is the Service proxy as a feature of the node role.
 type Feature struct {
-	d       role.Deps
-	views   views
-	metrics *metrics
+	d        role.Deps
+	settings nodeview.Settings
+	views    views
+	metrics  *metrics
 }
 
 // New builds the proxy: it registers its metrics, and its views of
-// Services, EndpointSlices and this node's Node on the process's
+// Services, EndpointSlices and this node's Node (every Node while the
+// cluster's pod CIDRs are theirs: no --cluster-cidr) on the process's
 // informers.
-func New(d role.Deps) (*Feature, error) {
+func New(d role.Deps, s nodeview.Settings) (*Feature, error) {
 	if d.MetricsHandler != nil {
 		if err := d.MetricsHandler("/proxyMode", proxyModeHandler()); err != nil {
 			return nil, err
@@ -66,7 +69,8 @@ func New(d role.Deps) (*Feature, error) {
 	if err := d.Register(m.collectors()...); err != nil {
 		return nil, err
 	}
-	return &Feature{d: d, views: registerViews(d.Factory, d.Config.Node.NodeName), metrics: m}, nil
+	v := registerViews(d.Factory, d.Config.Node.NodeName, s.ClusterCIDRsFromNodes())
+	return &Feature{d: d, settings: s, views: v, metrics: m}, nil
 }
 
 // Run programs Services until ctx ends. A graceful stop leaves the rules in
@@ -79,7 +83,7 @@ func (x *Feature) Run(ctx context.Context) error {
 	// The model is the role's big, long-lived state (proxy/README.md).
 	memory.DefaultGCPercent(gcPercent)
 	d.Factory.Start(ctx)
-	p := newProxier(d, x.views, x.metrics, programmers(nft.Dialer{}))
+	p := newProxier(d, x.settings, x.views, x.metrics, programmers(nft.Dialer{}))
 	defer p.close()
 	var synced []cache.DoneChecker
 	for _, h := range []struct {

@@ -101,15 +101,9 @@ type pickKey struct {
 func newPickCache(node NodeFacts) *pickCache {
 	c := &pickCache{masq: map[nodeview.Family]*nft.Rule{}}
 	for _, f := range nodeview.Families {
-		var r nft.Rule
-		if node.MasqueradeAll {
-			r = nft.NewRule(tableFamily(f)).MarkSet(masqBit).Rule()
-		} else if cidrs := f.Prefixes(node.ClusterCIDRs); len(cidrs) > 0 {
-			r = nft.NewRule(tableFamily(f)).MatchPrefixes(nft.Saddr, cidrs, true).MarkSet(masqBit).Rule()
-		} else {
-			continue
+		if r, ok := node.clusterIPMasquerade(f, nft.NewRule(tableFamily(f))); ok {
+			c.masq[f] = &r
 		}
-		c.masq[f] = &r
 	}
 	return c
 }

@@ -31,20 +31,25 @@ var proxySelector = func() labels.Selector {
 // views are the proxy's views of the process's informers: Services and
 // EndpointSlices without the labels above, kept as records (records.go),
 // with slices indexed by their Service for partial syncs (proxier.delta);
-// and this node's Node, slim (nodeKeep). Alone in a process, the selectors
-// go to the API server, as kube-proxy's do.
+// and this node's Node, slim (nodeKeep), or every Node when their pod
+// CIDRs are the cluster's (allNodes: no --cluster-cidr). Alone in a
+// process, the selectors go to the API server, as kube-proxy's do.
 type views struct {
 	services, slices, nodes *informer.Handle
 }
 
-func registerViews(f *informer.Factory, nodeName string) views {
+func registerViews(f *informer.Factory, nodeName string, allNodes bool) views {
+	self := nodeName
+	if allNodes {
+		self = ""
+	}
 	// Read whole, by key and by Service: no namespace index.
 	return views{
 		services: f.Register(informer.View{Kind: informer.Services, Name: "proxy", Labels: proxySelector, Record: record,
 			NoNamespaceIndex: true}),
 		slices: f.Register(informer.View{Kind: informer.EndpointSlices, Name: "proxy", Labels: proxySelector, Record: record,
 			Indexers: cache.Indexers{byService: sliceServiceIndex}, NoNamespaceIndex: true}),
-		nodes: nodeview.Register(f, nodeview.View{Feature: "proxy", Self: nodeName, Keep: nodeKeep}),
+		nodes: nodeview.Register(f, nodeview.View{Feature: "proxy", Self: self, Keep: nodeKeep}),
 	}
 }
 

@@ -111,7 +111,7 @@ func TestRecordInformersDeliverEveryChange(t *testing.T) {
 		return true, w, err
 	})
 	f := informer.New(client)
-	v := registerViews(f, "node-a")
+	v := registerViews(f, "node-a", false)
 	f.Start(ctx)
 	if !cache.WaitFor(ctx, "", v.services.Synced(), v.slices.Synced()) {
 		t.Fatal("the views did not sync")
@@ -169,7 +169,7 @@ func TestProxyInformersSkipOtherProxiesAndHeadlessServices(t *testing.T) {
 		&discovery.EndpointSlice{ObjectMeta: meta("theirs-1", map[string]string{discovery.LabelServiceName: "theirs", labelServiceProxyName: "other-proxy"})},
 		&discovery.EndpointSlice{ObjectMeta: meta("headless-1", map[string]string{discovery.LabelServiceName: "headless", labelHeadless: ""})})
 	f := informer.New(client)
-	v := registerViews(f, "node-a")
+	v := registerViews(f, "node-a", false)
 	f.Start(t.Context())
 	if !cache.WaitFor(t.Context(), "", v.services.Synced(), v.slices.Synced()) {
 		t.Fatal("the views did not sync")

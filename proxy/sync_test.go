@@ -294,3 +294,42 @@ func TestProxierRetriesAFailedSyncAsAFullSync(t *testing.T) {
 		t.Errorf("%v sync failures counted, want 1", got)
 	}
 }
+
+// TestTheClusterCIDRsAreTheFlagsElseTheNodesPodCIDRs: the ClusterIP
+// masquerade exempts --cluster-cidr; without it, every Node's pod CIDRs,
+// so a Node that comes with its pod CIDRs changes the rules, and with it
+// another Node changes nothing.
+func TestTheClusterCIDRsAreTheFlagsElseTheNodesPodCIDRs(t *testing.T) {
+	node := func(name, cidr string) any {
+		return nodeview.Record(&v1.Node{ObjectMeta: metav1.ObjectMeta{Name: name}, Spec: v1.NodeSpec{PodCIDRs: []string{cidr}}}, nodeKeep)
+	}
+	for _, tc := range []struct {
+		name      string
+		flag      []netip.Prefix
+		requested bool   // the other Node asks for a sync
+		want      string // the pooled ClusterIPs' masquerade rule
+	}{
+		{"--cluster-cidr", []netip.Prefix{netip.MustParsePrefix("10.240.0.0/12")}, false, "ip saddr != 10.240.0.0/12 meta mark set"},
+		{"no --cluster-cidr", nil, true, "ip saddr != { 10.244.1.0/24, 10.244.2.0/24 } meta mark set"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			n := newFakeNode(t)
+			n.p.settings = nodeview.SettingsOf(v1alpha1.Node{ClusterCIDRs: tc.flag})
+			self := node(testNode.Name, "10.244.1.0/24")
+			n.must(n.nodes.Add(self))
+			n.load(overall())
+			n.must(n.p.sync(true))
+			other := node("other", "10.244.2.0/24")
+			n.must(n.nodes.Add(other))
+			n.p.nodeHandler().OnAdd(other, false)
+			if requested := n.p.changes.pending > 0; requested != tc.requested {
+				t.Errorf("another Node requested a sync: %v, want %v", requested, tc.requested)
+			}
+			n.must(n.p.sync(false))
+			n.converged("after another Node came")
+			if dump := n.fakes[nodeview.IPv4].Dump(); !strings.Contains(dump, "pick-tcp-2-pool-20 "+tc.want) {
+				t.Errorf("no rule %q in the table:\n%s", tc.want, dump)
+			}
+		})
+	}
+}

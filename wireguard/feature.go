@@ -16,7 +16,6 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/tools/record"
 
-	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/link"
 	"github.com/netplane/netplane/nft"
@@ -30,11 +29,11 @@ import (
 // table converged to the Node objects. With encryption off it removes the
 // device and the guard table once, so that the overlay's paths take over.
 type Feature struct {
-	d       role.Deps
-	enc     v1alpha1.Encryption
-	on      bool
-	nodes   *nodeview.Nodes
-	metrics *Metrics
+	d        role.Deps
+	settings nodeview.Settings
+	on       bool
+	nodes    *nodeview.Nodes
+	metrics  *Metrics
 
 	h        *netlink.Handle
 	key      wgtypes.Key
@@ -57,9 +56,8 @@ const refreshEvery = 5 * time.Second
 // New builds the feature and registers its metrics and, with encryption
 // on, its view of the Nodes (with the key annotation); the process calls
 // it before any informer starts.
-func New(d role.Deps) (*Feature, error) {
-	enc := d.Config.Node.Encryption
-	f := &Feature{d: d, enc: enc, on: enc.Mode == v1alpha1.EncryptionWireGuard, metrics: NewMetrics(),
+func New(d role.Deps, s nodeview.Settings) (*Feature, error) {
+	f := &Feature{d: d, settings: s, on: s.Encryption != nodeview.NoEncryption, metrics: NewMetrics(),
 		waiting: "the WireGuard device has not been synced yet"}
 	if !f.on {
 		return f, nil
@@ -103,12 +101,13 @@ func (f *Feature) Run(ctx context.Context) error {
 	if !f.on {
 		return f.remove(ctx)
 	}
-	key, created, err := LoadOrCreateKey(f.enc.PrivateKeyFile)
+	wg := f.settings.WireGuard
+	key, created, err := LoadOrCreateKey(wg.PrivateKeyFile)
 	if err != nil {
 		return err
 	}
 	f.key = key
-	f.d.Log.Info("WireGuard key", "file", f.enc.PrivateKeyFile, "created", created, "publicKey", key.PublicKey().String())
+	f.d.Log.Info("WireGuard key", "file", wg.PrivateKeyFile, "created", created, "publicKey", key.PublicKey().String())
 	f.guard = nft.NewProgrammer(nft.Dialer{}, GuardTable)
 	defer f.guard.Close()
 	f.d.Checks.AddReady("wireguard", f.ready)
@@ -121,8 +120,8 @@ func (f *Feature) Run(ctx context.Context) error {
 		}
 	}()
 	go f.refresh(ctx)
-	if len(f.d.Config.Node.ClusterCIDRs) == 0 {
-		f.d.Log.Info("no --cluster-cidr: pod addresses of no known node are not guarded against leaving in clear")
+	if f.settings.ClusterCIDRsFromNodes() {
+		f.d.Log.Info("no --cluster-cidr: the pod CIDRs guarded against leaving in clear are the Nodes' only, not those of nodes yet to come")
 	}
 	return f.nodes.Run(ctx)
 }
@@ -181,11 +180,12 @@ func (f *Feature) sync(ctx context.Context, full bool) error {
 		}
 		full = true
 	}
+	cluster := f.settings.ClusterCIDRs(all)
 	in := Input{Self: self, Underlay: underlay, Nodes: Facts(all)}
 	plan, err := f.syncer.Sync(in, full)
 	f.warn(plan)
 	if err == nil {
-		err = f.route(plan, me.PodCIDRs, full)
+		err = f.route(plan, cluster, me.PodCIDRs, full)
 	}
 	f.observe(plan, err == nil)
 	if err != nil {
@@ -214,19 +214,20 @@ func (f *Feature) publish(ctx context.Context, me nodeview.Node) error {
 	return nil
 }
 
-// open makes the device, of the MTU the node's pods get too.
+// open makes the device, of the node's pod MTU.
 func (f *Feature) open(me nodeview.Node, underlay netip.Addr) error {
-	mtu, err := nodeview.LocalWireGuardMTU(nodeview.KernelUnderlay(f.h), me)
+	under, err := nodeview.UnderlayMTU(nodeview.KernelUnderlay(f.h), me)
 	if err != nil {
 		return err
 	}
-	dev, impl, err := Open(f.enc.Implementation, DeviceName, mtu, int(f.enc.WireGuardPort), f.d.Log)
+	mtu, wg := f.settings.PodMTU(under, me), f.settings.WireGuard
+	dev, impl, err := Open(wg.Implementation, DeviceName, mtu, wg.Port, f.d.Log)
 	if err != nil {
 		return err
 	}
-	f.d.Log.Info("WireGuard device up", "device", DeviceName, "implementation", impl, "mtu", mtu, "port", f.enc.WireGuardPort, "underlay", underlay)
+	f.d.Log.Info("WireGuard device up", "device", DeviceName, "implementation", impl, "mtu", mtu, "port", wg.Port, "underlay", underlay)
 	f.metrics.Running(impl)
-	f.dev, f.syncer = dev, NewSyncer(dev, f.key, int(f.enc.WireGuardPort))
+	f.dev, f.syncer = dev, NewSyncer(dev, f.key, wg.Port)
 	f.mu.Lock()
 	f.opened = dev
 	f.mu.Unlock()
@@ -235,9 +236,9 @@ func (f *Feature) open(me nodeview.Node, underlay netip.Addr) error {
 
 // route writes the routes into the device and, when strict, the guard
 // table (read back on full syncs only); permissive, the guard table goes.
-func (f *Feature) route(plan Plan, podCIDRs []netip.Prefix, full bool) error {
-	cluster := f.d.Config.Node.ClusterCIDRs
-	strict := !f.enc.Permissive
+// cluster are the cluster's pod CIDRs, podCIDRs this node's.
+func (f *Feature) route(plan Plan, cluster, podCIDRs []netip.Prefix, full bool) error {
+	strict := f.settings.Encryption == nodeview.WireGuardStrict
 	if strict {
 		if _, err := f.guard.Sync(Guard(plan.Drop, cluster, f.d.Config.Node.Bridge), full); err != nil {
 			return fmt.Errorf("guard table %s: %w", GuardTable, err)

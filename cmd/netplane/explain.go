@@ -18,6 +18,7 @@ import (
 	"github.com/netplane/netplane/config"
 	"github.com/netplane/netplane/explain"
 	"github.com/netplane/netplane/internal/kube"
+	"github.com/netplane/netplane/nodeview"
 )
 
 // nodeConfigFile is where the chart mounts the node agent's configuration:
@@ -95,10 +96,10 @@ func runExplain(args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
+	cfg.Node.Overlay.Mode = or(*overlayMode, cfg.Node.Overlay.Mode)
+	cfg.Node.Encryption.Mode = or(*encryption, cfg.Node.Encryption.Mode)
 	q := explain.Question{From: *from, To: *to, Namespace: *ns, Port: pq,
-		ClusterDomain: or(*domain, cfg.DNS.ClusterDomain), OverlayMode: or(*overlayMode, cfg.Node.Overlay.Mode),
-		Encryption: cfg.Node.Encryption}
-	q.Encryption.Mode = or(*encryption, q.Encryption.Mode)
+		ClusterDomain: or(*domain, cfg.DNS.ClusterDomain), Settings: nodeview.SettingsOf(cfg.Node)}
 	ctx, cancel := context.WithTimeout(context.Background(), *timeout)
 	defer cancel()
 	x, err := explain.Run(ctx, client, q, explain.NewKernel)

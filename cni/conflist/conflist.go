@@ -30,8 +30,8 @@ type Plugin struct {
 	// Bridge is the node bridge pods attach to.
 	Bridge       string          `json:"bridge"`
 	Capabilities map[string]bool `json:"capabilities,omitempty"`
-	// MTU of both veth ends; 0 means the MTU of the node's default-route
-	// interface.
+	// MTU of the bridge and both veth ends: the node's pod MTU
+	// (nodeview.Settings.PodMTU); ADD refuses a conflist without one.
 	MTU int `json:"mtu"`
 	// PodCIDRs of this node, at most one per family.
 	PodCIDRs []string `json:"podCIDRs"`

@@ -46,6 +46,9 @@ func cmdAdd(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
+	if err := conf.requireMTU(); err != nil {
+		return err
+	}
 	if err := conf.requireRanges(); err != nil {
 		return err
 	}
@@ -63,11 +66,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	defer pod.Close()
 
-	mtu := conf.MTU
-	if mtu == 0 {
-		mtu = link.DefaultRouteMTU(host)
-	}
-	br, err := link.EnsureBridge(host, conf.Bridge, mtu, conf.gateways())
+	br, err := link.EnsureBridge(host, conf.Bridge, conf.MTU, conf.gateways())
 	if err != nil {
 		return types.NewError(types.ErrTryAgainLater, "cannot prepare the node bridge", err.Error())
 	}
@@ -90,7 +89,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 			rollback(store, conf, args, att)
 		}
 	}()
-	res, err := setUp(conf, args, br, mtu, pod, att)
+	res, err := setUp(conf, args, br, conf.MTU, pod, att)
 	if err != nil {
 		return err
 	}

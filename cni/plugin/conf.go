@@ -42,8 +42,8 @@ func parseConf(data []byte) (*NetConf, error) {
 	if c.Bridge == "" || len(c.Bridge) > 15 || strings.ContainsAny(c.Bridge, "/ :") {
 		return nil, invalidConf(fmt.Sprintf("bridge %q is not a valid interface name", c.Bridge))
 	}
-	if c.MTU < 0 || c.MTU > 65535 {
-		return nil, invalidConf(fmt.Sprintf("mtu %d is out of range (0 for the uplink's MTU, else 68 to 65535)", c.MTU))
+	if c.MTU != 0 && (c.MTU < 68 || c.MTU > 65535) {
+		return nil, invalidConf(fmt.Sprintf("mtu %d is out of range (68 to 65535)", c.MTU))
 	}
 	c.rangesErr = c.parseRanges()
 	return c, nil
@@ -64,6 +64,15 @@ func (c *NetConf) parseRanges() error {
 		}
 		seen[p.Addr().Is4()] = true
 		c.ranges = append(c.ranges, p)
+	}
+	return nil
+}
+
+// requireMTU is for ADD, which sizes the pod's interfaces: the MTU is the
+// node role's to decide (nodeview.Settings.PodMTU), never the plugin's.
+func (c *NetConf) requireMTU() error {
+	if c.MTU == 0 {
+		return invalidConf("mtu is missing: netplane --role=node writes the node's pod MTU into the conflist")
 	}
 	return nil
 }

@@ -425,7 +425,7 @@ func TestStatusIsReadyOnlyWithAPodCIDRAndABridge(t *testing.T) {
 func TestBadInputGetsCodedErrors(t *testing.T) {
 	n := newNode(t, nodeOpts{})
 	pod := netns.New(t, "pod")
-	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"netplane","type":"netplane-cni","podCIDRs":["10.244.1.0/24"],"stateDir":%q}`, n.stateDir)
+	conf := fmt.Sprintf(`{"cniVersion":"1.0.0","name":"netplane","type":"netplane-cni","mtu":1500,"podCIDRs":["10.244.1.0/24"],"stateDir":%q}`, n.stateDir)
 	for _, tc := range []struct {
 		name, stdin, ifname string
 		code                uint
@@ -436,6 +436,8 @@ func TestBadInputGetsCodedErrors(t *testing.T) {
 		{"unsupported version", strings.Replace(conf, "1.0.0", "0.1.0", 1), "eth0", types.ErrIncompatibleCNIVersion},
 		{"delegated ipam", strings.Replace(conf, `"podCIDRs"`, `"ipam":{"type":"host-local"},"podCIDRs"`, 1), "eth0", types.ErrUnsupportedField},
 		{"bad pod CIDR", strings.Replace(conf, "10.244.1.0/24", "10.244.1.0/31", 1), "eth0", types.ErrInvalidNetworkConfig},
+		{"no MTU: the node role decides it", strings.Replace(conf, `"mtu":1500,`, "", 1), "eth0", types.ErrInvalidNetworkConfig},
+		{"an MTU no interface takes", strings.Replace(conf, `"mtu":1500,`, `"mtu":67,`, 1), "eth0", types.ErrInvalidNetworkConfig},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			cmd := n.ns.Command(pluginDir(t) + "/netplane-cni")

@@ -149,62 +149,11 @@ type Lab struct {
 
 // Start builds the lab. On error everything made so far is removed.
 func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
-	if cfg.Nodes == 0 {
-		cfg.Nodes = 2
+	tools, err := cfg.complete()
+	if err != nil {
+		return nil, err
 	}
-	if cfg.Stack == "" {
-		cfg.Stack = os.Getenv("NETPLANE_LAB_STACK")
-	}
-	if cfg.Subnets == 0 {
-		cfg.Subnets, _ = strconv.Atoi(os.Getenv("NETPLANE_LAB_SUBNETS"))
-	}
-	if cfg.Encryption == "" {
-		cfg.Encryption = os.Getenv("NETPLANE_LAB_ENCRYPTION")
-	}
-	tools := []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd", "ctr", "runc", "nsenter", "unshare", "ip", "helm"}
-	switch cfg.Stack {
-	case "", StackNetplane:
-		cfg.Stack = StackNetplane
-	case StackUpstream:
-		// Pods of other nodes are reached by host-gw routes, on one subnet.
-		if cfg.Subnets == 0 {
-			cfg.Subnets = 1
-		}
-		if cfg.Subnets != 1 {
-			return nil, fmt.Errorf("the upstream stack routes pod CIDRs host-gw, on one subnet, not %d (NETPLANE_LAB_SUBNETS)", cfg.Subnets)
-		}
-		tools = append(tools, upstreamTools...)
-	default:
-		return nil, fmt.Errorf("unknown stack %q (NETPLANE_LAB_STACK): %s or %s", cfg.Stack, StackNetplane, StackUpstream)
-	}
-	switch cfg.Encryption {
-	case "", "none", "wireguard":
-	default:
-		return nil, fmt.Errorf("unknown encryption %q (NETPLANE_LAB_ENCRYPTION): none or wireguard", cfg.Encryption)
-	}
-	switch cfg.Subnets {
-	case 0:
-		cfg.Subnets = 2
-	case 1, 2:
-	default:
-		return nil, fmt.Errorf("the lab spreads its nodes over 1 or 2 subnets, not %d (NETPLANE_LAB_SUBNETS)", cfg.Subnets)
-	}
-	if cfg.APIListen == "" {
-		cfg.APIListen = "127.0.0.1:0"
-	}
-	if cfg.Log == nil {
-		cfg.Log = func(string, ...any) {}
-	}
-	cfg.StateDir, _ = filepath.Abs(cfg.StateDir)
-	if _, err := os.Stat(filepath.Join(cfg.StateDir, stateName)); err == nil {
-		return nil, fmt.Errorf("a lab is recorded in %s: run `netplane-lab down --state-dir=%s` (or `make demo-down`) first", cfg.StateDir, cfg.StateDir)
-	}
-	for _, tool := range tools {
-		if framework.Binary(tool) == "" {
-			return nil, fmt.Errorf("%s not found in %s or on $PATH: run `make tools` (and `make anchors` for the upstream stack) as root", tool, framework.BinDir())
-		}
-	}
-	if err := os.MkdirAll(cfg.StateDir, 0o755); err != nil {
+	if err := cfg.preflight(tools); err != nil {
 		return nil, err
 	}
 	l = &Lab{Config: cfg, state: newStateFile(cfg.StateDir)}
@@ -238,6 +187,74 @@ func Start(ctx context.Context, cfg Config) (l *Lab, err error) {
 	}
 	l.recordRunning()
 	return l, nil
+}
+
+// complete fills in what c leaves unset (from NETPLANE_LAB_* where the
+// demo takes it), checks what it names, and returns the tools the lab
+// needs for its stack.
+func (c *Config) complete() (tools []string, err error) {
+	if c.Nodes == 0 {
+		c.Nodes = 2
+	}
+	if c.Stack == "" {
+		c.Stack = os.Getenv("NETPLANE_LAB_STACK")
+	}
+	if c.Subnets == 0 {
+		c.Subnets, _ = strconv.Atoi(os.Getenv("NETPLANE_LAB_SUBNETS"))
+	}
+	if c.Encryption == "" {
+		c.Encryption = os.Getenv("NETPLANE_LAB_ENCRYPTION")
+	}
+	tools = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd", "ctr", "runc", "nsenter", "unshare", "ip", "helm"}
+	switch c.Stack {
+	case "", StackNetplane:
+		c.Stack = StackNetplane
+	case StackUpstream:
+		// Pods of other nodes are reached by host-gw routes, on one subnet.
+		if c.Subnets == 0 {
+			c.Subnets = 1
+		}
+		if c.Subnets != 1 {
+			return nil, fmt.Errorf("the upstream stack routes pod CIDRs host-gw, on one subnet, not %d (NETPLANE_LAB_SUBNETS)", c.Subnets)
+		}
+		tools = append(tools, upstreamTools...)
+	default:
+		return nil, fmt.Errorf("unknown stack %q (NETPLANE_LAB_STACK): %s or %s", c.Stack, StackNetplane, StackUpstream)
+	}
+	switch c.Encryption {
+	case "", "none", "wireguard":
+	default:
+		return nil, fmt.Errorf("unknown encryption %q (NETPLANE_LAB_ENCRYPTION): none or wireguard", c.Encryption)
+	}
+	switch c.Subnets {
+	case 0:
+		c.Subnets = 2
+	case 1, 2:
+	default:
+		return nil, fmt.Errorf("the lab spreads its nodes over 1 or 2 subnets, not %d (NETPLANE_LAB_SUBNETS)", c.Subnets)
+	}
+	if c.APIListen == "" {
+		c.APIListen = "127.0.0.1:0"
+	}
+	if c.Log == nil {
+		c.Log = func(string, ...any) {}
+	}
+	return tools, nil
+}
+
+// preflight checks that no lab is recorded in the state directory and
+// that every tool is there, and makes the directory.
+func (c *Config) preflight(tools []string) error {
+	c.StateDir, _ = filepath.Abs(c.StateDir)
+	if _, err := os.Stat(filepath.Join(c.StateDir, stateName)); err == nil {
+		return fmt.Errorf("a lab is recorded in %s: run `netplane-lab down --state-dir=%s` (or `make demo-down`) first", c.StateDir, c.StateDir)
+	}
+	for _, tool := range tools {
+		if framework.Binary(tool) == "" {
+			return fmt.Errorf("%s not found in %s or on $PATH: run `make tools` (and `make anchors` for the upstream stack) as root", tool, framework.BinDir())
+		}
+	}
+	return os.MkdirAll(c.StateDir, 0o755)
 }
 
 // Close stops everything in order (kubelets first, so none recreates a pod,

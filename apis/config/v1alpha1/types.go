@@ -129,7 +129,8 @@ type DNS struct {
 type Node struct {
 	NodeName string `json:"nodeName"`
 	// ClusterCIDRs are the pod CIDRs, any number per family: traffic to a
-	// ClusterIP from outside all of them is masqueraded. Parsed (and masked
+	// ClusterIP from outside all of them is masqueraded, pod traffic to
+	// them is not. Empty: every Node's spec.podCIDRs. Parsed (and masked
 	// to their network) when the configuration is loaded, so every role
 	// sees the same prefixes and a typo stops the process at start.
 	ClusterCIDRs []netip.Prefix `json:"clusterCIDRs,omitempty"`
@@ -152,9 +153,10 @@ type Node struct {
 	// ProcSysDir is where the node agent writes network sysctls: /proc/sys,
 	// or a hostPath mount of the host's /proc/sys/net in an unprivileged pod.
 	ProcSysDir string `json:"procSysDir"`
-	// MTU of pod interfaces; 0 means the MTU of the underlay interface (the
-	// one carrying the node's address), less the VXLAN overhead when the
-	// overlay may carry pod traffic.
+	// MTU of pod interfaces and of the WireGuard device; 0 means the MTU
+	// of the underlay interface (the one carrying the node's address),
+	// less the largest overhead of the paths to other nodes: VXLAN's
+	// while the overlay may tunnel, WireGuard's with encryption on.
 	MTU int32 `json:"mtu"`
 	// ProxyHealthzBindAddress is host:port of kube-proxy's node health
 	// server (/healthz, /livez), which cloud load balancers ask before
