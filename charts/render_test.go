@@ -177,6 +177,9 @@ func TestDefaultRenderHasEveryPiece(t *testing.T) {
 		t.Errorf("the node agent does not mount the host's /proc/sys/net: %v", vols)
 	}
 	dep := find(t, objs, "Deployment", "netplane-dns")
+	if l, _, _ := unstructured.NestedString(dep.Object, "spec", "template", "metadata", "labels", "k8s-app"); l != "kube-dns" {
+		t.Errorf("DNS pods labelled k8s-app=%q; CoreDNS's are kube-dns, and tools find the cluster DNS pods by it", l)
+	}
 	if caps := containerField(t, dep, "securityContext", "capabilities", "add"); strings.Join(caps, ",") != "NET_BIND_SERVICE" {
 		t.Errorf("dns capabilities %v, want NET_BIND_SERVICE only", caps)
 	}
