@@ -4,11 +4,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"time"
 
@@ -45,28 +43,23 @@ func NetplaneImage() (string, error) {
 	return "", fmt.Errorf("%s/Chart.yaml has no appVersion", ChartDir())
 }
 
-// APIServerURL is the API server's address as hosts in the lab reach it
-// (the chart's node.controlPlaneEndpoint in the lab).
-func APIServerURL() string {
-	return "https://" + net.JoinHostPort(ControlPlaneIP, strconv.Itoa(APIPort))
-}
-
 // labValues are the chart values where the lab differs from a cluster: the
 // image is loaded into each node's containerd, not pulled; the node agent
 // reaches the API server at its address, not through the kubernetes
 // Service it programs itself; and the lab's CIDRs. Everything else is the
 // chart's default.
-func labValues(image string) map[string]any {
+func labValues(c Config, image string) map[string]any {
 	repo, tag, _ := strings.Cut(image, ":")
 	return map[string]any{
 		"image": map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
 		"node": map[string]any{
-			"controlPlaneEndpoint": APIServerURL(),
+			"controlPlaneEndpoint": c.APIServerURL(),
 			"config": map[string]any{
-				"clusterCIDRs": strings.Split(ClusterCIDRs, ","),
-				"serviceCIDRs": strings.Split(ServiceCIDRs, ","),
+				"clusterCIDRs": strings.Split(c.ClusterCIDRs(), ","),
+				"serviceCIDRs": strings.Split(c.ServiceCIDRs(), ","),
 			},
 		},
+		"dns": map[string]any{"service": map[string]any{"clusterIP": c.DNSServiceIP()}},
 	}
 }
 
@@ -98,7 +91,7 @@ func (l *Lab) installNetplane(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	if err := writeValues(l.valuesPath(), labValues(image)); err != nil {
+	if err := writeValues(l.valuesPath(), labValues(l.Config, image)); err != nil {
 		return err
 	}
 	_, err = l.Helm(ctx, "install", Release, ChartDir(), "--namespace="+ReleaseNamespace, "--values="+l.valuesPath())

@@ -85,7 +85,7 @@ func (l *Lab) startControlPlane(ctx context.Context) error {
 		return err
 	}
 	for user, token := range tokens {
-		if err := l.writeKubeconfig(l.kubeconfigFor(user), APIServerURL(), token); err != nil {
+		if err := l.writeKubeconfig(l.kubeconfigFor(user), l.Config.APIServerURL(), token); err != nil {
 			return err
 		}
 	}
@@ -125,14 +125,14 @@ func (l *Lab) startEtcdAndAPIServer(saKey string) error {
 	l.cp.procs = append(l.cp.procs, etcd)
 	kas, err := l.start(l.ControlPlane, "kube-apiserver", framework.Binary("kube-apiserver"),
 		"--etcd-servers=http://127.0.0.1:2379",
-		"--bind-address="+ControlPlaneIP, "--advertise-address="+ControlPlaneIP, "--secure-port="+strconv.Itoa(APIPort),
+		"--bind-address="+l.apiBindAddress(), "--advertise-address="+l.Config.APIServerIP(), "--secure-port="+strconv.Itoa(APIPort),
 		"--tls-cert-file="+l.pki.APIServerCert, "--tls-private-key-file="+l.pki.APIServerKey,
 		"--kubelet-client-certificate="+l.pki.KubeletClientCert, "--kubelet-client-key="+l.pki.KubeletClientKey,
 		"--kubelet-preferred-address-types=InternalIP,Hostname",
 		"--token-auth-file="+l.path("cp", "tokens.csv"),
 		"--service-account-key-file="+saKey, "--service-account-signing-key-file="+saKey,
 		"--service-account-issuer=https://kubernetes.default.svc."+ClusterDomain,
-		"--service-cluster-ip-range="+ServiceCIDRs,
+		"--service-cluster-ip-range="+l.Config.ServiceCIDRs(),
 		"--authorization-mode=Node,RBAC", "--allow-privileged=true", "--v=1")
 	if err != nil {
 		return err
@@ -213,15 +213,16 @@ func (l *Lab) startControllers(saKey string) error {
 	if l.upstream() {
 		controllers = "*"
 	}
-	kcm, err := l.start(l.ControlPlane, "kube-controller-manager", framework.Binary("kube-controller-manager"),
+	// A mask flag of a family the cluster lacks is refused.
+	masks := l.Config.pick("--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64")
+	kcm, err := l.start(l.ControlPlane, "kube-controller-manager", append([]string{framework.Binary("kube-controller-manager")}, append(masks,
 		"--kubeconfig="+l.kubeconfigFor("system:kube-controller-manager"),
 		"--controllers="+controllers,
-		"--allocate-node-cidrs", "--cluster-cidr="+ClusterCIDRs,
-		"--node-cidr-mask-size-ipv4=24", "--node-cidr-mask-size-ipv6=64",
-		"--service-cluster-ip-range="+ServiceCIDRs,
+		"--allocate-node-cidrs", "--cluster-cidr="+l.Config.ClusterCIDRs(),
+		"--service-cluster-ip-range="+l.Config.ServiceCIDRs(),
 		"--service-account-private-key-file="+saKey, "--root-ca-file="+l.pki.CA,
 		"--use-service-account-credentials=false", "--leader-elect=false",
-		"--secure-port=0", "--v=1")
+		"--secure-port=0", "--v=1")...)...)
 	if err != nil {
 		return err
 	}
@@ -267,4 +268,14 @@ func writeRSAKey(path string) error {
 		return err
 	}
 	return os.WriteFile(path, pem.EncodeToMemory(&pem.Block{Type: "RSA PRIVATE KEY", Bytes: x509.MarshalPKCS1PrivateKey(key)}), 0o600)
+}
+
+// apiBindAddress is where the API server listens: its IPv4 address, which
+// the relay and the lab's hosts reach, and with IPv6 in the cluster every
+// address, so that the IPv6 address it advertises answers too.
+func (l *Lab) apiBindAddress() string {
+	if l.Config.Family == FamilyIPv4 {
+		return ControlPlaneIP
+	}
+	return "::"
 }

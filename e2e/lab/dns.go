@@ -3,6 +3,7 @@ package lab
 import (
 	"context"
 	"fmt"
+	"net"
 	"time"
 
 	corev1 "k8s.io/api/core/v1"
@@ -24,7 +25,7 @@ const (
 // (netplane's DNS is the chart's). It does not wait for the pods:
 // WaitReady does.
 func (l *Lab) deployDNS(ctx context.Context) error {
-	up, err := l.start(l.Upstream, "upstream-dns", l.bin.testimage, "upstream", "--listen="+UpstreamDNSIP+":53")
+	up, err := l.start(l.Upstream, "upstream-dns", l.bin.testimage, "upstream", "--listen="+net.JoinHostPort(l.Config.UpstreamDNS(), "53"))
 	if err != nil {
 		return err
 	}
@@ -36,7 +37,7 @@ func (l *Lab) deployDNS(ctx context.Context) error {
 	service := func() error {
 		_, err := l.Client.CoreV1().Services(DNSNamespace).Create(ctx, &corev1.Service{
 			ObjectMeta: metav1.ObjectMeta{Name: DNSService, Labels: labels},
-			Spec: corev1.ServiceSpec{ClusterIP: DNSServiceIP, Selector: labels, Ports: []corev1.ServicePort{
+			Spec: corev1.ServiceSpec{ClusterIP: l.Config.DNSServiceIP(), Selector: labels, Ports: []corev1.ServicePort{
 				{Name: "dns", Protocol: corev1.ProtocolUDP, Port: 53, TargetPort: intstr.FromInt32(53)},
 				{Name: "dns-tcp", Protocol: corev1.ProtocolTCP, Port: 53, TargetPort: intstr.FromInt32(53)},
 			}}}, metav1.CreateOptions{})

@@ -77,11 +77,11 @@ func (n *Node) StartKubelet() error {
 	if err := os.MkdirAll(n.kubeletDir("pki"), 0o755); err != nil {
 		return err
 	}
-	if err := os.WriteFile(n.kubeletDir("resolv.conf"), []byte("nameserver "+UpstreamDNSIP+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(n.kubeletDir("resolv.conf"), []byte("nameserver "+l.Config.UpstreamDNS()+"\n"), 0o644); err != nil {
 		return err
 	}
 	conf := strings.NewReplacer("{{cgroupRoot}}", n.cgroupRoot(), "{{socket}}", containerdSocket, "{{dir}}", n.kubeletDir(),
-		"{{clusterDNS}}", DNSServiceIP, "{{clusterDomain}}", ClusterDomain, "{{ca}}", l.pki.CA).Replace(kubeletConfig)
+		"{{clusterDNS}}", l.Config.DNSServiceIP(), "{{clusterDomain}}", ClusterDomain, "{{ca}}", l.pki.CA).Replace(kubeletConfig)
 	if err := os.WriteFile(n.kubeletDir("config.yaml"), []byte(conf), 0o644); err != nil {
 		return err
 	}
@@ -92,7 +92,7 @@ func (n *Node) StartKubelet() error {
 	p, err := l.startCmd(n.command(framework.Binary("kubelet"),
 		"--config="+n.kubeletDir("config.yaml"), "--kubeconfig="+l.kubeconfigFor("system:node:"+n.Name),
 		"--root-dir=/var/lib/kubelet", "--cert-dir="+n.kubeletDir("pki"),
-		"--hostname-override="+n.Name, "--node-ip="+n.IP+","+n.IP6, "--node-labels="+n.topologyLabels(), "--v=1"), n.Name+"-kubelet")
+		"--hostname-override="+n.Name, "--node-ip="+l.Config.NodeIPs(n), "--node-labels="+n.topologyLabels(), "--v=1"), n.Name+"-kubelet")
 	n.kubelet = p
 	return err
 }

@@ -57,8 +57,6 @@ const (
 	ExternalIP       = "172.30.0.100"
 	ExternalIP6      = "fd00:172:30::100"
 	APIPort          = 6443
-	ServiceCIDRs     = "10.96.0.0/16,fd00:10:96::/112"
-	ClusterCIDRs     = "10.244.0.0/16,fd00:10:244::/56"
 	DNSServiceIP     = "10.96.0.10"
 	ClusterDomain    = "cluster.local"
 )
@@ -118,6 +116,9 @@ type Config struct {
 	// rollout of the chart's README; default $NETPLANE_LAB_ENCRYPTION,
 	// else none.
 	Encryption string
+	// Family is the cluster's address family: FamilyDual (the default),
+	// FamilyIPv4 or FamilyIPv6 (family.go); default $NETPLANE_LAB_IP_FAMILY.
+	Family string
 }
 
 // Lab is a running lab.
@@ -205,6 +206,9 @@ func (c *Config) complete() (tools []string, err error) {
 	if c.Encryption == "" {
 		c.Encryption = os.Getenv("NETPLANE_LAB_ENCRYPTION")
 	}
+	if err := c.completeFamily(); err != nil {
+		return nil, err
+	}
 	tools = []string{"etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kubelet", "containerd", "ctr", "runc", "nsenter", "unshare", "ip", "helm"}
 	switch c.Stack {
 	case "", StackNetplane:
@@ -216,6 +220,9 @@ func (c *Config) complete() (tools []string, err error) {
 		}
 		if c.Subnets != 1 {
 			return nil, fmt.Errorf("the upstream stack routes pod CIDRs host-gw, on one subnet, not %d (NETPLANE_LAB_SUBNETS)", c.Subnets)
+		}
+		if c.Family != FamilyDual {
+			return nil, fmt.Errorf("the upstream stack runs dual-stack only, not %s (NETPLANE_LAB_IP_FAMILY)", c.Family)
 		}
 		tools = append(tools, upstreamTools...)
 	default:

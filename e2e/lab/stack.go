@@ -107,7 +107,7 @@ func (l *Lab) startUpstreamNodeNetwork(n *Node, cidrs map[string][]string) error
 	if err := run(n.NS, cmds...); err != nil {
 		return fmt.Errorf("%s: %w", n.Name, err)
 	}
-	v4, v6 := strings.Split(ClusterCIDRs, ",")[0], strings.Split(ClusterCIDRs, ",")[1]
+	v4, v6 := clusterCIDR4, clusterCIDR6
 	nft := n.NS.Command("nft", "-f", "-")
 	nft.Stdin = strings.NewReader(fmt.Sprintf(`table inet lab-masq {
 	chain postrouting {
@@ -166,7 +166,7 @@ func (n *Node) RestartKubeProxy(ctx context.Context) error {
 
 func (n *Node) startKubeProxy() error {
 	conf := strings.NewReplacer("{{kubeconfig}}", n.lab.kubeconfigFor("system:kube-proxy"), "{{node}}", n.Name,
-		"{{clusterCIDRs}}", ClusterCIDRs).Replace(kubeProxyConfig)
+		"{{clusterCIDRs}}", n.lab.Config.ClusterCIDRs()).Replace(kubeProxyConfig)
 	path := filepath.Join(n.Dir, "kube-proxy.yaml")
 	if err := os.WriteFile(path, []byte(conf), 0o644); err != nil {
 		return err

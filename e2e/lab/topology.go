@@ -49,7 +49,7 @@ func (l *Lab) buildTopology(context.Context) error {
 	if l.External, err = l.host("ext", subnets[0], ExternalIP, ExternalIP6); err != nil {
 		return err
 	}
-	if l.Upstream, err = l.host("dns", subnets[0], UpstreamDNSIP, ""); err != nil {
+	if l.Upstream, err = l.host("dns", subnets[0], UpstreamDNSIP, UpstreamDNSIP6); err != nil {
 		return err
 	}
 	for i := 0; i < l.Config.Nodes; i++ {

@@ -42,7 +42,7 @@ func explainFrom(ctx context.Context, l *lab.Lab, client string) (*explanation, 
 	if err != nil {
 		return nil, err
 	}
-	out, err := l.Exec(ctx, lab.ReleaseNamespace, agent, "netplane", "explain", "--control-plane-endpoint="+lab.APIServerURL(),
+	out, err := l.Exec(ctx, lab.ReleaseNamespace, agent, "netplane", "explain", "--control-plane-endpoint="+l.Config.APIServerURL(),
 		"--from="+policyNS+"/"+client, "--to=nginx", "--port=8080/tcp", "-o", "json")
 	if err != nil {
 		return nil, err

@@ -56,7 +56,7 @@ func noClearTraffic(ctx context.Context, l *lab.Lab, logf func(string, ...any)) 
 	stopAll(caps)
 	// The wire is checked also when a request failed: a failure may be a
 	// packet that went out in clear.
-	return errors.Join(append([]error{checkNoClear(caps, logf)}, errs...)...)
+	return errors.Join(append([]error{checkNoClear(caps, l.Config.ClusterCIDRs(), logf)}, errs...)...)
 }
 
 // captureUnderlay captures on every link of the underlay namespace but its
@@ -95,9 +95,9 @@ func stopAll(caps []*netns.Capture) {
 
 // checkNoClear fails on a frame holding the marker or a pod address, and
 // when no WireGuard packet was seen at all (a capture that saw nothing).
-func checkNoClear(caps []*netns.Capture, logf func(string, ...any)) error {
+func checkNoClear(caps []*netns.Capture, clusterCIDRs string, logf func(string, ...any)) error {
 	var pods []netip.Prefix
-	for _, c := range strings.Split(lab.ClusterCIDRs, ",") {
+	for _, c := range strings.Split(clusterCIDRs, ",") {
 		pods = append(pods, netip.MustParsePrefix(c))
 	}
 	inPods := func(ip net.IP) bool {

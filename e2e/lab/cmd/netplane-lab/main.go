@@ -15,6 +15,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -85,10 +86,12 @@ func up(stateDir string, nodes, subnets int, api string) error {
 	cmd := exec.Command(self, "run", "--state-dir="+stateDir, fmt.Sprintf("--nodes=%d", nodes), fmt.Sprintf("--subnets=%d", subnets), "--api="+api)
 	cmd.Stdout, cmd.Stderr = logFile, logFile
 	cmd.SysProcAttr = &syscall.SysProcAttr{Setsid: true}
+	// Kept open: a lab that fails removes its state directory, log and all,
+	// and the log is still read through this descriptor.
+	defer logFile.Close()
 	if err := cmd.Start(); err != nil {
 		return err
 	}
-	logFile.Close()
 	exited := make(chan error, 1)
 	go func() { exited <- cmd.Wait() }()
 	fmt.Printf("lab starting (pid %d, log %s)\n", cmd.Process.Pid, logPath)
@@ -100,7 +103,7 @@ func up(stateDir string, nodes, subnets int, api string) error {
 		}
 		select {
 		case err := <-exited:
-			data, _ := os.ReadFile(logPath)
+			data, _ := io.ReadAll(io.NewSectionReader(logFile, 0, 1<<30))
 			return fmt.Errorf("the lab stopped while starting (%v):\n%s", err, data)
 		case <-deadline:
 			return fmt.Errorf("the lab was not ready after 10 minutes; see %s", logPath)
