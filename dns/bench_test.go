@@ -450,26 +450,27 @@ func dnsperfLatencies(dnsperf string, s *benchServer, file string, qps int) ([]f
 // residentMB reads a process's resident memory: the total, and its
 // anonymous (heap, stacks) and file-backed (the executable's pages) parts.
 func residentMB(b *testing.B, p *framework.Process) (total, anon, file float64) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))
+	st, err := procStatusMB(p)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return st["VmRSS:"], st["RssAnon:"], st["RssFile:"]
+}
+
+// procStatusMB reads the kB fields of /proc/PID/status, in MB.
+func procStatusMB(p *framework.Process) (map[string]float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
 	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			total = kb / 1024
-		case "RssAnon:":
-			anon = kb / 1024
-		case "RssFile:":
-			file = kb / 1024
+		if f := strings.Fields(line); len(f) == 3 && f[2] == "kB" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			out[f[0]] = kb / 1024
 		}
 	}
-	return total, anon, file
+	return out, nil
 }
 
 // createToAnswer creates Services and times, from the create returning, the

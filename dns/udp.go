@@ -205,6 +205,7 @@ func (w *udpWriter) Write(b []byte) (int, error) {
 	n, _, err := w.conn.WriteMsgUDPAddrPort(b, w.ctl, w.to)
 	return n, err
 }
+func (w *udpWriter) sentBytes() []byte   { return w.sent }
 func (w *udpWriter) Close() error        { return nil }
 func (w *udpWriter) TsigStatus() error   { return nil }
 func (w *udpWriter) TsigTimersOnly(bool) {}

@@ -29,8 +29,9 @@ import (
 // only when it came fresh from the forwarding cache, and for one second at
 // most, the granularity of that cache's TTL countdown.
 
-// wireCacheSize bounds the packed answers kept (about 200 bytes each).
-const wireCacheSize = 65536
+// wireCacheSize bounds the packed answers kept: about 300 bytes of heap
+// each, 3 MB full, as many entries as CoreDNS's cache holds of each kind.
+const wireCacheSize = 10000
 
 // wireShards spreads the cache's locks across the sockets' loops.
 const wireShards = 16
@@ -316,20 +317,27 @@ func (h *Handler) countPacked(a packedAnswer, qtype uint16, client netip.Addr, s
 	h.metrics.query(int(a.zone), false, client.Is6(), qtype, int(a.rcode), time.Since(start))
 }
 
+// sentWriter is a UDP ResponseWriter that keeps the bytes it sent.
+type sentWriter interface {
+	dns.ResponseWriter
+	sentBytes() []byte
+}
+
 // serveUDP answers req (unpacked from pkt) on w by the full path, and
 // keeps the bytes sent when they depend only on the key and on the index
 // and routes the answer was computed from.
-func (h *Handler) serveUDP(w *udpWriter, req *dns.Msg, pkt []byte, client netip.Addr) {
+func (h *Handler) serveUDP(w sentWriter, req *dns.Msg, pkt []byte, client netip.Addr) {
 	t := &trace{ix: h.index.Load(), rt: h.routes()}
 	h.serve(w, req, t)
-	if w.sent == nil || t.forwards != t.freshHits || h.index.Load() != t.ix || h.routes() != t.rt {
+	sent := w.sentBytes()
+	if sent == nil || t.forwards != t.freshHits || h.index.Load() != t.ix || h.routes() != t.rt {
 		return
 	}
 	k, s, ok := appendKey(nil, pkt, h.originWire)
 	if !ok {
 		return
 	}
-	a := packedAnswer{wire: w.sent, rcode: uint16(t.rcode), zone: uint8(t.zone), autopath: t.autopath, hits: t.hits}
+	a := packedAnswer{wire: sent, rcode: uint16(t.rcode), zone: uint8(t.zone), autopath: t.autopath, hits: t.hits}
 	if t.forwards > 0 {
 		a.expires = h.fwd.cache.now().Add(forwardedWireLife).UnixNano()
 	}
