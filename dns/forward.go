@@ -45,6 +45,16 @@ func (f *Forwarder) Reroute(fw forwarding) *routes {
 	return r
 }
 
+// peek is the answer to q in the cache, if one is there, counting nothing.
+func (f *Forwarder) peek(q dns.Question, do bool) (*dns.Msg, freshness) {
+	k := keyOf(q, do)
+	return f.cache.Get(k, f.routes.Load().route(k.name))
+}
+
+// errWouldWait says an answer needs the upstream servers, which the caller
+// may not wait for.
+var errWouldWait = errors.New("the answer needs the upstream servers")
+
 // errNoUpstream says there is nowhere to forward to.
 var errNoUpstream = errors.New("no upstream DNS server: set --upstream-servers or list nameservers in --resolv-conf")
 

@@ -69,6 +69,9 @@ func (h *Handler) serve(w dns.ResponseWriter, r *dns.Msg, t *trace) {
 	// No deadline here: only forwarding waits, and the forwarder bounds
 	// that by --upstream-timeout.
 	m, zone := h.resolve(context.Background(), r, client, t)
+	if t != nil && t.blocked {
+		return // it would have waited: not answered here
+	}
 	writeReply(w, r, m, tcp)
 	var qtype uint16
 	if len(r.Question) > 0 {
@@ -77,6 +80,12 @@ func (h *Handler) serve(w dns.ResponseWriter, r *dns.Msg, t *trace) {
 	h.metrics.query(zone, tcp, client.Is6() && !client.Is4In6(), qtype, m.Rcode, time.Since(start))
 	if t != nil {
 		t.zone, t.rcode = zone, m.Rcode
+		if t.autopath {
+			h.metrics.autopathHit()
+		}
+		if t.inline { // the forwarder counted nothing
+			h.countHits(t.hits)
+		}
 	}
 }
 
@@ -170,7 +179,19 @@ func fill(m *dns.Msg, r Result) {
 // forward asks upstream and gives the owner names the client's spelling
 // back (the cached answer may carry another client's case).
 func (h *Handler) forward(ctx context.Context, q dns.Question, do bool, t *trace) (Result, error) {
-	up, state, err := h.fwd.forward(ctx, q, do)
+	var up *dns.Msg
+	var state freshness
+	var err error
+	if t != nil && t.inline {
+		// The socket's own goroutine may not wait: a fresh cached answer
+		// or nothing.
+		if up, state = h.fwd.peek(q, do); state != fresh {
+			t.blocked = true
+			return Result{}, errWouldWait
+		}
+	} else {
+		up, state, err = h.fwd.forward(ctx, q, do)
+	}
 	t.forwarded(up, state, err)
 	if err != nil {
 		return Result{}, err
@@ -250,8 +271,11 @@ func (h *Handler) autopath(ctx context.Context, q dns.Question, client netip.Add
 		}
 		cname := &dns.CNAME{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: h.zone.TTL}, Target: cq.Name}
 		res.Answer = append([]dns.RR{cname}, res.Answer...)
-		h.metrics.autopathHit()
-		t.autopathHit()
+		if t != nil {
+			t.autopath = true // counted once the reply is sent
+		} else {
+			h.metrics.autopathHit()
+		}
 		return res, true
 	}
 	return firstRes, true

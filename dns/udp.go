@@ -96,6 +96,12 @@ func (u *udpSocket) serve() {
 				u.h.countPacked(a, qtype, client, start)
 				continue
 			}
+			// The full path, here while it need not wait: the reply joins
+			// the batch.
+			w := &batchWriter{d: d, i: i, ctl: ctl, from: from, local: u.conn.LocalAddr()}
+			if req := accept(pkt, w); req == nil || u.h.serveUDP(w, req, pkt, client, true) {
+				continue
+			}
 			q := udpQuery{pkt: append([]byte(nil), pkt...), from: from, ctl: append([]byte(nil), ctl...)}
 			select {
 			case u.misses <- q:
@@ -114,12 +120,12 @@ func (u *udpSocket) serve() {
 }
 
 // answer takes a datagram through miekg/dns's acceptance rules and the
-// full path, and keeps the reply for the next identical query when it
-// may be.
+// full path, waiting for the upstream servers if it must, and keeps the
+// reply for the next identical query when it may be.
 func (u *udpSocket) answer(q udpQuery) {
 	w := &udpWriter{conn: u.conn, to: q.from, ctl: q.ctl}
 	if req := accept(q.pkt, w); req != nil {
-		u.h.serveUDP(w, req, q.pkt, q.from.Addr().Unmap())
+		u.h.serveUDP(w, req, q.pkt, q.from.Addr().Unmap(), false)
 	}
 }
 
@@ -210,3 +216,38 @@ func (w *udpWriter) Close() error        { return nil }
 func (w *udpWriter) TsigStatus() error   { return nil }
 func (w *udpWriter) TsigTimersOnly(bool) {}
 func (w *udpWriter) Hijack()             {}
+
+// batchWriter is the full path's ResponseWriter in the socket's loop: the
+// reply joins the send batch, addressed to datagram i's source.
+type batchWriter struct {
+	d     *datagrams
+	i     int
+	ctl   []byte
+	from  netip.AddrPort
+	local net.Addr
+	sent  []byte
+}
+
+func (w *batchWriter) LocalAddr() net.Addr  { return w.local }
+func (w *batchWriter) RemoteAddr() net.Addr { return net.UDPAddrFromAddrPort(w.from) }
+func (w *batchWriter) WriteMsg(m *dns.Msg) error {
+	buf := w.d.replyBuf()
+	b, err := m.PackBuffer(buf[:cap(buf)])
+	if err != nil {
+		return err
+	}
+	_, err = w.Write(b)
+	return err
+}
+func (w *batchWriter) Write(b []byte) (int, error) {
+	buf := w.d.replyBuf()
+	n := copy(buf[:cap(buf)], b)
+	w.sent = buf[:n]
+	w.d.queue(w.i, n, w.ctl)
+	return n, nil
+}
+func (w *batchWriter) sentBytes() []byte   { return w.sent }
+func (w *batchWriter) Close() error        { return nil }
+func (w *batchWriter) TsigStatus() error   { return nil }
+func (w *batchWriter) TsigTimersOnly(bool) {}
+func (w *batchWriter) Hijack()             {}

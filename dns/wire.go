@@ -239,6 +239,9 @@ type trace struct {
 	hits        [2]uint8 // those hits, positive and negative, for the metrics
 	autopath    bool
 	zone, rcode int
+	// inline is set for the socket's own goroutine, which may not wait for
+	// the upstream servers; blocked, when the answer would have.
+	inline, blocked bool
 }
 
 func (t *trace) forwarded(m *dns.Msg, state freshness, err error) {
@@ -254,12 +257,6 @@ func (t *trace) forwarded(m *dns.Msg, state freshness, err error) {
 		t.hits[1]++
 	} else {
 		t.hits[0]++
-	}
-}
-
-func (t *trace) autopathHit() {
-	if t != nil {
-		t.autopath = true
 	}
 }
 
@@ -305,12 +302,7 @@ func (h *Handler) packedReply(pkt []byte, client netip.Addr, key *[]byte, out []
 // countPacked counts a reply from the packed-answer cache as the full
 // path would have counted it.
 func (h *Handler) countPacked(a packedAnswer, qtype uint16, client netip.Addr, start time.Time) {
-	for range a.hits[0] {
-		h.metrics.cacheHit(false)
-	}
-	for range a.hits[1] {
-		h.metrics.cacheHit(true)
-	}
+	h.countHits(a.hits)
 	if a.autopath {
 		h.metrics.autopathHit()
 	}
@@ -323,23 +315,39 @@ type sentWriter interface {
 	sentBytes() []byte
 }
 
+// countHits counts forwarding cache hits, positive and negative.
+func (h *Handler) countHits(hits [2]uint8) {
+	for range hits[0] {
+		h.metrics.cacheHit(false)
+	}
+	for range hits[1] {
+		h.metrics.cacheHit(true)
+	}
+}
+
 // serveUDP answers req (unpacked from pkt) on w by the full path, and
 // keeps the bytes sent when they depend only on the key and on the index
-// and routes the answer was computed from.
-func (h *Handler) serveUDP(w sentWriter, req *dns.Msg, pkt []byte, client netip.Addr) {
-	t := &trace{ix: h.index.Load(), rt: h.routes()}
+// and routes the answer was computed from. inline says the caller may not
+// wait for the upstream servers: it reports false, having sent nothing,
+// when the answer needs them.
+func (h *Handler) serveUDP(w sentWriter, req *dns.Msg, pkt []byte, client netip.Addr, inline bool) bool {
+	t := &trace{ix: h.index.Load(), rt: h.routes(), inline: inline}
 	h.serve(w, req, t)
+	if t.blocked {
+		return false
+	}
 	sent := w.sentBytes()
 	if sent == nil || t.forwards != t.freshHits || h.index.Load() != t.ix || h.routes() != t.rt {
-		return
+		return true
 	}
 	k, s, ok := appendKey(nil, pkt, h.originWire)
 	if !ok {
-		return
+		return true
 	}
-	a := packedAnswer{wire: sent, rcode: uint16(t.rcode), zone: uint8(t.zone), autopath: t.autopath, hits: t.hits}
+	a := packedAnswer{wire: append([]byte(nil), sent...), rcode: uint16(t.rcode), zone: uint8(t.zone), autopath: t.autopath, hits: t.hits}
 	if t.forwards > 0 {
 		a.expires = h.fwd.cache.now().Add(forwardedWireLife).UnixNano()
 	}
 	h.wire.put(h.withNamespace(k, s, client, t.ix), a, t.ix, t.rt)
+	return true
 }

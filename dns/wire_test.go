@@ -75,7 +75,7 @@ func fullReply(h *Handler, pkt []byte, client netip.Addr) []byte {
 func servedOnce(h *Handler, pkt []byte, client netip.Addr) {
 	w := &captureWriter{remote: udpFrom(client)}
 	if req := accept(pkt, w); req != nil {
-		h.serveUDP(w, req, pkt, client)
+		h.serveUDP(w, req, pkt, client, false)
 	}
 }
 
@@ -229,5 +229,31 @@ func TestRepliesLeaveFromTheAddressAsked(t *testing.T) {
 				t.Fatalf("query %d to %s: %v, %v", i+1, server, m, err)
 			}
 		}
+	}
+}
+
+func TestTheSocketsGoroutineNeverWaitsForUpstream(t *testing.T) {
+	up := startUpstream(t, map[string]func(dns.Question) *dns.Msg{"example.com. A": answerA(60, "192.0.2.1")})
+	h := wireHandler(t, up.Addr)
+	inline := func(name string) (bool, []byte) {
+		w := &captureWriter{remote: udpFrom(netip.Addr{})}
+		pkt := packQuery(t, name, dns.TypeA, 7, nil)
+		req := accept(pkt, w)
+		return h.serveUDP(w, req, pkt, netip.Addr{}, true), w.out
+	}
+	requests := func() float64 { return counterValue(h.metrics.requests[zoneOther][0][0][typeIndex(dns.TypeA)]) }
+	if ok, out := inline("svc1.testns.svc.cluster.local."); !ok || len(unpacked(out).Answer) != 1 {
+		t.Fatalf("a cluster name: answered %v, %v", ok, unpacked(out))
+	}
+	if ok, out := inline("example.com."); ok || out != nil || requests() != 0 || up.times("example.com. A") != 0 {
+		t.Fatalf("a name to ask upstream: answered %v with %v, %v requests counted, upstream asked %d times; want nothing done",
+			ok, out, requests(), up.times("example.com. A"))
+	}
+	servedOnce(h, packQuery(t, "example.com.", dns.TypeA, 8, nil), netip.Addr{}) // as a worker does
+	if ok, out := inline("example.com."); !ok || len(unpacked(out).Answer) != 1 {
+		t.Fatalf("a name in the cache: answered %v, %v", ok, unpacked(out))
+	}
+	if got := counterValue(h.metrics.cacheHits[0]); got != 1 {
+		t.Errorf("cache hits %v, want 1", got)
 	}
 }
