@@ -190,6 +190,7 @@ func replySource(ctl, oob []byte) []byte {
 // udpWriter is the full path's dns.ResponseWriter for one datagram; it
 // keeps the bytes it sent.
 type udpWriter struct {
+	datagramWriter
 	conn *net.UDPConn
 	to   netip.AddrPort
 	ctl  []byte
@@ -211,15 +212,12 @@ func (w *udpWriter) Write(b []byte) (int, error) {
 	n, _, err := w.conn.WriteMsgUDPAddrPort(b, w.ctl, w.to)
 	return n, err
 }
-func (w *udpWriter) sentBytes() []byte   { return w.sent }
-func (w *udpWriter) Close() error        { return nil }
-func (w *udpWriter) TsigStatus() error   { return nil }
-func (w *udpWriter) TsigTimersOnly(bool) {}
-func (w *udpWriter) Hijack()             {}
+func (w *udpWriter) sentBytes() []byte { return w.sent }
 
 // batchWriter is the full path's ResponseWriter in the socket's loop: the
 // reply joins the send batch, addressed to datagram i's source.
 type batchWriter struct {
+	datagramWriter
 	d     *datagrams
 	i     int
 	ctl   []byte
@@ -246,8 +244,13 @@ func (w *batchWriter) Write(b []byte) (int, error) {
 	w.d.queue(w.i, n, w.ctl)
 	return n, nil
 }
-func (w *batchWriter) sentBytes() []byte   { return w.sent }
-func (w *batchWriter) Close() error        { return nil }
-func (w *batchWriter) TsigStatus() error   { return nil }
-func (w *batchWriter) TsigTimersOnly(bool) {}
-func (w *batchWriter) Hijack()             {}
+func (w *batchWriter) sentBytes() []byte { return w.sent }
+
+// datagramWriter is what a ResponseWriter of one datagram does without:
+// there is no connection to close, and no TSIG.
+type datagramWriter struct{}
+
+func (datagramWriter) Close() error        { return nil }
+func (datagramWriter) TsigStatus() error   { return nil }
+func (datagramWriter) TsigTimersOnly(bool) {}
+func (datagramWriter) Hijack()             {}
