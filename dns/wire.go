@@ -1,7 +1,9 @@
 package dns
 
 import (
+	"bytes"
 	"encoding/binary"
+	"hash/maphash"
 	"net/netip"
 	"sync"
 	"sync/atomic"
@@ -14,9 +16,8 @@ import (
 // questions, and their replies are a function of the question, a few
 // header bits and the current index. A reply computed once is kept as the
 // bytes sent, and the next identical query gets those bytes with its own
-// ID, without unpacking the query or building and packing a message: on
-// one core of the benchmark machine that took the UDP path from 82,000 to
-// the QPS recorded in docs/benchmarks.md (dns/README.md, "Performance").
+// ID, without unpacking the query or building and packing a message
+// (dns/README.md, "Performance", has what that saves).
 //
 // A key is everything of a query the reply depends on: the RD and CD bits,
 // EDNS0 (present, version, DO, the payload size as clamped), the question
@@ -28,10 +29,15 @@ import (
 // older than the state it was computed from. A forwarded answer is kept
 // only when it came fresh from the forwarding cache, and for one second at
 // most, the granularity of that cache's TTL countdown.
+//
+// To hold three times the entries in the same memory, the cache keeps a
+// key's 128-bit hash (seeded at random per process: two keys colliding
+// is a 1 in 2^128 chance, not one a client can aim for) and a reply
+// without its question section, which is the query's own.
 
-// wireCacheSize bounds the packed answers kept: about 300 bytes of heap
-// each, 3 MB full, as many entries as CoreDNS's cache holds of each kind.
-const wireCacheSize = 10000
+// wireCacheSize bounds the packed answers kept: about 150 bytes of heap
+// each, 5 MB full.
+const wireCacheSize = 32768
 
 // wireShards spreads the cache's locks across the sockets' loops.
 const wireShards = 16
@@ -39,7 +45,8 @@ const wireShards = 16
 // forwardedWireLife is how long a forwarded answer's bytes are reused.
 const forwardedWireLife = time.Second
 
-// packedAnswer is a reply as sent, with what the metrics count for it.
+// packedAnswer is a reply as sent, its question section cut out, with
+// what the metrics count for it.
 type packedAnswer struct {
 	wire     []byte
 	expires  int64 // Unix nanoseconds on the forwarding cache's clock; 0: while the generation lasts
@@ -49,6 +56,15 @@ type packedAnswer struct {
 	hits     [2]uint8 // forwarding cache hits, positive and negative
 }
 
+// wireKey is a key's hash.
+type wireKey [2]uint64
+
+var wireSeeds = [2]maphash.Seed{maphash.MakeSeed(), maphash.MakeSeed()}
+
+func hashKey(key []byte) wireKey {
+	return wireKey{maphash.Bytes(wireSeeds[0], key), maphash.Bytes(wireSeeds[1], key)}
+}
+
 // wireGen is the cache of one index and one routes value.
 type wireGen struct {
 	ix     *Index
@@ -56,14 +72,14 @@ type wireGen struct {
 	n      atomic.Int64
 	shards [wireShards]struct {
 		mu sync.RWMutex
-		m  map[string]packedAnswer
+		m  map[wireKey]packedAnswer
 	}
 }
 
 func newWireGen(ix *Index, rt *routes) *wireGen {
 	g := &wireGen{ix: ix, rt: rt}
 	for i := range g.shards {
-		g.shards[i].m = map[string]packedAnswer{}
+		g.shards[i].m = map[wireKey]packedAnswer{}
 	}
 	return g
 }
@@ -73,21 +89,21 @@ type wireCache struct {
 	gen atomic.Pointer[wireGen]
 }
 
-func (c *wireCache) get(key []byte, ix *Index, rt *routes) (packedAnswer, bool) {
+func (c *wireCache) get(k wireKey, ix *Index, rt *routes) (packedAnswer, bool) {
 	g := c.gen.Load()
 	if g == nil || g.ix != ix || g.rt != rt {
 		return packedAnswer{}, false
 	}
-	sh := &g.shards[shardOfBytes(key)]
+	sh := &g.shards[k[0]%wireShards]
 	sh.mu.RLock()
-	a, ok := sh.m[string(key)]
+	a, ok := sh.m[k]
 	sh.mu.RUnlock()
 	return a, ok
 }
 
-// put keeps a for key in the generation of ix and rt, starting that
+// put keeps a for k in the generation of ix and rt, starting that
 // generation if the current one is older.
-func (c *wireCache) put(key []byte, a packedAnswer, ix *Index, rt *routes) {
+func (c *wireCache) put(k wireKey, a packedAnswer, ix *Index, rt *routes) {
 	g := c.gen.Load()
 	if g == nil || g.ix != ix || g.rt != rt {
 		fresh := newWireGen(ix, rt)
@@ -96,38 +112,30 @@ func (c *wireCache) put(key []byte, a packedAnswer, ix *Index, rt *routes) {
 		}
 		g = fresh
 	}
-	sh := &g.shards[shardOfBytes(key)]
+	sh := &g.shards[k[0]%wireShards]
 	sh.mu.Lock()
 	defer sh.mu.Unlock()
-	if _, ok := sh.m[string(key)]; ok {
-		sh.m[string(key)] = a // a forwarded answer renewed
+	if _, ok := sh.m[k]; ok {
+		sh.m[k] = a // a forwarded answer renewed
 		return
 	}
 	if g.n.Load() >= wireCacheSize {
 		// Map order is random: the first key seen is a random victim.
-		for k := range sh.m {
-			delete(sh.m, k)
+		for victim := range sh.m {
+			delete(sh.m, victim)
 			g.n.Add(-1)
 			break
 		}
 	}
-	sh.m[string(key)] = a
+	sh.m[k] = a
 	g.n.Add(1)
-}
-
-// shardOfBytes is FNV-1a, folded to a shard.
-func shardOfBytes(b []byte) int {
-	h := uint32(2166136261)
-	for _, c := range b {
-		h = (h ^ uint32(c)) * 16777619
-	}
-	return int(h % wireShards)
 }
 
 // queryShape is what appendKey read of a query.
 type queryShape struct {
 	qtype  uint16
 	inZone bool // the name is in the cluster zone (autopath may apply)
+	qend   int  // where the question section ends
 }
 
 // appendKey appends to key what a reply to pkt depends on, apart from the
@@ -158,6 +166,7 @@ func appendKey(key, pkt, originWire []byte) ([]byte, queryShape, bool) {
 		return key, s, false
 	}
 	q := pkt[12 : nameEnd+4]
+	s.qend = nameEnd + 4
 	s.qtype = binary.BigEndian.Uint16(pkt[nameEnd:])
 	s.inZone = nameInZone(pkt[12:nameEnd], originWire)
 	edns, rest := [4]byte{}, pkt[nameEnd+4:]
@@ -291,12 +300,11 @@ func (h *Handler) packedReply(pkt []byte, client netip.Addr, key *[]byte, out []
 	}
 	k = h.withNamespace(k, s, client, ix)
 	*key = k
-	if a, ok = h.wire.get(k, ix, rt); !ok || a.expires != 0 && h.fwd.cache.now().UnixNano() >= a.expires {
+	if a, ok = h.wire.get(hashKey(k), ix, rt); !ok || a.expires != 0 && h.fwd.cache.now().UnixNano() >= a.expires {
 		return nil, a, 0, false
 	}
-	reply = append(out, a.wire...)
-	reply[len(out)], reply[len(out)+1] = pkt[0], pkt[1]
-	return reply, a, s.qtype, true
+	reply = append(append(append(out, pkt[:2]...), a.wire[2:12]...), pkt[12:s.qend]...)
+	return append(reply, a.wire[12:]...), a, s.qtype, true
 }
 
 // countPacked counts a reply from the packed-answer cache as the full
@@ -341,13 +349,14 @@ func (h *Handler) serveUDP(w sentWriter, req *dns.Msg, pkt []byte, client netip.
 		return true
 	}
 	k, s, ok := appendKey(nil, pkt, h.originWire)
-	if !ok {
+	// The reply echoes the question: kept without it, it is the query's.
+	if !ok || len(sent) < s.qend || binary.BigEndian.Uint16(sent[4:]) != 1 || !bytes.Equal(sent[12:s.qend], pkt[12:s.qend]) {
 		return true
 	}
-	a := packedAnswer{wire: append([]byte(nil), sent...), rcode: uint16(t.rcode), zone: uint8(t.zone), autopath: t.autopath, hits: t.hits}
+	a := packedAnswer{wire: append(append([]byte(nil), sent[:12]...), sent[s.qend:]...), rcode: uint16(t.rcode), zone: uint8(t.zone), autopath: t.autopath, hits: t.hits}
 	if t.forwards > 0 {
 		a.expires = h.fwd.cache.now().Add(forwardedWireLife).UnixNano()
 	}
-	h.wire.put(h.withNamespace(k, s, client, t.ix), a, t.ix, t.rt)
+	h.wire.put(hashKey(h.withNamespace(k, s, client, t.ix)), a, t.ix, t.rt)
 	return true
 }
