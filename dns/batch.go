@@ -14,8 +14,9 @@ import (
 // Batched datagram I/O for the UDP loop: one recvmmsg takes every query
 // waiting on the socket (up to udpBatch), one sendmmsg sends the replies
 // answered from them. On loopback the kernel's own UDP work is most of a
-// query's cost; batching saves the system call and the Go poller's locking
-// per datagram around it (dns/README.md has the measured figures).
+// query's cost (2.0 µs of 3.7 µs in BenchmarkServingPath); batching saves
+// the system call and the Go poller's locking per datagram around it
+// (dns/README.md, "Performance").
 
 // udpBatch is the most datagrams one system call moves.
 const udpBatch = 32

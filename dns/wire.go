@@ -16,8 +16,10 @@ import (
 // questions, and their replies are a function of the question, a few
 // header bits and the current index. A reply computed once is kept as the
 // bytes sent, and the next identical query gets those bytes with its own
-// ID, without unpacking the query or building and packing a message
-// (dns/README.md, "Performance", has what that saves).
+// ID, without unpacking the query or building and packing a message.
+// With the batched loop (udp.go, batch.go) it took the UDP path from
+// 100,000 to 270,000 queries per CPU-second in BenchmarkServingPath
+// (dns/README.md, "Performance").
 //
 // A key is everything of a query the reply depends on: the RD and CD bits,
 // EDNS0 (present, version, DO, the payload size as clamped), the question
