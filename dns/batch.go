@@ -149,6 +149,9 @@ func (d *datagrams) queue(i, n int, ctl []byte) {
 // send sends the queued replies. A reply the kernel refuses is skipped:
 // its client asks again.
 func (d *datagrams) send() {
+	if d.nOut == 0 {
+		return
+	}
 	sent := 0
 	_ = d.rc.Write(func(fd uintptr) bool {
 		for sent < d.nOut {

@@ -75,8 +75,14 @@ func (u *udpSocket) serve() {
 	var key []byte
 	for {
 		n, err := d.recv()
-		if errors.Is(err, net.ErrClosed) {
+		switch {
+		case errors.Is(err, net.ErrClosed):
 			return
+		case err != nil:
+			// Not one a UDP socket gives for a datagram (ENOMEM and the
+			// like): the next read may succeed, but not at once.
+			time.Sleep(time.Millisecond)
+			continue
 		}
 		handed := false
 		for i := range n {
