@@ -14,7 +14,7 @@ import (
 // Batched datagram I/O for the UDP loop: one recvmmsg takes every query
 // waiting on the socket (up to udpBatch), one sendmmsg sends the replies
 // answered from them. On loopback the kernel's own UDP work is most of a
-// query's cost (2.0 µs of 3.7 µs in BenchmarkServingPath); batching saves
+// query's cost (2.1 µs of 3.1 µs in BenchmarkServingPath); batching saves
 // the system call and the Go poller's locking per datagram around it
 // (dns/README.md, "Performance").
 
