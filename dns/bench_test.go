@@ -28,20 +28,22 @@ import (
 )
 
 // BenchmarkAgainstCoreDNS compares netplane's DNS role with CoreDNS running
-// kubeadm's default Corefile, both serving one API server holding 10,000
-// Services and 50,000 Pods (NETPLANE_DNS_BENCH_SERVICES / _PODS change
+// kubeadm's default Corefile, both serving one API server holding 2,000
+// Services and 5,000 Pods (NETPLANE_DNS_BENCH_SERVICES / _PODS change
 // that), each pinned to the same single CPU with GOMAXPROCS=1 while dnsperf
 // runs on the other. It reports QPS for cluster names and for a pod's
-// search-path mix, p99 latency at a fixed load, resident memory, and the
-// time from a Service create to its first answer. Without bin/coredns
-// (`make anchors`) only netplane's numbers are reported.
+// search-path mix with the CPU time each server spent on them, p99 latency
+// at a fixed load, resident memory, and the time from a Service create to
+// its first answer; then netplane and CoreDNS (with and without its
+// multisocket plugin) on both CPUs. Without bin/coredns (`make anchors`)
+// only netplane's numbers are reported.
 func BenchmarkAgainstCoreDNS(b *testing.B) {
 	dnsperf := framework.RequireBinary(b, "dnsperf")
 	framework.RequireBinary(b, "taskset")
 	netplane := framework.RequireBinary(b, "netplane")
 	coredns := framework.Binary("coredns")
 	api := framework.StartAPIServer(b, framework.Options{})
-	nSvc, nPods := envInt("NETPLANE_DNS_BENCH_SERVICES", 10000), envInt("NETPLANE_DNS_BENCH_PODS", 50000)
+	nSvc, nPods := envInt("NETPLANE_DNS_BENCH_SERVICES", 2000), envInt("NETPLANE_DNS_BENCH_PODS", 5000)
 	start := time.Now()
 	populate(b, api, nSvc, nPods)
 	b.Logf("created %d Services and %d Pods in %v", nSvc, nPods, time.Since(start).Round(time.Second))
@@ -57,12 +59,12 @@ func BenchmarkAgainstCoreDNS(b *testing.B) {
 	// GC setting costs and saves), and with kubeadm CoreDNS's feature set
 	// (no autopath, no pod watch).
 	servers := []*benchServer{
-		startNetplane(b, "netplane", netplane, api, up.Addr, resolv, dir, nil),
-		startNetplane(b, "netplane-gogc100", netplane, api, up.Addr, resolv, dir, []string{"GOGC=100"}),
-		startNetplane(b, "netplane-noautopath", netplane, api, up.Addr, resolv, dir, nil, "--autopath=false"),
+		startNetplane(b, "netplane", oneCPU, netplane, api, up.Addr, resolv, dir, nil),
+		startNetplane(b, "netplane-gogc100", oneCPU, netplane, api, up.Addr, resolv, dir, []string{"GOGC=100"}),
+		startNetplane(b, "netplane-noautopath", oneCPU, netplane, api, up.Addr, resolv, dir, nil, "--autopath=false"),
 	}
 	if coredns != "" {
-		servers = append(servers, startCoreDNS(b, coredns, api, up.Addr, dir))
+		servers = append(servers, startCoreDNS(b, "coredns", oneCPU, coredns, api, up.Addr, dir, false))
 	} else {
 		b.Log("bin/coredns not built (make anchors): reporting netplane alone")
 	}
@@ -72,9 +74,7 @@ func BenchmarkAgainstCoreDNS(b *testing.B) {
 	}
 	cluster, mix := writeQueryFiles(b, dir, nSvc)
 	for _, s := range servers {
-		s.qpsCluster = runDNSPerf(b, dnsperf, s.addr, cluster)
-		s.qpsMix = runDNSPerf(b, dnsperf, s.addr, mix)
-		b.Logf("%s: cluster QPS %.0f, search-mix QPS %.0f", s.name, s.qpsCluster, s.qpsMix)
+		measureQPS(b, dnsperf, s, cluster, mix)
 	}
 	// p99 at the same fixed load for both: half the slower server's peak.
 	load := servers[0].qpsCluster
@@ -82,12 +82,66 @@ func BenchmarkAgainstCoreDNS(b *testing.B) {
 		load = min(load, s.qpsCluster)
 	}
 	for _, s := range servers {
-		s.p99 = runDNSPerfP99(b, dnsperf, s.addr, mix, int(load/2))
+		s.p99 = runDNSPerfP99(b, dnsperf, s, mix, int(load/2))
 		s.rssMB, s.anonMB, s.fileMB = residentMB(b, s.proc)
 		b.Logf("%s: p99 %v at %d QPS, RSS %.1f MB (anonymous %.1f, file %.1f)", s.name, s.p99, int(load/2), s.rssMB, s.anonMB, s.fileMB)
 	}
 	createToAnswer(b, api.Client, servers)
 	report(b, servers)
+	twoCPUs(b, dnsperf, netplane, coredns, api, up.Addr, resolv, dir, probe, cluster, mix, servers)
+}
+
+// twoCPUs measures netplane, and CoreDNS with and without its multisocket
+// plugin, on both CPUs with GOMAXPROCS=2; dnsperf shares those CPUs, as
+// the machine has no third, so each server's CPU time is reported beside
+// its QPS. Each server of the one-CPU runs is stopped first.
+func twoCPUs(b *testing.B, dnsperf, netplane, coredns string, api *framework.APIServer, upstream, resolv, dir, probe, cluster, mix string, one []*benchServer) {
+	for _, s := range one {
+		s.proc.Stop(5 * time.Second)
+	}
+	servers := []*benchServer{startNetplane(b, "netplane-2cpu", twoCPU, netplane, api, upstream, resolv, dir, nil)}
+	if coredns != "" {
+		servers = append(servers, startCoreDNS(b, "coredns-2cpu", twoCPU, coredns, api, upstream, dir, false),
+			startCoreDNS(b, "coredns-multisocket-2cpu", twoCPU, coredns, api, upstream, dir, true))
+	}
+	for _, s := range servers {
+		waitAnswer(b, s, probe, 5*time.Minute)
+		measureQPS(b, dnsperf, s, cluster, mix)
+		s.proc.Stop(5 * time.Second)
+	}
+	base := one[0]
+	for _, s := range servers {
+		b.Logf("%s: cluster QPS %.0f (×%.2f netplane on one CPU), search-mix QPS %.0f (×%.2f); CPU %.0f%% / %.0f%%",
+			s.name, s.qpsCluster, s.qpsCluster/base.qpsCluster, s.qpsMix, s.qpsMix/base.qpsMix, s.cpuCluster, s.cpuMix)
+		b.ReportMetric(s.qpsCluster, s.name+"-cluster-qps")
+		b.ReportMetric(s.qpsMix, s.name+"-mix-qps")
+	}
+}
+
+// measureQPS runs both query files against s at full speed, with the CPU
+// time s spent meanwhile.
+func measureQPS(b *testing.B, dnsperf string, s *benchServer, cluster, mix string) {
+	cpu0 := cpuSeconds(b, s.proc)
+	s.qpsCluster = runDNSPerf(b, dnsperf, s, cluster)
+	cpu1 := cpuSeconds(b, s.proc)
+	s.qpsMix = runDNSPerf(b, dnsperf, s, mix)
+	cpu2 := cpuSeconds(b, s.proc)
+	s.cpuCluster, s.cpuMix = 100*(cpu1-cpu0)/dnsperfSeconds, 100*(cpu2-cpu1)/dnsperfSeconds
+	b.Logf("%s: cluster QPS %.0f (CPU %.0f%%), search-mix QPS %.0f (CPU %.0f%%)", s.name, s.qpsCluster, s.cpuCluster, s.qpsMix, s.cpuMix)
+}
+
+// cpuSeconds is the user and system time a process has used.
+func cpuSeconds(b *testing.B, p *framework.Process) float64 {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Cmd.Process.Pid))
+	if err != nil {
+		b.Fatal(err)
+	}
+	// The fields after the command's parenthesis; utime and stime are the
+	// 14th and 15th of the line, in clock ticks of 1/100 s.
+	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
+	utime, _ := strconv.ParseFloat(f[11], 64)
+	stime, _ := strconv.ParseFloat(f[12], 64)
+	return (utime + stime) / 100
 }
 
 const benchNamespaces = 100
@@ -95,13 +149,19 @@ const benchNamespaces = 100
 type benchServer struct {
 	name                string
 	addr                string
+	cpus                cpuSet
 	proc                *framework.Process
 	qpsCluster, qpsMix  float64
+	cpuCluster, cpuMix  float64 // the server's CPU use meanwhile, percent of one CPU
 	p99                 time.Duration
 	rssMB, anonMB       float64
 	fileMB              float64
 	createToFirstAnswer time.Duration
 }
+
+// perCPU is the queries answered per second of the server's CPU time, at
+// qps with cpu percent of one CPU in use.
+func (s *benchServer) perCPU(qps, cpu float64) float64 { return qps / max(cpu, 1) * 100 }
 
 func envInt(name string, def int) int {
 	if v, err := strconv.Atoi(os.Getenv(name)); err == nil && v > 0 {
@@ -186,10 +246,21 @@ func freePort(b *testing.B) int {
 	return ports[0]
 }
 
-// pinned runs a server on CPU 1 with one Go thread of Go code.
-func pinned(b *testing.B, name, log string, args ...string) *framework.Process {
-	cmd := exec.Command("taskset", append([]string{"-c", "1"}, args...)...)
-	cmd.Env = append(os.Environ(), "GOMAXPROCS=1")
+// cpuSet is where a server runs, and dnsperf against it.
+type cpuSet struct {
+	server, dnsperf string // taskset lists
+	procs           int    // the server's GOMAXPROCS, and dnsperf's threads
+}
+
+var (
+	oneCPU = cpuSet{server: "1", dnsperf: "0", procs: 1}
+	twoCPU = cpuSet{server: "0,1", dnsperf: "0,1", procs: 2}
+)
+
+// pinned runs a server on cpus with as many threads of Go code.
+func pinned(b *testing.B, name, log string, cpus cpuSet, args ...string) *framework.Process {
+	cmd := exec.Command("taskset", append([]string{"-c", cpus.server}, args...)...)
+	cmd.Env = append(os.Environ(), "GOMAXPROCS="+strconv.Itoa(cpus.procs))
 	p, err := framework.StartProcess(name, cmd, log)
 	if err != nil {
 		b.Fatal(err)
@@ -205,22 +276,27 @@ func pinned(b *testing.B, name, log string, args ...string) *framework.Process {
 
 // startNetplane runs the dns role with env added to its environment and
 // extra flags.
-func startNetplane(b *testing.B, name, bin string, api *framework.APIServer, upstream, resolv, dir string, env []string, extra ...string) *benchServer {
+func startNetplane(b *testing.B, name string, cpus cpuSet, bin string, api *framework.APIServer, upstream, resolv, dir string, env []string, extra ...string) *benchServer {
 	addr := fmt.Sprintf("127.0.0.1:%d", freePort(b))
 	args := append(append([]string{"env"}, env...), bin, "--role=dns",
 		"--kubeconfig="+api.Kubeconfig, "--dns-bind-address="+addr, "--ttl=30", "--pod-records=insecure",
 		"--upstream-servers="+upstream, "--resolv-conf="+resolv,
 		"--health-bind-address=127.0.0.1:0", "--metrics-bind-address=127.0.0.1:0")
 	args = append(args, extra...)
-	p := pinned(b, name, filepath.Join(dir, name+".log"), args...)
-	return &benchServer{name: name, addr: addr, proc: p}
+	p := pinned(b, name, filepath.Join(dir, name+".log"), cpus, args...)
+	return &benchServer{name: name, addr: addr, cpus: cpus, proc: p}
 }
 
-// startCoreDNS runs kubeadm's default Corefile (cmd/kubeadm/app/phases/addons/dns).
-func startCoreDNS(b *testing.B, bin string, api *framework.APIServer, upstream, dir string) *benchServer {
+// startCoreDNS runs kubeadm's default Corefile (cmd/kubeadm/app/phases/addons/dns),
+// with the multisocket plugin (one socket per GOMAXPROCS) when asked.
+func startCoreDNS(b *testing.B, name string, cpus cpuSet, bin string, api *framework.APIServer, upstream, dir string, multisocket bool) *benchServer {
 	port := freePort(b)
+	extra := ""
+	if multisocket {
+		extra = "\n    multisocket"
+	}
 	corefile := fmt.Sprintf(`.:%d {
-    bind 127.0.0.1
+    bind 127.0.0.1%s
     errors
     health 127.0.0.1:%d {
        lameduck 5s
@@ -244,13 +320,13 @@ func startCoreDNS(b *testing.B, bin string, api *framework.APIServer, upstream, 
     reload
     loadbalance
 }
-`, port, freePort(b), freePort(b), api.Kubeconfig, freePort(b), upstream)
-	path := filepath.Join(dir, "Corefile")
+`, port, extra, freePort(b), freePort(b), api.Kubeconfig, freePort(b), upstream)
+	path := filepath.Join(dir, name+".Corefile")
 	if err := os.WriteFile(path, []byte(corefile), 0o644); err != nil {
 		b.Fatal(err)
 	}
-	p := pinned(b, "coredns", filepath.Join(dir, "coredns.log"), bin, "-conf", path)
-	return &benchServer{name: "coredns", addr: fmt.Sprintf("127.0.0.1:%d", port), proc: p}
+	p := pinned(b, name, filepath.Join(dir, name+".log"), cpus, bin, "-conf", path)
+	return &benchServer{name: name, addr: fmt.Sprintf("127.0.0.1:%d", port), cpus: cpus, proc: p}
 }
 
 func waitAnswer(b *testing.B, s *benchServer, name string, within time.Duration) time.Duration {
@@ -310,14 +386,18 @@ func writeQueryFiles(b *testing.B, dir string, nSvc int) (cluster, mix string) {
 
 var qpsLine = regexp.MustCompile(`Queries per second:\s+([0-9.]+)`)
 
-func dnsperfArgs(dnsperf, addr, file string) []string {
-	host, port, _ := net.SplitHostPort(addr)
-	return []string{"-c", "0", dnsperf, "-s", host, "-p", port, "-d", file, "-l", "10", "-c", "20", "-T", "1", "-q", "200", "-t", "2"}
+// dnsperfSeconds is how long each dnsperf run sends.
+const dnsperfSeconds = 10
+
+func dnsperfArgs(dnsperf string, s *benchServer, file string) []string {
+	host, port, _ := net.SplitHostPort(s.addr)
+	return []string{"-c", s.cpus.dnsperf, dnsperf, "-s", host, "-p", port, "-d", file, "-l", strconv.Itoa(dnsperfSeconds),
+		"-c", "20", "-T", strconv.Itoa(s.cpus.procs), "-q", "200", "-t", "2"}
 }
 
-// runDNSPerf runs dnsperf on CPU 0 for 10 s at full speed and returns QPS.
-func runDNSPerf(b *testing.B, dnsperf, addr, file string) float64 {
-	out, err := exec.Command("taskset", dnsperfArgs(dnsperf, addr, file)...).CombinedOutput()
+// runDNSPerf runs dnsperf for 10 s at full speed and returns QPS.
+func runDNSPerf(b *testing.B, dnsperf string, s *benchServer, file string) float64 {
+	out, err := exec.Command("taskset", dnsperfArgs(dnsperf, s, file)...).CombinedOutput()
 	m := qpsLine.FindSubmatch(out)
 	if err != nil || m == nil {
 		b.Fatalf("dnsperf: %v\n%s", err, out)
@@ -333,11 +413,11 @@ var verboseLine = regexp.MustCompile(`^> \S+ .* ([0-9]+\.[0-9]+)$`)
 // runDNSPerfP99 runs dnsperf at qps and returns the 99th percentile latency.
 // A run that reports no latency at all (it happens on a loaded machine) is
 // tried once more.
-func runDNSPerfP99(b *testing.B, dnsperf, addr, file string, qps int) time.Duration {
+func runDNSPerfP99(b *testing.B, dnsperf string, s *benchServer, file string, qps int) time.Duration {
 	var lat []float64
 	var err error
 	for try := 0; try < 2 && len(lat) == 0; try++ {
-		lat, err = dnsperfLatencies(dnsperf, addr, file, qps)
+		lat, err = dnsperfLatencies(dnsperf, s, file, qps)
 	}
 	if err != nil || len(lat) == 0 {
 		b.Fatalf("dnsperf -v: %v, %d latencies", err, len(lat))
@@ -346,8 +426,8 @@ func runDNSPerfP99(b *testing.B, dnsperf, addr, file string, qps int) time.Durat
 	return time.Duration(lat[len(lat)*99/100] * float64(time.Second))
 }
 
-func dnsperfLatencies(dnsperf, addr, file string, qps int) ([]float64, error) {
-	args := append(dnsperfArgs(dnsperf, addr, file), "-Q", strconv.Itoa(max(qps, 100)), "-v")
+func dnsperfLatencies(dnsperf string, s *benchServer, file string, qps int) ([]float64, error) {
+	args := append(dnsperfArgs(dnsperf, s, file), "-Q", strconv.Itoa(max(qps, 100)), "-v")
 	cmd := exec.Command("taskset", args...)
 	out, err := cmd.StdoutPipe()
 	if err != nil {
@@ -370,26 +450,27 @@ func dnsperfLatencies(dnsperf, addr, file string, qps int) ([]float64, error) {
 // residentMB reads a process's resident memory: the total, and its
 // anonymous (heap, stacks) and file-backed (the executable's pages) parts.
 func residentMB(b *testing.B, p *framework.Process) (total, anon, file float64) {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))
+	st, err := procStatusMB(p)
 	if err != nil {
 		b.Fatal(err)
 	}
+	return st["VmRSS:"], st["RssAnon:"], st["RssFile:"]
+}
+
+// procStatusMB reads the kB fields of /proc/PID/status, in MB.
+func procStatusMB(p *framework.Process) (map[string]float64, error) {
+	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", p.Cmd.Process.Pid))
+	if err != nil {
+		return nil, err
+	}
+	out := map[string]float64{}
 	for _, line := range strings.Split(string(data), "\n") {
-		f := strings.Fields(line)
-		if len(f) < 2 {
-			continue
-		}
-		kb, _ := strconv.ParseFloat(f[1], 64)
-		switch f[0] {
-		case "VmRSS:":
-			total = kb / 1024
-		case "RssAnon:":
-			anon = kb / 1024
-		case "RssFile:":
-			file = kb / 1024
+		if f := strings.Fields(line); len(f) == 3 && f[2] == "kB" {
+			kb, _ := strconv.ParseFloat(f[1], 64)
+			out[f[0]] = kb / 1024
 		}
 	}
-	return total, anon, file
+	return out, nil
 }
 
 // createToAnswer creates Services and times, from the create returning, the
@@ -420,8 +501,9 @@ func createToAnswer(b *testing.B, c kubernetes.Interface, servers []*benchServer
 
 func report(b *testing.B, servers []*benchServer) {
 	for _, s := range servers {
-		b.Logf("%-8s cluster QPS %8.0f  search-mix QPS %8.0f  p99 %8v  RSS %6.1f MB (anonymous %.1f, file %.1f)  create→answer %v",
-			s.name, s.qpsCluster, s.qpsMix, s.p99, s.rssMB, s.anonMB, s.fileMB, s.createToFirstAnswer)
+		b.Logf("%-8s cluster QPS %8.0f  search-mix QPS %8.0f  (per CPU-second %.0f, %.0f)  p99 %8v  RSS %6.1f MB (anonymous %.1f, file %.1f)  create→answer %v",
+			s.name, s.qpsCluster, s.qpsMix, s.perCPU(s.qpsCluster, s.cpuCluster), s.perCPU(s.qpsMix, s.cpuMix),
+			s.p99, s.rssMB, s.anonMB, s.fileMB, s.createToFirstAnswer)
 		b.ReportMetric(s.qpsCluster, s.name+"-cluster-qps")
 		b.ReportMetric(s.qpsMix, s.name+"-mix-qps")
 		b.ReportMetric(float64(s.p99.Microseconds()), s.name+"-p99-µs")
@@ -432,8 +514,10 @@ func report(b *testing.B, servers []*benchServer) {
 		return
 	}
 	for _, n := range servers[:len(servers)-1] {
-		b.Logf("%s/coredns: cluster QPS ×%.2f, search-mix QPS ×%.2f, p99 ×%.2f, memory ×%.2f", n.name,
-			n.qpsCluster/c.qpsCluster, n.qpsMix/c.qpsMix, float64(n.p99)/float64(c.p99), n.rssMB/c.rssMB)
+		b.Logf("%s/coredns: cluster QPS ×%.2f, search-mix QPS ×%.2f (per CPU-second ×%.2f, ×%.2f), p99 ×%.2f, memory ×%.2f", n.name,
+			n.qpsCluster/c.qpsCluster, n.qpsMix/c.qpsMix,
+			n.perCPU(n.qpsCluster, n.cpuCluster)/c.perCPU(c.qpsCluster, c.cpuCluster), n.perCPU(n.qpsMix, n.cpuMix)/c.perCPU(c.qpsMix, c.cpuMix),
+			float64(n.p99)/float64(c.p99), n.rssMB/c.rssMB)
 		b.ReportMetric(n.qpsCluster/c.qpsCluster, n.name+"-cluster-qps-ratio")
 		b.ReportMetric(n.qpsMix/c.qpsMix, n.name+"-mix-qps-ratio")
 		b.ReportMetric(n.rssMB/c.rssMB, n.name+"-memory-ratio")

@@ -45,25 +45,42 @@ func (f *Forwarder) Reroute(fw forwarding) *routes {
 	return r
 }
 
+// peek is the answer to q in the cache, if one is there, counting nothing.
+func (f *Forwarder) peek(q dns.Question, do bool) (*dns.Msg, freshness) {
+	k := keyOf(q, do)
+	return f.cache.Get(k, f.routes.Load().route(k.name))
+}
+
+// errWouldWait says an answer needs the upstream servers, which the caller
+// may not wait for.
+var errWouldWait = errors.New("the answer needs the upstream servers")
+
 // errNoUpstream says there is nowhere to forward to.
 var errNoUpstream = errors.New("no upstream DNS server: set --upstream-servers or list nameservers in --resolv-conf")
 
 // Forward answers q from the cache or upstream. The returned message is the
 // caller's to change. do asks for DNSSEC records.
 func (f *Forwarder) Forward(ctx context.Context, q dns.Question, do bool) (*dns.Msg, error) {
+	m, _, err := f.forward(ctx, q, do)
+	return m, err
+}
+
+// forward is Forward, saying also whether the answer came fresh from the
+// cache (fresh), or from anywhere else (absent).
+func (f *Forwarder) forward(ctx context.Context, q dns.Question, do bool) (*dns.Msg, freshness, error) {
 	k := keyOf(q, do)
 	via := f.routes.Load().route(k.name)
 	cached, state := f.cache.Get(k, via)
 	switch state {
 	case fresh:
 		f.metrics.cacheHit(isNegative(cached))
-		return cached, nil
+		return cached, fresh, nil
 	case staleServe:
 		// The servers failed to refresh it already: answering now beats
 		// making every client wait the timeout for them to fail again.
 		f.refresh(k, q, do, via)
 		f.metrics.servedStale()
-		return cached, nil
+		return cached, staleServe, nil
 	}
 	if f.cache != nil && f.cache.perCap > 0 {
 		f.metrics.cacheMiss()
@@ -72,9 +89,9 @@ func (f *Forwarder) Forward(ctx context.Context, q dns.Question, do bool) (*dns.
 	if err != nil && state == staleVerify {
 		f.cache.Failing(k, via)
 		f.metrics.servedStale()
-		return cached, nil
+		return cached, staleServe, nil
 	}
-	return m, err
+	return m, absent, err
 }
 
 // fetch asks via's servers and caches the answer; concurrent identical

@@ -1,7 +1,9 @@
 package dns
 
 import (
+	"bytes"
 	"net"
+	"net/netip"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -24,6 +26,7 @@ func (w *captureWriter) WriteMsg(m *dns.Msg) error {
 	return w.err
 }
 func (w *captureWriter) Write(b []byte) (int, error) { w.out = b; return len(b), nil }
+func (w *captureWriter) sentBytes() []byte           { return w.out }
 func (w *captureWriter) Close() error                { return nil }
 func (w *captureWriter) TsigStatus() error           { return nil }
 func (w *captureWriter) TsigTimersOnly(bool)         {}
@@ -100,6 +103,50 @@ func FuzzRequestPath(f *testing.F) {
 			if err := reply.Unpack(w.out); err != nil || reply.Id != req.Id || !reply.Response {
 				t.Fatalf("reply %v (%v) to %v", &reply, err, req)
 			}
+		}
+	})
+}
+
+// FuzzPackedRepliesMatchTheFullPath answers one datagram by the full path,
+// keeping its reply, then asks another of the packed replies: whenever
+// the second is answered there, its reply must be, byte for byte, what the
+// full path answers it. Seeds pair each query with itself under another
+// ID, with RD and CD flipped, and with the next seed.
+func FuzzPackedRepliesMatchTheFullPath(f *testing.F) {
+	seeds := seedQueries()
+	for i, s := range seeds {
+		f.Add(s, seeds[(i+1)%len(seeds)], false)
+		for _, flip := range [][2]int{{0, 0xff}, {2, 0x01}, {3, 0x10}} {
+			v := append([]byte(nil), s...)
+			if flip[0] < len(v) {
+				v[flip[0]] ^= byte(flip[1])
+			}
+			f.Add(s, v, true)
+		}
+	}
+	m, err := newMetrics(nil, "dns://fuzz", "cluster.local.")
+	if err != nil {
+		f.Fatal(err)
+	}
+	h := NewHandler(testZone(podsVerified), NewForwarder(nil, 0, nil, m), m, true, []string{"corp.example"})
+	h.SetIndex(buildIndex(f, fixture()))
+	pod, outside := netip.MustParseAddr(clientPodIP), netip.MustParseAddr("192.0.2.99")
+	f.Fuzz(func(t *testing.T, first, second []byte, samePod bool) {
+		if len(first) < 12 || len(second) < 12 {
+			return // the loop drops them
+		}
+		h.wire.gen.Store(nil)
+		asker := outside
+		if samePod {
+			asker = pod
+		}
+		servedOnce(h, first, pod)
+		got, ok := packedOf(h, second, asker)
+		if !ok {
+			return
+		}
+		if want := fullReply(h, second, asker); !bytes.Equal(got, want) {
+			t.Fatalf("packed reply to %v after %v:\n got %v\nwant %v", unpacked(second), unpacked(first), unpacked(got), unpacked(want))
 		}
 	})
 }

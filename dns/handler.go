@@ -27,13 +27,17 @@ type Handler struct {
 	// a lowercase FQDN, ending with "" (the name as typed); nil disables
 	// autopath.
 	search []string
+	// wire is the packed-answer cache of the UDP path (wire.go), and
+	// originWire the zone's origin as its keys spell it.
+	wire       wireCache
+	originWire []byte
 }
 
 // NewHandler serves z, starting from an empty, unsynced index. extraSearch
 // are the search domains pods inherit from the node (the resolv.conf the
 // server itself uses), tried by autopath after the cluster's own.
 func NewHandler(z *Zone, fwd *Forwarder, m *metrics, autopath bool, extraSearch []string) *Handler {
-	h := &Handler{zone: z, fwd: fwd, metrics: m}
+	h := &Handler{zone: z, fwd: fwd, metrics: m, originWire: wireName(z.Origin)}
 	h.index.Store(NewIndex())
 	if autopath {
 		h.search = []string{"svc." + z.Origin, z.Origin}
@@ -55,18 +59,34 @@ func (h *Handler) SetIndex(ix *Index) { h.index.Store(ix) }
 func (h *Handler) Index() *Index { return h.index.Load() }
 
 // ServeDNS implements dns.Handler.
-func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) {
+func (h *Handler) ServeDNS(w dns.ResponseWriter, r *dns.Msg) { h.serve(w, r, nil) }
+
+// serve answers r on w, noting in t (when not nil) what decides whether
+// the reply may be kept.
+func (h *Handler) serve(w dns.ResponseWriter, r *dns.Msg, t *trace) {
 	start := time.Now()
 	client, tcp := remote(w.RemoteAddr())
 	// No deadline here: only forwarding waits, and the forwarder bounds
 	// that by --upstream-timeout.
-	m, zone := h.Resolve(context.Background(), r, client)
+	m, zone := h.resolve(context.Background(), r, client, t)
+	if t != nil && t.blocked {
+		return // it would have waited: not answered here
+	}
 	writeReply(w, r, m, tcp)
 	var qtype uint16
 	if len(r.Question) > 0 {
 		qtype = r.Question[0].Qtype
 	}
 	h.metrics.query(zone, tcp, client.Is6() && !client.Is4In6(), qtype, m.Rcode, time.Since(start))
+	if t != nil {
+		t.zone, t.rcode = zone, m.Rcode
+		if t.autopath {
+			h.metrics.autopathHit()
+		}
+		if t.inline { // the forwarder counted nothing
+			h.countHits(t.hits)
+		}
+	}
 }
 
 func remote(a net.Addr) (netip.Addr, bool) {
@@ -100,6 +120,10 @@ func writeReply(w dns.ResponseWriter, r, m *dns.Msg, tcp bool) {
 
 // Resolve answers r from client, and says which zone label its metrics get.
 func (h *Handler) Resolve(ctx context.Context, r *dns.Msg, client netip.Addr) (*dns.Msg, int) {
+	return h.resolve(ctx, r, client, nil)
+}
+
+func (h *Handler) resolve(ctx context.Context, r *dns.Msg, client netip.Addr, t *trace) (*dns.Msg, int) {
 	m := new(dns.Msg)
 	m.SetReply(r)
 	m.RecursionAvailable = true
@@ -124,10 +148,10 @@ func (h *Handler) Resolve(ctx context.Context, r *dns.Msg, client netip.Addr) (*
 		m.Rcode = dns.RcodeRefused
 		return m, zone
 	case zone == zoneCluster:
-		res, ok := h.autopath(ctx, q, client, do)
+		res, ok := h.autopath(ctx, q, client, do, t)
 		if !ok {
 			res = h.zone.Answer(h.index.Load(), q)
-			h.chase(ctx, &res, q, do)
+			h.chase(ctx, &res, q, do, t)
 		}
 		fill(m, res)
 		m.Authoritative = true
@@ -139,7 +163,7 @@ func (h *Handler) Resolve(ctx context.Context, r *dns.Msg, client netip.Addr) (*
 			return m, zone
 		}
 	}
-	res, err := h.forward(ctx, q, do)
+	res, err := h.forward(ctx, q, do, t)
 	if err != nil {
 		m.Rcode = dns.RcodeServerFailure
 		return m, zone
@@ -154,8 +178,21 @@ func fill(m *dns.Msg, r Result) {
 
 // forward asks upstream and gives the owner names the client's spelling
 // back (the cached answer may carry another client's case).
-func (h *Handler) forward(ctx context.Context, q dns.Question, do bool) (Result, error) {
-	up, err := h.fwd.Forward(ctx, q, do)
+func (h *Handler) forward(ctx context.Context, q dns.Question, do bool, t *trace) (Result, error) {
+	var up *dns.Msg
+	var state freshness
+	var err error
+	if t != nil && t.inline {
+		// The socket's own goroutine may not wait: a fresh cached answer
+		// or nothing.
+		if up, state = h.fwd.peek(q, do); state != fresh {
+			t.blocked = true
+			return Result{}, errWouldWait
+		}
+	} else {
+		up, state, err = h.fwd.forward(ctx, q, do)
+	}
+	t.forwarded(up, state, err)
 	if err != nil {
 		return Result{}, err
 	}
@@ -176,11 +213,11 @@ func (h *Handler) forward(ctx context.Context, q dns.Question, do bool) (Result,
 // chase resolves an ExternalName target outside the zone upstream and
 // appends its records after the CNAME. When upstream fails the CNAME alone
 // is the answer: the client can still follow it.
-func (h *Handler) chase(ctx context.Context, res *Result, q dns.Question, do bool) {
+func (h *Handler) chase(ctx context.Context, res *Result, q dns.Question, do bool, t *trace) {
 	if res.Chase == "" {
 		return
 	}
-	up, err := h.forward(ctx, dns.Question{Name: res.Chase, Qtype: q.Qtype, Qclass: q.Qclass}, do)
+	up, err := h.forward(ctx, dns.Question{Name: res.Chase, Qtype: q.Qtype, Qclass: q.Qclass}, do, t)
 	res.Chase = ""
 	if err != nil {
 		return
@@ -198,7 +235,7 @@ func (h *Handler) chase(ctx context.Context, res *Result, q dns.Question, do boo
 // and <name> itself; the first that exists is answered with a CNAME from
 // the asked name, saving the pod's resolver a round trip per step. It
 // reports false when the query is not one to walk.
-func (h *Handler) autopath(ctx context.Context, q dns.Question, client netip.Addr, do bool) (Result, bool) {
+func (h *Handler) autopath(ctx context.Context, q dns.Question, client netip.Addr, do bool, t *trace) (Result, bool) {
 	if h.search == nil || !client.IsValid() {
 		return Result{}, false
 	}
@@ -215,7 +252,7 @@ func (h *Handler) autopath(ctx context.Context, q dns.Question, client netip.Add
 	base := q.Name[:n-1]
 	firstRes := h.zone.Answer(ix, q)
 	if firstRes.Rcode != dns.RcodeNameError {
-		h.chase(ctx, &firstRes, q, do)
+		h.chase(ctx, &firstRes, q, do, t)
 		return firstRes, true
 	}
 	for _, s := range h.search {
@@ -223,8 +260,8 @@ func (h *Handler) autopath(ctx context.Context, q dns.Question, client netip.Add
 		var res Result
 		if h.zone.InZone(cq.Name) {
 			res = h.zone.Answer(ix, cq)
-			h.chase(ctx, &res, cq, do)
-		} else if up, err := h.forward(ctx, cq, do); err == nil {
+			h.chase(ctx, &res, cq, do, t)
+		} else if up, err := h.forward(ctx, cq, do, t); err == nil {
 			res = up
 		} else {
 			continue
@@ -234,7 +271,11 @@ func (h *Handler) autopath(ctx context.Context, q dns.Question, client netip.Add
 		}
 		cname := &dns.CNAME{Hdr: dns.RR_Header{Name: q.Name, Rrtype: dns.TypeCNAME, Class: dns.ClassINET, Ttl: h.zone.TTL}, Target: cq.Name}
 		res.Answer = append([]dns.RR{cname}, res.Answer...)
-		h.metrics.autopathHit()
+		if t != nil {
+			t.autopath = true // counted once the reply is sent
+		} else {
+			h.metrics.autopathHit()
+		}
 		return res, true
 	}
 	return firstRes, true

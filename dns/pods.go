@@ -19,8 +19,19 @@ import (
 // changes or goes, and hands every move to the watcher.
 type podSink struct {
 	mu    sync.Mutex
-	addrs map[podRef]packedAddrs // pods holding addresses
+	addrs map[podRef]podEntry // pods holding addresses
+	// epoch numbers the lists: Replace marks each listed pod with the
+	// new one, and then the pods still marked with an older one are gone.
+	epoch uint8
 	moves func([]podMove)
+	// listed, when set, is told once a list has been applied.
+	listed func()
+}
+
+// podEntry is a pod's addresses, and the list that last named the pod.
+type podEntry struct {
+	addrs packedAddrs
+	epoch uint8
 }
 
 // podMove is a pod giving back the addresses old and taking cur.
@@ -30,7 +41,7 @@ type podMove struct {
 }
 
 func newPodSink(moves func([]podMove)) *podSink {
-	return &podSink{addrs: map[podRef]packedAddrs{}, moves: moves}
+	return &podSink{addrs: map[podRef]podEntry{}, moves: moves}
 }
 
 func (s *podSink) Add(obj any) error    { return s.set(obj, true) }
@@ -49,43 +60,49 @@ func (s *podSink) set(obj any, exists bool) error {
 	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	old := s.addrs[p.ref]
+	old := s.addrs[p.ref].addrs
 	if old == cur {
 		return nil
 	}
 	if cur.n == 0 {
 		delete(s.addrs, p.ref)
 	} else {
-		s.addrs[p.ref] = cur
+		s.addrs[p.ref] = podEntry{cur, s.epoch}
 	}
 	s.moves([]podMove{{p.ref, old.unpack(), cur.unpack()}})
 	return nil
 }
 
 // Replace makes list the whole set of pods: each differing pod moves, and
-// each pod missing from it gives its addresses back.
+// each pod missing from it gives its addresses back. It changes the map in
+// place: a relist of 150,000 pods would otherwise hold a second map of
+// them all beside the first.
 func (s *podSink) Replace(list []any, _ string) error {
-	next := make(map[podRef]packedAddrs, len(list))
-	for _, obj := range list {
-		if p := toPodInfo(obj); p != nil && len(p.addrs) > 0 {
-			next[p.ref] = pack(p.addrs)
-		}
-	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.epoch++
 	var moves []podMove
-	for ref, cur := range next {
-		if old := s.addrs[ref]; old != cur {
-			moves = append(moves, podMove{ref, old.unpack(), cur.unpack()})
+	for _, obj := range list {
+		p := toPodInfo(obj)
+		if p == nil || len(p.addrs) == 0 {
+			continue
+		}
+		cur := pack(p.addrs)
+		if old := s.addrs[p.ref].addrs; old != cur {
+			moves = append(moves, podMove{p.ref, old.unpack(), cur.unpack()})
+		}
+		s.addrs[p.ref] = podEntry{cur, s.epoch}
+	}
+	for ref, e := range s.addrs {
+		if e.epoch != s.epoch {
+			moves = append(moves, podMove{ref, e.addrs.unpack(), nil})
+			delete(s.addrs, ref)
 		}
 	}
-	for ref, old := range s.addrs {
-		if _, ok := next[ref]; !ok {
-			moves = append(moves, podMove{ref, old.unpack(), nil})
-		}
-	}
-	s.addrs = next
 	s.moves(moves)
+	if s.listed != nil {
+		s.listed()
+	}
 	return nil
 }
 

@@ -60,6 +60,12 @@ func TestPodSinkHandsOnWhatEachPodGaveBackAndTook(t *testing.T) {
 			s.Add(c)
 			s.Delete(c)
 		}, []string{"c: [] -> [10.0.0.3 fd00::3]", "c: [10.0.0.3 fd00::3] -> []"}},
+		{"each relist gives back the addresses of the pods it no longer lists", func(s *podSink) {
+			s.Replace([]any{a, b}, "")
+			s.Replace([]any{b}, "")
+			s.Replace([]any{a}, "")
+		}, []string{"a: [] -> [10.0.0.1]", "b: [] -> [10.0.0.2 fd00::2]", "a: [10.0.0.1] -> []",
+			"a: [] -> [10.0.0.1]", "b: [10.0.0.2 fd00::2] -> []"}},
 		{"a watch-list relists what the transformer kept", func(s *podSink) {
 			kept := podRecord(b)
 			s.Replace([]any{kept}, "")

@@ -71,10 +71,11 @@ func listen(addr string, udpSockets int) (*Listeners, error) {
 	return l, nil
 }
 
-// Serve answers queries on every socket with h until Shutdown.
-func (l *Listeners) Serve(h dns.Handler) {
+// Serve answers queries on every socket with h until Shutdown: UDP by
+// the sockets' own loops (udp.go), TCP by miekg/dns's server.
+func (l *Listeners) Serve(h *Handler) {
 	for _, pc := range l.udp {
-		l.srv = append(l.srv, &dns.Server{PacketConn: pc, Handler: h, UDPSize: maxUDPSize})
+		go newUDPSocket(h, pc.(*net.UDPConn)).serve()
 	}
 	l.srv = append(l.srv, &dns.Server{Listener: l.tcp, Handler: h,
 		// Idle TCP clients are dropped after CoreDNS's 10 s.

@@ -9,6 +9,7 @@ import (
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/client-go/tools/cache"
 
@@ -31,6 +32,7 @@ type watcher struct {
 	log     logr.Logger
 	factory *informer.Factory
 	runner  *runner.Runner
+	bound   *memoryBound
 
 	services, slices, nss *informer.Handle
 	pods                  *informer.Handle // nil without autopath or verified pod records
@@ -45,10 +47,14 @@ type pending struct {
 	pods     []podMove // in the order the API server sent them
 	triggers []trigger
 	synced   bool
+	// listed is set when the pods were listed again (after an API server
+	// restart, every reflector lists): the largest list's garbage is then
+	// given back at once.
+	listed bool
 }
 
 func (p *pending) empty() bool {
-	return len(p.svcs) == 0 && len(p.nss) == 0 && len(p.pods) == 0 && len(p.triggers) == 0 && !p.synced
+	return len(p.svcs) == 0 && len(p.nss) == 0 && len(p.pods) == 0 && len(p.triggers) == 0 && !p.synced && !p.listed
 }
 
 // trigger is an EndpointSlice change whose trigger time the programming
@@ -73,7 +79,7 @@ var runningPods = fields.AndSelectors(
 // EndpointSlices and Namespaces, and, only when withPods, the pods' sink.
 // Nothing is watched until run.
 func newWatcher(f *informer.Factory, h *Handler, m *metrics, log logr.Logger, withPods bool) *watcher {
-	w := &watcher{h: h, metrics: m, log: log, factory: f, pending: newPending()}
+	w := &watcher{h: h, metrics: m, log: log, factory: f, pending: newPending(), bound: newMemoryBound()}
 	// Every change is applied at once: an index swap is cheap, and a burst
 	// of events already coalesces into one while a swap runs.
 	w.runner = runner.New(w.sync, runner.Options{})
@@ -83,10 +89,11 @@ func newWatcher(f *informer.Factory, h *Handler, m *metrics, log logr.Logger, wi
 		Indexers: cache.Indexers{byService: sliceService}, NoNamespaceIndex: true})
 	w.nss = f.Register(informer.View{Kind: informer.Namespaces, Name: "dns", Record: slim, NoNamespaceIndex: true})
 	if withPods {
-		w.pods = f.Register(informer.View{Kind: informer.Pods, Name: "dns", Fields: runningPods, Record: podRecord,
-			Sink: newPodSink(func(moves []podMove) {
-				w.note(func(p *pending) { p.pods = append(p.pods, moves...) })
-			})})
+		sink := newPodSink(func(moves []podMove) {
+			w.note(func(p *pending) { p.pods = append(p.pods, moves...) })
+		})
+		sink.listed = func() { w.note(func(p *pending) { p.listed = true }) }
+		w.pods = f.Register(informer.View{Kind: informer.Pods, Name: "dns", Fields: runningPods, Record: podRecord, Sink: sink})
 	}
 	return w
 }
@@ -99,8 +106,17 @@ func (w *watcher) run(ctx context.Context) error {
 	var regs []cache.DoneChecker
 	add := func(v *informer.Handle, note func(obj any, fresh bool)) error {
 		reg, err := v.AddEventHandler(cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { note(obj, true) },
-			UpdateFunc: func(old, cur any) { note(old, false); note(cur, true) },
+			AddFunc: func(obj any) { note(obj, true) },
+			UpdateFunc: func(old, cur any) {
+				// A relist hands every object over again as an update; one
+				// of the same version changed nothing, and rebuilding every
+				// Service would copy the whole index at once.
+				if sameVersion(old, cur) {
+					return
+				}
+				note(old, false)
+				note(cur, true)
+			},
 			DeleteFunc: func(obj any) { note(obj, false) },
 		})
 		if err == nil {
@@ -123,6 +139,22 @@ func (w *watcher) run(ctx context.Context) error {
 	}()
 	w.runner.Run(ctx)
 	return nil
+}
+
+// sameVersion reports whether two records of one object carry the same
+// resource version.
+func sameVersion(old, cur any) bool {
+	v := func(obj any) string {
+		switch o := obj.(type) {
+		case *svcInfo:
+			return o.resourceVersion
+		case metav1.Object:
+			return o.GetResourceVersion()
+		}
+		return ""
+	}
+	a := v(old)
+	return a != "" && a == v(cur)
 }
 
 func sliceService(obj any) ([]string, error) {
@@ -207,10 +239,14 @@ func (w *watcher) apply(p pending) {
 	}
 	ix := c.Done(uint32(time.Now().Unix()))
 	w.h.SetIndex(ix)
-	if p.synced {
-		// Hand back the initial lists' garbage and start-up's pages now
-		// rather than over the next minutes.
+	if p.synced || p.listed && ix.synced {
+		// Hand back the lists' garbage, and the executable's pages only
+		// decoding them read, now rather than over the next minutes; what
+		// is left is the steady state the next relist is bounded by.
 		memory.ReleaseStartup()
+		w.bound.listed()
+	} else {
+		w.bound.grown()
 	}
 	for _, t := range p.triggers {
 		kind := "cluster_ip"
