@@ -158,7 +158,7 @@ func (p *ClusterPolicy) addRule(d Direction, i int, name string, action cnpv1.Cl
 	case cnpv1.ClusterNetworkPolicyRuleActionPass:
 		r.Action = ActionPass
 	default:
-		r.Action, problem = ActionDeny, fmt.Errorf("action: unknown action %q", action)
+		r.Action, problem = ActionDeny, fmt.Errorf("action: %q is no action this node knows", action)
 	}
 	peerField := "to"
 	if d == Ingress {
@@ -171,7 +171,7 @@ func (p *ClusterPolicy) addRule(d Direction, i int, name string, action cnpv1.Cl
 		var ps []ClusterPeer
 		ps, problem = compileClusterPeer(peer)
 		if problem != nil {
-			problem = fmt.Errorf("%s[%d].%w", peerField, j, problem)
+			problem = fmt.Errorf("%s[%d]%w", peerField, j, problem)
 		}
 		r.Peers = append(r.Peers, ps...)
 	}
@@ -185,7 +185,7 @@ func (p *ClusterPolicy) addRule(d Direction, i int, name string, action cnpv1.Cl
 		var port Port
 		port, problem = compileProtocol(proto)
 		if problem != nil {
-			problem = fmt.Errorf("protocols[%d].%w", j, problem)
+			problem = fmt.Errorf("protocols[%d]%w", j, problem)
 		}
 		r.Ports = append(r.Ports, port)
 	}
@@ -213,30 +213,33 @@ func compileClusterPeer(peer cnpv1.ClusterNetworkPolicyEgressPeer) ([]ClusterPee
 			set++
 		}
 	}
-	if set != 1 {
-		return nil, fmt.Errorf("%d fields this node knows are set, not one: an unknown peer", set)
+	if set == 0 {
+		return nil, fmt.Errorf(": no field this node knows is set: an unknown peer")
+	}
+	if set > 1 {
+		return nil, fmt.Errorf(": %d fields set, not one", set)
 	}
 	switch {
 	case peer.Namespaces != nil:
 		nss, err := metav1.LabelSelectorAsSelector(peer.Namespaces)
 		if err != nil {
-			return nil, fmt.Errorf("namespaces: %w", err)
+			return nil, fmt.Errorf(".namespaces: %w", err)
 		}
 		return []ClusterPeer{{Pods: newPeerSelector("", nss, labels.Everything())}}, nil
 	case peer.Pods != nil:
 		nss, err := metav1.LabelSelectorAsSelector(&peer.Pods.NamespaceSelector)
 		if err != nil {
-			return nil, fmt.Errorf("pods.namespaceSelector: %w", err)
+			return nil, fmt.Errorf(".pods.namespaceSelector: %w", err)
 		}
 		pods, err := metav1.LabelSelectorAsSelector(&peer.Pods.PodSelector)
 		if err != nil {
-			return nil, fmt.Errorf("pods.podSelector: %w", err)
+			return nil, fmt.Errorf(".pods.podSelector: %w", err)
 		}
 		return []ClusterPeer{{Pods: newPeerSelector("", nss, pods)}}, nil
 	case peer.Nodes != nil:
 		sel, err := metav1.LabelSelectorAsSelector(peer.Nodes)
 		if err != nil {
-			return nil, fmt.Errorf("nodes: %w", err)
+			return nil, fmt.Errorf(".nodes: %w", err)
 		}
 		return []ClusterPeer{{Nodes: &NodeSelector{Labels: sel, Key: "nodes=" + selectorKey(sel)}}}, nil
 	case len(peer.Networks) > 0:
@@ -244,13 +247,13 @@ func compileClusterPeer(peer cnpv1.ClusterNetworkPolicyEgressPeer) ([]ClusterPee
 		for k, n := range peer.Networks {
 			b, err := compileBlock(&netv1.IPBlock{CIDR: string(n)})
 			if err != nil {
-				return nil, fmt.Errorf("networks[%d]: %q is not a CIDR", k, n)
+				return nil, fmt.Errorf(".networks[%d]: %q is not a CIDR", k, n)
 			}
 			out = append(out, ClusterPeer{Block: b})
 		}
 		return out, nil
 	}
-	return nil, fmt.Errorf("domainNames: not enforced by netplane")
+	return nil, fmt.Errorf(".domainNames: not enforced by netplane")
 }
 
 // compileProtocol: exactly one of the protocols or a named port.
@@ -272,27 +275,27 @@ func compileProtocol(p cnpv1.ClusterNetworkPolicyProtocol) (Port, error) {
 	}
 	if p.DestinationNamedPort != "" {
 		if len(set) > 0 {
-			return Port{}, fmt.Errorf("destinationNamedPort: set with a protocol")
+			return Port{}, fmt.Errorf(".destinationNamedPort: set with a protocol")
 		}
 		return Port{Name: p.DestinationNamedPort}, nil
 	}
 	if len(set) != 1 {
-		return Port{}, fmt.Errorf("%d fields this node knows are set, not one: an unknown protocol", len(set))
+		return Port{}, fmt.Errorf(": %d fields this node knows are set, not one: an unknown protocol", len(set))
 	}
 	k := set[0]
 	switch {
 	case k.port == nil:
-		return Port{}, fmt.Errorf("%s: no field this node knows is set", k.name)
+		return Port{}, fmt.Errorf(".%s: no field this node knows is set", k.name)
 	case k.port.Range != nil && k.port.Number == 0:
 		s, e := k.port.Range.Start, k.port.Range.End
 		if s < 1 || e > 65535 || s > e {
-			return Port{}, fmt.Errorf("%s.destinationPort.range: %d-%d is not a range of ports", k.name, s, e)
+			return Port{}, fmt.Errorf(".%s.destinationPort.range: %d-%d is not a range of ports", k.name, s, e)
 		}
 		return Port{Protocol: k.proto, Port: uint16(s), EndPort: uint16(e)}, nil
 	case k.port.Range == nil && k.port.Number >= 1 && k.port.Number <= 65535:
 		return Port{Protocol: k.proto, Port: uint16(k.port.Number), EndPort: uint16(k.port.Number)}, nil
 	}
-	return Port{}, fmt.Errorf("%s.destinationPort: neither one port nor one range", k.name)
+	return Port{}, fmt.Errorf(".%s.destinationPort: neither one port nor one range", k.name)
 }
 
 // clusterOrder sorts policies as they are judged within a tier: ascending
