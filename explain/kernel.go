@@ -104,6 +104,9 @@ func Check(k Kernel, in *Input, x *Explanation) (*KernelReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := j.addCluster(in.ClusterPolicies, in.Nodes); err != nil {
+		return nil, err
+	}
 	if err := checkPolicy(k, j.model(in.Here).Table(), addrs, out); err != nil {
 		return nil, err
 	}
