@@ -1,57 +1,68 @@
 package policy
 
 import (
+	"net/netip"
 	"slices"
 	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
 )
 
 // This file puts ClusterNetworkPolicy's two tiers around the NetworkPolicy
-// verdict. A local pod's packets in one direction enter, through the
-// verdict map, the first of three chains that exist for it:
+// verdict, in chains shared as widely as they can be, so that a change
+// touches few rules:
 //
-//	admin-<dir>-<hash>     the Admin rules of the policies whose subject
-//	                       holds the pod, by priority then rule order:
-//	                       Accept returns (judged, allowed), Deny goes to
-//	                       the policy's deny chain, Pass goes to the next
-//	                       chain, and so does falling off the end
-//	<dir>-<hash>           the NetworkPolicy group chain, when a
-//	                       NetworkPolicy isolates the pod: its final word
-//	baseline-<dir>-<hash>  the Baseline rules likewise, when no
-//	                       NetworkPolicy isolates it: Accept and Pass
-//	                       return, Deny goes to the deny chain, the end
-//	                       returns (the default: allowed)
+//	cnp-<dir>-<hash>       one per policy and direction: its rules in
+//	                       order, whichever pods it selects
+//	admin-<dir>-<hash>     a local pod's Admin tier: a jump to the chain of
+//	                       each Admin policy whose subject holds it, by
+//	                       priority, then a lookup of the pod in <dir>-next
+//	baseline-<dir>-<hash>  likewise for Baseline, without the lookup
 //
-// Every chain is named by a hash of its rules and shared by the pods that
-// have the same ones, like group chains, and never changed: a pod whose
-// rules change moves to other chains. Peers are the sets NetworkPolicy
-// peers use (sel-…, nport-…, cidr-…) and, for nodes, node-…, so a pod or
-// Node change touches elements only. A pod no ClusterNetworkPolicy selects
-// has the chains NetworkPolicy alone gives it.
+// The verdict map element of a pod jumps to the first of its Admin chain,
+// its NetworkPolicy group chain (when a NetworkPolicy isolates it) and its
+// Baseline chain; <dir>-next maps a pod that has an Admin chain to the
+// second of them. A policy's rule decides by leaving the policy's chain:
+// Deny goes to the policy's deny chain; an ingress Accept accepts (ingress
+// is the table's last word on a packet); an egress Accept goes to
+// accept-egress, which judges the destination's ingress, then accepts;
+// an Admin Pass goes to pass-<dir>, which runs the pod's next chain (and
+// for egress the destination's ingress), then accepts; a Baseline Pass is
+// an Accept (the default allows). A rule that does not match, or a chain
+// that ends, returns to the dispatching chain, which goes on.
+//
+// Every chain is named by a hash of its rules and never changed; peers are
+// the sets NetworkPolicy peers use (sel-…, nport-…, interval sets) and
+// node-… for nodes, so a pod, namespace or Node change touches elements
+// and dispatchers only. A pod no ClusterNetworkPolicy selects has the
+// chains NetworkPolicy alone gives it, and a table without any policy has
+// none of these.
 
 // clusterState is the model's ClusterNetworkPolicy part.
 type clusterState struct {
 	policies map[string]*cnpState
 	order    []*cnpState // by clusterOrder, both tiers
 	nodes    map[string]*Node
-	nodeSels map[string]*nodeSel // by NodeSelector.Key
+	nodeSels map[string]*nodeSel      // by NodeSelector.Key
+	next     [2]map[netip.Addr]string // the next maps' elements: address → chain
 }
 
 // cnpState is a ClusterNetworkPolicy in the model with what it holds.
 type cnpState struct {
-	rec   *ClusterPolicy
-	items [2][]item // a named port's item has protocol 0: any
+	rec *ClusterPolicy
 	holds
-	nodes []*nodeSel
-	deny  [2]*group // its deny chains, when a rule denies
+	nodes   []*nodeSel
+	subject *PeerSelector // its subject's pods, for ingress named ports
+	deny    [2]*group     // its deny chains, when a rule denies
+	chain   [2]*group     // its rules by direction; nil for none
 }
-
-// passChain stands for the chain after the Admin tier in an Admin item's
-// verdict until a pod's chain is made.
-const passChain = "\x00pass"
 
 // UpsertClusterPolicy adds or changes a ClusterNetworkPolicy.
 func (m *Model) UpsertClusterPolicy(rec *ClusterPolicy) {
 	cl := m.cluster()
+	if len(cl.policies) == 0 {
+		m.tierBase(true)
+	}
 	old := cl.policies[rec.Name]
 	st := m.newCluster(rec)
 	cl.policies[rec.Name] = st
@@ -75,11 +86,15 @@ func (m *Model) DeleteClusterPolicy(name string) {
 	cl.order = slices.DeleteFunc(cl.order, func(c *cnpState) bool { return c == old })
 	m.regroupSubjects(old, nil)
 	m.releaseCluster(old)
+	if len(cl.policies) == 0 {
+		m.tierBase(false)
+	}
 }
 
 func (m *Model) cluster() *clusterState {
 	if m.cl == nil {
-		m.cl = &clusterState{policies: map[string]*cnpState{}, nodes: map[string]*Node{}, nodeSels: map[string]*nodeSel{}}
+		m.cl = &clusterState{policies: map[string]*cnpState{}, nodes: map[string]*Node{}, nodeSels: map[string]*nodeSel{},
+			next: [2]map[netip.Addr]string{{}, {}}}
 	}
 	return m.cl
 }
@@ -110,38 +125,60 @@ func (m *Model) relabelSubjects(st *nsState) {
 func (m *Model) newCluster(rec *ClusterPolicy) *cnpState {
 	st := &cnpState{rec: rec}
 	for _, d := range directions {
+		var items []item
 		for _, r := range rec.Rules[d] {
-			st.items[d] = m.appendClusterItems(st, st.items[d], d, r)
+			items = m.appendClusterItems(st, items, d, r)
 		}
+		if len(items) == 0 {
+			continue
+		}
+		rules := make([]Rule, len(items))
+		for i, it := range items {
+			rules[i] = it.rule
+		}
+		st.chain[d] = m.acquireChain("cnp-"+d.String()+"-"+hashOf(rec.Tier.String()+"/"+rec.Name+"\n"+rulesText(rules)), rules)
 	}
 	return st
+}
+
+// clusterVerdict is what a rule of st's does in direction d when it
+// matches (the file's comment says why).
+func (m *Model) clusterVerdict(st *cnpState, d Direction, a Action) Verdict {
+	switch {
+	case a == ActionDeny:
+		return Verdict{Kind: Goto, Chain: m.clusterDeny(st, d).chain.Name}
+	case a == ActionPass && st.rec.Tier == AdminTier:
+		return Verdict{Kind: Goto, Chain: passChain(d)}
+	case d == Ingress:
+		return Verdict{Kind: Accept}
+	}
+	return Verdict{Kind: Goto, Chain: acceptEgress}
 }
 
 // appendClusterItems appends the items of one rule: each peer with each
 // port and family, all with the rule's verdict.
 func (m *Model) appendClusterItems(st *cnpState, items []item, d Direction, r ClusterRule) []item {
-	var v Verdict
-	switch r.Action {
-	case ActionAccept:
-		v = Verdict{Kind: Return}
-	case ActionDeny:
-		v = Verdict{Kind: Goto, Chain: m.clusterDeny(st, d).chain.Name}
-	case ActionPass:
-		v = Verdict{Kind: Goto, Chain: passChain}
-		if st.rec.Tier == BaselineTier {
-			v = Verdict{Kind: Return} // the tier after Baseline is the default: allowed
-		}
-	}
+	v := m.clusterVerdict(st, d, r.Action)
 	if len(r.Peers) == 0 { // failed closed: every connection
 		return append(items, item{rule: Rule{Verdict: v}})
 	}
+	var numbered []Port
+	var named []string
+	for _, p := range r.Ports {
+		if p.Name == "" {
+			numbered = append(numbered, p)
+		} else {
+			named = append(named, p.Name)
+		}
+	}
 	for _, peer := range r.Peers {
-		items = portItems(items, m.clusterPeerRules(st, d, peer, v), d, r.Ports, func(items []item, port Port) []item {
-			if peer.Pods == nil {
-				return items // networks and nodes have no named ports: nothing matches
-			}
-			return m.appendClusterNamedEgress(st, items, peer.Pods, port.Name, v)
-		})
+		bases := m.clusterPeerRules(st, d, peer, v)
+		if len(numbered) > 0 || len(named) == 0 {
+			items = portItems(items, bases, d, numbered, nil)
+		}
+		for _, name := range named {
+			items = m.appendClusterNamed(st, items, d, peer, bases, name, v)
+		}
 	}
 	return items
 }
@@ -169,20 +206,49 @@ func (m *Model) clusterPeerRules(st *cnpState, d Direction, peer ClusterPeer, v 
 // names a container port, whatever its protocol.
 var namedProtocols = []uint8{6, 17, 132}
 
-// appendClusterNamedEgress: a named port of the peer's pods is a lookup
-// of address . protocol . port in the selector's named set, one rule per
-// protocol (nft reads a transport port only after a protocol match).
-func (m *Model) appendClusterNamedEgress(st *cnpState, items []item, ps *PeerSelector, name string, v Verdict) []item {
+// appendClusterNamed: a destination named port is a lookup of address .
+// protocol . port in a named set, one rule per protocol (nft reads a
+// transport port only after a protocol match): for egress, the set of the
+// peer's pods (networks and nodes have no named ports: nothing matches);
+// for ingress, the set of the subject's pods, after the peer's match.
+func (m *Model) appendClusterNamed(st *cnpState, items []item, d Direction, peer ClusterPeer, bases []Rule, name string, v Verdict) []item {
+	if d == Egress {
+		if peer.Pods == nil {
+			return items
+		}
+		n := m.holdNamed(st, peer.Pods, name)
+		for _, f := range m.fams {
+			for _, proto := range namedProtocols {
+				items = append(items, item{rule: Rule{Family: f, Proto: proto, PortSet: setName("nport", f, n.hash), Verdict: v}})
+			}
+		}
+		return items
+	}
+	if st.subject == nil {
+		pods := st.rec.Pods
+		if pods == nil {
+			pods = labels.Everything()
+		}
+		st.subject = newPeerSelector("", st.rec.Namespaces, pods)
+	}
+	n := m.holdNamed(st, st.subject, name)
+	for _, b := range bases {
+		for _, proto := range namedProtocols {
+			r := b
+			r.Proto, r.PortSet = proto, setName("nport", b.Family, n.hash)
+			items = append(items, item{rule: r})
+		}
+	}
+	return items
+}
+
+// holdNamed is the named set of a port name on a selector's pods, held by st.
+func (m *Model) holdNamed(st *cnpState, ps *PeerSelector, name string) *namedSet {
 	s := m.acquireSel(ps)
 	n := m.acquireNamed(s, name)
 	m.releaseSel(s) // the named set holds it
 	st.named = append(st.named, n)
-	for _, f := range m.fams {
-		for _, proto := range namedProtocols {
-			items = append(items, item{rule: Rule{Family: f, Proto: proto, PortSet: setName("nport", f, n.hash), Verdict: v}})
-		}
-	}
-	return items
+	return n
 }
 
 // clusterDeny is the policy's deny chain of a direction: the log line
@@ -220,7 +286,7 @@ func (m *Model) releaseCluster(st *cnpState) {
 	for _, n := range st.nodes {
 		m.releaseNodeSel(n)
 	}
-	for _, g := range st.deny {
+	for _, g := range append(st.deny[:], st.chain[:]...) {
 		if g != nil {
 			m.releaseGroup(g)
 		}
@@ -228,53 +294,38 @@ func (m *Model) releaseCluster(st *cnpState) {
 }
 
 // tierChains are the Admin and Baseline chains of a local pod in one
-// direction (nil where no rule applies); np is its NetworkPolicy group
-// chain, nil when no NetworkPolicy isolates it.
+// direction (nil where no policy applies); np is its NetworkPolicy group
+// chain, nil when no NetworkPolicy isolates it, which leaves Baseline out.
 func (m *Model) tierChains(p *podState, d Direction, np *group) (out [2]*group) {
 	if m.cl == nil || len(m.cl.order) == 0 {
 		return out
 	}
-	var rules [2][]Rule
+	var jumps [2][]Rule
 	nl := labelsOf(p.ns)
 	for _, st := range m.cl.order {
-		if len(st.items[d]) == 0 || !st.rec.subjectSelects(nl, p.labels()) {
-			continue
-		}
-		t := st.rec.Tier
-		for _, it := range st.items[d] {
-			if it.name == "" {
-				rules[t] = append(rules[t], it.rule)
-				continue
-			}
-			for _, port := range p.rec.Ports {
-				if port.Name == it.name && (it.proto == 0 || it.proto == port.Protocol) {
-					r := it.rule
-					r.Proto, r.PortFrom, r.PortTo = port.Protocol, port.Port, port.Port
-					rules[t] = append(rules[t], r)
-				}
-			}
+		if c := st.chain[d]; c != nil && st.rec.subjectSelects(nl, p.labels()) {
+			jumps[st.rec.Tier] = append(jumps[st.rec.Tier], Rule{Verdict: Verdict{Kind: Jump, Chain: c.chain.Name}})
 		}
 	}
-	next := Verdict{Kind: Return}
-	if len(rules[BaselineTier]) > 0 && np == nil {
-		out[BaselineTier] = m.acquireChain("baseline-"+d.String()+"-"+hashOf(rulesText(rules[BaselineTier])), rules[BaselineTier])
-		next = Verdict{Kind: Goto, Chain: out[BaselineTier].chain.Name}
+	if b := jumps[BaselineTier]; len(b) > 0 && np == nil {
+		out[BaselineTier] = m.acquireChain("baseline-"+d.String()+"-"+hashOf(rulesText(b)), b)
 	}
-	if np != nil {
-		next = Verdict{Kind: Goto, Chain: np.chain.Name}
-	}
-	if admin := rules[AdminTier]; len(admin) > 0 {
-		for i := range admin {
-			if admin[i].Verdict.Chain == passChain {
-				admin[i].Verdict = next
-			}
+	if a := jumps[AdminTier]; len(a) > 0 {
+		for _, f := range m.fams {
+			a = append(a, Rule{Family: f, Field: podField(d), Vmap: nextMap(d, f)})
 		}
-		if next.Kind == Goto {
-			admin = append(admin, Rule{Verdict: next})
-		}
-		out[AdminTier] = m.acquireChain("admin-"+d.String()+"-"+hashOf(rulesText(admin)), admin)
+		out[AdminTier] = m.acquireChain("admin-"+d.String()+"-"+hashOf(rulesText(a)), a)
 	}
 	return out
+}
+
+// podField is the address of the local pod whose rules a packet meets in
+// direction d: the source's for egress, the destination's for ingress.
+func podField(d Direction) Field {
+	if d == Egress {
+		return Saddr
+	}
+	return Daddr
 }
 
 func rulesText(rules []Rule) string {
@@ -302,6 +353,20 @@ func (m *Model) acquireChain(name string, rules []Rule) *group {
 // its Admin, NetworkPolicy and Baseline chains; "" for none.
 func entryOf(np *group, tg [2]*group) string {
 	for _, g := range []*group{tg[AdminTier], np, tg[BaselineTier]} {
+		if g != nil {
+			return g.chain.Name
+		}
+	}
+	return ""
+}
+
+// nextOf is the chain a pod's next map element jumps to: after its Admin
+// chain, the NetworkPolicy or else the Baseline chain; "" for none.
+func nextOf(np *group, tg [2]*group) string {
+	if tg[AdminTier] == nil {
+		return ""
+	}
+	for _, g := range []*group{np, tg[BaselineTier]} {
 		if g != nil {
 			return g.chain.Name
 		}

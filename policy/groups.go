@@ -252,9 +252,9 @@ func (m *Model) regroup(p *podState) {
 				m.releaseGroup(o)
 			}
 		}
-		entry := entryOf(g, tg)
-		changed = changed || entry != p.entry[d]
-		p.entry[d] = entry
+		entry, next := entryOf(g, tg), nextOf(g, tg)
+		changed = changed || entry != p.entry[d] || next != p.next[d]
+		p.entry[d], p.next[d] = entry, next
 	}
 	if changed {
 		for _, a := range p.rec.IPs {
@@ -379,6 +379,7 @@ func (m *Model) syncAddr(a netip.Addr) {
 			m.vmap[d][a] = want
 		}
 	}
+	m.syncNext(a)
 }
 
 func mapName(d Direction, f nodeview.Family) string { return d.String() + "-pods" + suffix(f) }

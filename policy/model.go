@@ -83,6 +83,7 @@ type podState struct {
 	groups [2]*group    // nil: not isolated in that direction
 	tiers  [2][2]*group // by Direction, Tier: its Admin and Baseline chains, if any
 	entry  [2]string    // the chain its verdict map elements jump to; "" for none
+	next   [2]string    // the chain its next map elements jump to (cnp_tiers.go)
 }
 
 func (p *podState) labels() labels.Set { return labels.Set(p.rec.Labels) }
