@@ -101,6 +101,7 @@ func BenchmarkClusterChangeToKernelAtScale(b *testing.B) {
 	local.Labels = map[string]string{"app": "app-3", "tier": "db", "pod-template-hash": "h0"}
 	relabelled := *s.namespaces[3]
 	relabelled.Labels = map[string]string{"kubernetes.io/metadata.name": "ns-3", "team": "team-4", "env": "dev"}
+	np := newSelectorPolicy(b)
 	node := *nodes[5]
 	node.IPs = []netip.Addr{netip.MustParseAddr("192.168.9.9")}
 	changes := []struct {
@@ -112,6 +113,8 @@ func BenchmarkClusterChangeToKernelAtScale(b *testing.B) {
 		{"namespace relabelled into another team", func(m *Model) { m.UpsertNamespace(&relabelled) }, func(m *Model) { m.UpsertNamespace(s.namespaces[3]) }},
 		{"local pod relabelled", func(m *Model) { m.UpsertPod(&local) }, func(m *Model) { m.UpsertPod(s.pods[0]) }},
 		{"node address changed", func(m *Model) { m.UpsertNode(&node) }, func(m *Model) { m.UpsertNode(nodes[5]) }},
+		// The control: NetworkPolicy's own change, in the same table and run.
+		{"NetworkPolicy created", func(m *Model) { m.UpsertPolicy(np) }, func(m *Model) { m.DeletePolicy(np.Key()) }},
 	}
 	for _, ch := range changes {
 		b.Run(ch.name, func(b *testing.B) {
