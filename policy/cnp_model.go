@@ -374,19 +374,6 @@ func nextOf(np *group, tg [2]*group) string {
 	return ""
 }
 
-// ClusterPolicies are the ClusterNetworkPolicies in the model, in the
-// order they are judged within their tier.
-func (m *Model) ClusterPolicies() []*ClusterPolicy {
-	if m.cl == nil {
-		return nil
-	}
-	out := make([]*ClusterPolicy, len(m.cl.order))
-	for i, st := range m.cl.order {
-		out[i] = st.rec
-	}
-	return out
-}
-
 // denyChains are the chains that drop in direction d: NetworkPolicy's and
 // each ClusterNetworkPolicy's, whose counters make the denied packets.
 func (m *Model) denyChains(d Direction) []string {

@@ -38,7 +38,7 @@ func newMetrics() *metrics {
 		}),
 		isolated: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "netplane_network_policy_selected_pods",
-			Help: "Pods of this node selected by a policy (isolated in at least one direction) at the last sync.",
+			Help: "Pods of this node selected by a policy (isolated by a NetworkPolicy or selected by a ClusterNetworkPolicy in at least one direction) at the last sync.",
 		}),
 		invalid: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "netplane_network_policy_invalid_policies",
