@@ -141,10 +141,15 @@ func checkPolicy(k Kernel, want *policy.Table, addrs map[netip.Addr]bool, out *K
 		out.Differences = append(out.Differences, "table inet "+policy.TableName+" is missing")
 		return nil
 	}
+	// The chains a verdict or next map element may jump to: group chains
+	// and the pods' Admin and Baseline chains.
 	var groups []string
 	for name := range have.Chains {
-		if strings.HasPrefix(name, "ingress-") || strings.HasPrefix(name, "egress-") {
-			groups = append(groups, name)
+		for _, prefix := range []string{"ingress-", "egress-", "admin-", "baseline-"} {
+			if strings.HasPrefix(name, prefix) {
+				groups = append(groups, name)
+				break
+			}
 		}
 	}
 	slices.Sort(groups)
