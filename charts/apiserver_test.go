@@ -152,11 +152,13 @@ func TestEachRoleMayDoExactlyWhatItNeeds(t *testing.T) {
 				{"create", "", "events", "default"},
 				// NetworkPolicy enforcement: policies, and the pods and namespaces they select.
 				{"list", "", "pods", ""}, {"watch", "", "namespaces", ""}, {"watch", "networking.k8s.io", "networkpolicies", ""},
+				{"watch", "policy.networking.k8s.io", "clusternetworkpolicies", ""}, {"get", "policy.networking.k8s.io", "clusternetworkpolicies", ""},
 			},
 			[]access{
 				{"get", "", "secrets", ns}, {"create", "", "pods/exec", "default"}, {"update", "", "services", "default"},
 				{"update", "", "nodes", ""}, {"patch", "", "nodes", ""}, {"create", "discovery.k8s.io", "endpointslices", "default"},
 				{"update", "", "pods", "default"}, {"update", "networking.k8s.io", "networkpolicies", "default"}, {"update", "", "namespaces", ""},
+				{"update", "policy.networking.k8s.io", "clusternetworkpolicies", ""}, {"update", "policy.networking.k8s.io", "clusternetworkpolicies/status", ""},
 			}},
 	}
 	for _, c := range cases {

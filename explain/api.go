@@ -62,6 +62,9 @@ func Read(ctx context.Context, c kubernetes.Interface, q Question) (*Input, erro
 	if err := r.policies(); err != nil {
 		return nil, err
 	}
+	if err := r.clusterPolicies(); err != nil {
+		return nil, err
+	}
 	return r.in, nil
 }
 

@@ -9,6 +9,7 @@ import (
 	v1 "k8s.io/api/core/v1"
 	discoveryv1 "k8s.io/api/discovery/v1"
 	netv1 "k8s.io/api/networking/v1"
+	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/policy"
@@ -84,8 +85,10 @@ type Input struct {
 	Pods       []*v1.Pod
 	Namespaces []*v1.Namespace
 	Policies   []*netv1.NetworkPolicy
-	Nodes      []*v1.Node
-	Overlay    Overlay
+	// ClusterPolicies are every ClusterNetworkPolicy (none without the CRD).
+	ClusterPolicies []*cnpv1.ClusterNetworkPolicy
+	Nodes           []*v1.Node
+	Overlay         Overlay
 	// Here is the node explain runs on, "" off any node.
 	Here string
 }
@@ -104,6 +107,9 @@ type flow struct {
 func Explain(in *Input) (*Explanation, error) {
 	j, err := newJudge(in.Pods, in.Namespaces, in.Policies)
 	if err != nil {
+		return nil, err
+	}
+	if err := j.addCluster(in.ClusterPolicies, in.Nodes); err != nil {
 		return nil, err
 	}
 	f := &flow{in: in, j: j, zones: map[string]string{}, podOf: map[netip.Addr]*v1.Pod{}}

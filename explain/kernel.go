@@ -101,6 +101,9 @@ func Check(k Kernel, in *Input, x *Explanation) (*KernelReport, error) {
 	if err != nil {
 		return nil, err
 	}
+	if err := j.addCluster(in.ClusterPolicies, in.Nodes); err != nil {
+		return nil, err
+	}
 	if err := checkPolicy(k, j.model(in.Here).Table(), addrs, out); err != nil {
 		return nil, err
 	}
@@ -135,10 +138,15 @@ func checkPolicy(k Kernel, want *policy.Table, addrs map[netip.Addr]bool, out *K
 		out.Differences = append(out.Differences, "table inet "+policy.TableName+" is missing")
 		return nil
 	}
+	// The chains a verdict or next map element may jump to: group chains
+	// and the pods' Admin and Baseline chains.
 	var groups []string
 	for name := range have.Chains {
-		if strings.HasPrefix(name, "ingress-") || strings.HasPrefix(name, "egress-") {
-			groups = append(groups, name)
+		for _, prefix := range []string{"ingress-", "egress-", "admin-", "baseline-"} {
+			if strings.HasPrefix(name, prefix) {
+				groups = append(groups, name)
+				break
+			}
 		}
 	}
 	slices.Sort(groups)

@@ -43,6 +43,8 @@ type judge struct {
 	ns       map[string]*policy.Namespace
 	policies []*policy.Policy
 	models   map[string]*policy.Model
+	cnps     []*policy.ClusterPolicy // cnp.go
+	nodes    []*policy.Node
 }
 
 func newJudge(pods []*v1.Pod, nss []*v1.Namespace, nps []*netv1.NetworkPolicy) (*judge, error) {
@@ -86,6 +88,12 @@ func (j *judge) model(node string) *policy.Model {
 	for _, p := range j.policies {
 		m.UpsertPolicy(p)
 	}
+	for _, n := range j.nodes {
+		m.UpsertNode(n)
+	}
+	for _, p := range j.cnps {
+		m.UpsertClusterPolicy(p)
+	}
 	j.models[node] = m
 	return m
 }
@@ -105,8 +113,8 @@ type decision struct {
 func (j *judge) decide(src, dst end, proto uint8, port uint16) decision {
 	var d decision
 	var egressEff, ingressEff []PolicyEffect
-	d.egressOK, d.egress, egressEff = j.read(src, dst, proto, port, policy.Egress)
-	d.ingressOK, d.ingress, ingressEff = j.read(dst, src, proto, port, policy.Ingress)
+	d.egressOK, d.egress, egressEff = j.readTiered(src, dst, proto, port, policy.Egress)
+	d.ingressOK, d.ingress, ingressEff = j.readTiered(dst, src, proto, port, policy.Ingress)
 	d.effects = append(egressEff, ingressEff...)
 
 	// The model's verdict: the forward hook of each end's node (input when

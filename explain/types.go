@@ -145,14 +145,16 @@ type Backend struct {
 	Policies []PolicyEffect `json:"policies"`
 }
 
-// PolicyEffect is a policy that decides: it isolates one end in a
-// direction, or one of its rules allows the connection.
+// PolicyEffect is a policy that decides: a NetworkPolicy isolates one end
+// in a direction, or one of its rules allows the connection; a rule of a
+// ClusterNetworkPolicy (Tier set, no namespace) accepts, denies or passes.
 type PolicyEffect struct {
 	Namespace string `json:"namespace"`
 	Name      string `json:"name"`
-	Direction string `json:"direction"` // Ingress, Egress
-	Effect    string `json:"effect"`    // Allows, Isolates
-	Rule      int    `json:"rule,omitempty"`
+	Tier      string `json:"tier,omitempty"` // Admin, Baseline: a ClusterNetworkPolicy
+	Direction string `json:"direction"`      // Ingress, Egress
+	Effect    string `json:"effect"`         // Allows, Isolates; Accepts, Denies, Passes
+	Rule      int    `json:"rule,omitempty"` // counting from 1
 }
 
 // KernelReport is what the kernel of the node explain runs on holds for

@@ -4,11 +4,13 @@
 # hack/build-e2e.sh) against the lab, unmodified. It reuses the lab in
 # $NETPLANE_LAB_DIR when one is up, else brings one up and leaves it up.
 #
-# Suites (all three by default):
+# Suites (all four by default):
 #   conformance  every [sig-network] test tagged [Conformance]
 #   netpol       the NetworkPolicy suite ([sig-network] Netpol)
 #   network      the rest of [sig-network] that a two-node lab without a
 #                cloud can run
+#   cnp          network-policy-api v0.3.0's own suite, the
+#                ClusterNetworkPolicy profile (hack/conformance-cnp.sh)
 # Skipped patterns, each with its reason, are in e2e/conformance/skips.txt.
 # With NETPLANE_LAB_STACK=upstream the lab runs the systems netplane
 # replaces instead (e2e/lab/stack.go; make anchors builds them), for
@@ -28,7 +30,7 @@ STATE_DIR=${NETPLANE_LAB_DIR:-/var/lib/netplane-lab}
 OUT=$(realpath -m "${NETPLANE_CONFORMANCE_DIR:-_output/conformance/$(date -u +%Y-%m-%dT%H%M%SZ)}")
 BIN=$(realpath -m "${NETPLANE_BIN_DIR:-bin}")
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(conformance netpol network)
+[ ${#suites[@]} -gt 0 ] || suites=(conformance netpol network cnp)
 
 ./hack/build-e2e.sh "$BIN"
 if [ ! -e "$STATE_DIR/ready" ]; then
@@ -48,8 +50,26 @@ for suite in "${suites[@]}"; do
 	case $suite in
 	conformance) focus='\[sig-network\].*\[Conformance\]' ;;
 	netpol) focus='\[sig-network\] Netpol' ;;
+	cnp)
+		if [ "${NETPLANE_LAB_STACK:-}" = upstream ]; then
+			echo "conformance: cnp: not run: the upstream stack enforces no ClusterNetworkPolicy"
+			continue
+		fi
+		dir=$OUT/cnp
+		mkdir -p "$dir"
+		echo "conformance: cnp: running (log: $dir/cnp.log)"
+		start=$(date +%s)
+		rc=0
+		./hack/conformance-cnp.sh "$STATE_DIR/kubeconfig" "$dir" > "$dir/cnp.log" 2>&1 || rc=$?
+		passed=$(grep -cE '^    --- PASS: TestConformanceProfiles/' "$dir/cnp.log" || true)
+		failed=$(grep -cE '^    --- FAIL: TestConformanceProfiles/' "$dir/cnp.log" || true)
+		echo "conformance: cnp: $passed passed, $failed failed in $(( $(date +%s) - start ))s (the failures are SCTP's: docs/conformance.md)"
+		grep -E '^    --- FAIL: TestConformanceProfiles/' "$dir/cnp.log" | sed 's/^ */  /' || true
+		[ "$rc" = 0 ] || status=1
+		continue
+		;;
 	network) focus='\[sig-network\]' ;;
-	*) echo "conformance.sh: unknown suite $suite (conformance, netpol, network)" >&2; exit 2 ;;
+	*) echo "conformance.sh: unknown suite $suite (conformance, netpol, network, cnp)" >&2; exit 2 ;;
 	esac
 	[ -z "${NETPLANE_CONFORMANCE_FOCUS:-}" ] || focus="$focus.*(${NETPLANE_CONFORMANCE_FOCUS})"
 	if [ "$suite" = netpol ] && [ "${NETPLANE_LAB_STACK:-}" = upstream ]; then

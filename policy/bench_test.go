@@ -240,7 +240,11 @@ func BenchmarkKernelConnectAtScale(b *testing.B) {
 
 // connectBench: with large, the model holds the 1,000 policies × 10,000
 // pods besides the lab's; without, only the lab's pods and x's policies.
-func connectBench(b *testing.B, large bool) {
+func connectBench(b *testing.B, large bool) { connectBenchWith(b, large, nil) }
+
+// connectBenchWith is connectBench with extra, when given, adding to the
+// lab's model before the table is loaded.
+func connectBenchWith(b *testing.B, large bool, extra func(*lab)) {
 	l := newLab(b)
 	m := l.c.models["n1"]
 	if large {
@@ -255,6 +259,9 @@ func connectBench(b *testing.B, large bool) {
 		p := *PodFromAPI(l.c.pods[podKey(key[:1], key[2:])])
 		p.Labels = map[string]string{"pod": key[2:], "app": "app-5", "tier": "fe"}
 		m.UpsertPod(&p)
+	}
+	if extra != nil {
+		extra(l)
 	}
 	// Both rounds run with conntrack and NAT on, as every node has them for
 	// the Service proxy; otherwise the table's first `ct` rule would switch

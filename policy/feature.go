@@ -22,6 +22,7 @@ import (
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/internal/runner"
 	"github.com/netplane/netplane/nft"
+	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/typed/apis/v1beta1"
 )
 
 // This file is the node role's NetworkPolicy feature, the shell around the
@@ -60,6 +61,13 @@ type Feature struct {
 	model   *Model
 	render  *renderer
 	invalid map[types.NamespacedName]string // policies whose last version did not compile: its resourceVersion
+
+	// clusterSource lists and watches ClusterNetworkPolicies; nil when
+	// their CRD is not installed.
+	clusterSource cnpclient.ClusterNetworkPolicyInterface
+	// clusterReported: the resourceVersion of each ClusterNetworkPolicy
+	// last read, so each version's problems are reported once.
+	clusterReported map[string]string
 }
 
 // New builds the feature of the node role d: with enforcement on, it
@@ -89,6 +97,9 @@ func New(d role.Deps) (*Feature, error) {
 		v.Sink = &sink{e: e, kind: v.Kind}
 		e.views = append(e.views, d.Factory.Register(v))
 	}
+	if err := e.watchCluster(d); err != nil {
+		return nil, err
+	}
 	d.Checks.AddHealth("network-policy", e.healthy)
 	return e, nil
 }
@@ -102,10 +113,10 @@ func newFeature(log logr.Logger, cfg v1alpha1.Node, syncer nft.Syncer, m *metric
 	}
 	model := NewModel(mc)
 	e := &Feature{log: log, cfg: cfg, syncer: syncer, metrics: m, recorder: rec, model: model,
-		render: newRenderer(model.Table()), invalid: map[types.NamespacedName]string{}}
+		render: newRenderer(model.Table()), invalid: map[types.NamespacedName]string{}, clusterReported: map[string]string{}}
 	e.runner = runner.New(e.sync, runner.Options{MinInterval: cfg.MinSyncPeriod.Duration, FullInterval: cfg.SyncPeriod.Duration})
 	if pc, ok := syncer.(nft.PacketCounter); ok && m != nil {
-		m.denied.read = deniedPackets(pc)
+		m.denied.read = deniedPacketsIn(pc, e.denyChains)
 	}
 	return e
 }
@@ -136,6 +147,9 @@ func (e *Feature) Run(ctx context.Context) error {
 	synced := make([]cache.DoneChecker, len(e.views))
 	for i, h := range e.views {
 		synced[i] = h.Synced()
+	}
+	if c := e.runCluster(ctx); c != nil {
+		synced = append(synced, c)
 	}
 	// The first sync must see every pod, namespace and policy: a partial
 	// picture would open what the table left in place still closes.
@@ -226,6 +240,10 @@ func (e *Feature) upsert(obj any) {
 			e.invalid[r.key()] = r.meta.ResourceVersion
 			e.reportInvalid(r)
 		}
+	case *clusterPolicyRecord:
+		e.upsertCluster(r)
+	case *Node:
+		e.model.UpsertNode(r)
 	}
 }
 
@@ -253,5 +271,18 @@ func (e *Feature) remove(obj any) {
 	case *policyRecord:
 		delete(e.invalid, r.key())
 		e.model.DeletePolicy(r.key())
+	case *clusterPolicyRecord:
+		delete(e.clusterReported, r.meta.Name)
+		e.model.DeleteClusterPolicy(r.meta.Name)
+	case *Node:
+		e.model.DeleteNode(r.Name)
 	}
+}
+
+// denyChains are the chains whose counters count denied packets, by
+// direction, for the metric.
+func (e *Feature) denyChains(d Direction) []string {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.model.denyChains(d)
 }

@@ -21,9 +21,14 @@ import (
 
 // policyState is a policy in the model with the sets it holds.
 type policyState struct {
-	rec    *Policy
-	ns     *nsState
-	items  [2][]item
+	rec   *Policy
+	ns    *nsState
+	items [2][]item
+	holds
+}
+
+// holds are the shared sets a policy holds, released with it.
+type holds struct {
 	sels   []*selector
 	named  []*namedSet
 	blocks []*block
@@ -114,41 +119,51 @@ func (m *Model) appendItems(pol *policyState, items []item, d Direction, r Polic
 	for _, peer := range peers {
 		var bases []Rule
 		if len(r.Ports) == 0 || slices.ContainsFunc(r.Ports, func(p Port) bool { return p.Name == "" || d == Ingress }) {
-			bases = m.peerRules(pol, d, peer)
+			bases = m.peerRules(&pol.holds, d, peer, Verdict{Kind: Return})
 		}
-		if len(r.Ports) == 0 {
+		items = portItems(items, bases, d, r.Ports, func(items []item, port Port) []item {
+			return m.appendNamedEgress(pol, items, peer, port)
+		})
+	}
+	return items
+}
+
+// portItems appends the items of a peer's rules (bases) with each port
+// (none: every port): a number or range is matched in the rule, an
+// ingress named port waits for the local pod's port, an egress one is
+// namedEgress's.
+func portItems(items []item, bases []Rule, d Direction, ports []Port, namedEgress func([]item, Port) []item) []item {
+	if len(ports) == 0 {
+		for _, b := range bases {
+			items = append(items, item{rule: b})
+		}
+		return items
+	}
+	for _, port := range ports {
+		switch {
+		case port.Name == "":
 			for _, b := range bases {
+				b.Proto, b.PortFrom, b.PortTo = port.Protocol, port.Port, port.EndPort
 				items = append(items, item{rule: b})
 			}
-			continue
-		}
-		for _, port := range r.Ports {
-			switch {
-			case port.Name == "":
-				for _, b := range bases {
-					b.Proto, b.PortFrom, b.PortTo = port.Protocol, port.Port, port.EndPort
-					items = append(items, item{rule: b})
-				}
-			case d == Ingress:
-				for _, b := range bases {
-					items = append(items, item{rule: b, name: port.Name, proto: port.Protocol})
-				}
-			default:
-				items = m.appendNamedEgress(pol, items, peer, port)
+		case d == Ingress:
+			for _, b := range bases {
+				items = append(items, item{rule: b, name: port.Name, proto: port.Protocol})
 			}
+		default:
+			items = namedEgress(items, port)
 		}
 	}
 	return items
 }
 
 // peerRules are the rules matching a peer as the source (ingress) or
-// destination (egress), one per family it can have.
-func (m *Model) peerRules(pol *policyState, d Direction, peer Peer) []Rule {
+// destination (egress), one per family it can have, with verdict ret.
+func (m *Model) peerRules(pol *holds, d Direction, peer Peer, ret Verdict) []Rule {
 	field := Saddr
 	if d == Egress {
 		field = Daddr
 	}
-	ret := Verdict{Kind: Return}
 	switch {
 	case peer.Pods != nil:
 		s := m.acquireSel(peer.Pods)
@@ -202,7 +217,9 @@ func (m *Model) appendNamedEgress(pol *policyState, items []item, peer Peer, por
 	return items
 }
 
-func (m *Model) releasePolicy(pol *policyState) {
+func (m *Model) releasePolicy(pol *policyState) { m.release(&pol.holds) }
+
+func (m *Model) release(pol *holds) {
 	for _, n := range pol.named {
 		m.releaseNamed(n)
 	}
@@ -220,17 +237,24 @@ func (m *Model) regroup(p *podState) {
 	changed := false
 	for _, d := range directions {
 		var g *group
+		var tg [2]*group
 		if p.local {
 			if rules, isolated := m.rulesOf(p, d); isolated {
 				g = m.acquireGroup(d, rules)
 			}
+			tg = m.tierChains(p, d, g)
 		}
-		old := p.groups[d]
-		p.groups[d] = g
-		if old != nil {
-			m.releaseGroup(old)
+		old, oldTiers := p.groups[d], p.tiers[d]
+		p.groups[d], p.tiers[d] = g, tg
+		// Released after the new ones are taken: shared chains stay.
+		for _, o := range [...]*group{old, oldTiers[AdminTier], oldTiers[BaselineTier]} {
+			if o != nil {
+				m.releaseGroup(o)
+			}
 		}
-		changed = changed || g != old
+		entry, next := entryOf(g, tg), nextOf(g, tg)
+		changed = changed || entry != p.entry[d] || next != p.next[d]
+		p.entry[d], p.next[d] = entry, next
 	}
 	if changed {
 		for _, a := range p.rec.IPs {
@@ -338,8 +362,8 @@ func (m *Model) syncAddr(a netip.Addr) {
 	}
 	for _, d := range directions {
 		want := ""
-		if c := m.claims[a]; len(c) > 0 && c[0].groups[d] != nil {
-			want = c[0].groups[d].chain.Name
+		if c := m.claims[a]; len(c) > 0 {
+			want = c[0].entry[d]
 		}
 		have := m.vmap[d][a]
 		if want == have {
@@ -355,6 +379,7 @@ func (m *Model) syncAddr(a netip.Addr) {
 			m.vmap[d][a] = want
 		}
 	}
+	m.syncNext(a)
 }
 
 func mapName(d Direction, f nodeview.Family) string { return d.String() + "-pods" + suffix(f) }

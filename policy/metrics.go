@@ -38,7 +38,7 @@ func newMetrics() *metrics {
 		}),
 		isolated: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "netplane_network_policy_selected_pods",
-			Help: "Pods of this node selected by a policy (isolated in at least one direction) at the last sync.",
+			Help: "Pods of this node selected by a policy (isolated by a NetworkPolicy or selected by a ClusterNetworkPolicy in at least one direction) at the last sync.",
 		}),
 		invalid: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "netplane_network_policy_invalid_policies",
@@ -85,21 +85,28 @@ func (c *deniedCollector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// deniedPackets reads the packets the deny chains counted, through the
-// driver that programs the table.
+// deniedPackets reads the packets NetworkPolicy's deny chains counted.
 func deniedPackets(pc nft.PacketCounter) func() ([2]uint64, error) {
+	return deniedPacketsIn(pc, func(d Direction) []string { return []string{denyChain(d)} })
+}
+
+// deniedPacketsIn reads the packets the deny chains (chains says which,
+// by direction) counted, through the driver that programs the table.
+func deniedPacketsIn(pc nft.PacketCounter, chains func(Direction) []string) func() ([2]uint64, error) {
 	return func() ([2]uint64, error) {
 		var out [2]uint64
-		chains := make([]string, len(directions))
-		for i, d := range directions {
-			chains[i] = denyChain(d)
+		var all [2][]string
+		for _, d := range directions {
+			all[d] = chains(d)
 		}
-		n, err := pc.Packets(chains...)
+		n, err := pc.Packets(append(all[Ingress], all[Egress]...)...)
 		if err != nil {
 			return out, fmt.Errorf("reading the deny chains' counters: %w", err)
 		}
 		for _, d := range directions {
-			out[d] = n[denyChain(d)]
+			for _, c := range all[d] {
+				out[d] += n[c]
+			}
 		}
 		return out, nil
 	}

@@ -62,6 +62,7 @@ type Model struct {
 	// pods may briefly hold one address, and a map has one element per key.
 	claims map[netip.Addr][]*podState
 	vmap   [2]map[netip.Addr]string // the verdict maps' elements: address → group chain
+	cl     *clusterState            // ClusterNetworkPolicies and Nodes; nil until the first
 }
 
 type nsState struct {
@@ -79,7 +80,10 @@ type podState struct {
 	ns     *nsState
 	local  bool // enforced on this node
 	sels   map[*selector]struct{}
-	groups [2]*group // nil: not isolated in that direction
+	groups [2]*group    // nil: not isolated in that direction
+	tiers  [2][2]*group // by Direction, Tier: its Admin and Baseline chains, if any
+	entry  [2]string    // the chain its verdict map elements jump to; "" for none
+	next   [2]string    // the chain its next map elements jump to (cnp_tiers.go)
 }
 
 func (p *podState) labels() labels.Set { return labels.Set(p.rec.Labels) }
@@ -138,7 +142,7 @@ func (m *Model) TakeTouched() *Touched {
 func (m *Model) Counts() (policies, isolated int) {
 	for _, st := range m.ns {
 		for p := range st.local {
-			if p.groups[Ingress] != nil || p.groups[Egress] != nil {
+			if p.entry[Ingress] != "" || p.entry[Egress] != "" {
 				isolated++
 			}
 		}
@@ -163,6 +167,7 @@ func (m *Model) UpsertNamespace(rec *Namespace) {
 	}
 	st.labels, st.known = rec.Labels, true
 	m.relabel(st)
+	m.relabelSubjects(st)
 }
 
 // DeleteNamespace forgets a namespace's labels; its pods and policies go
@@ -174,6 +179,7 @@ func (m *Model) DeleteNamespace(name string) {
 	}
 	st.labels, st.known = nil, false
 	m.relabel(st)
+	m.relabelSubjects(st)
 	m.forgetNamespace(st)
 }
 

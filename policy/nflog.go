@@ -95,8 +95,14 @@ func (e *Feature) logPacket(p deniedPacket) {
 	if ok {
 		name = pod.String()
 	}
-	e.log.Info("denied connection", "direction", p.Dir.String(), "protocol", nft.ProtoName(p.Proto),
-		"source", p.Src.String(), "destination", p.Dst.String(), "port", p.Dst.Port(), "pod", name)
+	kv := []any{"direction", p.Dir.String(), "protocol", nft.ProtoName(p.Proto),
+		"source", p.Src.String(), "destination", p.Dst.String(), "port", p.Dst.Port(), "pod", name}
+	if tier, policy, ok := strings.Cut(p.By, ":"); ok {
+		kv = append(kv, "tier", tier, "clusterNetworkPolicy", policy)
+	} else {
+		kv = append(kv, "tier", "NetworkPolicy")
+	}
+	e.log.Info("denied connection", kv...)
 }
 
 // listenNFLOG binds a netfilter socket to an NFLOG group, copying
@@ -136,10 +142,14 @@ type deniedPacket struct {
 	Dir      Direction
 	Proto    uint8
 	Src, Dst netip.AddrPort // ports 0 for protocols without
+	// By is "<tier>:<name>" of the ClusterNetworkPolicy that denied it,
+	// from the prefix of its deny chain; "" for NetworkPolicy.
+	By string
 }
 
-// parseNFLOG reads an NFLOG packet message: the direction from the prefix
-// the deny chain gave it, the rest from the packet's headers.
+// parseNFLOG reads an NFLOG packet message: the direction (and the
+// ClusterNetworkPolicy) from the prefix the deny chain gave it, the rest
+// from the packet's headers.
 func parseNFLOG(m netlink.Message) (deniedPacket, bool) {
 	var p deniedPacket
 	if m.Header.Type != netlink.HeaderType(unix.NFNL_SUBSYS_ULOG<<8|nfulnlMsgPacket) || len(m.Data) < 4 {
@@ -162,7 +172,9 @@ func parseNFLOG(m netlink.Message) (deniedPacket, bool) {
 	if ad.Err() != nil || !strings.HasPrefix(prefix, logPrefix) {
 		return p, false
 	}
-	switch strings.TrimSpace(strings.TrimPrefix(prefix, logPrefix)) {
+	dir, by, _ := strings.Cut(strings.TrimSpace(strings.TrimPrefix(prefix, logPrefix)), " ")
+	p.By = by
+	switch dir {
 	case Ingress.String():
 		p.Dir = Ingress
 	case Egress.String():

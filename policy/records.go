@@ -1,5 +1,7 @@
-// Package policy enforces networking.k8s.io/v1 NetworkPolicy for the pods
-// of one node, in the nftables table `inet netplane-policy`. Its core is
+// Package policy enforces networking.k8s.io/v1 NetworkPolicy, and the Admin
+// and Baseline tiers of policy.networking.k8s.io ClusterNetworkPolicy
+// around it, for the pods of one node, in the nftables table `inet
+// netplane-policy`. Its core is
 // pure: slim records of pods, namespaces and policies, and an incremental
 // Model that turns them into the table's desired content (chains, named
 // sets and verdict maps, element by element) and reports what changed

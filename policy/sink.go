@@ -68,6 +68,10 @@ func recordKey(obj any) types.NamespacedName {
 		return types.NamespacedName{Name: r.Name}
 	case *policyRecord:
 		return r.key()
+	case *clusterPolicyRecord:
+		return r.key()
+	case *Node:
+		return types.NamespacedName{Name: r.Name}
 	}
 	return types.NamespacedName{}
 }
@@ -77,6 +81,8 @@ func recordKey(obj any) types.NamespacedName {
 func (e *Feature) records(kind informer.Kind) []any {
 	var out []any
 	switch kind {
+	case clusterPolicies, informer.Nodes:
+		return e.clusterRecords(kind)
 	case informer.Pods:
 		for key := range e.model.pods {
 			out = append(out, &Pod{Namespace: key.Namespace, Name: key.Name})

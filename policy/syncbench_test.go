@@ -111,18 +111,7 @@ func BenchmarkPartialSyncAtScale(b *testing.B) {
 				if _, err := k.Sync(r.full(), true); err != nil {
 					b.Fatal(err)
 				}
-				i := 0
-				for b.Loop() {
-					if i%2 == 0 {
-						ch.do(m)
-					} else {
-						ch.undo(m)
-					}
-					i++
-					if _, err := k.SyncTouched(r.t, r.apply(m.TakeTouched())); err != nil {
-						b.Fatal(err)
-					}
-				}
+				changeLoop(b, k, m, r, ch.do, ch.undo)
 			})
 		}
 	}

@@ -19,9 +19,11 @@ import (
 // (k8s.io/kubernetes test/utils/image/manifest.go at the pinned version),
 // built here so the suite runs unmodified and nothing is pulled.
 const (
-	PauseImage         = "registry.k8s.io/pause:3.10.2"
-	agnhostImage       = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
-	agnhostPrevImage   = "registry.k8s.io/e2e-test-images/agnhost:2.55"
+	PauseImage       = "registry.k8s.io/pause:3.10.2"
+	agnhostImage     = "registry.k8s.io/e2e-test-images/agnhost:2.66.1"
+	agnhostPrevImage = "registry.k8s.io/e2e-test-images/agnhost:2.55"
+	// network-policy-api v0.3.0's conformance suite's (conformance/base).
+	agnhostCNPImage    = "registry.k8s.io/e2e-test-images/agnhost:2.45"
 	busyboxImage       = "registry.k8s.io/e2e-test-images/busybox:1.37.0-2"
 	glibcDNSImage      = "registry.k8s.io/e2e-test-images/glibc-dns-testing:2.1.1"
 	nginxImage         = "registry.k8s.io/e2e-test-images/nginx:1.27.0-2"
@@ -102,6 +104,7 @@ func upstreamImages(dir string) (archive string, missing []string, err error) {
 		{Ref: busyboxImage, Layers: []*framework.Layer{base}, Cmd: []string{"sh"}, Env: path},
 		{Ref: agnhostImage, Layers: []*framework.Layer{base, debian, coredns, agnhost}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: path},
 		{Ref: agnhostPrevImage, Layers: []*framework.Layer{base, debian, coredns, agnhost}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: path},
+		{Ref: agnhostCNPImage, Layers: []*framework.Layer{base, debian, coredns, agnhost}, Entrypoint: []string{"/agnhost"}, Cmd: []string{"pause"}, Env: path},
 		{Ref: glibcDNSImage, Layers: []*framework.Layer{base, debian, coredns}, Cmd: []string{"bash"}, Env: path},
 		{Ref: nginxImage, Layers: []*framework.Layer{base, debian, nginx}, Entrypoint: []string{"nginx", "-g", "daemon off;"}, Env: path},
 		{Ref: nginxNewImage, Layers: []*framework.Layer{base, debian, nginx}, Entrypoint: []string{"nginx", "-g", "daemon off;"}, Env: path},

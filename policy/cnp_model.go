@@ -1,0 +1,389 @@
+package policy
+
+import (
+	"net/netip"
+	"slices"
+	"strings"
+
+	"k8s.io/apimachinery/pkg/labels"
+)
+
+// This file puts ClusterNetworkPolicy's two tiers around the NetworkPolicy
+// verdict, in chains shared as widely as they can be, so that a change
+// touches few rules:
+//
+//	cnp-<dir>-<hash>       one per policy and direction: its rules in
+//	                       order, whichever pods it selects
+//	admin-<dir>-<hash>     a local pod's Admin tier: a jump to the chain of
+//	                       each Admin policy whose subject holds it, by
+//	                       priority, then a lookup of the pod in <dir>-next
+//	baseline-<dir>-<hash>  likewise for Baseline, without the lookup
+//
+// The verdict map element of a pod jumps to the first of its Admin chain,
+// its NetworkPolicy group chain (when a NetworkPolicy isolates it) and its
+// Baseline chain; <dir>-next maps a pod that has an Admin chain to the
+// second of them. A policy's rule decides by leaving the policy's chain:
+// Deny goes to the policy's deny chain; an ingress Accept accepts (ingress
+// is the table's last word on a packet); an egress Accept goes to
+// accept-egress, which judges the destination's ingress, then accepts;
+// an Admin Pass goes to pass-<dir>, which runs the pod's next chain (and
+// for egress the destination's ingress), then accepts; a Baseline Pass is
+// an Accept (the default allows). A rule that does not match, or a chain
+// that ends, returns to the dispatching chain, which goes on.
+//
+// Every chain is named by a hash of its rules and never changed; peers are
+// the sets NetworkPolicy peers use (sel-…, nport-…, interval sets) and
+// node-… for nodes, so a pod, namespace or Node change touches elements
+// and dispatchers only. A pod no ClusterNetworkPolicy selects has the
+// chains NetworkPolicy alone gives it, and a table without any policy has
+// none of these.
+
+// clusterState is the model's ClusterNetworkPolicy part.
+type clusterState struct {
+	policies map[string]*cnpState
+	order    []*cnpState // by clusterOrder, both tiers
+	nodes    map[string]*Node
+	nodeSels map[string]*nodeSel      // by NodeSelector.Key
+	next     [2]map[netip.Addr]string // the next maps' elements: address → chain
+}
+
+// cnpState is a ClusterNetworkPolicy in the model with what it holds.
+type cnpState struct {
+	rec *ClusterPolicy
+	holds
+	nodes   []*nodeSel
+	subject *PeerSelector // its subject's pods, for ingress named ports
+	deny    [2]*group     // its deny chains, when a rule denies
+	chain   [2]*group     // its rules by direction; nil for none
+}
+
+// UpsertClusterPolicy adds or changes a ClusterNetworkPolicy.
+func (m *Model) UpsertClusterPolicy(rec *ClusterPolicy) {
+	cl := m.cluster()
+	if len(cl.policies) == 0 {
+		m.tierBase(true)
+	}
+	old := cl.policies[rec.Name]
+	st := m.newCluster(rec)
+	cl.policies[rec.Name] = st
+	cl.order = slices.DeleteFunc(cl.order, func(c *cnpState) bool { return c == old })
+	i, _ := slices.BinarySearchFunc(cl.order, st, func(a, b *cnpState) int { return clusterOrder(a.rec, b.rec) })
+	cl.order = slices.Insert(cl.order, i, st)
+	m.regroupSubjects(old, st)
+	if old != nil {
+		m.releaseCluster(old)
+	}
+}
+
+// DeleteClusterPolicy removes a ClusterNetworkPolicy.
+func (m *Model) DeleteClusterPolicy(name string) {
+	cl := m.cluster()
+	old := cl.policies[name]
+	if old == nil {
+		return
+	}
+	delete(cl.policies, name)
+	cl.order = slices.DeleteFunc(cl.order, func(c *cnpState) bool { return c == old })
+	m.regroupSubjects(old, nil)
+	m.releaseCluster(old)
+	if len(cl.policies) == 0 {
+		m.tierBase(false)
+	}
+}
+
+func (m *Model) cluster() *clusterState {
+	if m.cl == nil {
+		m.cl = &clusterState{policies: map[string]*cnpState{}, nodes: map[string]*Node{}, nodeSels: map[string]*nodeSel{},
+			next: [2]map[netip.Addr]string{{}, {}}}
+	}
+	return m.cl
+}
+
+// regroupSubjects regroups the local pods old or st selects.
+func (m *Model) regroupSubjects(old, st *cnpState) {
+	for _, ns := range m.ns {
+		nl := labelsOf(ns)
+		for p := range ns.local {
+			if (old != nil && old.rec.subjectSelects(nl, p.labels())) || (st != nil && st.rec.subjectSelects(nl, p.labels())) {
+				m.regroup(p)
+			}
+		}
+	}
+}
+
+// relabelSubjects regroups a namespace's local pods when its labels change
+// which policies' subjects hold them.
+func (m *Model) relabelSubjects(st *nsState) {
+	if m.cl == nil || len(m.cl.order) == 0 {
+		return
+	}
+	for p := range st.local {
+		m.regroup(p)
+	}
+}
+
+func (m *Model) newCluster(rec *ClusterPolicy) *cnpState {
+	st := &cnpState{rec: rec}
+	for _, d := range directions {
+		var items []item
+		for _, r := range rec.Rules[d] {
+			items = m.appendClusterItems(st, items, d, r)
+		}
+		if len(items) == 0 {
+			continue
+		}
+		rules := make([]Rule, len(items))
+		for i, it := range items {
+			rules[i] = it.rule
+		}
+		st.chain[d] = m.acquireChain("cnp-"+d.String()+"-"+hashOf(rec.Tier.String()+"/"+rec.Name+"\n"+rulesText(rules)), rules)
+	}
+	return st
+}
+
+// clusterVerdict is what a rule of st's does in direction d when it
+// matches (the file's comment says why).
+func (m *Model) clusterVerdict(st *cnpState, d Direction, a Action) Verdict {
+	switch {
+	case a == ActionDeny:
+		return Verdict{Kind: Goto, Chain: m.clusterDeny(st, d).chain.Name}
+	case a == ActionPass && st.rec.Tier == AdminTier:
+		return Verdict{Kind: Goto, Chain: passChain(d)}
+	case d == Ingress:
+		return Verdict{Kind: Accept}
+	}
+	return Verdict{Kind: Goto, Chain: acceptEgress}
+}
+
+// appendClusterItems appends the items of one rule: each peer with each
+// port and family, all with the rule's verdict.
+func (m *Model) appendClusterItems(st *cnpState, items []item, d Direction, r ClusterRule) []item {
+	v := m.clusterVerdict(st, d, r.Action)
+	if len(r.Peers) == 0 { // failed closed: every connection
+		return append(items, item{rule: Rule{Verdict: v}})
+	}
+	var numbered []Port
+	var named []string
+	for _, p := range r.Ports {
+		if p.Name == "" {
+			numbered = append(numbered, p)
+		} else {
+			named = append(named, p.Name)
+		}
+	}
+	for _, peer := range r.Peers {
+		bases := m.clusterPeerRules(st, d, peer, v)
+		if len(numbered) > 0 || len(named) == 0 {
+			items = portItems(items, bases, d, numbered, nil)
+		}
+		for _, name := range named {
+			items = m.appendClusterNamed(st, items, d, peer, bases, name, v)
+		}
+	}
+	return items
+}
+
+// clusterPeerRules are the rules matching a peer as the source (ingress)
+// or destination (egress), one per family it can have.
+func (m *Model) clusterPeerRules(st *cnpState, d Direction, peer ClusterPeer, v Verdict) []Rule {
+	if peer.Nodes == nil {
+		return m.peerRules(&st.holds, d, Peer{Pods: peer.Pods, Block: peer.Block}, v)
+	}
+	field := Saddr
+	if d == Egress {
+		field = Daddr
+	}
+	n := m.acquireNodeSel(peer.Nodes)
+	st.nodes = append(st.nodes, n)
+	out := make([]Rule, 0, len(m.fams))
+	for _, f := range m.fams {
+		out = append(out, Rule{Family: f, Field: field, Set: setName("node", f, n.hash), Verdict: v})
+	}
+	return out
+}
+
+// namedProtocols are the protocols a destinationNamedPort may be of: it
+// names a container port, whatever its protocol.
+var namedProtocols = []uint8{6, 17, 132}
+
+// appendClusterNamed: a destination named port is a lookup of address .
+// protocol . port in a named set, one rule per protocol (nft reads a
+// transport port only after a protocol match): for egress, the set of the
+// peer's pods (networks and nodes have no named ports: nothing matches);
+// for ingress, the set of the subject's pods, after the peer's match.
+func (m *Model) appendClusterNamed(st *cnpState, items []item, d Direction, peer ClusterPeer, bases []Rule, name string, v Verdict) []item {
+	if d == Egress {
+		if peer.Pods == nil {
+			return items
+		}
+		n := m.holdNamed(st, peer.Pods, name)
+		for _, f := range m.fams {
+			for _, proto := range namedProtocols {
+				items = append(items, item{rule: Rule{Family: f, Proto: proto, PortSet: setName("nport", f, n.hash), Verdict: v}})
+			}
+		}
+		return items
+	}
+	if st.subject == nil {
+		pods := st.rec.Pods
+		if pods == nil {
+			pods = labels.Everything()
+		}
+		st.subject = newPeerSelector("", st.rec.Namespaces, pods)
+	}
+	n := m.holdNamed(st, st.subject, name)
+	for _, b := range bases {
+		for _, proto := range namedProtocols {
+			r := b
+			r.Proto, r.PortSet = proto, setName("nport", b.Family, n.hash)
+			items = append(items, item{rule: r})
+		}
+	}
+	return items
+}
+
+// holdNamed is the named set of a port name on a selector's pods, held by st.
+func (m *Model) holdNamed(st *cnpState, ps *PeerSelector, name string) *namedSet {
+	s := m.acquireSel(ps)
+	n := m.acquireNamed(s, name)
+	m.releaseSel(s) // the named set holds it
+	st.named = append(st.named, n)
+	return n
+}
+
+// clusterDeny is the policy's deny chain of a direction: the log line
+// (with --network-policy-log-denied) names the policy and its tier.
+func (m *Model) clusterDeny(st *cnpState, d Direction) *group {
+	if st.deny[d] != nil {
+		return st.deny[d]
+	}
+	var rules []Rule
+	if l := m.cfg.Log; l.Rate != 0 {
+		l.Prefix = clusterLogPrefix(l.Prefix, d, st.rec)
+		rules = append(rules, Rule{Log: l})
+	}
+	rules = append(rules, Rule{Counter: CounterName(d), Verdict: Verdict{Kind: Drop}})
+	st.deny[d] = m.acquireChain(denyChain(d)+"-"+hashOf(st.rec.Tier.String()+"/"+st.rec.Name), rules)
+	return st.deny[d]
+}
+
+// maxLogPrefix is the longest NFLOG prefix the kernel keeps, less its NUL.
+const maxLogPrefix = 127
+
+// clusterLogPrefix is "<prefix><direction> <Tier>:<name> ", the name cut
+// to what the kernel keeps.
+func clusterLogPrefix(prefix string, d Direction, p *ClusterPolicy) string {
+	head := prefix + d.String() + " " + p.Tier.String() + ":"
+	name := p.Name
+	if len(head)+len(name)+1 > maxLogPrefix {
+		name = name[:maxLogPrefix-len(head)-1]
+	}
+	return head + name + " "
+}
+
+func (m *Model) releaseCluster(st *cnpState) {
+	m.release(&st.holds)
+	for _, n := range st.nodes {
+		m.releaseNodeSel(n)
+	}
+	for _, g := range append(st.deny[:], st.chain[:]...) {
+		if g != nil {
+			m.releaseGroup(g)
+		}
+	}
+}
+
+// tierChains are the Admin and Baseline chains of a local pod in one
+// direction (nil where no policy applies); np is its NetworkPolicy group
+// chain, nil when no NetworkPolicy isolates it, which leaves Baseline out.
+func (m *Model) tierChains(p *podState, d Direction, np *group) (out [2]*group) {
+	if m.cl == nil || len(m.cl.order) == 0 {
+		return out
+	}
+	var jumps [2][]Rule
+	nl := labelsOf(p.ns)
+	for _, st := range m.cl.order {
+		if c := st.chain[d]; c != nil && st.rec.subjectSelects(nl, p.labels()) {
+			jumps[st.rec.Tier] = append(jumps[st.rec.Tier], Rule{Verdict: Verdict{Kind: Jump, Chain: c.chain.Name}})
+		}
+	}
+	if b := jumps[BaselineTier]; len(b) > 0 && np == nil {
+		out[BaselineTier] = m.acquireChain("baseline-"+d.String()+"-"+hashOf(rulesText(b)), b)
+	}
+	if a := jumps[AdminTier]; len(a) > 0 {
+		for _, f := range m.fams {
+			a = append(a, Rule{Family: f, Field: podField(d), Vmap: nextMap(d, f)})
+		}
+		out[AdminTier] = m.acquireChain("admin-"+d.String()+"-"+hashOf(rulesText(a)), a)
+	}
+	return out
+}
+
+// podField is the address of the local pod whose rules a packet meets in
+// direction d: the source's for egress, the destination's for ingress.
+func podField(d Direction) Field {
+	if d == Egress {
+		return Saddr
+	}
+	return Daddr
+}
+
+func rulesText(rules []Rule) string {
+	texts := make([]string, len(rules))
+	for i, r := range rules {
+		texts[i] = r.Text()
+	}
+	return strings.Join(texts, "\n")
+}
+
+// acquireChain returns the chain of this name, made with these rules on
+// first use. The name says its rules.
+func (m *Model) acquireChain(name string, rules []Rule) *group {
+	if g := m.groups[name]; g != nil {
+		g.refs++
+		return g
+	}
+	g := &group{chain: &Chain{Name: name, Rules: rules}, refs: 1}
+	m.groups[name] = g
+	m.putChain(g.chain)
+	return g
+}
+
+// entryOf is the chain a pod's verdict map element jumps to: the first of
+// its Admin, NetworkPolicy and Baseline chains; "" for none.
+func entryOf(np *group, tg [2]*group) string {
+	for _, g := range []*group{tg[AdminTier], np, tg[BaselineTier]} {
+		if g != nil {
+			return g.chain.Name
+		}
+	}
+	return ""
+}
+
+// nextOf is the chain a pod's next map element jumps to: after its Admin
+// chain, the NetworkPolicy or else the Baseline chain; "" for none.
+func nextOf(np *group, tg [2]*group) string {
+	if tg[AdminTier] == nil {
+		return ""
+	}
+	for _, g := range []*group{np, tg[BaselineTier]} {
+		if g != nil {
+			return g.chain.Name
+		}
+	}
+	return ""
+}
+
+// denyChains are the chains that drop in direction d: NetworkPolicy's and
+// each ClusterNetworkPolicy's, whose counters make the denied packets.
+func (m *Model) denyChains(d Direction) []string {
+	out := []string{denyChain(d)}
+	if m.cl != nil {
+		for _, st := range m.cl.order {
+			if st.deny[d] != nil {
+				out = append(out, st.deny[d].chain.Name)
+			}
+		}
+	}
+	return out
+}
