@@ -1,10 +1,7 @@
 package policy
 
 import (
-	"fmt"
 	"net"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -242,18 +239,7 @@ func TestKernelEnforcesClusterNetworkPolicy(t *testing.T) {
 // states and what the API reading with both tiers says.
 func (l *lab) checkTiered(t *testing.T, c *tiered, probes ...kprobe) {
 	t.Helper()
-	got := make([]bool, len(probes))
-	var wg sync.WaitGroup
-	for i, p := range probes {
-		addr := p.to
-		if ip, ok := l.ips[p.to]; ok {
-			addr = ip
-		}
-		wg.Go(func() {
-			got[i] = l.connect(p.from, strings.ToLower(string(p.proto))+"4", fmt.Sprintf("%s:%d", addr, p.port))
-		})
-	}
-	wg.Wait()
+	got := l.probeAll(probes)
 	for i, p := range probes {
 		if got[i] != p.want {
 			t.Errorf("%s -> %s %s/%d: got through=%v, want %v", p.from, p.to, p.proto, p.port, got[i], p.want)

@@ -164,18 +164,7 @@ type kprobe struct {
 // pod-to-pod probes, with the API reading.
 func (l *lab) check(probes ...kprobe) {
 	l.t.Helper()
-	got := make([]bool, len(probes))
-	var wg sync.WaitGroup
-	for i, p := range probes {
-		addr := p.to
-		if ip, ok := l.ips[p.to]; ok {
-			addr = ip
-		}
-		wg.Go(func() {
-			got[i] = l.connect(p.from, strings.ToLower(string(p.proto))+"4", fmt.Sprintf("%s:%d", addr, p.port))
-		})
-	}
-	wg.Wait()
+	got := l.probeAll(probes)
 	for i, p := range probes {
 		if got[i] != p.want {
 			l.t.Errorf("%s -> %s %s/%d: got through=%v, want %v", p.from, p.to, p.proto, p.port, got[i], p.want)
@@ -315,4 +304,21 @@ type namespaceCounter struct{ d nft.Dialer }
 
 func (c namespaceCounter) Packets(chains ...string) (map[string]uint64, error) {
 	return nft.Packets(c.d, TableID, chains...)
+}
+
+// probeAll makes every probe at once and says which got through.
+func (l *lab) probeAll(probes []kprobe) []bool {
+	got := make([]bool, len(probes))
+	var wg sync.WaitGroup
+	for i, p := range probes {
+		addr := p.to
+		if ip, ok := l.ips[p.to]; ok {
+			addr = ip
+		}
+		wg.Go(func() {
+			got[i] = l.connect(p.from, strings.ToLower(string(p.proto))+"4", fmt.Sprintf("%s:%d", addr, p.port))
+		})
+	}
+	wg.Wait()
+	return got
 }
