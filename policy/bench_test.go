@@ -2,7 +2,6 @@ package policy
 
 import (
 	"fmt"
-	"net"
 	"net/netip"
 	"slices"
 	"strings"
@@ -300,19 +299,7 @@ func connectBenchWith(b *testing.B, large bool, extra func(*lab)) {
 
 // connects times n TCP connects (until established) from a pod to addr.
 func (l *lab) connects(tb testing.TB, from, addr string, n int) []time.Duration {
-	out := make([]time.Duration, 0, n)
-	err := l.pods[from].Do(func() error {
-		for range n {
-			t0 := time.Now()
-			c, err := net.DialTimeout("tcp4", addr, time.Second)
-			if err != nil {
-				return err
-			}
-			out = append(out, time.Since(t0))
-			c.Close()
-		}
-		return nil
-	})
+	out, err := l.pods[from].Connects(addr, n)
 	if err != nil {
 		tb.Fatal(err)
 	}

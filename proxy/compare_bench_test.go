@@ -1,7 +1,6 @@
 package proxy
 
 import (
-	"bufio"
 	"context"
 	"errors"
 	"fmt"
@@ -11,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -32,6 +30,7 @@ import (
 
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/e2e/netns"
+	"github.com/netplane/netplane/e2e/nftwatch"
 )
 
 // BenchmarkProxyAgainstKubeProxy runs netplane's node role and kube-proxy
@@ -39,7 +38,10 @@ import (
 // each in a fresh node namespace, against one API server and one set of
 // objects, at each scale of NETPLANE_BENCH_SERVICES (comma-separated Service
 // counts, default "10,1000"; add 10000 for the large run). Every Service has
-// 10 endpoints. At each scale it measures, for both:
+// NETPLANE_BENCH_ENDPOINTS endpoints (default 10). A proxy whose full sync
+// has not finished within NETPLANE_BENCH_SYNC_LIMIT (default 20m) is
+// reported as such and left out of that scale's other measures. At each
+// scale it measures, for both:
 //
 //   - full sync: from the process's own "lists received" log line (and from
 //     process start) to the last Service answering: the last-created one
@@ -50,8 +52,9 @@ import (
 //   - peak RSS: VmHWM of the process; kube-proxy's `nft` children are not in
 //     it, so the largest child's peak (wait4's ru_maxrss) is reported beside;
 //   - first-packet latency: TCP connects through a ClusterIP, p50 and p99;
-//   - from 1,000 Services up: one endpoint change (API write to the kernel's
-//     notification carrying the new address), and a restart: time until the
+//   - one endpoint change (API write to the kernel's notification carrying
+//     the new address), NETPLANE_BENCH_CHANGES times (default 1), and
+//     unless NETPLANE_BENCH_NO_RESTART=1 a restart: time until the
 //     first sync is done, and the monitor's count of transactions that
 //     deleted something of an existing Service without adding it back, with
 //     a prober connecting to a Service all along.
@@ -65,7 +68,7 @@ func BenchmarkProxyAgainstKubeProxy(b *testing.B) {
 	for i, n := range benchScales() {
 		start := time.Now()
 		probe := objs.grow(b, n)
-		b.Logf("%d Services × 10 endpoints in the API server (created in %v); load %s", n, time.Since(start).Round(time.Millisecond), framework.LoadAverage())
+		b.Logf("%d Services × %d endpoints in the API server (created in %v); load %s", n, benchEndpointCount(), time.Since(start).Round(time.Millisecond), framework.LoadAverage())
 		res := map[string]benchResult{}
 		// Alternate who goes first, so neither always runs on a warmer machine.
 		order := slices.Clone(proxies)
@@ -78,10 +81,28 @@ func BenchmarkProxyAgainstKubeProxy(b *testing.B) {
 			}
 			res[px.name] = runBenchProxy(b, px, objs, n, probe, fmt.Sprintf("10.250.%d.%d", i, j+1))
 		}
-		if len(res) == 2 {
+		if len(res) == 2 && res["kube-proxy"].fromLists > 0 {
 			reportBench(b, n, res["netplane"], res["kube-proxy"])
 		}
 	}
+}
+
+// benchEndpointCount reads NETPLANE_BENCH_ENDPOINTS.
+func benchEndpointCount() int { return benchEnvInt("NETPLANE_BENCH_ENDPOINTS", 10) }
+
+// benchSyncLimit reads NETPLANE_BENCH_SYNC_LIMIT.
+func benchSyncLimit() time.Duration {
+	if d, err := time.ParseDuration(os.Getenv("NETPLANE_BENCH_SYNC_LIMIT")); err == nil && d > 0 {
+		return d
+	}
+	return 20 * time.Minute
+}
+
+func benchEnvInt(name string, def int) int {
+	if n, err := strconv.Atoi(os.Getenv(name)); err == nil && n > 0 {
+		return n
+	}
+	return def
 }
 
 // benchChangesFrom is the smallest scale at which the endpoint change and
@@ -174,48 +195,26 @@ func kubeProxy(bin string) benchProxy {
 	}
 }
 
-var klogTime = regexp.MustCompile(`^[IWEF](\d{4} \d{2}:\d{2}:\d{2}\.\d{6})`)
-
 // lastLogTime is the time of the last klog line containing must and, when
 // any are given, one of anyOf.
 func lastLogTime(path, must string, anyOf ...string) time.Time {
-	return logTime(path, false, must, anyOf...)
-}
-
-// firstLogTime is lastLogTime's first such line.
-func firstLogTime(path, must string, anyOf ...string) time.Time {
-	return logTime(path, true, must, anyOf...)
-}
-
-func logTime(path string, first bool, must string, anyOf ...string) time.Time {
-	f, err := os.Open(path)
-	if err != nil {
-		return time.Time{}
+	if len(anyOf) == 0 {
+		t, _ := framework.LogLine(path, true, must)
+		return t
 	}
-	defer f.Close()
-	var last time.Time
-	sc := bufio.NewScanner(f)
-	sc.Buffer(make([]byte, 1<<20), 1<<20)
-	for sc.Scan() {
-		line := sc.Text()
-		if !strings.Contains(line, must) || (len(anyOf) > 0 && !slices.ContainsFunc(anyOf, func(s string) bool { return strings.Contains(line, s) })) {
-			continue
-		}
-		m := klogTime.FindStringSubmatch(line)
-		if m == nil {
-			continue
-		}
-		t, err := time.ParseInLocation("0102 15:04:05.000000", m[1], time.Local)
-		if err != nil {
-			continue
-		}
-		now := time.Now()
-		last = t.AddDate(now.Year(), 0, 0)
-		if first {
-			break
+	var out time.Time
+	for _, a := range anyOf {
+		if t, _ := framework.LogLine(path, true, must, a); t.After(out) {
+			out = t
 		}
 	}
-	return last
+	return out
+}
+
+// firstLogTime is the time of the first klog line containing all of must.
+func firstLogTime(path string, must ...string) time.Time {
+	t, _ := framework.LogLine(path, false, must...)
+	return t
 }
 
 // benchResult is one proxy's numbers at one scale.
@@ -224,7 +223,7 @@ type benchResult struct {
 	rssKiB, childKiB                              int
 	treeKiB                                       int           // the process and its children at once, sampled
 	p50, p99                                      time.Duration // first-packet latency
-	change                                        time.Duration // zero: not measured
+	change, changeP99                             time.Duration // zero: not measured
 	restart                                       time.Duration
 	restartKiB                                    int // peak RSS of the restarted process, adopting the table
 	restartOrphans, restartDeletes, probeFailures int
@@ -254,7 +253,12 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 	t0 := time.Now()
 	p := ns.Start(b, bin, args...)
 	tree := sampleTree(p.Cmd.Process.Pid)
-	answered, err := waitAnswer(ns, probe, 10*time.Minute, p)
+	answered, err := waitAnswer(ns, probe, benchSyncLimit(), p)
+	if err != nil && !p.Exited() {
+		b.Logf("%s, %d Services: full sync not finished within %v (load %s); left out at this scale", px.name, n, benchSyncLimit(), framework.LoadAverage())
+		p.Stop(10 * time.Second)
+		return r
+	}
 	if err != nil {
 		b.Fatalf("%s, %d Services: %v; log tail:\n%s", px.name, n, err, p.Tail(30))
 	}
@@ -276,11 +280,11 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 	// both proxies' full syncs, and a monitor left from an earlier run
 	// slowed whoever ran later (netplane's own monitor stays away from the
 	// group while it commits; see nft/monitor.go).
-	mon := newNFTMonitor(b, ns)
-	defer mon.close()
-	mark := mon.mark()
-	mon.settle(mark, time.Second, 5*time.Minute)
-	r.monitorOverflow = mon.since(mark).overflow
+	mon := nftwatch.New(b, ns)
+	defer mon.Close()
+	mark := mon.Mark()
+	mon.Settle(mark, time.Second, 5*time.Minute)
+	r.monitorOverflow = mon.Since(mark).Overflow
 
 	lat, err := connectLatencies(ns, probe, 2000)
 	if err != nil {
@@ -292,16 +296,25 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 		// Both proxies rate-limit syncs (--min-sync-period: kube-proxy 1 s,
 		// netplane 100 ms): let that pass, so the change measures the sync
 		// and not the rate limit.
-		time.Sleep(2 * time.Second)
-		seen := mon.watchAddr(newIP)
-		t1 := time.Now()
-		objs.changeLastEndpoint(b, newIP)
-		select {
-		case at := <-seen:
-			r.change = at.Sub(t1)
-		case <-time.After(2 * time.Minute):
-			b.Fatalf("%s: endpoint change to %s not in the kernel after 2m", px.name, newIP)
+		var took []time.Duration
+		for k := range min(benchEnvInt("NETPLANE_BENCH_CHANGES", 1), 50) {
+			time.Sleep(2 * time.Second)
+			// Each change a new address: 10.250.x.y, then 10.249.x.y, ...
+			a := netip.MustParseAddr(newIP).As4()
+			a[1] -= byte(k)
+			ip := netip.AddrFrom4(a).String()
+			seen := mon.WatchAddr(ip)
+			t1 := time.Now()
+			objs.changeLastEndpoint(b, ip)
+			select {
+			case at := <-seen:
+				took = append(took, at.Sub(t1))
+			case <-time.After(2 * time.Minute):
+				b.Fatalf("%s: endpoint change to %s not in the kernel after 2m", px.name, ip)
+			}
 		}
+		slices.Sort(took)
+		r.change, r.changeP99 = took[len(took)/2], took[min(len(took)-1, len(took)*99/100)]
 	}
 	if dir := os.Getenv("NETPLANE_BENCH_LOGS"); dir != "" {
 		if data, err := os.ReadFile(p.Log); err == nil {
@@ -312,7 +325,7 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 	p.Stop(10 * time.Second)
 	r.childKiB = maxRSSWithChildren(p.Cmd)
 
-	if n >= benchChangesFrom {
+	if n >= benchChangesFrom && os.Getenv("NETPLANE_BENCH_NO_RESTART") != "1" {
 		r.restart, r.restartKiB, r.restartOrphans, r.restartDeletes, r.probeFailures = benchRestart(b, ns, mon, px, probe, kc)
 	}
 	b.Logf("%s, %d Services: full sync %v from lists, %v from start; peak RSS %d MiB (with children %d MiB, at once %d MiB); connect p50 %v p99 %v; change %v; restart ready %v (peak RSS %d MiB), orphan deletes %d, deletes %d, probe failures %d; monitor overflows %d",
@@ -325,7 +338,7 @@ func runBenchProxy(b *testing.B, px benchProxy, objs *benchObjects, n int, probe
 // benchRestart starts the proxy again over the table its predecessor left,
 // with a prober connecting through a ClusterIP all along, and returns the
 // time until its first sync is done and what the monitor saw.
-func benchRestart(b *testing.B, ns *netns.NS, mon *nftMonitor, px benchProxy, probe netip.AddrPort, kc string) (ready time.Duration, rssKiB, orphans, deletes, failures int) {
+func benchRestart(b *testing.B, ns *netns.NS, mon *nftwatch.Monitor, px benchProxy, probe netip.AddrPort, kc string) (ready time.Duration, rssKiB, orphans, deletes, failures int) {
 	var fails atomic.Int64
 	stop := make(chan struct{})
 	var wg sync.WaitGroup
@@ -343,7 +356,7 @@ func benchRestart(b *testing.B, ns *netns.NS, mon *nftMonitor, px benchProxy, pr
 			}
 		}
 	}()
-	mark := mon.mark()
+	mark := mon.Mark()
 	bin, args := px.args(kc)
 	t0 := time.Now()
 	p := ns.Start(b, bin, args...)
@@ -352,15 +365,15 @@ func benchRestart(b *testing.B, ns *netns.NS, mon *nftMonitor, px benchProxy, pr
 		b.Fatalf("%s restart: %v; log tail:\n%s", px.name, err, p.Tail(30))
 	}
 	ready = time.Since(t0)
-	mon.settle(mark, time.Second, 5*time.Minute)
+	mon.Settle(mark, time.Second, 5*time.Minute)
 	close(stop)
 	wg.Wait()
 	rssKiB = peakRSS(p.Cmd.Process.Pid)
-	c := mon.since(mark)
-	if c.overflow > 0 {
-		b.Logf("%s restart: the monitor lost notifications (%d overflows): deletion counts are a lower bound", px.name, c.overflow)
+	c := mon.Since(mark)
+	if c.Overflow > 0 {
+		b.Logf("%s restart: the monitor lost notifications (%d overflows): deletion counts are a lower bound", px.name, c.Overflow)
 	}
-	return ready, rssKiB, c.orphans, c.deletes, int(fails.Load())
+	return ready, rssKiB, c.Orphans, c.Deletes, int(fails.Load())
 }
 
 func reportBench(b *testing.B, n int, np, kube benchResult) {
@@ -385,8 +398,9 @@ func reportBench(b *testing.B, n int, np, kube benchResult) {
 		b.ReportMetric(kube.change.Seconds(), pre+"kube-proxy-change-s")
 		b.ReportMetric(np.restart.Seconds(), pre+"netplane-restart-s")
 		b.ReportMetric(kube.restart.Seconds(), pre+"kube-proxy-restart-s")
-		line += fmt.Sprintf("; one endpoint change %v vs %v (%.1fx faster); restart ready %v vs %v (peak RSS %d vs %d MiB), transactions that only deleted %d vs %d, failed probes %d vs %d",
+		line += fmt.Sprintf("; one endpoint change p50 %v vs %v (%.1fx faster), p99 %v vs %v; restart ready %v vs %v (peak RSS %d vs %d MiB), transactions that only deleted %d vs %d, failed probes %d vs %d",
 			np.change.Round(time.Millisecond), kube.change.Round(time.Millisecond), ratio(kube.change, np.change),
+			np.changeP99.Round(time.Millisecond), kube.changeP99.Round(time.Millisecond),
 			np.restart.Round(time.Millisecond), kube.restart.Round(time.Millisecond), np.restartKiB/1024, kube.restartKiB/1024, np.restartOrphans, kube.restartOrphans, np.probeFailures, kube.probeFailures)
 	}
 	b.Log(line)
@@ -695,15 +709,15 @@ func (o *benchObjects) create(ctx context.Context, name string, ips []string) (*
 	return s, err
 }
 
-// benchEndpoints are Service i's 10 endpoint addresses, the last replaced
+// benchEndpoints are Service i's endpoint addresses, the last replaced
 // by last when given.
 func benchEndpoints(i int, last string) []string {
 	var ips []string
-	for j := 0; j < 10; j++ {
+	for j := range benchEndpointCount() {
 		ips = append(ips, fmt.Sprintf("10.%d.%d.%d", 100+j, i/250, i%250+1))
 	}
 	if last != "" {
-		ips[9] = last
+		ips[len(ips)-1] = last
 	}
 	return ips
 }

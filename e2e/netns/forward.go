@@ -5,7 +5,9 @@ import (
 	"io"
 	"net"
 	"sync"
+	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // Listen opens a TCP listener inside the namespace.
@@ -41,14 +43,30 @@ func (ns *NS) Forward(t testing.TB, listenAddr, target string) string {
 	if err != nil {
 		t.Fatal(err)
 	}
-	stop := Relay(l, func() (net.Conn, error) { return net.Dial("tcp", target) })
+	stop := relay(l, func() (net.Conn, error) { return net.Dial("tcp", target) }, nil)
+	t.Cleanup(stop)
+	return l.Addr().String()
+}
+
+// ForwardCounted is Forward that adds to received every byte the target
+// sends back: what a process in the namespace receives from the server.
+func (ns *NS) ForwardCounted(t testing.TB, listenAddr, target string, received *atomic.Int64) string {
+	t.Helper()
+	l, err := ns.Listen(listenAddr)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stop := relay(l, func() (net.Conn, error) { return net.Dial("tcp", target) }, received)
 	t.Cleanup(stop)
 	return l.Addr().String()
 }
 
 // Relay accepts on l and copies each connection to one made by dial, until
 // the returned stop function is called.
-func Relay(l net.Listener, dial func() (net.Conn, error)) (stop func()) {
+func Relay(l net.Listener, dial func() (net.Conn, error)) (stop func()) { return relay(l, dial, nil) }
+
+// relay is Relay, counting the bytes dial's side sends in received if set.
+func relay(l net.Listener, dial func() (net.Conn, error), received *atomic.Int64) (stop func()) {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	conns := map[net.Conn]bool{}
@@ -84,7 +102,14 @@ func Relay(l net.Listener, dial func() (net.Conn, error)) (stop func()) {
 				track(out, true)
 				done := make(chan struct{}, 2)
 				go func() { io.Copy(out, in); done <- struct{}{} }()
-				go func() { io.Copy(in, out); done <- struct{}{} }()
+				go func() {
+					var from io.Reader = out
+					if received != nil {
+						from = countingReader{out, received}
+					}
+					io.Copy(in, from)
+					done <- struct{}{}
+				}()
 				<-done
 				in.Close()
 				out.Close()
@@ -103,4 +128,35 @@ func Relay(l net.Listener, dial func() (net.Conn, error)) (stop func()) {
 		mu.Unlock()
 		wg.Wait()
 	}
+}
+
+// countingReader counts what is read through it.
+type countingReader struct {
+	r io.Reader
+	n *atomic.Int64
+}
+
+func (c countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n.Add(int64(n))
+	return n, err
+}
+
+// Connects times n TCP connects from the namespace to addr, each until it
+// is established, one after another.
+func (ns *NS) Connects(addr string, n int) ([]time.Duration, error) {
+	out := make([]time.Duration, 0, n)
+	err := ns.Do(func() error {
+		for range n {
+			t0 := time.Now()
+			c, err := net.DialTimeout("tcp", addr, time.Second)
+			if err != nil {
+				return err
+			}
+			out = append(out, time.Since(t0))
+			c.Close()
+		}
+		return nil
+	})
+	return out, err
 }

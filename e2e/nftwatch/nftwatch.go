@@ -1,4 +1,6 @@
-package proxy
+// Package nftwatch times nftables changes in a test's network namespace
+// from the kernel's own change notifications.
+package nftwatch
 
 import (
 	"bytes"
@@ -16,12 +18,12 @@ import (
 	"github.com/netplane/netplane/e2e/netns"
 )
 
-// nftMonitor listens to the nftables change notifications of one network
+// Monitor listens to the nftables change notifications of one network
 // namespace: the kernel sends them when a transaction commits, so their
 // arrival time is when the kernel has the change, without polling `nft list`.
 // It keeps, per event, only its time and kind, and watches for byte
 // patterns (an address in binary and in text form) to time one change.
-type nftMonitor struct {
+type Monitor struct {
 	conn      *netlink.Conn
 	closeOnce sync.Once
 
@@ -48,7 +50,7 @@ type watch struct {
 
 type txCount struct{ adds, dels int }
 
-func newNFTMonitor(b testing.TB, ns *netns.NS) *nftMonitor {
+func New(b testing.TB, ns *netns.NS) *Monitor {
 	b.Helper()
 	f, err := os.Open(ns.Path)
 	if err != nil {
@@ -62,9 +64,9 @@ func newNFTMonitor(b testing.TB, ns *netns.NS) *nftMonitor {
 	if err := forceRcvBuf(c, 16<<20); err != nil {
 		b.Fatal(err)
 	}
-	m := &nftMonitor{conn: c, watches: map[string]*watch{}}
+	m := &Monitor{conn: c, watches: map[string]*watch{}}
 	go m.loop()
-	b.Cleanup(m.close)
+	b.Cleanup(m.Close)
 	return m
 }
 
@@ -88,9 +90,9 @@ func forceRcvBuf(c *netlink.Conn, n int) error {
 // every change for every commit in every namespace while one listens
 // (programming 1,000 Services in another namespace: 22 ms without, 33-39
 // ms with a listener here).
-func (m *nftMonitor) close() { m.closeOnce.Do(func() { m.conn.Close() }) }
+func (m *Monitor) Close() { m.closeOnce.Do(func() { m.conn.Close() }) }
 
-func (m *nftMonitor) loop() {
+func (m *Monitor) loop() {
 	for {
 		msgs, err := m.conn.Receive()
 		now := time.Now()
@@ -111,7 +113,7 @@ func (m *nftMonitor) loop() {
 	}
 }
 
-func (m *nftMonitor) record(now time.Time, msg netlink.Message) {
+func (m *Monitor) record(now time.Time, msg netlink.Message) {
 	if int(msg.Header.Type)>>8 != unix.NFNL_SUBSYS_NFTABLES {
 		return
 	}
@@ -143,28 +145,35 @@ func (m *nftMonitor) record(now time.Time, msg netlink.Message) {
 // watchAddr returns a channel that receives the time of the first
 // notification carrying ip, in binary (rules, elements) or as text (chain
 // names such as kube-proxy's endpoint chains).
-func (m *nftMonitor) watchAddr(ip string) <-chan time.Time {
+func (m *Monitor) WatchAddr(ip string) <-chan time.Time {
 	a := netip.MustParseAddr(ip)
-	w := &watch{patterns: [][]byte{a.AsSlice(), []byte(ip)}, seen: make(chan time.Time, 1)}
+	return m.WatchBytes(ip, a.AsSlice(), []byte(ip))
+}
+
+// WatchBytes returns a channel that receives the time of the first
+// notification carrying any of the patterns; key names the watch (a later
+// watch of the same key replaces it).
+func (m *Monitor) WatchBytes(key string, patterns ...[]byte) <-chan time.Time {
+	w := &watch{patterns: patterns, seen: make(chan time.Time, 1)}
 	m.mu.Lock()
-	m.watches[ip] = w
+	m.watches[key] = w
 	m.mu.Unlock()
 	return w.seen
 }
 
-// monMark is a point in the monitor's log.
-type monMark struct{ events, orphans, overflow int }
+// Mark is a point in the monitor's log.
+type Mark struct{ events, orphans, overflow int }
 
-func (m *nftMonitor) mark() monMark {
+func (m *Monitor) Mark() Mark {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	return monMark{len(m.events), m.orphanDeletes, m.overflow}
+	return Mark{len(m.events), m.orphanDeletes, m.overflow}
 }
 
 // settle waits until no notification has come for quiet (counting from the
 // call when none came yet), and returns the time of the last one after mark
 // (zero when none came).
-func (m *nftMonitor) settle(mark monMark, quiet, limit time.Duration) time.Time {
+func (m *Monitor) Settle(mark Mark, quiet, limit time.Duration) time.Time {
 	start := time.Now()
 	for {
 		m.mu.Lock()
@@ -184,20 +193,20 @@ func (m *nftMonitor) settle(mark monMark, quiet, limit time.Duration) time.Time 
 	}
 }
 
-// monCounts is what came after a mark.
-type monCounts struct {
-	events, deletes int
-	orphans         int // transactions that only deleted
-	overflow        int // receive overflows: counts are then incomplete
+// Counts is what came after a mark.
+type Counts struct {
+	Events, Deletes int
+	Orphans         int // transactions that only deleted
+	Overflow        int // receive overflows: counts are then incomplete
 }
 
-func (m *nftMonitor) since(mark monMark) monCounts {
+func (m *Monitor) Since(mark Mark) Counts {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	c := monCounts{events: len(m.events) - mark.events, orphans: m.orphanDeletes - mark.orphans, overflow: m.overflow - mark.overflow}
+	c := Counts{Events: len(m.events) - mark.events, Orphans: m.orphanDeletes - mark.orphans, Overflow: m.overflow - mark.overflow}
 	for _, e := range m.events[mark.events:] {
 		if e.del {
-			c.deletes++
+			c.Deletes++
 		}
 	}
 	return c
