@@ -121,7 +121,7 @@ func (f *flags) dns(n v1alpha1.DNS) {
 	f.dur("dns-serve-stale", "dns.serveStale", n.ServeStale.Duration, "Answer a name from its expired cached answer (TTL 30s) for up to this long after it expired, while every server of the name fails; 0 never does.")
 	f.str("kube-dns-configmap", "dns.kubeDNSConfigMap", n.KubeDNSConfigMap, "namespace/name of the kube-dns ConfigMap whose stubDomains and upstreamNameservers are applied on every change; \"\" reads none.")
 	f.str("dns-service", "dns.dnsService", n.DNSService, "namespace/name of the Service whose ClusterIPs are the zone's name server.")
-	f.dur("lameduck", "dns.lameduck", n.Lameduck.Duration, "After SIGTERM, keep answering this long with /readyz failing, so nodes stop sending queries before the sockets close.")
+	f.dur("lameduck", "dns.lameduck", n.Lameduck.Duration, "After SIGTERM, keep answering at least this long with /readyz failing, and then while this server is still a ready endpoint of --dns-service (until --shutdown-timeout less 2s), so nodes stop sending queries before the sockets close.")
 }
 
 // node registers the node role's flags, and those of its --cleanup.

@@ -56,6 +56,10 @@ func Role(d role.Deps) []role.Runnable {
 	}}}
 }
 
+// closeBudget is the time left, of the process's shutdown timeout, for
+// closing the sockets after the lame duck.
+const closeBudget = 2 * time.Second
+
 func (s *Server) run(ctx context.Context, d role.Deps) error {
 	var serving, stopping atomic.Bool
 	d.Checks.AddReady("dns", func() error {
@@ -80,9 +84,10 @@ func (s *Server) run(ctx context.Context, d role.Deps) error {
 	stopping.Store(true)
 	if lame := d.Config.DNS.Lameduck.Duration; lame > 0 {
 		d.Log.Info("lame duck: still answering before closing the sockets", "for", lame)
-		time.Sleep(lame)
+		lameDuck{min: lame, max: max(lame, d.Config.ShutdownTimeout.Duration-closeBudget), settle: time.Second,
+			service: parseService(d.Config.DNS.DNSService), own: ownAddrs(), index: s.Handler.Index, poll: 50 * time.Millisecond}.wait(d.Log)
 	}
-	shutdown, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	shutdown, cancel := context.WithTimeout(context.Background(), closeBudget)
 	defer cancel()
 	l.Shutdown(shutdown)
 	return nil

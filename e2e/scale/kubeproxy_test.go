@@ -72,12 +72,13 @@ func report(b *testing.B, np nodeResult, kp kubeProxyResult) {
 	b.ReportMetric(ms(np.policyP99), "policy-change-p99-ms")
 	b.ReportMetric(float64(np.packetTable)/float64(np.packetNone), "first-packet-p50-ratio")
 	b.ReportMetric(np.churnBytesPerSec/1024, "churn-KiB/s")
-	line := fmt.Sprintf("node role: full sync %v from lists (proxy %v, NetworkPolicy %v took %v, overlay %v); VmRSS %d MiB synced, VmHWM %d MiB; endpoint change p50 %v p99 %v; policy change p50 %v p99 %v; first packet p50 %v vs %v bypassed (%.2fx), p99 %v vs %v; from the API server %.1f KiB/s idle, %.1f KiB/s at %.0f pod changes/s (%.0f bytes per change)",
+	line := fmt.Sprintf("node role: full sync %v from lists (proxy %v, NetworkPolicy %v took %v, overlay %v); VmRSS %d MiB synced, VmHWM %d MiB; endpoint change p50 %v p99 %v; policy change p50 %v p99 %v; first packet p50 %v vs %v bypassed (%.2fx), p99 %v vs %v; from the API server %.1f KiB/s idle, %.1f KiB/s at %.0f pod changes/s (%.0f bytes per change), %.2f CPUs used over both windows; per EndpointSlice change %.0f bytes, per policy change %.0f",
 		np.fromLists.Round(time.Millisecond), np.proxy.Round(time.Millisecond), np.policy.Round(time.Millisecond), np.policyTook, np.overlay.Round(time.Millisecond),
 		np.rssSynced/1024, np.rssPeak/1024, np.endpointP50.Round(10*time.Microsecond), np.endpointP99.Round(10*time.Microsecond),
 		np.policyP50.Round(10*time.Microsecond), np.policyP99.Round(10*time.Microsecond),
 		np.packetTable, np.packetNone, float64(np.packetTable)/float64(np.packetNone), np.packetTableP99, np.packetNoneP99,
-		np.idleBytesPerSec/1024, np.churnBytesPerSec/1024, np.churn, (np.churnBytesPerSec-np.idleBytesPerSec)/max(np.churn, 1))
+		np.idleBytesPerSec/1024, np.churnBytesPerSec/1024, np.churn, (np.churnBytesPerSec-np.idleBytesPerSec)/max(np.churn, 1), np.cpu,
+		np.bytesPerSlice, np.bytesPerPolicy)
 	if kp.fromLists > 0 {
 		b.ReportMetric(kp.fromLists.Seconds(), "kube-proxy-full-sync-s")
 		line += fmt.Sprintf("; kube-proxy full sync %v from lists: netplane's proxy %.1fx faster; kube-proxy VmHWM %d MiB",

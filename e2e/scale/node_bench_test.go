@@ -96,6 +96,8 @@ type nodeResult struct {
 	packetNone, packetTable                  time.Duration // first packet p50
 	packetNoneP99, packetTableP99            time.Duration
 	idleBytesPerSec, churnBytesPerSec, churn float64
+	bytesPerSlice, bytesPerPolicy            float64 // received per change
+	cpu                                      float64 // CPUs used while idle and churning
 }
 
 func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s Sizes, bin string) (r nodeResult) {
@@ -136,10 +138,16 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 	r.packetNone, r.packetNoneP99, r.packetTable, r.packetTableP99 = firstPackets(b, ns)
 	mon := nftwatch.New(b, ns)
 	defer mon.Close()
+	before := received.Load()
 	r.endpointP50, r.endpointP99 = endpointChanges(b, w, mon, s)
+	r.bytesPerSlice = float64(received.Load()-before) / changes
+	before = received.Load()
 	r.policyP50, r.policyP99 = policyChanges(b, w, mon, s)
+	r.bytesPerPolicy = float64(received.Load()-before) / changes
 	mon.Close() // its notifications would cost the churn below
+	cpu0, at0 := cpuTime(p.Cmd.Process.Pid), time.Now()
 	r.idleBytesPerSec, r.churnBytesPerSec, r.churn = churn(b, w, s, &received)
+	r.cpu = float64(cpuTime(p.Cmd.Process.Pid)-cpu0) / float64(time.Since(at0))
 	r.rssPeak = statusKiB(p.Cmd.Process.Pid, "VmHWM")
 	if p.Exited() {
 		b.Fatalf("node role exited:\n%s", p.Tail(30))

@@ -120,8 +120,10 @@ type DNS struct {
 	KubeDNSConfigMap string `json:"kubeDNSConfigMap"`
 	// DNSService is namespace/name of the Service whose ClusterIPs are the zone's NS glue.
 	DNSService string `json:"dnsService"`
-	// Lameduck keeps answering this long after SIGTERM, with /readyz failing,
-	// while the nodes stop sending queries to this server (CoreDNS's lameduck).
+	// Lameduck keeps answering at least this long after SIGTERM, with /readyz
+	// failing, while the nodes stop sending queries to this server (CoreDNS's
+	// lameduck), and after it while this server is still a ready endpoint of
+	// DNSService, until ShutdownTimeout less 2s.
 	Lameduck metav1.Duration `json:"lameduck"`
 }
 

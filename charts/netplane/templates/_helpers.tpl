@@ -38,6 +38,9 @@ clientConnection:
 {{ toYaml $cc | indent 2 }}
 healthBindAddress: {{ .health | quote }}
 metricsBindAddress: {{ .metrics | quote }}
+{{- with .shutdown }}
+shutdownTimeout: {{ . }}
+{{- end }}
 {{ .section }}:
 {{ toYaml .values | indent 2 }}
 {{- end -}}
@@ -53,9 +56,12 @@ metricsBindAddress: {{ .metrics | quote }}
 {{- include "netplane.config" (dict "root" . "role" "controller" "section" "controller" "values" .Values.controller.config "health" "0.0.0.0:10290" "metrics" "0.0.0.0:10291") }}
 {{- end -}}
 
+{{- /* The DNS pods answer after SIGTERM until the Service's EndpointSlices drop
+them, for at most the shutdown timeout less 2 s; the
+pods' grace period (30 s) covers it. */}}
 {{- define "netplane.dnsConfig" -}}
 {{- $fixed := dict "bindAddress" ":53" "dnsService" (printf "%s/%s" .Release.Namespace .Values.dns.service.name) }}
-{{- include "netplane.config" (dict "root" . "role" "dns" "section" "dns" "values" (merge $fixed (deepCopy .Values.dns.config)) "health" "0.0.0.0:10290" "metrics" "0.0.0.0:9153") }}
+{{- include "netplane.config" (dict "root" . "role" "dns" "section" "dns" "values" (merge $fixed (deepCopy .Values.dns.config)) "health" "0.0.0.0:10290" "metrics" "0.0.0.0:9153" "shutdown" "25s") }}
 {{- end -}}
 
 {{/* The node agent sees the host's CNI folders under /host; the plugin ships in the image. */}}
