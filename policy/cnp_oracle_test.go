@@ -222,7 +222,7 @@ func cnpProtocolsMatch(protos []cnpv1.ClusterNetworkPolicyProtocol, peer cnpv1.C
 }
 
 // checkTieredTruthTable compares the models' verdicts with the API's on
-// every probe, and the Admin and Baseline rules TraceCluster names with
+// every probe, and the Admin and Baseline rules Model.Trace names with
 // the API's first matching rules.
 func (c *tiered) checkTieredTruthTable(t *testing.T, models map[string]*Model, outside []netip.Addr) {
 	t.Helper()
@@ -250,8 +250,8 @@ func (c *tiered) checkTieredTruthTable(t *testing.T, models map[string]*Model, o
 			}
 			m := models[self.pod.Spec.NodeName]
 			f := Flow{Dir: d, Pod: podKey(self.pod.Namespace, self.pod.Name), Peer: peer.ip, Proto: proto, Port: uint16(pr.port)}
-			gotT := [2]ClusterVerdict{}
-			gotT[AdminTier], gotT[BaselineTier] = m.TraceCluster(f)
+			dec := m.Trace(f)
+			gotT := [2]ClusterVerdict{dec.Admin, dec.Baseline}
 			for i, tier := range []cnpv1.Tier{cnpv1.AdminTier, cnpv1.BaselineTier} {
 				var a cnpv1.ClusterNetworkPolicyRuleAction
 				var name string
@@ -262,7 +262,7 @@ func (c *tiered) checkTieredTruthTable(t *testing.T, models map[string]*Model, o
 				g := gotT[i]
 				if string(a) != g.Action.String() || (a != "" && (g.Policy != name || g.Rule != idx)) {
 					if bad++; bad <= 5 {
-						t.Errorf("%s %s: API says %s %s rule %d %q, TraceCluster says %v", pr, d, tier, name, idx, a, g)
+						t.Errorf("%s %s: API says %s %s rule %d %q, Trace says %v", pr, d, tier, name, idx, a, g)
 					}
 				}
 			}
