@@ -221,8 +221,9 @@ func cnpProtocolsMatch(protos []cnpv1.ClusterNetworkPolicyProtocol, peer cnpv1.C
 	return false
 }
 
-// checkTieredTruthTable compares the models' verdicts with the API's on
-// every probe, and the Admin and Baseline rules Model.Trace names with
+// checkTieredTruthTable compares the models' verdicts, their tables' and
+// their traces', with the API's on every probe, and the Admin and Baseline
+// rules Model.Trace names with
 // the API's first matching rules.
 func (c *tiered) checkTieredTruthTable(t *testing.T, models map[string]*Model, outside []netip.Addr) {
 	t.Helper()
@@ -234,6 +235,11 @@ func (c *tiered) checkTieredTruthTable(t *testing.T, models map[string]*Model, o
 		if got != want {
 			if bad++; bad <= 5 {
 				t.Errorf("%s: API says allowed=%v, tables say %v; trace:\n  %s", pr, want, got, strings.Join(steps, "\n  "))
+			}
+		}
+		if traced := traceAllows(models, pr.from, pr.to, uint16(pr.port), proto); traced != want {
+			if bad++; bad <= 5 {
+				t.Errorf("%s: API says allowed=%v, the traces say %v", pr, want, traced)
 			}
 		}
 		for _, d := range directions {
