@@ -99,8 +99,8 @@ type decision struct {
 	egressOK, ingressOK bool
 	egress, ingress     string // in words
 	effects             []PolicyEffect
-	// traced is the model's verdict, which decides; mismatch notes where
-	// the reading of the rules disagrees with it.
+	// The verdict is the model's table's, traced through the node's hooks;
+	// mismatch notes where the engine's trace of the rules disagrees.
 	mismatch string
 }
 
@@ -143,7 +143,7 @@ func (j *judge) decide(src, dst end, proto uint8, port uint16) decision {
 		run(dst.node, "forward")
 	}
 	if traced[policy.Egress] != d.egressOK || traced[policy.Ingress] != d.ingressOK {
-		d.mismatch = fmt.Sprintf("the policy model's table says egress %v, ingress %v; the rules read egress %v, ingress %v",
+		d.mismatch = fmt.Sprintf("the policy model's table says egress %v, ingress %v; its trace of the rules egress %v, ingress %v",
 			traced[policy.Egress], traced[policy.Ingress], d.egressOK, d.ingressOK)
 		d.egressOK, d.ingressOK = traced[policy.Egress], traced[policy.Ingress]
 	}
