@@ -13,12 +13,15 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 
+	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/policy"
 )
 
 // Random clusters on the two test nodes (namespaces and pods with random
-// labels and named ports, NetworkPolicies of every peer and port form) and
+// labels and named ports, NetworkPolicies of every peer and port form, in
+// half of them an Admin and a Baseline ClusterNetworkPolicy) and
 // random flows between pods and to and from addresses outside: explain's
 // verdict and the policies it names must be the policy model's, built
 // apart from explain from the same objects. The policy package checks the
@@ -30,6 +33,7 @@ type drawn struct {
 	pods   []*v1.Pod
 	nss    []*v1.Namespace
 	pols   []*netv1.NetworkPolicy
+	cnps   []*cnpv1.ClusterNetworkPolicy
 	models map[string]*policy.Model
 }
 
@@ -59,7 +63,9 @@ var (
 func draw(seed uint64) *drawn {
 	w := &drawn{r: rand.New(rand.NewPCG(seed, 7)), models: map[string]*policy.Model{}}
 	for _, ns := range []string{"x", "y", "z"} {
-		w.nss = append(w.nss, namespace(ns, w.labelsFrom(drawnNSLabels)))
+		l := w.labelsFrom(drawnNSLabels)
+		l["ns"] = ns // what cnp's subjects and fromNS select
+		w.nss = append(w.nss, namespace(ns, l))
 		for i := range 2 + w.r.IntN(2) {
 			n := 1 + w.r.IntN(2)
 			var ports []v1.ContainerPort
@@ -80,6 +86,9 @@ func draw(seed uint64) *drawn {
 	for i := range 1 + w.r.IntN(4) {
 		w.pols = append(w.pols, w.policy(fmt.Sprint("np", i)))
 	}
+	if seed%2 == 1 { // half the clusters have ClusterNetworkPolicies too
+		w.cnps = append(w.cnps, w.clusterPolicy("admin", cnpv1.AdminTier), w.clusterPolicy("baseline", cnpv1.BaselineTier))
+	}
 	for _, n := range testNodes {
 		m := policy.NewModel(policy.Config{Node: n.Name, Families: []nodeview.Family{nodeview.IPv4}})
 		for _, ns := range w.nss {
@@ -89,15 +98,37 @@ func draw(seed uint64) *drawn {
 			m.UpsertPod(policy.PodFromAPI(p))
 		}
 		for _, np := range w.pols {
-			c, err := policy.Compile(np)
-			if err != nil {
-				panic(err)
-			}
-			m.UpsertPolicy(c)
+			m.UpsertPolicy(must(policy.Compile(np)))
+		}
+		for _, node := range testNodes {
+			m.UpsertNode(policy.NodeFromAPI(node))
+		}
+		for _, cp := range w.cnps {
+			m.UpsertClusterPolicy(must(policy.CompileCluster(cp)))
 		}
 		w.models[n.Name] = m
 	}
 	return w
+}
+
+// clusterPolicy is a policy of tier over one namespace's pods with up to
+// three ingress rules from namespaces, each Accept, Deny or Pass.
+func (w *drawn) clusterPolicy(name string, tier cnpv1.Tier) *cnpv1.ClusterNetworkPolicy {
+	var rules []cnpv1.ClusterNetworkPolicyIngressRule
+	for range w.r.IntN(4) {
+		action := []cnpv1.ClusterNetworkPolicyRuleAction{cnpv1.ClusterNetworkPolicyRuleActionAccept,
+			cnpv1.ClusterNetworkPolicyRuleActionDeny, cnpv1.ClusterNetworkPolicyRuleActionPass}[w.r.IntN(3)]
+		rules = append(rules, fromNS(action, "", w.pick("x", "y", "z")))
+	}
+	return cnp(name, tier, int32(w.r.IntN(10)), w.pick("x", "y", "z"), rules...)
+}
+
+// must is v; the drawn objects are valid.
+func must[T any](v T, err error) T {
+	if err != nil {
+		panic(err)
+	}
+	return v
 }
 
 func (w *drawn) policy(name string) *netv1.NetworkPolicy {
@@ -157,7 +188,7 @@ func (w *drawn) ports() []netv1.NetworkPolicyPort {
 
 // question is a random flow: pod to pod, address to pod, or pod to address.
 func (w *drawn) question() *Input {
-	in := &Input{Pods: w.pods, Namespaces: w.nss, Policies: w.pols, Nodes: testNodes,
+	in := &Input{Pods: w.pods, Namespaces: w.nss, Policies: w.pols, ClusterPolicies: w.cnps, Nodes: testNodes,
 		Overlay: Overlay{Settings: nodeview.Settings{Overlay: "always"}},
 		Port:    PortQuery{Number: []int{53, 79, 80, 81}[w.r.IntN(4)], Protocol: []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP}[w.r.IntN(2)]}}
 	from, to := w.pods[w.r.IntN(len(w.pods))], w.pods[w.r.IntN(len(w.pods))]
@@ -175,8 +206,10 @@ func (w *drawn) question() *Input {
 	return in
 }
 
-// modelSays is the models' decision of one direction, nil when no pod's
-// policies count for it; and the effects explain must name for it.
+// modelSays is the models' decision of one direction (allowed when no
+// pod's policies count for it), and the effects explain must name for it:
+// the rules of the tiers the flow meets, in the order the pod's chains run
+// them (Admin; NetworkPolicy when one isolates the pod, else Baseline).
 func (w *drawn) modelSays(self *v1.Pod, peer netip.Addr, in *Input, dir policy.Direction, dirName string) (bool, []PolicyEffect) {
 	if self == nil {
 		return true, nil
@@ -184,11 +217,20 @@ func (w *drawn) modelSays(self *v1.Pod, peer netip.Addr, in *Input, dir policy.D
 	d := w.models[self.Spec.NodeName].Trace(policy.Flow{Dir: dir, Pod: types.NamespacedName{Namespace: self.Namespace, Name: self.Name},
 		Peer: peer, Proto: protoNumber(in.Port.Protocol), Port: uint16(in.Port.Number)})
 	var eff []PolicyEffect
+	if d.Admin.Action != 0 {
+		eff = append(eff, clusterEffect(d.Admin, dirName))
+		if d.Admin.Action != policy.ActionPass {
+			return d.Allowed, eff
+		}
+	}
 	for _, iso := range d.Isolations {
 		eff = append(eff, effect(iso.Policy.Namespace, iso.Policy.Name, dirName, Isolates, 0))
 		if iso.Rule >= 0 {
 			eff = append(eff, effect(iso.Policy.Namespace, iso.Policy.Name, dirName, Allows, iso.Rule+1))
 		}
+	}
+	if !d.Isolated() && d.Baseline.Action != 0 {
+		eff = append(eff, clusterEffect(d.Baseline, dirName))
 	}
 	return d.Allowed, eff
 }
