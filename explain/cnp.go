@@ -6,17 +6,14 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
-	"k8s.io/apimachinery/pkg/types"
 	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 
 	"github.com/netplane/netplane/policy"
 )
 
-// ClusterNetworkPolicy's tiers around NetworkPolicy's reading: which rule
-// of the Admin and Baseline tiers decides each direction is the policy
-// package's own trace of its compiled policies (policy.Model.TraceCluster),
-// on the same model whose table decides; explain adds only the order of
-// the tiers, which the table's chains follow.
+// ClusterNetworkPolicy in explain: listing the policies, compiling them into
+// the judge's models, and the words for a tier's deciding rule, which the
+// policy engine's trace names (policy.Model.Trace; read in policy.go).
 
 // Policy effects of ClusterNetworkPolicy rules: the rule's action.
 const (
@@ -66,50 +63,12 @@ func (j *judge) addCluster(cnps []*cnpv1.ClusterNetworkPolicy, nodes []*v1.Node)
 	return nil
 }
 
-// readTiered judges one direction at the end self: the Admin tier, then
-// NetworkPolicy's reading (read) when a NetworkPolicy isolates self, else
-// the Baseline tier, else allowed.
-func (j *judge) readTiered(self, peer end, proto uint8, port uint16, dir policy.Direction) (bool, string, []PolicyEffect) {
-	ok, words, effects := j.read(self, peer, proto, port, dir)
-	if self.pod == nil || !enforced(self.pod) || len(j.cnps) == 0 {
-		return ok, words, effects
+// decidedBy: "accepted by" or "denied by" the tier's deciding rule.
+func decidedBy(v policy.ClusterVerdict) string {
+	if v.Action == policy.ActionAccept {
+		return "accepted by " + clusterWords(v)
 	}
-	admin, base := j.model(self.node).TraceCluster(policy.Flow{Dir: dir, Pod: types.NamespacedName{Namespace: self.pod.Namespace, Name: self.pod.Name},
-		Peer: peer.ip, Proto: proto, Port: port})
-	dirName := DirIngress
-	if dir == policy.Egress {
-		dirName = DirEgress
-	}
-	var tiers []PolicyEffect
-	decided := func(v policy.ClusterVerdict) (bool, string, []PolicyEffect) {
-		verb := "denied by "
-		if v.Action == policy.ActionAccept {
-			verb = "accepted by "
-		}
-		return v.Action == policy.ActionAccept, verb + clusterWords(v),
-			append(tiers, clusterEffect(v, dirName))
-	}
-	switch admin.Action {
-	case policy.ActionAccept, policy.ActionDeny:
-		return decided(admin)
-	case policy.ActionPass:
-		tiers = append(tiers, clusterEffect(admin, dirName))
-		words = "passed by " + clusterWords(admin) + "; " + words
-	}
-	if len(effects) > 0 { // a NetworkPolicy isolates self: its word is final
-		return ok, words, append(tiers, effects...)
-	}
-	switch base.Action {
-	case policy.ActionAccept, policy.ActionDeny:
-		ok, w, eff := decided(base)
-		if admin.Action == policy.ActionPass {
-			w = "passed by " + clusterWords(admin) + "; " + w
-		}
-		return ok, w, eff
-	case policy.ActionPass:
-		return true, "passed by " + clusterWords(base) + "; allowed by default", append(tiers, clusterEffect(base, dirName))
-	}
-	return ok, words, tiers
+	return "denied by " + clusterWords(v)
 }
 
 // clusterWords names the tier, the policy and the rule.

@@ -210,6 +210,18 @@ func TestService(t *testing.T) {
 				t.Errorf("path %q", x.Backends[0].PathText)
 			}
 		}},
+		{"externalTrafficPolicy Local, from the node itself without a local endpoint: every endpoint, masqueraded", func() *Input {
+			in := base(func(s *v1.Service) {
+				s.Spec.Type, s.Spec.ExternalTrafficPolicy = v1.ServiceTypeNodePort, v1.ServiceExternalTrafficPolicyLocal
+				s.Spec.Ports[0].NodePort = 30080
+			}, ready(podB))
+			in.FromPod, in.FromIP, in.FromNode, in.ToNode, in.ToIP = nil, addr("192.168.0.1"), "n1", "n1", addr("192.168.0.1")
+			return in
+		}(), Allowed, "as if hairpinned", []string{"x/b"}, func(t *testing.T, x *Explanation) {
+			if !strings.Contains(x.Backends[0].PathText, "masqueraded to node n1") {
+				t.Errorf("path %q", x.Backends[0].PathText)
+			}
+		}},
 		{"ClusterIP judged on the backend's port", func() *Input { in := base(nil, ready(podB)); in.Policies = append(in.Policies, only8080); return in }(),
 			Allowed, "all 1", []string{"x/b"}, nil},
 		{"ClusterIP port is not the backend's", func() *Input { in := base(nil, ready(podB)); in.Policies = append(in.Policies, onlyPort80); return in }(),

@@ -3,23 +3,22 @@ package explain
 import (
 	"fmt"
 	"net/netip"
-	"slices"
 	"strings"
 
 	v1 "k8s.io/api/core/v1"
 	netv1 "k8s.io/api/networking/v1"
-	"k8s.io/apimachinery/pkg/labels"
 
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/policy"
 	"github.com/netplane/netplane/proxy"
 )
 
-// The verdict is the policy model's: each node's desired table, built by
-// policy.Model from the pods the question names, traced for the packet
-// (policy.Table.Trace) as the kernel would run it. Which policy isolates
-// and which rule allows is read from the compiled policies beside it, to
-// name them; the two are checked against each other.
+// The verdict is the policy model's: each node's model, built by
+// policy.Model from the pods the question names, says for each direction
+// which tier, policy and rule decide (policy.Model.Trace, run on the
+// compiled rules its chains are made of); its desired table, traced for the
+// packet through the node's hooks (policy.Table.Trace), is checked against
+// it. Explain judges nothing with code of its own.
 
 // end is one end of a connection as policy sees it: a pod, or a bare
 // address (an external client, a node).
@@ -67,9 +66,6 @@ func newJudge(pods []*v1.Pod, nss []*v1.Namespace, nps []*netv1.NetworkPolicy) (
 		}
 		j.policies = append(j.policies, c)
 	}
-	slices.SortFunc(j.policies, func(a, b *policy.Policy) int {
-		return strings.Compare(a.Namespace+"/"+a.Name, b.Namespace+"/"+b.Name)
-	})
 	return j, nil
 }
 
@@ -103,8 +99,8 @@ type decision struct {
 	egressOK, ingressOK bool
 	egress, ingress     string // in words
 	effects             []PolicyEffect
-	// traced is the model's verdict, which decides; mismatch notes where
-	// the reading of the rules disagrees with it.
+	// The verdict is the model's table's, traced through the node's hooks;
+	// mismatch notes where the engine's trace of the rules disagrees.
 	mismatch string
 }
 
@@ -113,8 +109,8 @@ type decision struct {
 func (j *judge) decide(src, dst end, proto uint8, port uint16) decision {
 	var d decision
 	var egressEff, ingressEff []PolicyEffect
-	d.egressOK, d.egress, egressEff = j.readTiered(src, dst, proto, port, policy.Egress)
-	d.ingressOK, d.ingress, ingressEff = j.readTiered(dst, src, proto, port, policy.Ingress)
+	d.egressOK, d.egress, egressEff = j.read(src, dst, proto, port, policy.Egress)
+	d.ingressOK, d.ingress, ingressEff = j.read(dst, src, proto, port, policy.Ingress)
 	d.effects = append(egressEff, ingressEff...)
 
 	// The model's verdict: the forward hook of each end's node (input when
@@ -147,7 +143,7 @@ func (j *judge) decide(src, dst end, proto uint8, port uint16) decision {
 		run(dst.node, "forward")
 	}
 	if traced[policy.Egress] != d.egressOK || traced[policy.Ingress] != d.ingressOK {
-		d.mismatch = fmt.Sprintf("the policy model's table says egress %v, ingress %v; the rules read egress %v, ingress %v",
+		d.mismatch = fmt.Sprintf("the policy model's table says egress %v, ingress %v; its trace of the rules egress %v, ingress %v",
 			traced[policy.Egress], traced[policy.Ingress], d.egressOK, d.ingressOK)
 		d.egressOK, d.ingressOK = traced[policy.Egress], traced[policy.Ingress]
 	}
@@ -155,140 +151,86 @@ func (j *judge) decide(src, dst end, proto uint8, port uint16) decision {
 }
 
 // read judges one direction at the end self (the source for egress, the
-// destination for ingress) against the peer, from the compiled policies.
+// destination for ingress) against the peer: the policy engine's trace of
+// the model of self's node (policy.Model.Trace), put in words. The tiers
+// come in the order the pod's chains run them: Admin, then NetworkPolicy
+// when a NetworkPolicy isolates self, else Baseline, else allowed.
 func (j *judge) read(self, peer end, proto uint8, port uint16, dir policy.Direction) (bool, string, []PolicyEffect) {
+	if self.pod == nil {
+		return true, "not isolated (" + self.ip.String() + " is no pod)", nil
+	}
+	d := j.model(self.node).Trace(policy.Flow{Dir: dir, Pod: self.pod.Key(), Peer: peer.ip, Proto: proto, Port: port})
+	if !d.Enforced {
+		return true, "not isolated (" + notEnforced(self.pod, peer.ip) + ")", nil
+	}
 	dirName := DirIngress
 	if dir == policy.Egress {
 		dirName = DirEgress
 	}
-	if self.pod == nil || !enforced(self.pod) {
-		return true, "not isolated (" + notEnforced(self) + ")", nil
+	var tiers []PolicyEffect
+	passed := ""
+	switch d.Admin.Action {
+	case policy.ActionAccept, policy.ActionDeny:
+		return d.Allowed, decidedBy(d.Admin), []PolicyEffect{clusterEffect(d.Admin, dirName)}
+	case policy.ActionPass:
+		tiers = append(tiers, clusterEffect(d.Admin, dirName))
+		passed = "passed by " + clusterWords(d.Admin) + "; "
 	}
-	dstPod := self.pod // named ports resolve on the destination pod
-	if dir == policy.Egress {
-		dstPod = peer.pod
+	if d.Isolated() {
+		words, effects := isolationWords(d, peer, proto, port, dirName)
+		return d.Allowed, passed + words, append(tiers, effects...)
 	}
+	switch d.Baseline.Action {
+	case policy.ActionAccept, policy.ActionDeny:
+		return d.Allowed, passed + decidedBy(d.Baseline), append(tiers, clusterEffect(d.Baseline, dirName))
+	case policy.ActionPass:
+		return d.Allowed, passed + "passed by " + clusterWords(d.Baseline) + "; allowed by default",
+			append(tiers, clusterEffect(d.Baseline, dirName))
+	}
+	return d.Allowed, passed + "not isolated", tiers
+}
+
+// isolationWords name the NetworkPolicies isolating the pod and the first
+// rule allowing the flow, or that none does.
+func isolationWords(d policy.Decision, peer end, proto uint8, port uint16, dirName string) (string, []PolicyEffect) {
 	var isolating []string
 	var effects []PolicyEffect
 	allowedBy := ""
-	for _, p := range j.policies {
-		if p.Namespace != self.pod.Namespace || !p.PodSelector.Matches(labels.Set(self.pod.Labels)) {
-			continue
-		}
-		if (dir == policy.Egress && !p.Egress) || (dir == policy.Ingress && !p.Ingress) {
-			continue
-		}
-		name := p.Namespace + "/" + p.Name
+	for _, iso := range d.Isolations {
+		name := iso.Policy.String()
 		isolating = append(isolating, name)
-		effects = append(effects, PolicyEffect{Namespace: p.Namespace, Name: p.Name, Direction: dirName, Effect: Isolates})
-		rules := p.IngressRules
-		if dir == policy.Egress {
-			rules = p.EgressRules
+		effects = append(effects, PolicyEffect{Namespace: iso.Policy.Namespace, Name: iso.Policy.Name, Direction: dirName, Effect: Isolates})
+		if iso.Rule < 0 {
+			continue
 		}
-		for i, r := range rules {
-			if j.ruleAllows(r, p.Namespace, peer, dstPod, proto, port) {
-				effects = append(effects, PolicyEffect{Namespace: p.Namespace, Name: p.Name, Direction: dirName, Effect: Allows, Rule: i + 1})
-				if allowedBy == "" {
-					allowedBy = fmt.Sprintf("allowed by %s (rule %d)", name, i+1)
-				}
-				break
-			}
+		effects = append(effects, PolicyEffect{Namespace: iso.Policy.Namespace, Name: iso.Policy.Name, Direction: dirName, Effect: Allows, Rule: iso.Rule + 1})
+		if allowedBy == "" {
+			allowedBy = fmt.Sprintf("allowed by %s (rule %d)", name, iso.Rule+1)
 		}
 	}
-	switch {
-	case len(isolating) == 0:
-		return true, "not isolated", nil
-	case allowedBy != "":
-		return true, allowedBy, effects
+	if allowedBy != "" {
+		return allowedBy, effects
 	}
 	verb := "to"
-	if dir == policy.Ingress {
+	if dirName == DirIngress {
 		verb = "from"
 	}
-	return false, fmt.Sprintf("denied: isolated by %s, no rule allows %s/%d %s %s",
+	return fmt.Sprintf("denied: isolated by %s, no rule allows %s/%d %s %s",
 		strings.Join(isolating, ", "), nft.ProtoName(proto), port, verb, peer), effects
 }
 
-// ruleAllows: one of the rule's peers is peer and one of its ports is
-// proto/port (a named port as dstPod names it).
-func (j *judge) ruleAllows(r policy.PolicyRule, ns string, peer end, dstPod *policy.Pod, proto uint8, port uint16) bool {
-	peerOK := len(r.Peers) == 0
-	for _, p := range r.Peers {
-		if j.peerMatches(p, peer) {
-			peerOK = true
-			break
-		}
-	}
-	if !peerOK {
-		return false
-	}
-	if len(r.Ports) == 0 {
-		return true
-	}
-	for _, p := range r.Ports {
-		if p.Protocol != proto {
-			continue
-		}
-		switch {
-		case p.Name != "":
-			if dstPod != nil && enforcedPeer(dstPod) && slices.ContainsFunc(dstPod.Ports, func(np policy.NamedPort) bool {
-				return np.Name == p.Name && np.Protocol == proto && np.Port == port
-			}) {
-				return true
-			}
-		case p.Port == 0 || (port >= p.Port && port <= p.EndPort):
-			return true
-		}
-	}
-	return false
-}
-
-func (j *judge) peerMatches(p policy.Peer, peer end) bool {
+// notEnforced says why policy does not judge the pod's side of a
+// connection with peer.
+func notEnforced(p *policy.Pod, peer netip.Addr) string {
 	switch {
-	case p.Block != nil:
-		for _, r := range p.Block.Ranges {
-			if r.Contains(peer.ip) {
-				return true
-			}
-		}
-		return false
-	case p.Pods != nil:
-		if peer.pod == nil || !enforcedPeer(peer.pod) {
-			return false
-		}
-		ps := p.Pods
-		if ps.Namespaces == nil {
-			if peer.pod.Namespace != ps.Namespace {
-				return false
-			}
-		} else {
-			n := j.ns[peer.pod.Namespace]
-			if n == nil || !ps.Namespaces.Matches(labels.Set(n.Labels)) {
-				return false
-			}
-		}
-		return ps.Pods.Matches(labels.Set(peer.pod.Labels))
-	}
-	return true
-}
-
-// enforced: policy applies to the pod (policy.Pod's own rule: an address
-// of its own, not hostNetwork, not finished).
-func enforced(p *policy.Pod) bool { return !p.HostNetwork && !p.Terminal && len(p.IPs) > 0 }
-
-// enforcedPeer: selectors can select the pod (the same rule).
-func enforcedPeer(p *policy.Pod) bool { return enforced(p) }
-
-func notEnforced(e end) string {
-	switch {
-	case e.pod == nil:
-		return e.ip.String() + " is no pod"
-	case e.pod.HostNetwork:
+	case p.HostNetwork:
 		return "hostNetwork pods are not enforced"
-	case e.pod.Terminal:
+	case p.Terminal:
 		return "the pod has finished"
+	case len(p.IPs) == 0:
+		return "the pod has no address"
 	}
-	return "the pod has no address"
+	return "the pod has no address of the family of " + peer.String()
 }
 
 // protoNumber is the IP protocol of an API protocol name.

@@ -64,11 +64,14 @@ func (f *flow) service(x *Explanation) error {
 	masquerade := false
 	if kind != "cluster" {
 		how = "external traffic"
-		chosen = c.External
-		if f.src.pod != nil && c.ExternalLocal && len(c.Cluster) > 0 {
-			chosen, how = c.Cluster, "a pod's traffic to an external address (every endpoint, as if hairpinned)"
+		local := f.src.pod == nil && f.src.node != "" && f.src.node == node // the node's own address
+		chosen, masquerade = c.ExternalFor(f.src.pod != nil, local)
+		// A pod's masqueraded source is judged as the pod's still: its
+		// egress is, and which node address it gets depends on the route.
+		masquerade = masquerade && f.src.pod == nil
+		if c.ExternalLocal && (f.src.pod != nil || local) {
+			how = "external traffic of the node or its pods (Local policy: as if hairpinned)"
 		}
-		masquerade = !c.ExternalLocal && f.src.pod == nil
 	}
 	s.Choice = describeChoice(c, chosen, how, node)
 	if len(chosen) == 0 {

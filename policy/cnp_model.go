@@ -55,6 +55,7 @@ type cnpState struct {
 	subject *PeerSelector // its subject's pods, for ingress named ports
 	deny    [2]*group     // its deny chains, when a rule denies
 	chain   [2]*group     // its rules by direction; nil for none
+	items   [2][]item     // the rules of chain, each with its API rule
 }
 
 // UpsertClusterPolicy adds or changes a ClusterNetworkPolicy.
@@ -126,12 +127,14 @@ func (m *Model) newCluster(rec *ClusterPolicy) *cnpState {
 	st := &cnpState{rec: rec}
 	for _, d := range directions {
 		var items []item
-		for _, r := range rec.Rules[d] {
-			items = m.appendClusterItems(st, items, d, r)
+		for i, r := range rec.Rules[d] {
+			n := len(items)
+			items = numbered(m.appendClusterItems(st, items, d, r), n, i)
 		}
 		if len(items) == 0 {
 			continue
 		}
+		st.items[d] = items
 		rules := make([]Rule, len(items))
 		for i, it := range items {
 			rules[i] = it.rule

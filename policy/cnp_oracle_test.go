@@ -221,8 +221,9 @@ func cnpProtocolsMatch(protos []cnpv1.ClusterNetworkPolicyProtocol, peer cnpv1.C
 	return false
 }
 
-// checkTieredTruthTable compares the models' verdicts with the API's on
-// every probe, and the Admin and Baseline rules TraceCluster names with
+// checkTieredTruthTable compares the models' verdicts, their tables' and
+// their traces', with the API's on every probe, and the Admin and Baseline
+// rules Model.Trace names with
 // the API's first matching rules.
 func (c *tiered) checkTieredTruthTable(t *testing.T, models map[string]*Model, outside []netip.Addr) {
 	t.Helper()
@@ -234,6 +235,11 @@ func (c *tiered) checkTieredTruthTable(t *testing.T, models map[string]*Model, o
 		if got != want {
 			if bad++; bad <= 5 {
 				t.Errorf("%s: API says allowed=%v, tables say %v; trace:\n  %s", pr, want, got, strings.Join(steps, "\n  "))
+			}
+		}
+		if traced := traceAllows(models, pr.from, pr.to, uint16(pr.port), proto); traced != want {
+			if bad++; bad <= 5 {
+				t.Errorf("%s: API says allowed=%v, the traces say %v", pr, want, traced)
 			}
 		}
 		for _, d := range directions {
@@ -250,8 +256,8 @@ func (c *tiered) checkTieredTruthTable(t *testing.T, models map[string]*Model, o
 			}
 			m := models[self.pod.Spec.NodeName]
 			f := Flow{Dir: d, Pod: podKey(self.pod.Namespace, self.pod.Name), Peer: peer.ip, Proto: proto, Port: uint16(pr.port)}
-			gotT := [2]ClusterVerdict{}
-			gotT[AdminTier], gotT[BaselineTier] = m.TraceCluster(f)
+			dec := m.Trace(f)
+			gotT := [2]ClusterVerdict{dec.Admin, dec.Baseline}
 			for i, tier := range []cnpv1.Tier{cnpv1.AdminTier, cnpv1.BaselineTier} {
 				var a cnpv1.ClusterNetworkPolicyRuleAction
 				var name string
@@ -262,7 +268,7 @@ func (c *tiered) checkTieredTruthTable(t *testing.T, models map[string]*Model, o
 				g := gotT[i]
 				if string(a) != g.Action.String() || (a != "" && (g.Policy != name || g.Rule != idx)) {
 					if bad++; bad <= 5 {
-						t.Errorf("%s %s: API says %s %s rule %d %q, TraceCluster says %v", pr, d, tier, name, idx, a, g)
+						t.Errorf("%s %s: API says %s %s rule %d %q, Trace says %v", pr, d, tier, name, idx, a, g)
 					}
 				}
 			}

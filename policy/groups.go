@@ -35,11 +35,37 @@ type holds struct {
 }
 
 // item is a rule of a group chain, or with name set, a rule waiting for
-// the destination pod's port of that name and protocol.
+// the destination pod's port of that name and protocol; of is the place
+// of the API rule it comes from in its policy's list (what a trace names).
 type item struct {
 	rule  Rule
 	name  string
 	proto uint8
+	of    int
+}
+
+// appendFor appends the item's rules for the local pod p: itself, or one
+// per port of p of its name and protocol.
+func (it item) appendFor(rules []Rule, p *Pod) []Rule {
+	if it.name == "" {
+		return append(rules, it.rule)
+	}
+	for _, port := range p.Ports {
+		if port.Name == it.name && port.Protocol == it.proto {
+			r := it.rule
+			r.Proto, r.PortFrom, r.PortTo = port.Protocol, port.Port, port.Port
+			rules = append(rules, r)
+		}
+	}
+	return rules
+}
+
+// numbered sets the place of the API rule of items[from:], made from it.
+func numbered(items []item, from, of int) []item {
+	for i := range items[from:] {
+		items[from+i].of = of
+	}
+	return items
 }
 
 func (pol *policyState) has(d Direction) bool {
@@ -103,8 +129,9 @@ func (m *Model) newPolicy(rec *Policy, st *nsState) *policyState {
 		if d == Egress {
 			rules = rec.EgressRules
 		}
-		for _, r := range rules {
-			pol.items[d] = m.appendItems(pol, pol.items[d], d, r)
+		for i, r := range rules {
+			n := len(pol.items[d])
+			pol.items[d] = numbered(m.appendItems(pol, pol.items[d], d, r), n, i)
 		}
 	}
 	return pol
@@ -272,17 +299,7 @@ func (m *Model) rulesOf(p *podState, d Direction) (rules []Rule, isolated bool) 
 		}
 		isolated = true
 		for _, it := range pol.items[d] {
-			if it.name == "" {
-				rules = append(rules, it.rule)
-				continue
-			}
-			for _, port := range p.rec.Ports {
-				if port.Name == it.name && port.Protocol == it.proto {
-					r := it.rule
-					r.Proto, r.PortFrom, r.PortTo = port.Protocol, port.Port, port.Port
-					rules = append(rules, r)
-				}
-			}
+			rules = it.appendFor(rules, p.rec)
 		}
 	}
 	return rules, isolated

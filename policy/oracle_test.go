@@ -136,30 +136,43 @@ func (c *cluster) allowed(from, to endpoint, port int32, proto v1.Protocol) bool
 // directionAllows: for self (the pod whose policies count) in direction
 // dir, with peer at the other end and dst the destination.
 func (c *cluster) directionAllows(dir netv1.PolicyType, self, peer, dst endpoint, port int32, proto v1.Protocol) bool {
-	if self.pod == nil || self.pod.Spec.HostNetwork || terminal(self.pod) {
-		return true // not a pod whose policies anyone enforces
-	}
 	isolated := false
-	for _, np := range c.policies {
-		if np.Namespace != self.pod.Namespace || !hasType(np, dir) || !selects(&np.Spec.PodSelector, self.pod.Labels) {
-			continue
-		}
+	for _, np := range c.isolating(dir, self) {
 		isolated = true
-		if dir == netv1.PolicyTypeIngress {
-			for _, r := range np.Spec.Ingress {
-				if c.peersMatch(r.From, np.Namespace, peer) && portsMatch(r.Ports, dst, port, proto) {
-					return true
-				}
-			}
-			continue
-		}
-		for _, r := range np.Spec.Egress {
-			if c.peersMatch(r.To, np.Namespace, peer) && portsMatch(r.Ports, dst, port, proto) {
-				return true
-			}
+		if c.firstRule(np, dir, peer, dst, port, proto) >= 0 {
+			return true
 		}
 	}
 	return !isolated
+}
+
+// isolating are the policies isolating self in direction dir, by name;
+// none for a pod no one enforces.
+func (c *cluster) isolating(dir netv1.PolicyType, self endpoint) []*netv1.NetworkPolicy {
+	if self.pod == nil || self.pod.Spec.HostNetwork || terminal(self.pod) {
+		return nil
+	}
+	var out []*netv1.NetworkPolicy
+	for _, np := range c.policies {
+		if np.Namespace == self.pod.Namespace && hasType(np, dir) && selects(&np.Spec.PodSelector, self.pod.Labels) {
+			out = append(out, np)
+		}
+	}
+	slices.SortFunc(out, func(a, b *netv1.NetworkPolicy) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// firstRule is the place of the first rule of np in direction dir that
+// allows the connection; -1 for none.
+func (c *cluster) firstRule(np *netv1.NetworkPolicy, dir netv1.PolicyType, peer, dst endpoint, port int32, proto v1.Protocol) int {
+	if dir == netv1.PolicyTypeIngress {
+		return slices.IndexFunc(np.Spec.Ingress, func(r netv1.NetworkPolicyIngressRule) bool {
+			return c.peersMatch(r.From, np.Namespace, peer) && portsMatch(r.Ports, dst, port, proto)
+		})
+	}
+	return slices.IndexFunc(np.Spec.Egress, func(r netv1.NetworkPolicyEgressRule) bool {
+		return c.peersMatch(r.To, np.Namespace, peer) && portsMatch(r.Ports, dst, port, proto)
+	})
 }
 
 func terminal(p *v1.Pod) bool {
@@ -334,8 +347,9 @@ func (c *cluster) probes(outside []netip.Addr) []probe {
 	return out
 }
 
-// checkTruthTable compares the models' verdicts with the API's on every
-// probe and fails with the first mismatches and their traces.
+// checkTruthTable compares the models' verdicts, those of their tables
+// and those of their traces, with the API's on every probe, and fails with
+// the first mismatches and their traces.
 func (c *cluster) checkTruthTable(t *testing.T, models map[string]*Model, outside []netip.Addr) {
 	t.Helper()
 	bad := 0
@@ -348,8 +362,63 @@ func (c *cluster) checkTruthTable(t *testing.T, models map[string]*Model, outsid
 				t.Errorf("%s: API says allowed=%v, tables say %v; trace:\n  %s", pr, want, got, strings.Join(steps, "\n  "))
 			}
 		}
+		for _, d := range directions {
+			if msg := c.checkTrace(models, pr, d); msg != "" {
+				if bad++; bad <= 5 {
+					t.Errorf("%s %s: %s", pr, d, msg)
+				}
+			}
+		}
 	}
 	if bad > 5 {
 		t.Errorf("... %d mismatches in all", bad)
 	}
+}
+
+// checkTrace compares the model's trace of one direction of a probe (the
+// verdict, each isolating policy and its first allowing rule) with the
+// API's reading; "" when they agree.
+func (c *cluster) checkTrace(models map[string]*Model, pr probe, d Direction) string {
+	proto, _ := protocolNumber(pr.proto)
+	got, ok := traced(models, pr.from, pr.to, uint16(pr.port), proto, d)
+	if !ok {
+		return ""
+	}
+	self, peer, dir := pr.to, pr.from, netv1.PolicyTypeIngress
+	if d == Egress {
+		self, peer, dir = pr.from, pr.to, netv1.PolicyTypeEgress
+	}
+	var want []Isolation
+	for _, np := range c.isolating(dir, self) {
+		want = append(want, Isolation{Policy: podKey(np.Namespace, np.Name), Rule: c.firstRule(np, dir, peer, pr.to, pr.port, pr.proto)})
+	}
+	if allowed := c.directionAllows(dir, self, peer, pr.to, pr.port, pr.proto); got.Allowed != allowed || !slices.Equal(got.Isolations, want) {
+		return fmt.Sprintf("API says allowed=%v, isolations %v; the trace says allowed=%v, isolations %v", allowed, want, got.Allowed, got.Isolations)
+	}
+	return ""
+}
+
+// traced is the model's trace of direction d of a connection, on the node
+// of the pod whose policies count; false when that is no pod of the
+// models' nodes.
+func traced(models map[string]*Model, from, to endpoint, port uint16, proto uint8, d Direction) (Decision, bool) {
+	self, peer := to, from
+	if d == Egress {
+		self, peer = from, to
+	}
+	if self.pod == nil || models[self.pod.Spec.NodeName] == nil {
+		return Decision{}, false
+	}
+	return models[self.pod.Spec.NodeName].Trace(Flow{Dir: d, Pod: podKey(self.pod.Namespace, self.pod.Name), Peer: peer.ip, Proto: proto, Port: port}), true
+}
+
+// traceAllows is what the models' traces say of a connection: the
+// source's egress on its node and the destination's ingress on its node.
+func traceAllows(models map[string]*Model, from, to endpoint, port uint16, proto uint8) bool {
+	for _, d := range directions {
+		if dec, ok := traced(models, from, to, port, proto, d); ok && !dec.Allowed {
+			return false
+		}
+	}
+	return true
 }

@@ -33,8 +33,9 @@ type PortChoice struct {
 	// of NodePort, externalIPs and load-balancer traffic from outside the
 	// cluster. Empty with Any: the node drops; without Any: it rejects.
 	Internal, External []netip.AddrPort
-	// Cluster are the endpoints for Cluster-policy traffic (after
-	// topology); pods reach a Local-policy external address through them.
+	// Cluster are the endpoints of the node's Cluster-policy chain (after
+	// topology; none when no traffic policy is Cluster): ExternalFor says
+	// who reaches them.
 	Cluster []netip.AddrPort
 	Any     bool
 	// Fallback: no endpoint is ready, the serving terminating ones are used.
@@ -90,6 +91,23 @@ func Choose(svc *v1.Service, slices []*discovery.EndpointSlice, node, zone strin
 		out = append(out, c)
 	}
 	return out
+}
+
+// ExternalFor are the endpoints the node's external chain (externalChain)
+// sends NodePort, externalIP and load-balancer traffic to from a source,
+// and whether it masquerades it: with Cluster policy every source goes to
+// External, masqueraded; with Local policy the node's pods (pod) and the
+// node itself (local, masqueraded) go to the Cluster chain's endpoints
+// when the node has one, as if hairpinned, and other clients only to the
+// local ones, keeping their address.
+func (c PortChoice) ExternalFor(pod, local bool) (eps []netip.AddrPort, masquerade bool) {
+	switch {
+	case !c.ExternalLocal:
+		return c.External, true
+	case (pod || local) && len(c.Cluster) > 0:
+		return c.Cluster, local
+	}
+	return c.External, local
 }
 
 // ServiceTables are the tables of one node's rules for svc alone: what
