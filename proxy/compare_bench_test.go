@@ -22,10 +22,12 @@ import (
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
@@ -677,7 +679,7 @@ func (o *benchObjects) grow(b *testing.B, n int) netip.AddrPort {
 		sem <- struct{}{}
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 			defer cancel()
 			if _, err := o.create(ctx, fmt.Sprintf("svc%d", i), benchEndpoints(i, "")); err != nil {
 				errs <- err
@@ -701,12 +703,28 @@ func (o *benchObjects) grow(b *testing.B, n int) netip.AddrPort {
 func (o *benchObjects) create(ctx context.Context, name string, ips []string) (*v1.Service, error) {
 	s := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
 		Spec: v1.ServiceSpec{Ports: []v1.ServicePort{{Name: "http", Protocol: v1.ProtocolTCP, Port: 80}}}}
-	s, err := o.writer.CoreV1().Services("default").Create(ctx, s, metav1.CreateOptions{})
+	// A loaded machine times some writes out although they were made: try
+	// again, and take an existing object as made.
+	var out *v1.Service
+	err := retry.OnError(retry.DefaultBackoff, func(err error) bool { return !apierrors.IsAlreadyExists(err) && !apierrors.IsInvalid(err) }, func() error {
+		got, err := o.writer.CoreV1().Services("default").Create(ctx, s, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			got, err = o.writer.CoreV1().Services("default").Get(ctx, name, metav1.GetOptions{})
+		}
+		out = got
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	_, err = o.writer.DiscoveryV1().EndpointSlices("default").Create(ctx, benchSlice(name, ips), metav1.CreateOptions{})
-	return s, err
+	err = retry.OnError(retry.DefaultBackoff, func(err error) bool { return !apierrors.IsInvalid(err) }, func() error {
+		_, err := o.writer.DiscoveryV1().EndpointSlices("default").Create(ctx, benchSlice(name, ips), metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			return nil
+		}
+		return err
+	})
+	return out, err
 }
 
 // benchEndpoints are Service i's endpoint addresses, the last replaced

@@ -8,9 +8,11 @@ import (
 	"time"
 
 	v1 "k8s.io/api/core/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/rest"
+	"k8s.io/client-go/util/retry"
 )
 
 // Writers is how many API calls Fill keeps in flight.
@@ -40,13 +42,16 @@ func Fill(ctx context.Context, c kubernetes.Interface, s Sizes, extra []*v1.Pod,
 	nss := s.NamespaceObjects()
 	if err := step("namespaces", len(nss), func(ctx context.Context, i int) error {
 		_, err := c.CoreV1().Namespaces().Create(ctx, nss[i], metav1.CreateOptions{})
-		return err
+		return existing(err)
 	}); err != nil {
 		return err
 	}
 	if err := step("Nodes", s.Nodes, func(ctx context.Context, i int) error {
 		want := s.Node(i)
 		n, err := c.CoreV1().Nodes().Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			n, err = c.CoreV1().Nodes().Get(ctx, want.Name, metav1.GetOptions{})
+		}
 		if err != nil {
 			return err
 		}
@@ -59,6 +64,9 @@ func Fill(ctx context.Context, c kubernetes.Interface, s Sizes, extra []*v1.Pod,
 	if err := step("Pods with their statuses", s.Pods+len(extra), func(ctx context.Context, j int) error {
 		want := s.podOrExtra(j, extra)
 		p, err := c.CoreV1().Pods(want.Namespace).Create(ctx, want, metav1.CreateOptions{})
+		if apierrors.IsAlreadyExists(err) {
+			p, err = c.CoreV1().Pods(want.Namespace).Get(ctx, want.Name, metav1.GetOptions{})
+		}
 		if err != nil {
 			return err
 		}
@@ -71,11 +79,11 @@ func Fill(ctx context.Context, c kubernetes.Interface, s Sizes, extra []*v1.Pod,
 	eps := s.Endpoints()
 	if err := step("Services with their EndpointSlices", s.Services, func(ctx context.Context, k int) error {
 		svc := s.Service(k)
-		if _, err := c.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); err != nil {
+		if _, err := c.CoreV1().Services(svc.Namespace).Create(ctx, svc, metav1.CreateOptions{}); existing(err) != nil {
 			return err
 		}
 		for _, sl := range s.Slices(k, eps[k]) {
-			if _, err := c.DiscoveryV1().EndpointSlices(sl.Namespace).Create(ctx, sl, metav1.CreateOptions{}); err != nil {
+			if _, err := c.DiscoveryV1().EndpointSlices(sl.Namespace).Create(ctx, sl, metav1.CreateOptions{}); existing(err) != nil {
 				return err
 			}
 		}
@@ -86,8 +94,16 @@ func Fill(ctx context.Context, c kubernetes.Interface, s Sizes, extra []*v1.Pod,
 	pols := s.PolicyObjects()
 	return step("NetworkPolicies", len(pols), func(ctx context.Context, i int) error {
 		_, err := c.NetworkingV1().NetworkPolicies(pols[i].Namespace).Create(ctx, pols[i], metav1.CreateOptions{})
-		return err
+		return existing(err)
 	})
+}
+
+// existing takes an object that already exists as made.
+func existing(err error) error {
+	if apierrors.IsAlreadyExists(err) {
+		return nil
+	}
+	return err
 }
 
 func (s Sizes) podOrExtra(j int, extra []*v1.Pod) *v1.Pod {
@@ -113,7 +129,10 @@ func parallel(ctx context.Context, n int, do func(context.Context, int) error) e
 				if i >= n || ctx.Err() != nil {
 					return
 				}
-				if err := do(ctx, i); err != nil {
+				// A loaded API server times some writes out, made or not: each
+				// step takes an existing object as made, so try again.
+				err := retry.OnError(retry.DefaultBackoff, func(err error) bool { return !apierrors.IsInvalid(err) }, func() error { return do(ctx, i) })
+				if err != nil {
 					cancel(err)
 					return
 				}
