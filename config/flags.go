@@ -87,6 +87,7 @@ func (f *flags) process(d *v1alpha1.Configuration) {
 	f.i32("kube-api-burst", "clientConnection.burst", d.ClientConnection.Burst, "Client-side burst of queries to the API server.")
 	f.str("health-bind-address", "healthBindAddress", d.HealthBindAddress, "host:port serving /healthz and /readyz; port 0 picks a free port, \"\" disables.")
 	f.str("metrics-bind-address", "metricsBindAddress", d.MetricsBindAddress, "host:port serving Prometheus /metrics; port 0 picks a free port, \"\" disables.")
+	f.str("pprof-bind-address", "pprofBindAddress", d.PprofBindAddress, "host:port serving Go's /debug/pprof profiles (heap, CPU, goroutines); \"\" (the default) disables. Bind it to loopback.")
 	f.dur("shutdown-timeout", "shutdownTimeout", d.ShutdownTimeout.Duration, "Longest time a graceful stop after SIGTERM may take.")
 }
 

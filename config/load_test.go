@@ -159,6 +159,7 @@ func TestValidationErrorsNameTheField(t *testing.T) {
 		{"serve stale", []string{"--dns-serve-stale=-1s"}, nil, "dns.serveStale: must be between 0s and 168h0m0s"},
 		{"kube-dns configmap", []string{"--kube-dns-configmap=kube-dns"}, nil, `dns.kubeDNSConfigMap: must be namespace/name like kube-system/kube-dns, or "" to read none, got "kube-dns"`},
 		{"bind address", []string{"--health-bind-address=nowhere"}, nil, "healthBindAddress: must be host:port"},
+		{"pprof address", []string{"--pprof-bind-address=nowhere"}, nil, "pprofBindAddress: must be host:port"},
 		{"unknown role", []string{"--role=proxy"}, nil, `roles: unknown role "proxy": valid roles are controller,dns,node`},
 		{"no role", []string{"--role="}, nil, "roles: no role given"},
 		{"bridge name", []string{"--bridge=a-very-long-bridge-name"}, nil, "node.bridge: must be an interface name"},

@@ -112,7 +112,7 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 	p := ns.Start(b, bin, "--role=node", "--v=2", "--kubeconfig="+kc, "--node-name="+NodeName(0), "--cluster-cidr="+ClusterCIDR,
 		"--health-bind-address="+healthAddr, "--metrics-bind-address="+metricsAddr, "--proxy-healthz-bind-address=127.0.0.1:10256",
 		"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
-		"--cni-conf-dir="+tmp, "--cni-bin-dir="+tmp, "--ipam-state-dir="+tmp, "--bridge="+bridge)
+		"--cni-conf-dir="+tmp, "--cni-bin-dir="+tmp, "--ipam-state-dir="+tmp, "--bridge="+bridge, "--pprof-bind-address="+pprofAddr)
 	defer p.Stop(10 * time.Second)
 
 	proxyAt, proxyLine := waitLog(b, p, 20*time.Minute, `"synced"`, `type="full"`, "building=")
@@ -130,6 +130,7 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 	r.proxy, r.policy, r.overlay = proxyAt.Sub(proxyLists), policyAt.Sub(policyLists), overlayAt.Sub(overlayLists)
 	r.proxyTook, r.policyTook = took(proxyLine), took(policyLine)
 	r.rssSynced = statusKiB(p.Cmd.Process.Pid, "VmRSS")
+	saveHeap(b, ns, "synced")
 	b.Logf("node role: first full sync %v from its first lists (%v from start); from each feature's lists: proxy %v (took %v), NetworkPolicy %v (took %v), overlay %v; VmRSS %d MiB; load %s",
 		r.fromLists.Round(time.Millisecond), r.fromStart.Round(time.Millisecond), r.proxy.Round(time.Millisecond), r.proxyTook,
 		r.policy.Round(time.Millisecond), r.policyTook, r.overlay.Round(time.Millisecond), r.rssSynced/1024, framework.LoadAverage())
@@ -149,6 +150,7 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 	r.idleBytesPerSec, r.churnBytesPerSec, r.churn = churn(b, w, s, &received)
 	r.cpu = float64(cpuTime(p.Cmd.Process.Pid)-cpu0) / float64(time.Since(at0))
 	r.rssPeak = statusKiB(p.Cmd.Process.Pid, "VmHWM")
+	saveHeap(b, ns, "churned")
 	if p.Exited() {
 		b.Fatalf("node role exited:\n%s", p.Tail(30))
 	}

@@ -6,6 +6,7 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -36,6 +37,7 @@ const (
 	// Both the node role and kube-proxy serve on their namespace's own
 	// loopback.
 	healthAddr  = "127.0.0.1:10290"
+	pprofAddr   = "127.0.0.1:6060"
 	metricsAddr = "127.0.0.1:10249"
 )
 
@@ -83,6 +85,22 @@ func get(ns *netns.NS, url string) (string, error) {
 		err = fmt.Errorf("%s: %d %s", url, code, body)
 	}
 	return body, err
+}
+
+// saveHeap writes the node role's heap profile into
+// $NETPLANE_BENCH_PROFILES, when set, as heap-<name>.pb.gz.
+func saveHeap(b *testing.B, ns *netns.NS, name string) {
+	dir := os.Getenv("NETPLANE_BENCH_PROFILES")
+	if dir == "" {
+		return
+	}
+	body, err := get(ns, "http://"+pprofAddr+"/debug/pprof/heap")
+	if err == nil {
+		err = os.WriteFile(filepath.Join(dir, "heap-"+name+".pb.gz"), []byte(body), 0o644)
+	}
+	if err != nil {
+		b.Logf("heap profile %s: %v", name, err)
+	}
 }
 
 // metric is the value of an unlabelled metric, or of the first series of

@@ -199,6 +199,7 @@ func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *ro
 	opts := manager.Options{
 		Logger:                  log,
 		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		PprofBindAddress:        cfg.PprofBindAddress,
 		GracefulShutdownTimeout: &cfg.ShutdownTimeout.Duration,
 	}
 	mgr, err := manager.New(rest.CopyConfig(restConfig), opts)

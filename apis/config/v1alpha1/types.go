@@ -39,6 +39,10 @@ type Configuration struct {
 	HealthBindAddress string `json:"healthBindAddress"`
 	// MetricsBindAddress is host:port for /metrics; "" disables it, port 0 picks one.
 	MetricsBindAddress string `json:"metricsBindAddress"`
+	// PprofBindAddress is host:port for Go's /debug/pprof profiles; ""
+	// (the default) disables it. Profiles show the process's memory and
+	// stacks: bind it to loopback.
+	PprofBindAddress string `json:"pprofBindAddress,omitempty"`
 	// ShutdownTimeout bounds a graceful stop after SIGTERM.
 	ShutdownTimeout metav1.Duration `json:"shutdownTimeout"`
 

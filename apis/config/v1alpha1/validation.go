@@ -27,6 +27,7 @@ func (c *Configuration) Validate() field.ErrorList {
 	}
 	v.hostPort(field.NewPath("healthBindAddress"), c.HealthBindAddress, true)
 	v.hostPort(field.NewPath("metricsBindAddress"), c.MetricsBindAddress, true)
+	v.hostPort(field.NewPath("pprofBindAddress"), c.PprofBindAddress, true)
 	v.between(field.NewPath("shutdownTimeout"), c.ShutdownTimeout.Duration, time.Second, 5*time.Minute)
 
 	cc, p := c.ClientConnection, field.NewPath("clientConnection")
