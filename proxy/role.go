@@ -100,7 +100,7 @@ func (x *Feature) Run(ctx context.Context) error {
 	}
 	d.Checks.AddHealth("proxy", p.healthz)
 	if addr := d.Config.Node.ProxyHealthzBindAddress; addr != "" {
-		if err := p.serveNodeHealth(ctx, addr); err != nil {
+		if err := p.nodeHealth().serve(ctx, addr); err != nil {
 			return fmt.Errorf("node health server: %w", err)
 		}
 	}
