@@ -77,7 +77,7 @@ const (
 )
 
 // Hook priorities: the contract with other software on the node, which can
-// order itself around netplane by them (see the package comment in role.go).
+// order itself around netplane by them (see the package comment in feature.go).
 const (
 	PriorityFirewall   = -110 // source ranges, before DNAT
 	PriorityDNAT       = -100 // Service DNAT (dstnat)
