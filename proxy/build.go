@@ -17,6 +17,10 @@ import (
 	"github.com/netplane/netplane/nodeview"
 )
 
+// This file writes one Service port's share of the desired tables, one
+// family at a time (builder): its dispatch elements, its own chains, and
+// its endpoints in the shared maps. The model (model.go) merges the shares.
+
 // Input is everything the desired ruleset is a function of.
 type Input struct {
 	Services []*serviceRecord

@@ -55,7 +55,7 @@ func newProxier(d role.Deps, s nodeview.Settings, v views, m *metrics, syncers m
 		startup: startup{log: d.Log, cfg: d.Config.Node},
 	}
 	p.runner = p.newRunner()
-	p.changes.request = func() { p.runner.Request() }
+	p.changes.request = p.runner.Request
 	p.health = newHealthServers(d.Log, func() bool { return p.healthz() == nil })
 	return p
 }
@@ -81,7 +81,8 @@ func (p *proxier) nodeHandler() cache.ResourceEventHandler {
 
 // nodeHealth is the node health server of this proxier.
 func (p *proxier) nodeHealth() nodeHealthServer {
-	return nodeHealthServer{log: p.log, node: p.node.self, healthy: func() bool { return p.healthz() == nil }, lastSynced: p.lastSynced}
+	healthy := func() bool { return p.healthz() == nil }
+	return nodeHealthServer{log: p.log, node: p.node.self, healthy: healthy, lastSynced: p.lastSynced}
 }
 
 // healthz fails, as kube-proxy's does, when a change has waited for
