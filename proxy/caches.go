@@ -6,24 +6,32 @@ import (
 	"strings"
 
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/client-go/tools/cache"
 )
 
+// caches are the views' caches a sync reads Services and EndpointSlices
+// from, as records (records.go).
+type caches struct {
+	services cache.Store   // of *serviceRecord
+	slices   cache.Indexer // of *sliceRecord, indexed byService
+}
+
 // delta reads the dirty Services and their slices from the caches.
-func (p *proxier) delta(dirty map[types.NamespacedName]bool) (map[types.NamespacedName]Change, error) {
+func (c caches) delta(dirty map[types.NamespacedName]bool) (map[types.NamespacedName]Change, error) {
 	out := make(map[types.NamespacedName]Change, len(dirty))
 	for name := range dirty {
 		key := name.String() // the caches' key and the byService index's
-		var c Change
-		o, ok, err := p.services.GetByKey(key)
+		var ch Change
+		o, ok, err := c.services.GetByKey(key)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
-			if c.Svc, ok = o.(*serviceRecord); !ok {
+			if ch.Svc, ok = o.(*serviceRecord); !ok {
 				return nil, fmt.Errorf("a %T in the Service cache", o)
 			}
 		}
-		objs, err := p.slices.ByIndex(byService, key)
+		objs, err := c.slices.ByIndex(byService, key)
 		if err != nil {
 			return nil, err
 		}
@@ -32,10 +40,10 @@ func (p *proxier) delta(dirty map[types.NamespacedName]bool) (map[types.Namespac
 			if !ok {
 				return nil, fmt.Errorf("a %T in the EndpointSlice cache", o)
 			}
-			c.Slices = append(c.Slices, s)
+			ch.Slices = append(ch.Slices, s)
 		}
-		sortSlices(c.Slices)
-		out[name] = c
+		sortSlices(ch.Slices)
+		out[name] = ch
 	}
 	return out, nil
 }
@@ -49,16 +57,16 @@ func sortSlices(ss []*sliceRecord) {
 }
 
 // input gathers the informer caches, with this node's facts.
-func (p *proxier) input(node NodeFacts) (Input, error) {
+func (c caches) input(node NodeFacts) (Input, error) {
 	in := Input{Slices: map[types.NamespacedName][]*sliceRecord{}, Node: node}
-	for _, o := range p.services.List() {
+	for _, o := range c.services.List() {
 		s, ok := o.(*serviceRecord)
 		if !ok {
 			return Input{}, fmt.Errorf("a %T in the Service cache", o)
 		}
 		in.Services = append(in.Services, s)
 	}
-	for _, o := range p.slices.List() {
+	for _, o := range c.slices.List() {
 		s, ok := o.(*sliceRecord)
 		if !ok {
 			return Input{}, fmt.Errorf("a %T in the EndpointSlice cache", o)

@@ -19,6 +19,7 @@ import (
 type changes struct {
 	gauge   prometheus.Gauge // pending changes
 	started time.Time        // earlier trigger times are not this proxier's latency
+	request func()           // asks for a sync
 
 	mu       sync.Mutex
 	pending  int         // changes not yet programmed
@@ -98,49 +99,41 @@ func (c *changes) failed(triggers []time.Time) {
 }
 
 // changed records a change and asks for a sync.
-func (p *proxier) changed(obj any) { p.changedFrom(nil, obj) }
+func (c *changes) changed(obj any) { c.changedFrom(nil, obj) }
 
 // changedFrom records a change from old to obj and asks for a sync.
-func (p *proxier) changedFrom(old, obj any) {
-	p.changes.record(old, obj)
-	p.runner.Request()
+func (c *changes) changedFrom(old, obj any) {
+	c.record(old, obj)
+	c.request()
 }
 
-func (p *proxier) eventHandler() cache.ResourceEventHandler {
+// eventHandler feeds Service and EndpointSlice events in.
+func (c *changes) eventHandler() cache.ResourceEventHandler {
 	return cache.ResourceEventHandlerFuncs{
-		AddFunc:    p.changed,
-		UpdateFunc: p.changedFrom,
-		DeleteFunc: p.changed,
+		AddFunc:    c.changed,
+		UpdateFunc: c.changedFrom,
+		DeleteFunc: c.changed,
 	}
 }
 
-// nodeHandler reacts to a change of what the proxy reads of this node
-// (addresses, zone, taint), or of the cluster's pod CIDRs where the Nodes
-// make them; not to kubelet heartbeats.
-func (p *proxier) nodeHandler() cache.ResourceEventHandler {
-	relevant := func(old, cur any) bool {
-		o, c := nodeview.RecordOf(old), nodeview.RecordOf(cur)
-		for _, n := range []*nodeview.Node{o, c} {
-			if n != nil && n.Name == p.cfg.NodeName {
-				return true
-			}
-		}
-		return p.settings.ClusterCIDRsChange(o, c)
-	}
+// nodeHandler feeds in the Node events that are relevant (thisNode), not
+// kubelet heartbeats.
+func (c *changes) nodeHandler(relevant func(old, cur *nodeview.Node) bool) cache.ResourceEventHandler {
+	is := func(old, cur any) bool { return relevant(nodeview.RecordOf(old), nodeview.RecordOf(cur)) }
 	return cache.ResourceEventHandlerFuncs{
 		AddFunc: func(obj any) {
-			if relevant(nil, obj) {
-				p.changed(obj)
+			if is(nil, obj) {
+				c.changed(obj)
 			}
 		},
 		UpdateFunc: func(old, obj any) {
-			if relevant(old, obj) && !reflect.DeepEqual(old, obj) {
-				p.changedFrom(old, obj)
+			if is(old, obj) && !reflect.DeepEqual(old, obj) {
+				c.changedFrom(old, obj)
 			}
 		},
 		DeleteFunc: func(obj any) {
-			if relevant(obj, nil) {
-				p.changed(obj)
+			if is(obj, nil) {
+				c.changed(obj)
 			}
 		},
 	}

@@ -16,6 +16,14 @@ import (
 	"k8s.io/apimachinery/pkg/types"
 )
 
+// HealthInfo is what the health-check node port of one Service reports,
+// and where it listens.
+type HealthInfo struct {
+	Port           uint16
+	LocalEndpoints int
+	Addrs          []netip.Addr // see NodeFacts.HealthCheckIPs
+}
+
 // healthServers answer on each externalTrafficPolicy=Local Service's
 // healthCheckNodePort, so a cloud load balancer sends traffic only to nodes
 // with a local endpoint: 200 when there is one and the proxy is healthy,

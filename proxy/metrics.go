@@ -63,12 +63,17 @@ func (m *metrics) collectors() []prometheus.Collector {
 
 // observeSync records a sync of kind (full or partial) that worked: it
 // started at start and had its tables programmed at now, and carried the changes of triggers.
-func (m *metrics) observeSync(kind string, start, now time.Time, triggers []time.Time, d *Desired) {
+func (m *metrics) observeSync(kind string, start, now time.Time, triggers []time.Time) {
 	m.syncDuration.WithLabelValues(kind).Observe(now.Sub(start).Seconds())
 	m.lastSync.Set(float64(now.Unix()))
 	for _, t := range triggers {
 		m.programming.Observe(now.Sub(t).Seconds())
 	}
-	m.noLocalEndpoints.WithLabelValues("internal").Set(float64(d.NoLocalInternal))
-	m.noLocalEndpoints.WithLabelValues("external").Set(float64(d.NoLocalExternal))
+}
+
+// observeNoLocal records the counts of Service ports with Local policy and
+// no local endpoint, by traffic policy.
+func (m *metrics) observeNoLocal(internal, external int) {
+	m.noLocalEndpoints.WithLabelValues("internal").Set(float64(internal))
+	m.noLocalEndpoints.WithLabelValues("external").Set(float64(external))
 }

@@ -76,6 +76,9 @@ type fragPart struct {
 // NewModel returns a model with an empty cache.
 func NewModel() *Model { return &Model{} }
 
+// Build computes the desired ruleset. It is a pure function of in.
+func Build(in Input) *Desired { return NewModel().Build(in) }
+
 // Build returns the desired ruleset for in. The result is owned by the
 // model and changed in place by the next Build: use it before calling again.
 func (m *Model) Build(in Input) *Desired {

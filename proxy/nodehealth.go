@@ -7,6 +7,8 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/go-logr/logr"
+
 	"github.com/netplane/netplane/nodeview"
 )
 
@@ -71,8 +73,16 @@ func nodeEligible(node *nodeview.Node) bool {
 	return true
 }
 
-// serveNodeHealth serves /healthz and /livez on addr until ctx ends.
-func (p *proxier) serveNodeHealth(ctx context.Context, addr string) error {
+// nodeHealthServer is the node health server's view of the proxy.
+type nodeHealthServer struct {
+	log        logr.Logger
+	node       func() *nodeview.Node // this node's Node; nil until listed
+	healthy    func() bool
+	lastSynced func() time.Time // zero before the first sync
+}
+
+// serve serves /healthz and /livez on addr until ctx ends.
+func (s nodeHealthServer) serve(ctx context.Context, addr string) error {
 	l, err := net.Listen("tcp", addr)
 	if err != nil {
 		return err
@@ -80,11 +90,7 @@ func (p *proxier) serveNodeHealth(ctx context.Context, addr string) error {
 	mux := http.NewServeMux()
 	for _, path := range []string{"/healthz", "/livez"} {
 		mux.HandleFunc(path, func(w http.ResponseWriter, _ *http.Request) {
-			var node *nodeview.Node
-			if n, ok := nodeview.Get(p.nodes, p.cfg.NodeName); ok {
-				node = &n
-			}
-			code, body := nodeHealth(path, p.healthz() == nil, p.lastSynced(), time.Now(), node)
+			code, body := nodeHealth(path, s.healthy(), s.lastSynced(), time.Now(), s.node())
 			w.Header().Set("Content-Type", "application/json")
 			w.Header().Set("X-Content-Type-Options", "nosniff")
 			w.WriteHeader(code)
@@ -99,7 +105,7 @@ func (p *proxier) serveNodeHealth(ctx context.Context, addr string) error {
 		srv.Shutdown(shutdown)
 	}()
 	go srv.Serve(l)
-	p.log.Info("serving", "server", "node health (kube-proxy's)", "address", l.Addr().String())
+	s.log.Info("serving", "server", "node health (kube-proxy's)", "address", l.Addr().String())
 	return nil
 }
 
@@ -109,15 +115,4 @@ func proxyModeHandler() http.Handler {
 		w.Header().Set("Content-Type", "text/plain; charset=utf-8")
 		w.Write([]byte(ProxyMode))
 	})
-}
-
-// healthz fails, as kube-proxy's does, when a change has waited for
-// programming longer than twice the sync period.
-func (p *proxier) healthz() error { return p.runner.Healthy(2 * p.cfg.SyncPeriod.Duration) }
-
-// lastSynced is when a sync last succeeded; zero before the first.
-func (p *proxier) lastSynced() time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.syncedAt
 }

@@ -20,16 +20,14 @@ import (
 // (changes.go), and a sync recomputes the desired tables from the views'
 // caches (caches.go) and this node's facts (nodeaddrs.go).
 type proxier struct {
-	log      logr.Logger
-	cfg      v1alpha1.Node
-	settings nodeview.Settings              // the cluster's pod CIDRs
-	services cache.Store                    // of *serviceRecord
-	slices   cache.Indexer                  // of *sliceRecord, indexed byService
-	nodes    cache.Store                    // this node's Node, or every Node (views), slim
-	syncers  map[nodeview.Family]nft.Syncer // the tables, by family
-	model    *Model
-	health   *healthServers
-	metrics  *metrics
+	log     logr.Logger
+	cfg     v1alpha1.Node
+	caches  caches
+	node    thisNode
+	syncers map[nodeview.Family]nft.Syncer // the tables, by family
+	model   *Model
+	health  *healthServers
+	metrics *metrics
 	// runner decides when sync runs: kube-proxy's --min-sync-period and
 	// --sync-period (newRunner).
 	runner  *runner.Runner
@@ -45,20 +43,19 @@ type proxier struct {
 // views and programs its tables through syncers.
 func newProxier(d role.Deps, s nodeview.Settings, v views, m *metrics, syncers map[nodeview.Family]nft.Syncer) *proxier {
 	p := &proxier{
-		log:      d.Log,
-		cfg:      d.Config.Node,
-		settings: s,
-		services: v.services.Indexer(),
-		slices:   v.slices.Indexer(),
-		nodes:    v.nodes.Indexer(),
-		syncers:  syncers,
-		model:    NewModel(),
-		metrics:  m,
-		changes:  changes{gauge: m.pendingChanges, started: time.Now()},
-		udp:      udpCleaner{clean: cleanConntrack},
-		startup:  startup{log: d.Log, cfg: d.Config.Node},
+		log:     d.Log,
+		cfg:     d.Config.Node,
+		caches:  caches{services: v.services.Indexer(), slices: v.slices.Indexer()},
+		node:    thisNode{log: d.Log, cfg: d.Config.Node, settings: s, nodes: v.nodes.Indexer()},
+		syncers: syncers,
+		model:   NewModel(),
+		metrics: m,
+		changes: changes{gauge: m.pendingChanges, started: time.Now()},
+		udp:     udpCleaner{clean: cleanConntrack},
+		startup: startup{log: d.Log, cfg: d.Config.Node},
 	}
 	p.runner = p.newRunner()
+	p.changes.request = p.runner.Request
 	p.health = newHealthServers(d.Log, func() bool { return p.healthz() == nil })
 	return p
 }
@@ -72,6 +69,31 @@ func (p *proxier) newRunner() *runner.Runner {
 		FullInterval: p.cfg.SyncPeriod.Duration,
 		RetryAfter:   time.Second,
 	})
+}
+
+// eventHandler takes the Services' and EndpointSlices' events.
+func (p *proxier) eventHandler() cache.ResourceEventHandler { return p.changes.eventHandler() }
+
+// nodeHandler takes the Nodes' events.
+func (p *proxier) nodeHandler() cache.ResourceEventHandler {
+	return p.changes.nodeHandler(p.node.relevant)
+}
+
+// nodeHealth is the node health server of this proxier.
+func (p *proxier) nodeHealth() nodeHealthServer {
+	healthy := func() bool { return p.healthz() == nil }
+	return nodeHealthServer{log: p.log, node: p.node.self, healthy: healthy, lastSynced: p.lastSynced}
+}
+
+// healthz fails, as kube-proxy's does, when a change has waited for
+// programming longer than twice the sync period.
+func (p *proxier) healthz() error { return p.runner.Healthy(2 * p.cfg.SyncPeriod.Duration) }
+
+// lastSynced is when a sync last succeeded; zero before the first.
+func (p *proxier) lastSynced() time.Time {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return p.syncedAt
 }
 
 func (p *proxier) close() {
@@ -103,16 +125,16 @@ func (p *proxier) sync(full bool) error {
 	// unless the node's facts changed or a Node event came (they change
 	// every Service's rules).
 	var d *Desired
-	node := p.nodeFacts()
+	node := p.node.facts()
 	if !full && dirty != nil && p.model.Built(node) {
-		if changes, err := p.delta(dirty); err == nil {
+		if changes, err := p.caches.delta(dirty); err == nil {
 			d = p.model.Apply(changes)
 		} else {
 			p.log.Error(err, "reading the changed Services; reading all of them instead")
 		}
 	}
 	if d == nil {
-		in, err := p.input(node)
+		in, err := p.caches.input(node)
 		if err != nil {
 			p.changes.readAll()
 			return err
@@ -153,7 +175,8 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 	// Logged before the conntrack clean-up: its time is when the kernel had
 	// every rule (the proxy benchmark reads it).
 	p.log.V(2).Info("synced", "type", kind, "took", now.Sub(start), "building", built.Sub(start), "programming", now.Sub(built))
-	p.metrics.observeSync(kind, start, now, triggers, d)
+	p.metrics.observeSync(kind, start, now, triggers)
+	p.metrics.observeNoLocal(d.NoLocalInternal, d.NoLocalExternal)
 	p.mu.Lock()
 	p.syncedAt = now
 	p.mu.Unlock()

@@ -2,8 +2,7 @@ package proxy
 
 import (
 	"net/netip"
-	"strings"
-	"sync"
+	"slices"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
@@ -148,32 +147,63 @@ func sliceRecordOf(s *discovery.EndpointSlice) *sliceRecord {
 	return r
 }
 
-// protocol is p as one of the package's constants, so records share them.
-func protocol(p v1.Protocol) v1.Protocol {
-	for _, known := range []v1.Protocol{v1.ProtocolTCP, v1.ProtocolUDP, v1.ProtocolSCTP} {
-		if p == known {
-			return known
+// endpointsFor collects the endpoints of sp from the Service's slices: the
+// port is found by name in each slice (slices may disagree on the number),
+// and an address listed twice is kept once, preferring a ready copy.
+func endpointsFor(sp *servicePort, ss []*sliceRecord, nodeName string) []endpoint {
+	n := 0
+	for _, s := range ss {
+		n += len(s.endpoints)
+	}
+	all := make([]endpoint, 0, n)
+	for _, s := range ss {
+		num, ok := slicePort(s, sp)
+		if !ok {
+			continue
+		}
+		for _, e := range s.endpoints {
+			ep := endpoint{Addr: e.addr, Port: num, Ready: e.ready, Serving: e.serving, Terminating: e.terminating}
+			ep.Local = e.node != "" && e.node == nodeName
+			ep.Remote = e.node != "" && nodeName != "" && e.node != nodeName
+			if e.hints != nil {
+				ep.ZoneHints, ep.NodeHints = e.hints.zones, e.hints.nodes
+			}
+			all = append(all, ep)
 		}
 	}
-	return p
-}
-
-// intern returns one shared copy of s: node names, zones and namespaces
-// repeat across thousands of records. The table keeps every string it was
-// given, a few per node and namespace of the cluster; unique.Make alone
-// would not do, as its copy is dropped once no handle to it is left.
-func intern(s string) string {
-	internMu.Lock()
-	defer internMu.Unlock()
-	if v, ok := internTable[s]; ok {
-		return v
+	// Sorted by address, ready copies of an address first; then the first
+	// copy of each address is kept.
+	slices.SortStableFunc(all, func(a, b endpoint) int {
+		if c := a.addrPort().Compare(b.addrPort()); c != 0 {
+			return c
+		}
+		return cmpBool(b.Ready, a.Ready)
+	})
+	out := all[:0]
+	for _, ep := range all {
+		if len(out) == 0 || ep.addrPort() != out[len(out)-1].addrPort() {
+			out = append(out, ep)
+		}
 	}
-	s = strings.Clone(s)
-	internTable[s] = s
-	return s
+	return out
 }
 
-var (
-	internMu    sync.Mutex
-	internTable = map[string]string{}
-)
+// cmpBool orders false before true.
+func cmpBool(a, b bool) int {
+	switch {
+	case a == b:
+		return 0
+	case a:
+		return 1
+	}
+	return -1
+}
+
+func slicePort(s *sliceRecord, sp *servicePort) (uint16, bool) {
+	for _, p := range s.ports {
+		if p.name == sp.Name && p.protocol == sp.Protocol && p.port != 0 {
+			return p.port, true
+		}
+	}
+	return 0, false
+}

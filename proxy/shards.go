@@ -3,47 +3,11 @@ package proxy
 import (
 	"fmt"
 	"hash/fnv"
-	"sync"
-
-	"github.com/netplane/netplane/nft"
-	"github.com/netplane/netplane/nodeview"
 )
 
-// This file is where endpoints live: shared maps instead of a map per
-// Service, and shared chains for the Services reached by ClusterIP only.
-
-// pooled: a Service reached only through its ClusterIPs and without
-// affinity, the most common kind, needs no chain of its own (pickChain).
-// At 1,000 such Services that spares the kernel 1,000 chains and 2,000
-// rules, half the work of a full sync.
-func (b *builder) pooled() bool { return !b.sp.externallyAccessible() && b.sp.Affinity == 0 }
-
-// pickChain adds the endpoints of a pooled Service to its pool map (by
-// their count, see poolShard), under its ClusterIP, protocol and port, and
-// returns the chain that picks one by the packet's own address, protocol
-// and port, shared by every pooled Service with the same protocol, count
-// and pool map. Only the endpoints
-// the ClusterIP leads to are there (all, or the local ones with
-// internalTrafficPolicy Local), so their slots start at 0.
-func (b *builder) pickChain(eps []endpoint) string {
-	sp, t := b.sp, b.t
-	set := poolShard(sp, len(eps))
-	for i, e := range eps {
-		// Traffic to a ClusterIP is translated on its sender's node, so a
-		// pod can only reach itself through this node's rules if it runs
-		// here. Leaving the others out halves a big sync's elements when
-		// most endpoints are elsewhere. (Externally reachable Services keep
-		// all: a pod may come back to itself through another node's
-		// NodePort.)
-		if !e.Remote {
-			t.addElement(setHairpin, hairpinID(e.Addr))
-		}
-		t.addElement(set, b.slot.elemID(uint32(i), e.addrPort()))
-	}
-	c := b.picks.chain(t.fam, protoNumber(sp.Protocol), len(eps), set)
-	t.useShared(c)
-	return c.Name
-}
+// This file names the shared maps endpoints live in, instead of a map per
+// Service: the endpoint shards, and the pool maps of the Services reached
+// by ClusterIP only (builder.pickChain).
 
 // Pool maps hold the endpoints of pooled Services, chosen by their count
 // and spread by a hash of the Service over poolSpread maps per count:
@@ -80,48 +44,6 @@ func portHash(sp *servicePort) uint32 {
 	h := fnv.New32a()
 	_, _ = h.Write([]byte(sp.String()))
 	return h.Sum32()
-}
-
-// pickCache builds each shared chain once for the model's node facts
-// (which decide its masquerade rule); one Chain value serves every
-// fragment using it, and is never changed. Fragments are built in
-// parallel, hence the sync.Map.
-type pickCache struct {
-	masq   map[nodeview.Family]*nft.Rule // nil: no masquerade rule
-	chains sync.Map                      // pickKey → *nft.Chain
-}
-
-type pickKey struct {
-	fam   nodeview.Family
-	proto uint8
-	n     int
-	set   string
-}
-
-func newPickCache(node NodeFacts) *pickCache {
-	c := &pickCache{masq: map[nodeview.Family]*nft.Rule{}}
-	for _, f := range nodeview.Families {
-		if r, ok := node.clusterIPMasquerade(f, nft.NewRule(tableFamily(f))); ok {
-			c.masq[f] = &r
-		}
-	}
-	return c
-}
-
-// chain is "pick-tcp-3-pool-24": the ClusterIP masquerade mark, then the
-// DNAT to one of n endpoints in set.
-func (c *pickCache) chain(f nodeview.Family, proto uint8, n int, set string) *nft.Chain {
-	key := pickKey{f, proto, n, set}
-	if ch, ok := c.chains.Load(key); ok {
-		return ch.(*nft.Chain)
-	}
-	ch := &nft.Chain{Name: fmt.Sprintf("pick-%s-%d-%s", nft.ProtoName(proto), n, set)}
-	if r := c.masq[f]; r != nil {
-		ch.Rules = append(ch.Rules, *r)
-	}
-	ch.Rules = append(ch.Rules, dnatPick(nft.NewRule(tableFamily(f)).L4Proto(proto), n, set).Rule())
-	got, _ := c.chains.LoadOrStore(key, ch)
-	return got.(*nft.Chain)
 }
 
 // Endpoints are elements of shared maps, keyed by the Service's ClusterIP,

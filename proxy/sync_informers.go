@@ -30,7 +30,7 @@ var proxySelector = func() labels.Selector {
 
 // views are the proxy's views of the process's informers: Services and
 // EndpointSlices without the labels above, kept as records (records.go),
-// with slices indexed by their Service for partial syncs (proxier.delta);
+// with slices indexed by their Service for partial syncs (caches.delta);
 // and this node's Node, slim (nodeKeep), or every Node when their pod
 // CIDRs are the cluster's (allNodes: no --cluster-cidr). Alone in a
 // process, the selectors go to the API server, as kube-proxy's do.

@@ -86,19 +86,21 @@ func newFakeNode(t *testing.T) *fakeNode {
 		n.fakes[fam], syncers[fam] = f, recorder{Syncer: f, fam: fam, calls: n.calls}
 	}
 	metrics := newMetrics()
+	cfg := v1alpha1.Node{NodeName: testNode.Name, SyncPeriod: metav1.Duration{Duration: time.Hour}, MinSyncPeriod: metav1.Duration{Duration: time.Millisecond}}
 	n.p = &proxier{
-		log:      logr.Discard(),
-		cfg:      v1alpha1.Node{NodeName: testNode.Name, SyncPeriod: metav1.Duration{Duration: time.Hour}, MinSyncPeriod: metav1.Duration{Duration: time.Millisecond}},
-		services: cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc),
-		slices:   cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{byService: sliceServiceIndex}),
-		nodes:    n.nodes,
-		syncers:  syncers,
-		model:    NewModel(),
-		metrics:  metrics,
-		changes:  changes{gauge: metrics.pendingChanges, started: time.Now()},
-		udp:      udpCleaner{clean: func(_, _ map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error) { return 0, nil }},
+		log: logr.Discard(),
+		cfg: cfg,
+		caches: caches{services: cache.NewStore(cache.DeletionHandlingMetaNamespaceKeyFunc),
+			slices: cache.NewIndexer(cache.DeletionHandlingMetaNamespaceKeyFunc, cache.Indexers{byService: sliceServiceIndex})},
+		node:    thisNode{log: logr.Discard(), cfg: cfg, nodes: n.nodes},
+		syncers: syncers,
+		model:   NewModel(),
+		metrics: metrics,
+		changes: changes{gauge: metrics.pendingChanges, started: time.Now()},
+		udp:     udpCleaner{clean: func(_, _ map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error) { return 0, nil }},
 	}
 	n.p.runner = n.p.newRunner()
+	n.p.changes.request = func() { n.p.runner.Request() }
 	n.p.health = newHealthServers(logr.Discard(), func() bool { return true })
 	t.Cleanup(func() { n.p.health.Close(context.Background()) })
 	return n
@@ -108,12 +110,12 @@ func newFakeNode(t *testing.T) *fakeNode {
 func (n *fakeNode) load(in Input) {
 	h := n.p.eventHandler()
 	for _, s := range in.Services {
-		n.must(n.p.services.Add(s))
+		n.must(n.p.caches.services.Add(s))
 		h.OnAdd(s, true)
 	}
 	for _, ss := range in.Slices {
 		for _, s := range ss {
-			n.must(n.p.slices.Add(s))
+			n.must(n.p.caches.slices.Add(s))
 			h.OnAdd(s, true)
 		}
 	}
@@ -128,7 +130,7 @@ func (n *fakeNode) must(err error) {
 
 // input is what the stores hold, with the node facts the proxier sees.
 func (n *fakeNode) input() Input {
-	in, err := n.p.input(n.p.nodeFacts())
+	in, err := n.p.caches.input(n.p.node.facts())
 	n.must(err)
 	return in
 }
@@ -147,7 +149,7 @@ func (n *fakeNode) converged(step string) {
 
 // sliceOf is the first slice of the Service.
 func (n *fakeNode) sliceOf(ns, name string) *sliceRecord {
-	objs, err := n.p.slices.ByIndex(byService, ns+"/"+name)
+	objs, err := n.p.caches.slices.ByIndex(byService, ns+"/"+name)
 	n.must(err)
 	return objs[0].(*sliceRecord)
 }
@@ -175,7 +177,7 @@ func TestProxierSyncsItsTablesThroughTheProgrammer(t *testing.T) {
 		change: func(n *fakeNode) {
 			old := n.sliceOf("ns1", "svc1")
 			s := withEndpoint(old, "10.180.2.1")
-			n.must(n.p.slices.Update(s))
+			n.must(n.p.caches.slices.Update(s))
 			n.p.eventHandler().OnUpdate(old, s)
 		},
 		calls:     []string{"touched"},
@@ -184,9 +186,9 @@ func TestProxierSyncsItsTablesThroughTheProgrammer(t *testing.T) {
 	}, {
 		name: "a Service with chains of its own deleted",
 		change: func(n *fakeNode) {
-			for _, o := range n.p.services.List() {
+			for _, o := range n.p.caches.services.List() {
 				if s := o.(*serviceRecord); s.name == "svc2" {
-					n.must(n.p.services.Delete(s))
+					n.must(n.p.caches.services.Delete(s))
 					n.p.eventHandler().OnDelete(s)
 				}
 			}
@@ -282,7 +284,7 @@ func TestProxierRetriesAFailedSyncAsAFullSync(t *testing.T) {
 	n.fakes[nodeview.IPv4].Fail(errors.New("the kernel refused it"))
 	old := n.sliceOf("ns1", "svc1")
 	s := withEndpoint(old, "10.180.2.1")
-	n.must(n.p.slices.Update(s))
+	n.must(n.p.caches.slices.Update(s))
 	n.p.eventHandler().OnUpdate(old, s)
 	waitCalls("full", "touched", "full")
 	cancel()
@@ -314,7 +316,7 @@ func TestTheClusterCIDRsAreTheFlagsElseTheNodesPodCIDRs(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newFakeNode(t)
-			n.p.settings = nodeview.SettingsOf(v1alpha1.Node{ClusterCIDRs: tc.flag})
+			n.p.node.settings = nodeview.SettingsOf(v1alpha1.Node{ClusterCIDRs: tc.flag})
 			self := node(testNode.Name, "10.244.1.0/24")
 			n.must(n.nodes.Add(self))
 			n.load(overall())

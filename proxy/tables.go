@@ -1,9 +1,11 @@
 package proxy
 
 import (
+	"fmt"
 	"maps"
 	"net/netip"
 	"slices"
+	"sync"
 
 	"github.com/google/nftables"
 	"github.com/google/nftables/expr"
@@ -13,8 +15,8 @@ import (
 )
 
 // This file is the fixed layout of the proxy's tables: their names, the
-// base chains and their hooks, and the shared sets and maps every Service
-// adds its elements to.
+// base chains and their hooks, the shared sets and maps every Service adds
+// its elements to, and the shared chains of pooled Services (pickCache).
 
 // TableName is the name of netplane's table in both the ip and ip6 families.
 // Nothing outside these two tables is ever touched.
@@ -75,7 +77,7 @@ const (
 )
 
 // Hook priorities: the contract with other software on the node, which can
-// order itself around netplane by them (see the package comment in role.go).
+// order itself around netplane by them (see the package comment in feature.go).
 const (
 	PriorityFirewall   = -110 // source ranges, before DNAT
 	PriorityDNAT       = -100 // Service DNAT (dstnat)
@@ -129,6 +131,21 @@ func baseRules(t *nft.Table, f nodeview.Family, n NodeFacts) {
 	for _, a := range f.Of(n.NodePortIPs) {
 		nodePortIPs[addrID(a)] = 1
 	}
+}
+
+// clusterIPMasquerade completes r, a rule of family f's table matching
+// ClusterIP traffic, with the masquerade mark: for every packet with
+// --masquerade-all, else for one from outside the cluster's pod CIDRs of
+// family f; false when neither applies (no pod CIDRs of f known).
+func (n NodeFacts) clusterIPMasquerade(f nodeview.Family, r *nft.RuleBuilder) (nft.Rule, bool) {
+	if !n.MasqueradeAll {
+		cidrs := f.Prefixes(n.ClusterCIDRs)
+		if len(cidrs) == 0 {
+			return nft.Rule{}, false
+		}
+		r = r.MatchPrefixes(nft.Saddr, cidrs, true)
+	}
+	return r.MarkSet(masqBit).Rule(), true
 }
 
 // addrID is the id of a set's element a.
@@ -196,4 +213,46 @@ func sharedSetSpecs(addr nftables.SetDatatype) map[string]nft.SetSpec {
 		setHairpin:       {Key: nftables.MustConcatSetType(addr, addr)},
 	})
 	return specs
+}
+
+// pickCache builds each shared chain once for the model's node facts
+// (which decide its masquerade rule); one Chain value serves every
+// fragment using it, and is never changed. Fragments are built in
+// parallel, hence the sync.Map.
+type pickCache struct {
+	masq   map[nodeview.Family]*nft.Rule // nil: no masquerade rule
+	chains sync.Map                      // pickKey → *nft.Chain
+}
+
+type pickKey struct {
+	fam   nodeview.Family
+	proto uint8
+	n     int
+	set   string
+}
+
+func newPickCache(node NodeFacts) *pickCache {
+	c := &pickCache{masq: map[nodeview.Family]*nft.Rule{}}
+	for _, f := range nodeview.Families {
+		if r, ok := node.clusterIPMasquerade(f, nft.NewRule(tableFamily(f))); ok {
+			c.masq[f] = &r
+		}
+	}
+	return c
+}
+
+// chain is "pick-tcp-3-pool-24": the ClusterIP masquerade mark, then the
+// DNAT to one of n endpoints in set.
+func (c *pickCache) chain(f nodeview.Family, proto uint8, n int, set string) *nft.Chain {
+	key := pickKey{f, proto, n, set}
+	if ch, ok := c.chains.Load(key); ok {
+		return ch.(*nft.Chain)
+	}
+	ch := &nft.Chain{Name: fmt.Sprintf("pick-%s-%d-%s", nft.ProtoName(proto), n, set)}
+	if r := c.masq[f]; r != nil {
+		ch.Rules = append(ch.Rules, *r)
+	}
+	ch.Rules = append(ch.Rules, dnatPick(nft.NewRule(tableFamily(f)).L4Proto(proto), n, set).Rule())
+	got, _ := c.chains.LoadOrStore(key, ch)
+	return got.(*nft.Chain)
 }

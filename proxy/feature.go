@@ -2,12 +2,14 @@
 // nftables mode: it programs Services and their EndpointSlices into one
 // nftables table per family, named "netplane", on every node.
 //
-// The layers: service.go and topology.go reduce API objects to service
-// ports and endpoints; build.go turns them into the desired tables (a pure
+// The layers: records.go, service.go and topology.go reduce API objects to
+// service ports and endpoints; build.go turns them into the desired tables (a pure
 // function, golden-tested), and model.go keeps them up to date Service by
 // Service; the nft package sends the kernel only the difference;
 // proxier.go is the sync loop that ties them to the informer views
-// (sync_informers.go), and this file starts it.
+// (sync_informers.go) through their caches (caches.go), this node's facts
+// (nodeaddrs.go) and the changes counted since the last sync (changes.go);
+// this file, the node role's entry, starts it.
 //
 // Hook priorities are the contract with other software on the node, which
 // must never edit our table but can order itself around it:
@@ -100,7 +102,7 @@ func (x *Feature) Run(ctx context.Context) error {
 	}
 	d.Checks.AddHealth("proxy", p.healthz)
 	if addr := d.Config.Node.ProxyHealthzBindAddress; addr != "" {
-		if err := p.serveNodeHealth(ctx, addr); err != nil {
+		if err := p.nodeHealth().serve(ctx, addr); err != nil {
 			return fmt.Errorf("node health server: %w", err)
 		}
 	}
