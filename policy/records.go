@@ -29,6 +29,7 @@ type Pod struct {
 	Namespace, Name string
 	Node            string
 	Labels          map[string]string
+	labels          *labelSet    // holds Labels' shared map, when shared
 	IPs             []netip.Addr // status.podIPs
 	HostNetwork     bool
 	// Terminal: phase Succeeded or Failed. Such a pod's address may already
@@ -77,7 +78,6 @@ func PodFromAPI(p *v1.Pod) *Pod {
 		Namespace:   p.Namespace,
 		Name:        p.Name,
 		Node:        p.Spec.NodeName,
-		Labels:      p.Labels,
 		HostNetwork: p.Spec.HostNetwork,
 		Terminal:    p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed,
 	}
@@ -90,6 +90,9 @@ func PodFromAPI(p *v1.Pod) *Pod {
 		if a, err := netip.ParseAddr(p.Status.PodIP); err == nil {
 			r.IPs = append(r.IPs, a.Unmap())
 		}
+	}
+	if r.labels = shareLabels(p.Labels); r.labels != nil {
+		r.Labels = r.labels.m
 	}
 	r.Ports = appendNamedPorts(r.Ports, p.Spec.Containers)
 	for _, c := range p.Spec.InitContainers {
