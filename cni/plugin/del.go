@@ -14,24 +14,20 @@ import (
 	"github.com/netplane/netplane/link"
 )
 
-// cmdDel undoes an ADD: it deletes the veth pair, then releases the record
+// cmdDel undoes an ADD: it removes the veth pair, then releases the record
 // and its hostPort rules in one store update. It needs neither the pod's
 // netns nor an earlier successful ADD: the host end's name derives from the
-// attachment, and deleting it deletes the pod end with it, addresses
-// included, in the same kernel operation. So no address is released while
-// an interface still carries it, and a namespace that outlives DEL (or gets
-// another ADD) holds nothing of the old attachment.
-//
-// The deletion costs about 20 ms of waiting, measured on this kernel (see
-// cni/README.md): three expedited RCU grace periods under the rtnl lock and
-// an RCU barrier after it, which parallel DELs share. Deleting the pod end
-// from inside the pod's netns costs the same.
+// attachment, and removing the pair takes the pod end, addresses included,
+// in the same kernel operation. So no address is released while an
+// interface carries it, and a namespace that outlives DEL (or gets another
+// ADD) holds nothing of the old attachment. removePair says why DEL does
+// not wait for the kernel to free the pair.
 func cmdDel(args *skel.CmdArgs) error {
 	conf, err := parseConf(args.StdinData)
 	if err != nil {
 		return err
 	}
-	if err := deleteLink(VethName(args.ContainerID, args.IfName)); err != nil {
+	if err := removePair(VethName(args.ContainerID, args.IfName)); err != nil {
 		return types.NewError(types.ErrTryAgainLater, "cannot remove the pod's veth", err.Error())
 	}
 	store, err := ipam.NewStore(conf.StateDir)
