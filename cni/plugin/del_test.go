@@ -2,6 +2,7 @@ package plugin_test
 
 import (
 	"bytes"
+	"fmt"
 	"os"
 	"path/filepath"
 	"slices"
@@ -30,36 +31,46 @@ func TestDelLeavesNothingWhetherTheRuntimeKeepsTheNetnsOrDeletesIt(t *testing.T)
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			n := newNode(t, nodeOpts{podCIDRs: []string{"10.244.1.0/24", "fd00:10:244:1::/64"}})
-			pod := netns.New(t, "pod")
-			r := rt(pod, "del-"+strings.ReplaceAll(tc.name, " ", "-"))
-			res := n.mustAdd(t, r)
-			node, inPod := handle(t, n.ns), handle(t, pod)
-			n.mustDel(t, r)
-			// Netlink first: it answers within microseconds of DEL's
-			// return, before a helper still at work could be done.
-			if links, err := node.LinkList(); err != nil || slices.ContainsFunc(links, isVeth) {
-				t.Errorf("a veth on the node when DEL returned (%v)", err)
-			}
-			if links, err := inPod.LinkList(); err != nil || slices.ContainsFunc(links, isVeth) {
-				t.Errorf("a veth in the pod's netns when DEL returned (%v)", err)
-			}
-			if tc.deleteNetns {
-				if err := pod.Delete(); err != nil {
-					t.Fatal(err)
+			node := handle(t, n.ns)
+			kept := netns.New(t, "pod")
+			// Several attachments: a DEL that returned before the
+			// removal would lose the race to these checks now and then,
+			// not every time.
+			for i := range 8 {
+				pod := kept
+				if tc.deleteNetns {
+					pod = netns.New(t, "pod")
 				}
-			} else {
-				out := pod.MustExec(t, "ip", "-o", "addr", "show")
-				for _, a := range []string{addrOf(t, res, false).String(), addrOf(t, res, true).String(), "eth0"} {
-					if strings.Contains(out, a) {
-						t.Errorf("the kept netns still shows %s after DEL:\n%s", a, out)
+				inPod := handle(t, pod)
+				r := rt(pod, fmt.Sprintf("del-%d", i))
+				res := n.mustAdd(t, r)
+				n.mustDel(t, r)
+				// Netlink first: it answers within microseconds of
+				// DEL's return.
+				if links, err := node.LinkList(); err != nil || slices.ContainsFunc(links, isVeth) {
+					t.Fatalf("attachment %d: a veth on the node when DEL returned (%v)", i, err)
+				}
+				if links, err := inPod.LinkList(); err != nil || slices.ContainsFunc(links, isVeth) {
+					t.Fatalf("attachment %d: a veth in the pod's netns when DEL returned (%v)", i, err)
+				}
+				if tc.deleteNetns {
+					if err := pod.Delete(); err != nil {
+						t.Fatal(err)
+					}
+				} else {
+					out := pod.MustExec(t, "ip", "-o", "addr", "show")
+					for _, a := range []string{addrOf(t, res, false).String(), addrOf(t, res, true).String(), "eth0"} {
+						if strings.Contains(out, a) {
+							t.Fatalf("attachment %d: the kept netns still shows %s after DEL:\n%s", i, a, out)
+						}
 					}
 				}
-			}
-			if ports := n.bridgePorts(t); len(ports) != 0 {
-				t.Errorf("bridge ports when DEL returned: %v", ports)
-			}
-			if st := n.state(t); len(st.Attachments) != 0 {
-				t.Errorf("IPAM records when DEL returned: %+v", st.Attachments)
+				if ports := n.bridgePorts(t); len(ports) != 0 {
+					t.Fatalf("attachment %d: bridge ports after DEL: %v", i, ports)
+				}
+				if st := n.state(t); len(st.Attachments) != 0 {
+					t.Fatalf("attachment %d: IPAM records after DEL: %+v", i, st.Attachments)
+				}
 			}
 			requireNoHelperWithin(t, 10*time.Second)
 		})
