@@ -3,6 +3,7 @@ package plugin
 import (
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -27,7 +28,7 @@ func cmdDel(args *skel.CmdArgs) error {
 	if err != nil {
 		return err
 	}
-	if err := removePair(VethName(args.ContainerID, args.IfName)); err != nil {
+	if err := removeVeth(conf.StateDir, VethName(args.ContainerID, args.IfName)); err != nil {
 		return types.NewError(types.ErrTryAgainLater, "cannot remove the pod's veth", err.Error())
 	}
 	store, err := ipam.NewStore(conf.StateDir)
@@ -41,6 +42,23 @@ func cmdDel(args *skel.CmdArgs) error {
 		}
 		return programHostPorts(st)
 	})
+}
+
+// removeVeth removes the pod's veth pair: through a helper (removePair) when
+// this DEL is the node's only one, else here, waiting. The wait is one RCU
+// grace period, and DELs that wait at the same time share it; the helper
+// saves that wait but costs a process start (about 1.4 ms of CPU), which
+// DELs at once pay in CPU they share. Measured 2026-12-02 on 2 CPUs at
+// load 20-30: the helper took sequential DEL p50 from 0.64x to 0.47x the
+// reference's, but with 30 at once from 0.52x to 0.75x.
+func removeVeth(stateDir, name string) error {
+	if err := os.MkdirAll(stateDir, 0o700); err == nil {
+		if unlock, alone := ipam.TryLockDel(stateDir); alone {
+			defer unlock()
+			return removePair(name)
+		}
+	}
+	return deleteLink(name)
 }
 
 // cmdGC releases every attachment not in cni.dev/valid-attachments, and
