@@ -61,19 +61,26 @@ func EnsureBridge(h *netlink.Handle, name string, mtu int, gateways []netip.Pref
 			return nil, fmt.Errorf("set bridge %s up: %w", name, err)
 		}
 	}
-	// Listing first keeps the common case (the addresses are there) off the
-	// kernel's rtnl lock, which an address add takes even when it then
-	// fails with EEXIST, and which every pod being created or deleted on
-	// the node holds in turn. The list is per family, filtered to the
-	// bridge: the node's IPv4 addresses are a few (pods' addresses live in
-	// their own namespaces); its IPv6 ones include one link-local address
-	// per pod veth.
-	for _, gw := range gateways {
-		if err := ensureAddr(h, br, gw); err != nil {
-			return nil, fmt.Errorf("add gateway %s to bridge %s: %w", gw, name, err)
-		}
+	if err := EnsureAddrs(h, br, gateways); err != nil {
+		return nil, err
 	}
 	return br, nil
+}
+
+// EnsureAddrs puts each of addrs (with its prefix length) on l unless it is
+// there. Listing first keeps the common case (the addresses are there) off
+// the kernel's rtnl lock, which an address add takes even when it then
+// fails with EEXIST, and which every pod being created or deleted on the
+// node holds in turn. The list is per family, filtered to l: the node's
+// IPv4 addresses are a few (pods' addresses live in their own namespaces);
+// its IPv6 ones include one link-local address per pod veth.
+func EnsureAddrs(h *netlink.Handle, l netlink.Link, addrs []netip.Prefix) error {
+	for _, a := range addrs {
+		if err := ensureAddr(h, l, a); err != nil {
+			return fmt.Errorf("add %s to %s: %w", a, l.Attrs().Name, err)
+		}
+	}
+	return nil
 }
 
 // ensureAddr puts addr (with its prefix length) on l unless it is there.

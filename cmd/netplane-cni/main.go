@@ -4,6 +4,7 @@
 package main
 
 import (
+	"os"
 	"runtime"
 
 	"github.com/containernetworking/cni/pkg/skel"
@@ -20,6 +21,9 @@ import (
 func init() { runtime.GOMAXPROCS(1) }
 
 func main() {
+	if len(os.Args) > 1 && os.Args[1] == plugin.DeleteLinkCommand {
+		os.Exit(plugin.DeleteLinkMain(os.Args[2:]))
+	}
 	skel.PluginMainFuncs(plugin.Funcs(), version.PluginSupports("0.4.0", "1.0.0", "1.1.0"),
 		"netplane-cni: the netplane bridge/veth plugin")
 }

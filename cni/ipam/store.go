@@ -21,6 +21,7 @@ import (
 const (
 	statePrefix = "allocations."
 	lockFile    = "lock"
+	delLockFile = "del.lock"
 	slots       = 2
 	// tempPattern names the first table of a boot until it is renamed
 	// into its slot (os.CreateTemp's pattern).
@@ -278,7 +279,23 @@ func Files(dir string) ([]string, error) {
 
 func isStoreFile(name string) bool {
 	temp, _ := filepath.Match(tempPattern, name)
-	return name == lockFile || strings.HasPrefix(name, statePrefix) || temp
+	return name == lockFile || name == delLockFile || strings.HasPrefix(name, statePrefix) || temp
+}
+
+// TryLockDel takes the DEL lock of the store in dir unless another process
+// holds it: ok says whether this DEL runs alone (the plugin decides by it
+// how to delete a veth pair). The lock lives beside the store so that a
+// node's cleanup removes its file with the store's.
+func TryLockDel(dir string) (unlock func(), ok bool) {
+	f, err := os.OpenFile(filepath.Join(dir, delLockFile), os.O_RDWR|os.O_CREATE, 0o600)
+	if err != nil {
+		return nil, false
+	}
+	if unix.Flock(int(f.Fd()), unix.LOCK_EX|unix.LOCK_NB) != nil {
+		f.Close()
+		return nil, false
+	}
+	return func() { f.Close() }, true
 }
 
 // slotMagic starts every slot: "netplane-ipam <generation> <length> <crc32>\n",

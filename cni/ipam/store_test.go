@@ -234,6 +234,7 @@ func TestFilesAreTheStoresOnly(t *testing.T) {
 		ours bool
 	}{
 		{"lock", true},
+		{"del.lock", true},
 		{"allocations.0b3c.0", true},
 		{"allocations.0b3c.1", true},
 		{"allocations.earlier-boot.0", true},

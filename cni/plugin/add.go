@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"net"
 	"net/netip"
+	"unsafe"
 
 	"github.com/containernetworking/cni/pkg/skel"
 	"github.com/containernetworking/cni/pkg/types"
@@ -66,7 +67,7 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	defer pod.Close()
 
-	br, err := link.EnsureBridge(host, conf.Bridge, conf.MTU, conf.gateways())
+	br, err := nodeBridge(conf)
 	if err != nil {
 		return types.NewError(types.ErrTryAgainLater, "cannot prepare the node bridge", err.Error())
 	}
@@ -100,6 +101,56 @@ func cmdAdd(args *skel.CmdArgs) error {
 	}
 	success = true
 	return nil
+}
+
+// nodeBridge is the node's bridge, up, with the gateway addresses. A bridge
+// that is there and up is read with ioctls (index, flags, MAC), which take
+// no lock: RTM_GETLINK takes the kernel's rtnl lock on Linux 6.18, the lock
+// every pod's ADD and DEL queues on; the addresses are listed by a dump,
+// which does not. Otherwise link.EnsureBridge makes it. That a device of
+// this name is a bridge is what podnet made sure of; if it is not, the
+// kernel refuses to enslave the veth (EOPNOTSUPP) and setUp asks
+// link.EnsureBridge to say what the device is.
+func nodeBridge(conf *NetConf) (*netlink.Bridge, error) {
+	br, err := upLink(conf.Bridge)
+	if err != nil {
+		return link.EnsureBridge(host, conf.Bridge, conf.MTU, conf.gateways())
+	}
+	if err := link.EnsureAddrs(host, br, conf.gateways()); err != nil {
+		return nil, err
+	}
+	return br, nil
+}
+
+// upLink reads the index and MAC of the node's link name, and fails unless
+// it is up.
+func upLink(name string) (*netlink.Bridge, error) {
+	fd, err := unix.Socket(unix.AF_UNIX, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	if err != nil {
+		return nil, err
+	}
+	defer unix.Close(fd)
+	ifr, err := unix.NewIfreq(name)
+	if err != nil {
+		return nil, err
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return nil, err
+	}
+	if ifr.Uint16()&unix.IFF_UP == 0 {
+		return nil, fmt.Errorf("%s is down", name)
+	}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFINDEX, ifr); err != nil {
+		return nil, err
+	}
+	br := &netlink.Bridge{LinkAttrs: netlink.LinkAttrs{Name: name, Index: int(ifr.Uint32())}}
+	if err := unix.IoctlIfreq(fd, unix.SIOCGIFHWADDR, ifr); err != nil {
+		return nil, err
+	}
+	// ifr_hwaddr is a sockaddr: the family, then the address.
+	raw := (*[unix.IFNAMSIZ + 16]byte)(unsafe.Pointer(ifr))
+	br.HardwareAddr = net.HardwareAddr(append([]byte(nil), raw[unix.IFNAMSIZ+2:unix.IFNAMSIZ+8]...))
+	return br, nil
 }
 
 // allocate records the attachment and programs its hostPorts in one locked
@@ -142,6 +193,11 @@ func rollback(store *ipam.Store, conf *NetConf, args *skel.CmdArgs, att ipam.Att
 
 func setUp(conf *NetConf, args *skel.CmdArgs, br *netlink.Bridge, mtu int, pod *podNetns, att ipam.Attachment) (*current.Result, error) {
 	v, err := addVeth(br, att.HostVeth, args.IfName, mtu, pod)
+	if errors.Is(err, unix.EOPNOTSUPP) {
+		if _, berr := link.EnsureBridge(host, conf.Bridge, conf.MTU, conf.gateways()); berr != nil {
+			return nil, berr
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
