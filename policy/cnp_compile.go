@@ -30,8 +30,6 @@ const (
 	BaselineTier
 )
 
-var tiers = [2]Tier{AdminTier, BaselineTier}
-
 func (t Tier) String() string {
 	if t == BaselineTier {
 		return "Baseline"

@@ -10,6 +10,7 @@ import (
 	apierrors "k8s.io/apimachinery/pkg/api/errors"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/discovery"
@@ -31,13 +32,16 @@ import (
 // clusterPolicies is the sink kind of ClusterNetworkPolicy records.
 const clusterPolicies informer.Kind = "clusternetworkpolicies"
 
+// cnpGroupVersion is the API group version of ClusterNetworkPolicy.
+var cnpGroupVersion = schema.GroupVersion(cnpv1.GroupVersion)
+
 // ClusterPolicyResource is what the node role watches when it is served.
-var ClusterPolicyResource = cnpv1.SchemeGroupVersion.WithResource("clusternetworkpolicies")
+var ClusterPolicyResource = cnpGroupVersion.WithResource("clusternetworkpolicies")
 
 // clusterServed says whether the API server serves ClusterNetworkPolicy
 // v1beta1; an error other than "not found" is the caller's to report.
 func clusterServed(d discovery.DiscoveryInterface) (bool, error) {
-	list, err := d.ServerResourcesForGroupVersion(cnpv1.SchemeGroupVersion.String())
+	list, err := d.ServerResourcesForGroupVersion(cnpGroupVersion.String())
 	if apierrors.IsNotFound(err) {
 		return false, nil
 	}
@@ -184,7 +188,7 @@ func (e *Feature) clusterEvent(r *clusterPolicyRecord, reason, msg string) {
 		return
 	}
 	obj := &cnpv1.ClusterNetworkPolicy{ObjectMeta: r.meta}
-	obj.APIVersion, obj.Kind = cnpv1.SchemeGroupVersion.String(), "ClusterNetworkPolicy" // no scheme knows the type
+	obj.APIVersion, obj.Kind = cnpGroupVersion.String(), "ClusterNetworkPolicy" // no scheme knows the type
 	e.recorder.Event(obj, v1.EventTypeWarning, reason, msg)
 }
 

@@ -167,7 +167,7 @@ func rolledOut(d *appsv1.Deployment) error {
 		want = *d.Spec.Replicas
 	}
 	if s.ObservedGeneration < d.Generation || s.UpdatedReplicas != want || s.Replicas != want || s.AvailableReplicas != want {
-		return fmt.Errorf("Deployment %s: %d of %d updated, %d replicas, %d available", d.Name, s.UpdatedReplicas, want, s.Replicas, s.AvailableReplicas)
+		return fmt.Errorf("deployment %s: %d of %d updated, %d replicas, %d available", d.Name, s.UpdatedReplicas, want, s.Replicas, s.AvailableReplicas)
 	}
 	return nil
 }
