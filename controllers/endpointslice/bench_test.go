@@ -126,7 +126,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 			progress(b, "%s: %s of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p90 %v p99 %v max %v, %d flips took 1s or more; %s; load average %s",
 				name, label, len(names), rate, sent.Round(time.Millisecond), shown.Round(time.Millisecond), after.minus(before),
 				c.p50, percentile(lat, 90), c.p99, c.worst, countAtLeast(lat, time.Second), describe(), framework.LoadAverage())
-			progress(b, "%s: %s: %s", name, label, stalls)
+			progress(b, "%s: %s: %s; %s", name, label, stalls, w.tailSummary(c.p99))
 			return c
 		}
 		r.churn = phase("churn", churn, scale.rate)
@@ -347,6 +347,8 @@ type sliceWatch struct {
 	sizes   map[string]int // slice → its endpoints
 	pending map[string]time.Time
 	latency []time.Duration
+	// byPod is each flip's latency by pod name, for the tail's make-up.
+	byPod map[string]time.Duration
 	// podWrites are the flips' own API round trips, slowStarts when the
 	// flips that took 1 s or more were sent: a stall of the API server
 	// shows as slow pod writes and slow flips sent within a few seconds.
@@ -357,7 +359,8 @@ type sliceWatch struct {
 }
 
 func watchSlices(b *testing.B, s *framework.APIServer) *sliceWatch {
-	w := &sliceWatch{counts: map[string]int{}, sizes: map[string]int{}, pending: map[string]time.Time{}, changed: make(chan struct{}, 1)}
+	w := &sliceWatch{counts: map[string]int{}, sizes: map[string]int{}, pending: map[string]time.Time{},
+		byPod: map[string]time.Duration{}, changed: make(chan struct{}, 1)}
 	f := informers.NewSharedInformerFactory(benchClient(s), 0)
 	f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.observe(o.(*discovery.EndpointSlice), false) },
@@ -393,6 +396,7 @@ func (w *sliceWatch) observe(s *discovery.EndpointSlice, deleted bool) {
 		}
 		if t0, ok := w.pending[e.TargetRef.Name]; ok && !deleted {
 			w.latency = append(w.latency, now.Sub(t0))
+			w.byPod[e.TargetRef.Name] = now.Sub(t0)
 			if now.Sub(t0) >= time.Second {
 				w.slowStarts = append(w.slowStarts, t0)
 			}
@@ -511,6 +515,33 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 	defer w.mu.Unlock()
 	lat, w.latency = w.latency, nil
 	return lat, sent, time.Since(t0)
+}
+
+// tailSummary describes (and forgets) which Services the flips recorded
+// so far belong to, split into the big Service and the others, and how many
+// of those at or above p99 are the big one's.
+func (w *sliceWatch) tailSummary(p99 time.Duration) string {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	var big, rest []time.Duration
+	bigTail, tail := 0, 0
+	for pod, d := range w.byPod {
+		isBig := strings.HasPrefix(pod, "big-")
+		if isBig {
+			big = append(big, d)
+		} else {
+			rest = append(rest, d)
+		}
+		if d.Round(time.Millisecond) >= p99 {
+			tail++
+			if isBig {
+				bigTail++
+			}
+		}
+	}
+	clear(w.byPod)
+	return fmt.Sprintf("flips of Service big: %d, p50 %v p99 %v; of the others: p50 %v p99 %v; at or above p99: %d, %d of them big's",
+		len(big), percentile(big, 50), percentile(big, 99), percentile(rest, 50), percentile(rest, 99), tail, bigTail)
 }
 
 // stallSummary describes (and forgets) the pod writes and slow flips

@@ -10,6 +10,7 @@ import (
 	"net/netip"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -87,6 +88,11 @@ type Controller struct {
 	// podChanges feeds Pod events to mapPods, which finds their Services
 	// off the informer's goroutine.
 	podChanges *podChanges
+	// last is what each Service's last successful sync saw, so that the
+	// next one can be narrowed (narrow.go); nodeEpoch counts the Node
+	// changes that can change endpoints (zones), which void them all.
+	last      lastSyncs
+	nodeEpoch atomic.Uint64
 
 	// topology serves the service.kubernetes.io/topology-mode=Auto hints;
 	// Node changes queue a recount of zones in topologyQueue.
@@ -167,9 +173,9 @@ func (c *Controller) addHandlers(src kit.Sources) error {
 		{src.EndpointSlices, kit.SliceEvents(ControllerName, c.tracker, c.enqueueForSlice)},
 		{src.EndpointSlices, c.waiting.Handler(ControllerName, sliceServiceKey)},
 		{src.Nodes, cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(any) { c.topologyQueue.Add(topologyKey) },
+			AddFunc:    func(any) { c.onNodeAddOrDelete() },
 			UpdateFunc: c.onNodeUpdate,
-			DeleteFunc: func(any) { c.topologyQueue.Add(topologyKey) },
+			DeleteFunc: func(any) { c.onNodeAddOrDelete() },
 		}},
 	}
 	for _, x := range handlers {
@@ -240,12 +246,45 @@ func (c *Controller) syncService(key string) error {
 	// the pod changes this sync accounts for.
 	trigger := c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, pods)
 	c.metrics.SetDesired(key, desiredEndpoints(svc, pods))
-	if err := c.reconciler.Reconcile(c.log, svc, pods, existing, trigger); err != nil {
+	if err := c.plan(key, svc, pods, existing, trigger); err != nil {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "FailedToUpdateEndpointSlices",
 			"Error updating EndpointSlices for Service %s/%s: %v", ns, name, err)
 		return err
 	}
 	return nil
+}
+
+// plan runs the planner on the Service key, narrowed to the slices whose
+// pods changed when it can be (narrow.go), and records what it saw for the
+// next sync.
+func (c *Controller) plan(key string, svc *corev1.Service, pods []*corev1.Pod, existing []*discovery.EndpointSlice, trigger time.Time) error {
+	nodes := c.nodeEpoch.Load()
+	last := c.last.get(key)
+	n, narrowed := narrow(last, svc, nodes, pods, existing, c.written)
+	var err error
+	switch {
+	case !narrowed:
+		err = c.reconciler.Reconcile(c.log, svc, pods, existing, trigger)
+	case len(n.slices) > 0:
+		// (Without slices there is nothing to plan; the planner would take
+		// it for a Service without endpoints.)
+		err = c.reconciler.Reconcile(c.log, svc, n.pods, n.slices, trigger)
+	}
+	switch {
+	case err != nil:
+		c.last.set(key, nil)
+		return err
+	case narrowed:
+		last.update(n.changed, existing)
+	default:
+		c.last.set(key, recordSync(svc, nodes, pods, existing))
+	}
+	return nil
+}
+
+// written reports whether s is at a generation this controller wrote.
+func (c *Controller) written(s *discovery.EndpointSlice) bool {
+	return c.tracker.Has(s) && !c.tracker.ShouldSync(s)
 }
 
 // cacheFresh reports whether the slice cache shows every write made for
@@ -280,6 +319,7 @@ func (c *Controller) ownSlices(svc *corev1.Service) ([]*discovery.EndpointSlice,
 }
 
 func (c *Controller) forget(ns, name string) {
+	c.last.set(ns+"/"+name, nil)
 	c.triggers.DeleteService(ns, name)
 	c.reconciler.DeleteService(ns, name)
 	c.tracker.DeleteService(ns, name)
@@ -366,12 +406,25 @@ func familyWanted(svc *corev1.Service, ip string) bool {
 // topologyKey is the only item of topologyQueue: "recount the zones".
 const topologyKey = "topology"
 
+func (c *Controller) onNodeAddOrDelete() {
+	c.nodeEpoch.Add(1)
+	c.topologyQueue.Add(topologyKey)
+}
+
 // onNodeUpdate recounts zones when a Node's readiness or zone changed; the
-// zone label may be set by a cloud provider after the Node registered.
+// zone label may be set by a cloud provider after the Node registered. A
+// zone change also changes the endpoints of the Node's pods.
 func (c *Controller) onNodeUpdate(oldObj, curObj any) {
 	o, ok1 := oldObj.(*corev1.Node)
 	n, ok2 := curObj.(*corev1.Node)
-	if ok1 && ok2 && (nodeReady(o) != nodeReady(n) || o.Labels[corev1.LabelTopologyZone] != n.Labels[corev1.LabelTopologyZone]) {
+	if !ok1 || !ok2 {
+		return
+	}
+	zoneChanged := o.Labels[corev1.LabelTopologyZone] != n.Labels[corev1.LabelTopologyZone]
+	if zoneChanged {
+		c.nodeEpoch.Add(1)
+	}
+	if zoneChanged || nodeReady(o) != nodeReady(n) {
 		c.topologyQueue.Add(topologyKey)
 	}
 }

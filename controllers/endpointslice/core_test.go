@@ -356,7 +356,7 @@ func TestPacking(t *testing.T) {
 		}
 		w := fx.sync(svc)
 		if w.counts() != [3]int{0, 1, 0} || w.updates[0].Name != name || len(w.updates[0].Endpoints) != 0 {
-			t.Errorf("pods left: writes %v, want %s updated back to empty", w.counts(), name)
+			t.Errorf("pods left: writes %v err %v, want %s updated back to empty", w.counts(), w.err, name)
 		}
 	})
 	t.Run("a changed endpoint updates only its slice", func(t *testing.T) {

@@ -7,6 +7,7 @@ import (
 	"github.com/go-logr/logr"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/apimachinery/pkg/util/intstr"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
@@ -22,7 +23,7 @@ func logrDiscard() logr.Logger { return logr.Discard() }
 func intstrFromInt(i int) intstr.IntOrString { return intstr.FromInt32(int32(i)) }
 
 // newFakeClient is a fake clientset that, like the API server, names
-// objects created with generateName and bumps a slice's generation on
+// objects created with generateName, gives them a UID, and bumps a slice's generation on
 // every write, which the stale-cache tracker relies on. onWrite sees
 // each written slice as stored (recorded actions hold copies from before).
 func newFakeClient(onWrite func(verb string, s *discovery.EndpointSlice)) *fake.Clientset {
@@ -33,12 +34,15 @@ func newFakeClient(onWrite func(verb string, s *discovery.EndpointSlice)) *fake.
 		if s.Name == "" && s.GenerateName != "" {
 			s.Name = fmt.Sprintf("%s%05d", s.GenerateName, n.Add(1))
 		}
-		s.Generation = 1
+		s.UID, s.Generation = types.UID(s.Name+"-uid"), 1
 		onWrite("create", s.DeepCopy())
 		return false, nil, nil
 	})
 	c.PrependReactor("update", "endpointslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		s := a.(k8stesting.UpdateAction).GetObject().(*discovery.EndpointSlice)
+		if stored, err := c.Tracker().Get(a.GetResource(), s.Namespace, s.Name); err == nil && s.UID == "" {
+			s.UID = stored.(*discovery.EndpointSlice).UID // an update keeps the UID
+		}
 		s.Generation++
 		onWrite("update", s.DeepCopy())
 		return false, nil, nil

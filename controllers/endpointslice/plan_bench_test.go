@@ -2,13 +2,17 @@ package endpointslice
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
 	esrec "k8s.io/endpointslice"
 	esutil "k8s.io/endpointslice/util"
@@ -20,22 +24,7 @@ import (
 func BenchmarkPlanSteadyState(b *testing.B) {
 	for _, n := range []int{25, 1000, 5000} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
-			svc, pods, nodes := benchObjects(n)
-			client := newFakeClient(func(string, *discovery.EndpointSlice) {})
-			f := informers.NewSharedInformerFactory(client, 0)
-			for _, nd := range nodes {
-				f.Core().V1().Nodes().Informer().GetIndexer().Add(nd)
-			}
-			r := esrec.NewReconciler(client, f.Core().V1().Nodes().Lister(), 100, esutil.NewEndpointSliceTracker(), nil, record.NewFakeRecorder(100), ControllerName)
-			if err := r.Reconcile(logrDiscard(), svc, pods, nil, metav1.Now().Time); err != nil {
-				b.Fatal(err)
-			}
-			var slices []*discovery.EndpointSlice
-			list, _ := client.DiscoveryV1().EndpointSlices("ns").List(b.Context(), metav1.ListOptions{})
-			for i := range list.Items {
-				slices = append(slices, &list.Items[i])
-			}
-			client.ClearActions()
+			svc, pods, client, r, slices := plannedService(b, n)
 			b.ResetTimer()
 			for b.Loop() {
 				if err := r.Reconcile(logrDiscard(), svc, pods, slices, metav1.Now().Time); err != nil {
@@ -71,4 +60,69 @@ func benchObjects(n int) (*corev1.Service, []*corev1.Pod, []*corev1.Node) {
 		})
 	}
 	return svc, pods, nodes
+}
+
+// BenchmarkPlanOneFlip measures one sync's planning after one pod of the
+// Service turned not ready, planning everything and narrowed (narrow.go);
+// the one update it writes is answered at once.
+func BenchmarkPlanOneFlip(b *testing.B) {
+	for _, n := range []int{25, 1000, 5000} {
+		for _, narrowed := range []bool{false, true} {
+			b.Run(fmt.Sprintf("pods=%d/narrowed=%v", n, narrowed), func(b *testing.B) {
+				svc, pods, client, r, existing := plannedService(b, n)
+				// Answered at once, so that the figure is the planning.
+				client.PrependReactor("update", "endpointslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
+					return true, a.(k8stesting.UpdateAction).GetObject(), nil
+				})
+				svc.ResourceVersion = "1"
+				for _, p := range pods {
+					p.ResourceVersion = "1"
+				}
+				last := recordSync(svc, 0, pods, existing)
+				i := 0
+				for b.Loop() {
+					flipped := slices.Clone(pods)
+					p := pods[i%n].DeepCopy()
+					p.Status.Conditions[0].Status = corev1.ConditionFalse
+					p.ResourceVersion = "2"
+					flipped[i%n] = p
+					i++
+					planPods, planSlices := flipped, existing
+					if narrowed {
+						nw, ok := narrow(last, svc, 0, flipped, existing, func(*discovery.EndpointSlice) bool { return false })
+						if !ok || len(nw.slices) != 1 {
+							b.Fatalf("narrowed %v to %d slices", ok, len(nw.slices))
+						}
+						planPods, planSlices = nw.pods, nw.slices
+					}
+					if err := r.Reconcile(logrDiscard(), svc, planPods, planSlices, metav1.Now().Time); err != nil {
+						b.Fatal(err)
+					}
+					client.ClearActions()
+				}
+			})
+		}
+	}
+}
+
+// plannedService is a Service of n pods whose slices the returned
+// reconciler created, with the fake client's actions cleared.
+func plannedService(b *testing.B, n int) (*corev1.Service, []*corev1.Pod, *fake.Clientset, *esrec.Reconciler, []*discovery.EndpointSlice) {
+	svc, pods, nodes := benchObjects(n)
+	client := newFakeClient(func(string, *discovery.EndpointSlice) {})
+	f := informers.NewSharedInformerFactory(client, 0)
+	for _, nd := range nodes {
+		f.Core().V1().Nodes().Informer().GetIndexer().Add(nd)
+	}
+	r := esrec.NewReconciler(client, f.Core().V1().Nodes().Lister(), 100, esutil.NewEndpointSliceTracker(), nil, record.NewFakeRecorder(100), ControllerName)
+	if err := r.Reconcile(logrDiscard(), svc, pods, nil, metav1.Now().Time); err != nil {
+		b.Fatal(err)
+	}
+	var existing []*discovery.EndpointSlice
+	list, _ := client.DiscoveryV1().EndpointSlices("ns").List(b.Context(), metav1.ListOptions{})
+	for i := range list.Items {
+		existing = append(existing, &list.Items[i])
+	}
+	client.ClearActions()
+	return svc, pods, client, r, existing
 }

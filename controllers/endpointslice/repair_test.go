@@ -2,6 +2,7 @@ package endpointslice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"math/rand/v2"
@@ -238,5 +239,46 @@ func TestBatchPeriodCoalescesPodChanges(t *testing.T) {
 	after := r.writes.Get(ns)
 	if d := [3]int{after[0] - before[0], after[1] - before[1], after[2] - before[2]}; d != [3]int{0, 1, 0} {
 		t.Errorf("3 pod changes in one batch period wrote %v (creates, updates, deletes), want one update", d)
+	}
+}
+
+// TestFlipsInAServiceOfManySlicesEachCostOneUpdate: readiness flips, one
+// at a time, of pods of a Service in four slices each show at once and
+// cost one update (the sync plans only the flipped pod's slice), and the
+// slices end as a fresh computation makes them.
+func TestFlipsInAServiceOfManySlicesEachCostOneUpdate(t *testing.T) {
+	s, ns, svc, r := setup(t, 40, Options{MaxEndpointsPerSlice: 10})
+	r.settle(t)
+	before := r.writes.Get(ns)
+	pods := s.Client.CoreV1().Pods(ns)
+	flips := []int{3, 17, 22, 38, 9, 30}
+	for _, i := range flips {
+		name := fmt.Sprintf("a-%d", i)
+		p, err := pods.Get(framework.Ctx(t), name, metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		p.Status.Conditions[0].Status = corev1.ConditionFalse
+		if _, err := pods.UpdateStatus(framework.Ctx(t), p, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		framework.Eventually(t, 10*time.Second, name+" not ready in its slice", func() error {
+			for _, sl := range listOwn(t, s.Client, ns, "a", ControllerName) {
+				for _, e := range sl.Endpoints {
+					if e.TargetRef.Name == name && !*e.Conditions.Ready {
+						return nil
+					}
+				}
+			}
+			return errors.New("still ready")
+		})
+	}
+	r.settle(t)
+	after := r.writes.Get(ns)
+	if d := [3]int{after[0] - before[0], after[1] - before[1], after[2] - before[2]}; d != [3]int{0, len(flips), 0} {
+		t.Errorf("%d flips wrote %v (creates, updates, deletes), want %d updates", len(flips), d, len(flips))
+	}
+	if got, want := endpointSummary(listOwn(t, s.Client, ns, "a", ControllerName)), freshEndpoints(t, s, svc, 10); !slices.Equal(got, want) {
+		t.Errorf("slices differ from a fresh computation:\n%s", firstDifference(got, want))
 	}
 }
