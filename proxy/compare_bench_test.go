@@ -817,7 +817,7 @@ func (ts *treeSampler) Peak() int {
 
 // treeRSS is the VmRSS of pid and its descendants, in KiB.
 func treeRSS(pid int) int {
-	sum := statusKiB(pid, "VmRSS:")
+	sum := framework.StatusKiB(pid, "VmRSS")
 	tasks, _ := os.ReadDir(fmt.Sprintf("/proc/%d/task", pid))
 	for _, task := range tasks {
 		kids, _ := os.ReadFile(fmt.Sprintf("/proc/%d/task/%s/children", pid, task.Name()))
@@ -830,18 +830,5 @@ func treeRSS(pid int) int {
 	return sum
 }
 
-func peakRSS(pid int) int { return statusKiB(pid, "VmHWM:") }
+func peakRSS(pid int) int { return framework.StatusKiB(pid, "VmHWM") }
 
-func statusKiB(pid int, field string) int {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for _, line := range strings.Split(string(data), "\n") {
-		if f := strings.Fields(line); len(f) >= 2 && f[0] == field {
-			kib, _ := strconv.Atoi(f[1])
-			return kib
-		}
-	}
-	return 0
-}

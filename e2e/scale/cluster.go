@@ -115,6 +115,9 @@ func (s Sizes) ServiceName(k int) string { return fmt.Sprintf("svc-%d", k) }
 // ServiceNamespace is Service k's namespace.
 func (s Sizes) ServiceNamespace(k int) string { return Namespace(k % s.Namespaces) }
 
+// PodName is pod j's name; it lives in its Service's namespace.
+func (s Sizes) PodName(j int) string { return fmt.Sprintf("pod-%d", j) }
+
 // Pod is pod j, Running and Ready on its Node, with the labels of its
 // Service (app=svc-k) and a tier; its status is written by UpdateStatus.
 func (s Sizes) Pod(j int) *v1.Pod {
@@ -123,7 +126,7 @@ func (s Sizes) Pod(j int) *v1.Pod {
 	ip := PodIP(node, slot).String()
 	start := metav1.Now()
 	return &v1.Pod{
-		ObjectMeta: metav1.ObjectMeta{Namespace: s.ServiceNamespace(k), Name: fmt.Sprintf("pod-%d", j),
+		ObjectMeta: metav1.ObjectMeta{Namespace: s.ServiceNamespace(k), Name: s.PodName(j),
 			Labels: map[string]string{"app": s.ServiceName(k), "tier": []string{"fe", "be", "db"}[j%3], "pod-template-hash": fmt.Sprintf("h%d", k%97)}},
 		Spec: v1.PodSpec{NodeName: NodeName(node), Containers: []v1.Container{{Name: "app", Image: "registry.k8s.io/pause:3.10",
 			Ports: []v1.ContainerPort{{Name: "http", ContainerPort: 8080, Protocol: v1.ProtocolTCP}, {Name: "metrics", ContainerPort: 9090, Protocol: v1.ProtocolTCP}}}}},
@@ -162,7 +165,7 @@ func (s Sizes) Endpoints() [][]Endpoint {
 	for j := range s.Pods {
 		node, slot := s.podPlace(j)
 		k := s.serviceOf(j)
-		out[k] = append(out[k], Endpoint{Pod: fmt.Sprintf("pod-%d", j), IP: PodIP(node, slot), Node: node})
+		out[k] = append(out[k], Endpoint{Pod: s.PodName(j), IP: PodIP(node, slot), Node: node})
 	}
 	return out
 }

@@ -49,7 +49,7 @@ func runKubeProxy(b *testing.B, api *framework.APIServer) (r kubeProxyResult) {
 		}
 		return nil
 	})
-	r.hwmKiB = statusKiB(p.Cmd.Process.Pid, "VmHWM")
+	r.hwmKiB = framework.StatusKiB(p.Cmd.Process.Pid, "VmHWM")
 	if err != nil {
 		b.Logf("kube-proxy: %v (load %s); log tail:\n%s", err, framework.LoadAverage(), p.Tail(10))
 		return r

@@ -129,7 +129,7 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 	r.fromStart, r.fromLists = last.Sub(t0), last.Sub(first)
 	r.proxy, r.policy, r.overlay = proxyAt.Sub(proxyLists), policyAt.Sub(policyLists), overlayAt.Sub(overlayLists)
 	r.proxyTook, r.policyTook = took(proxyLine), took(policyLine)
-	r.rssSynced = statusKiB(p.Cmd.Process.Pid, "VmRSS")
+	r.rssSynced = framework.StatusKiB(p.Cmd.Process.Pid, "VmRSS")
 	saveHeap(b, ns, "synced")
 	b.Logf("node role: first full sync %v from its first lists (%v from start); from each feature's lists: proxy %v (took %v), NetworkPolicy %v (took %v), overlay %v; VmRSS %d MiB; load %s",
 		r.fromLists.Round(time.Millisecond), r.fromStart.Round(time.Millisecond), r.proxy.Round(time.Millisecond), r.proxyTook,
@@ -149,7 +149,7 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 	cpu0, at0 := cpuTime(p.Cmd.Process.Pid), time.Now()
 	r.idleBytesPerSec, r.churnBytesPerSec, r.churn = churn(b, w, s, &received)
 	r.cpu = float64(cpuTime(p.Cmd.Process.Pid)-cpu0) / float64(time.Since(at0))
-	r.rssPeak = statusKiB(p.Cmd.Process.Pid, "VmHWM")
+	r.rssPeak = framework.StatusKiB(p.Cmd.Process.Pid, "VmHWM")
 	saveHeap(b, ns, "churned")
 	if p.Exited() {
 		b.Fatalf("node role exited:\n%s", p.Tail(30))
@@ -333,12 +333,11 @@ func churn(b *testing.B, w kubernetes.Interface, s Sizes, received *atomic.Int64
 	for i := 0; time.Since(t0) < churnFor; i++ {
 		<-tick.C
 		j := rng.IntN(s.Pods)
-		pod := s.Pod(j)
 		sem <- struct{}{}
 		wg.Add(1)
 		go func() {
 			defer func() { <-sem; wg.Done() }()
-			if err := relabel(ctx, w, pod.Namespace, pod.Name, i); err == nil {
+			if err := relabel(ctx, w, s.ServiceNamespace(s.serviceOf(j)), s.PodName(j), i); err == nil {
 				done.Add(1)
 			}
 		}()

@@ -147,21 +147,6 @@ func took(line string) time.Duration {
 	return d
 }
 
-// statusKiB is a /proc/PID/status field in KiB (VmRSS, VmHWM).
-func statusKiB(pid int, field string) int {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/status", pid))
-	if err != nil {
-		return 0
-	}
-	for line := range strings.SplitSeq(string(data), "\n") {
-		if rest, ok := strings.CutPrefix(line, field+":"); ok {
-			n, _ := strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(rest), " kB"))
-			return n
-		}
-	}
-	return 0
-}
-
 // cpuTime is the user and system CPU time a process has used.
 func cpuTime(pid int) time.Duration {
 	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
