@@ -79,3 +79,11 @@ func (c Config) NodeIPs(n *Node) string { return strings.Join(c.pick(n.IP, n.IP6
 
 // PrimaryIP is node n's InternalIP of the primary family.
 func (c Config) PrimaryIP(n *Node) string { return c.first(n.IP, n.IP6) }
+
+// IPv6 says whether the cluster's primary family is IPv6.
+func (c Config) IPv6() bool { return c.Family == FamilyIPv6 }
+
+// ExternalClientIP is the external client's underlay address of the
+// primary family: the source a Service with externalTrafficPolicy Local
+// keeps.
+func (c Config) ExternalClientIP() string { return c.first(ExternalIP, ExternalIP6) }

@@ -147,19 +147,23 @@ func (n *Node) addrFor(cidr string) string {
 	return n.IP
 }
 
-// RouteToNode routes addr (a /32) from the external client to a node over
-// the underlay, as the router in front of a cluster does for an
+// RouteToNode routes addr (a /32 or /128) from the external client to a
+// node over the underlay, as the router in front of a cluster does for an
 // externalIP or a load balancer's address. A node on the other subnet is
 // reached through the underlay namespace, which routes addr on to it.
 func (l *Lab) RouteToNode(addr string, n *Node) error {
+	host, gw, via := addr+"/32", UnderlayGateway4, n.IP
+	if strings.Contains(addr, ":") {
+		host, gw, via = addr+"/128", UnderlayGateway6, n.IP6
+	}
 	if l.Config.nodeSubnet(n.Index) == subnets[0] {
-		_, err := l.External.Exec("ip", "route", "replace", addr+"/32", "via", n.IP)
+		_, err := l.External.Exec("ip", "route", "replace", host, "via", via)
 		return err
 	}
-	if _, err := l.External.Exec("ip", "route", "replace", addr+"/32", "via", UnderlayGateway4); err != nil {
+	if _, err := l.External.Exec("ip", "route", "replace", host, "via", gw); err != nil {
 		return err
 	}
-	_, err := l.Underlay.Exec("ip", "route", "replace", addr+"/32", "via", n.IP)
+	_, err := l.Underlay.Exec("ip", "route", "replace", host, "via", via)
 	return err
 }
 

@@ -186,31 +186,35 @@ func observe(ctx context.Context, since time.Time, obs []observer) ([]time.Durat
 	return out, seen, nil
 }
 
-// nodeLookupA asks the cluster DNS Service for name's A records from a
-// node's namespace, so through that node's rules.
-func nodeLookupA(ctx context.Context, n *lab.Node, name string) ([]string, error) {
+// nodeLookup asks the cluster DNS Service for name's address records of
+// the lab's family (A or AAAA) from a node's namespace, so through that
+// node's rules.
+func nodeLookup(ctx context.Context, l *lab.Lab, n *lab.Node, name string) ([]string, error) {
 	var conn net.Conn
 	if err := n.NS.Do(func() error {
 		var err error
-		conn, err = (&net.Dialer{}).DialContext(ctx, "udp", net.JoinHostPort(lab.DNSServiceIP, "53"))
+		conn, err = (&net.Dialer{}).DialContext(ctx, "udp", net.JoinHostPort(l.Config.DNSServiceIP(), "53"))
 		return err
 	}); err != nil {
 		return nil, err
 	}
 	defer conn.Close()
-	m := new(dns.Msg).SetQuestion(dns.Fqdn(name), dns.TypeA)
+	m := new(dns.Msg).SetQuestion(dns.Fqdn(name), dns.StringToType[addressRecord(l)])
 	c := &dns.Client{Timeout: 500 * time.Millisecond}
 	r, _, err := c.ExchangeWithConnContext(ctx, m, &dns.Conn{Conn: conn})
 	if err != nil {
-		return nil, fmt.Errorf("lookup of A %s from %s: %w", name, n.Name, err)
+		return nil, fmt.Errorf("lookup of %s from %s: %w", name, n.Name, err)
 	}
 	if r.Rcode != dns.RcodeSuccess {
-		return nil, fmt.Errorf("lookup of A %s from %s: %s", name, n.Name, dns.RcodeToString[r.Rcode])
+		return nil, fmt.Errorf("lookup of %s from %s: %s", name, n.Name, dns.RcodeToString[r.Rcode])
 	}
 	var out []string
 	for _, rr := range r.Answer {
-		if a, ok := rr.(*dns.A); ok {
+		switch a := rr.(type) {
+		case *dns.A:
 			out = append(out, a.A.String())
+		case *dns.AAAA:
+			out = append(out, a.AAAA.String())
 		}
 	}
 	sort.Strings(out)

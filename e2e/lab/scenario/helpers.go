@@ -227,7 +227,8 @@ func lookup(ctx context.Context, l *lab.Lab, fromPod, typ, name string) ([]strin
 	return strings.Fields(out), nil
 }
 
-// readyEndpoints are the ready addresses of a Service's EndpointSlices.
+// readyEndpoints are the ready addresses of a Service's EndpointSlices of
+// the lab's primary family.
 func readyEndpoints(ctx context.Context, l *lab.Lab, service string) ([]string, error) {
 	slices, err := l.Client.DiscoveryV1().EndpointSlices("default").List(ctx, metav1.ListOptions{LabelSelector: discoveryv1.LabelServiceName + "=" + service})
 	if err != nil {
@@ -235,7 +236,7 @@ func readyEndpoints(ctx context.Context, l *lab.Lab, service string) ([]string, 
 	}
 	var out []string
 	for _, s := range slices.Items {
-		if s.AddressType != discoveryv1.AddressTypeIPv4 {
+		if s.AddressType != addressType(l) {
 			continue
 		}
 		for _, e := range s.Endpoints {

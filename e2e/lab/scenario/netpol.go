@@ -72,7 +72,7 @@ func NetworkPolicy(ctx context.Context, l *lab.Lab, logf func(string, ...any)) e
 // deniedByName: the client resolves the Service's name (DNS is not what
 // stops it) and every request times out.
 func deniedByName(ctx context.Context, l *lab.Lab, client, url string, logf func(string, ...any)) error {
-	out, err := l.Exec(ctx, policyNS, client, "/testimage", "lookup", "--type=A", "nginx")
+	out, err := l.Exec(ctx, policyNS, client, "/testimage", "lookup", "--type="+addressRecord(l), "nginx")
 	if err != nil {
 		return fmt.Errorf("%s cannot resolve nginx: %w", client, err)
 	}
@@ -98,7 +98,7 @@ func lockedNamespace(ctx context.Context, l *lab.Lab, logf func(string, ...any))
 		return fmt.Errorf("client-access reached locked/web: %s", body)
 	}
 	logf("client-access -> locked/web %s:80: denied (ingress)", web[0].Status.PodIP)
-	if out, err := l.Exec(ctx, "locked", "web", "/testimage", "lookup", "--type=A", "nginx."+policyNS); err == nil {
+	if out, err := l.Exec(ctx, "locked", "web", "/testimage", "lookup", "--type="+addressRecord(l), "nginx."+policyNS); err == nil {
 		return fmt.Errorf("locked/web resolved a name through the cluster DNS: %s", strings.TrimSpace(out))
 	}
 	svc, err := l.Client.CoreV1().Services(policyNS).Get(ctx, "nginx", metav1.GetOptions{})

@@ -90,9 +90,9 @@ func follow(ctx context.Context, l *lab.Lab, logf func(string, ...any), what, ta
 		return err
 	}}}
 	obs = append(obs, perNode(l, "DNS", func(ctx context.Context, n *lab.Node) error {
-		got, err := nodeLookupA(ctx, n, "nginx-pods.default.svc."+lab.ClusterDomain)
+		got, err := nodeLookup(ctx, l, n, "nginx-pods.default.svc."+lab.ClusterDomain)
 		if err == nil && !sameStrings(got, wantIPs) {
-			err = fmt.Errorf("nginx-pods has A records %v from %s, want %v", got, n.Name, wantIPs)
+			err = fmt.Errorf("nginx-pods has address records %v from %s, want %v", got, n.Name, wantIPs)
 		}
 		return err
 	})...)

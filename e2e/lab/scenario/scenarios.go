@@ -14,8 +14,8 @@ import (
 	"github.com/netplane/netplane/e2e/lab"
 )
 
-// Addresses the external-traffic scenarios use; the lab's underlay routes
-// them to a node, as a router in front of a real cluster would.
+// The IPv4 addresses the external-traffic scenarios use (family.go has
+// both families').
 const (
 	ExternalIPAddr   = "172.30.1.10"
 	LoadBalancerAddr = "172.30.1.20"
@@ -39,24 +39,34 @@ func init() {
 	}
 }
 
-// ClusterIP: the client pod (node-1) reaches all 3 pods through the
-// ClusterIP, TCP and UDP, and the Service by its short, namespaced and
-// fully qualified names.
+// ClusterIP: the client pod (node-1) reaches all 3 pods through each of
+// the Service's ClusterIPs (PreferDualStack: both families in a dual-stack
+// lab, the lab's one otherwise), TCP and UDP, and the Service by its
+// short, namespaced and fully qualified names.
 func ClusterIP(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
-	pods, ip, err := clusterIPExample(ctx, l)
+	pods, _, err := clusterIPExample(ctx, l)
 	if err != nil {
 		return err
 	}
-	seen, err := reachAll(ctx, l, "http://"+net.JoinHostPort(ip, "8080")+"/", names(pods))
+	svc, err := l.Client.CoreV1().Services("default").Get(ctx, "nginx", metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	logf("ClusterIP %s:8080 reached %v", ip, seen)
-	out, err := l.Exec(ctx, "default", "client", "/testimage", "udp", net.JoinHostPort(ip, "8080"))
-	if err != nil {
-		return fmt.Errorf("UDP through the ClusterIP: %w", err)
+	if want := len(strings.Split(l.Config.ClusterCIDRs(), ",")); len(svc.Spec.ClusterIPs) != want {
+		return fmt.Errorf("the PreferDualStack Service nginx has ClusterIPs %v, want one of each of the lab's %d families", svc.Spec.ClusterIPs, want)
 	}
-	logf("UDP %s:8080 answered %s", ip, strings.TrimSpace(out))
+	for _, ip := range svc.Spec.ClusterIPs {
+		seen, err := reachAll(ctx, l, "http://"+net.JoinHostPort(ip, "8080")+"/", names(pods))
+		if err != nil {
+			return err
+		}
+		logf("ClusterIP %s:8080 reached %v", ip, seen)
+		out, err := l.Exec(ctx, "default", "client", "/testimage", "udp", net.JoinHostPort(ip, "8080"))
+		if err != nil {
+			return fmt.Errorf("UDP through the ClusterIP %s: %w", ip, err)
+		}
+		logf("UDP %s:8080 answered %s", ip, strings.TrimSpace(out))
+	}
 	for _, name := range []string{"nginx", "nginx.default", "nginx.default.svc.cluster.local"} {
 		if _, err := get(ctx, l, "client", "http://"+name+":8080/"); err != nil {
 			return fmt.Errorf("by name %q: %w", name, err)
@@ -158,14 +168,14 @@ func NodePort(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error 
 		return err
 	}
 	for _, n := range l.Nodes {
-		url := "http://" + net.JoinHostPort(n.IP, "30080") + "/"
+		url := "http://" + net.JoinHostPort(nodeIP(l, n), "30080") + "/"
 		if err := within(ctx, 10*time.Second, func() error { _, err := l.ExternalExec(ctx, "get", url); return err }); err != nil {
 			return fmt.Errorf("NodePort on %s: %w", n.Name, err)
 		}
 		logf("%s answers", url)
 	}
 	for _, n := range l.Nodes {
-		url := "http://" + net.JoinHostPort(n.IP, "30081") + "/"
+		url := "http://" + net.JoinHostPort(nodeIP(l, n), "30081") + "/"
 		if n.Name != "node-1" {
 			if out, err := l.ExternalExec(ctx, "get", "--timeout=1s", url); err == nil {
 				return fmt.Errorf("the Local NodePort on %s (no pod there) answered: %s", n.Name, out)
@@ -181,26 +191,30 @@ func NodePort(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error 
 		if err != nil {
 			return err
 		}
-		if host, _, _ := net.SplitHostPort(client); host != lab.ExternalIP {
-			return fmt.Errorf("the Local NodePort: the pod saw client %s, want the external client's %s", client, lab.ExternalIP)
+		if host, _, _ := net.SplitHostPort(client); host != l.Config.ExternalClientIP() {
+			return fmt.Errorf("the Local NodePort: the pod saw client %s, want the external client's %s", client, l.Config.ExternalClientIP())
 		}
 		logf("%s answers and the pod saw %s", url, client)
 	}
 	return nil
 }
 
-// ExternalIPs: the Service's externalIP, routed on the underlay to node-1,
-// answers from the external client.
+// ExternalIPs: the Service's externalIP (of the lab's family), routed on
+// the underlay to node-1, answers from the external client.
 func ExternalIPs(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
 	for _, f := range []string{"01-clusterip.yaml", "04-external.yaml"} {
 		if err := Apply(ctx, l, f); err != nil {
 			return err
 		}
 	}
-	if err := l.RouteToNode(ExternalIPAddr, l.Nodes[0]); err != nil {
+	addr := externalIPAddrs[primary(l)]
+	if err := setExternalIP(ctx, l, "nginx-externalip", addr); err != nil {
 		return err
 	}
-	return answersFromOutside(ctx, l, logf, ExternalIPAddr)
+	if err := l.RouteToNode(addr, l.Nodes[0]); err != nil {
+		return err
+	}
+	return answersFromOutside(ctx, l, logf, addr)
 }
 
 // LoadBalancer: the LoadBalancer Service's ingress IP, written into its
@@ -212,18 +226,19 @@ func LoadBalancer(ctx context.Context, l *lab.Lab, logf func(string, ...any)) er
 			return err
 		}
 	}
-	if err := l.RouteToNode(LoadBalancerAddr, l.Nodes[len(l.Nodes)-1]); err != nil {
+	addr := loadBalancerAddrs[primary(l)]
+	if err := l.RouteToNode(addr, l.Nodes[len(l.Nodes)-1]); err != nil {
 		return err
 	}
 	svc, err := l.Client.CoreV1().Services("default").Get(ctx, "nginx-lb", metav1.GetOptions{})
 	if err != nil {
 		return err
 	}
-	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: LoadBalancerAddr}}
+	svc.Status.LoadBalancer.Ingress = []corev1.LoadBalancerIngress{{IP: addr}}
 	if _, err := l.Client.CoreV1().Services("default").UpdateStatus(ctx, svc, metav1.UpdateOptions{}); err != nil {
 		return err
 	}
-	return answersFromOutside(ctx, l, logf, LoadBalancerAddr)
+	return answersFromOutside(ctx, l, logf, addr)
 }
 
 // answersFromOutside waits for addr:8080 to answer the external client,
@@ -245,7 +260,7 @@ func answersFromOutside(ctx context.Context, l *lab.Lab, logf func(string, ...an
 	return nil
 }
 
-// Headless: the Service's A records are the pod IPs (the never-ready web-1
+// Headless: the Service's A (AAAA in an IPv6 lab) records are the pod IPs (the never-ready web-1
 // included, by publishNotReadyAddresses), one SRV record per pod, and each
 // pod resolves by hostname.subdomain.
 func Headless(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
@@ -273,16 +288,17 @@ func Headless(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error 
 	}
 	want := []string{web0[0].Status.PodIP, web1.Status.PodIP}
 	sort.Strings(want)
+	rr := addressRecord(l)
 	if err := within(ctx, 10*time.Second, func() error {
-		got, err := lookup(ctx, l, "client", "A", "web.default.svc.cluster.local")
+		got, err := lookup(ctx, l, "client", rr, "web.default.svc.cluster.local")
 		if err == nil && !sameStrings(got, want) {
-			err = fmt.Errorf("web has A records %v, want %v", got, want)
+			err = fmt.Errorf("web has %s records %v, want %v", rr, got, want)
 		}
 		return err
 	}); err != nil {
 		return err
 	}
-	logf("A web.default.svc.cluster.local = %v (web-1 not ready, published)", want)
+	logf("%s web.default.svc.cluster.local = %v (web-1 not ready, published)", rr, want)
 	srv, err := lookup(ctx, l, "client", "SRV", "_http._tcp.web.default.svc.cluster.local")
 	if err != nil {
 		return err
@@ -292,14 +308,14 @@ func Headless(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error 
 		return fmt.Errorf("SRV: %v, want %s", srv, wantSRV)
 	}
 	logf("SRV _http._tcp.web = %v", srv)
-	got, err := lookup(ctx, l, "client", "A", "web-0.web")
+	got, err := lookup(ctx, l, "client", rr, "web-0.web")
 	if err != nil {
 		return err
 	}
 	if !sameStrings(got, []string{web0[0].Status.PodIP}) {
-		return fmt.Errorf("web-0.web has A records %v, want %s", got, web0[0].Status.PodIP)
+		return fmt.Errorf("web-0.web has %s records %v, want %s", rr, got, web0[0].Status.PodIP)
 	}
-	logf("A web-0.web = %v", got)
+	logf("%s web-0.web = %v", rr, got)
 	return nil
 }
 
@@ -324,14 +340,15 @@ func ExternalName(ctx context.Context, l *lab.Lab, logf func(string, ...any)) er
 	}); err != nil {
 		return err
 	}
-	a, err := lookup(ctx, l, "client", "A", "search")
+	rr, want := addressRecord(l), upstreamAnswers[primary(l)]
+	a, err := lookup(ctx, l, "client", rr, "search")
 	if err != nil {
 		return err
 	}
-	if !sameStrings(a, []string{"192.0.2.10"}) {
-		return fmt.Errorf("search resolves (through its CNAME) to %v, want 192.0.2.10 from the upstream", a)
+	if !sameStrings(a, []string{want}) {
+		return fmt.Errorf("search resolves (through its CNAME) to %s %v, want %s from the upstream", rr, a, want)
 	}
-	logf("search -> CNAME %v -> A %v", cname, a)
+	logf("search -> CNAME %v -> %s %v", cname, rr, a)
 	return nil
 }
 
@@ -344,7 +361,7 @@ func HostPort(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error 
 		return err
 	}
 	n := l.Node("node-2")
-	url := "http://" + net.JoinHostPort(n.IP, "8088") + "/"
+	url := "http://" + net.JoinHostPort(nodeIP(l, n), "8088") + "/"
 	var out string
 	if err := within(ctx, 10*time.Second, func() (err error) { out, err = l.ExternalExec(ctx, "get", url); return err }); err != nil {
 		return fmt.Errorf("%s: %w", url, err)

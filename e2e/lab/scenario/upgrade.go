@@ -201,19 +201,19 @@ func UnderLoad(ctx context.Context, l *lab.Lab, disrupt func(context.Context) (s
 	}
 	run := fmt.Sprintf("load-%d", time.Now().UnixNano())
 	stop, started := "/tmp/"+run+".stop", "/tmp/"+run+".started"
-	other := l.Nodes[len(l.Nodes)-1].IP
+	other := nodeIP(l, l.Nodes[len(l.Nodes)-1])
 	inPod := []string{"/testimage", "load", "--stop-file=" + stop, "--started-file=" + started,
 		"--get=http://nginx:8080/", "--get=http://" + net.JoinHostPort(other, "30080") + "/",
-		"--lookup=nginx.default.svc." + lab.ClusterDomain,
+		"--lookup=nginx.default.svc." + lab.ClusterDomain, "--lookup-type=" + addressRecord(l),
 		"--hold=http://" + net.JoinHostPort(clusterIP, "8080") + "/"}
 	outStop, outStarted := filepath.Join(l.StateDir, run+".stop"), filepath.Join(l.StateDir, run+".started")
 	defer os.Remove(outStop)
 	defer os.Remove(outStarted)
 	outside := []string{"load", "--stop-file=" + outStop, "--started-file=" + outStarted}
 	for _, n := range l.Nodes {
-		outside = append(outside, "--get=http://"+net.JoinHostPort(n.IP, "30080")+"/")
+		outside = append(outside, "--get=http://"+net.JoinHostPort(nodeIP(l, n), "30080")+"/")
 	}
-	outside = append(outside, "--hold=http://"+net.JoinHostPort(l.Nodes[0].IP, "30080")+"/")
+	outside = append(outside, "--hold=http://"+net.JoinHostPort(nodeIP(l, l.Nodes[0]), "30080")+"/")
 
 	lctx, cancel := context.WithTimeout(ctx, 10*time.Minute)
 	defer cancel()
@@ -314,7 +314,7 @@ func dnsSettled(ctx context.Context, l *lab.Lab) error {
 		}
 		ready, all := 0, 0
 		for _, s := range slices.Items {
-			if s.AddressType != discoveryv1.AddressTypeIPv4 {
+			if s.AddressType != addressType(l) {
 				continue
 			}
 			for _, e := range s.Endpoints {

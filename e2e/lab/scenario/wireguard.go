@@ -56,7 +56,7 @@ func noClearTraffic(ctx context.Context, l *lab.Lab, logf func(string, ...any)) 
 	stopAll(caps)
 	// The wire is checked also when a request failed: a failure may be a
 	// packet that went out in clear.
-	return errors.Join(append([]error{checkNoClear(caps, l.Config.ClusterCIDRs(), logf)}, errs...)...)
+	return errors.Join(append([]error{checkNoClear(caps, l.Config, logf)}, errs...)...)
 }
 
 // captureUnderlay captures on every link of the underlay namespace but its
@@ -94,11 +94,13 @@ func stopAll(caps []*netns.Capture) {
 }
 
 // checkNoClear fails on a frame holding the marker or a pod address, and
-// when no WireGuard packet was seen at all (a capture that saw nothing).
-func checkNoClear(caps []*netns.Capture, clusterCIDRs string, logf func(string, ...any)) error {
+// when no WireGuard packet of the lab's primary family was seen (a capture
+// that saw nothing, or tunnels between addresses the nodes are not known
+// by: in an IPv6 lab WireGuard runs over the IPv6 underlay).
+func checkNoClear(caps []*netns.Capture, c lab.Config, logf func(string, ...any)) error {
 	var pods []netip.Prefix
-	for _, c := range strings.Split(clusterCIDRs, ",") {
-		pods = append(pods, netip.MustParsePrefix(c))
+	for _, cidr := range strings.Split(c.ClusterCIDRs(), ",") {
+		pods = append(pods, netip.MustParsePrefix(cidr))
 	}
 	inPods := func(ip net.IP) bool {
 		a, ok := netip.AddrFromSlice(ip)
@@ -109,7 +111,11 @@ func checkNoClear(caps []*netns.Capture, clusterCIDRs string, logf func(string, 
 		}
 		return false
 	}
-	frames, wg := 0, 0
+	underlay := uint16(netns.EtherIPv4)
+	if c.IPv6() {
+		underlay = netns.EtherIPv6
+	}
+	frames, wg, wgPrimary := 0, 0, 0
 	for _, c := range caps {
 		for _, f := range c.Frames() {
 			frames++
@@ -122,12 +128,15 @@ func checkNoClear(caps []*netns.Capture, clusterCIDRs string, logf func(string, 
 			}
 			if p.Proto == netns.ProtoUDP && (p.DstPort == 51820 || p.SrcPort == 51820) {
 				wg++
+				if p.EtherType == underlay {
+					wgPrimary++
+				}
 			}
 		}
 	}
-	if wg == 0 {
-		return fmt.Errorf("no WireGuard packet among %d frames on %d links", frames, len(caps))
+	if wgPrimary == 0 {
+		return fmt.Errorf("no WireGuard packet over the %s underlay among %d frames on %d links (%d of WireGuard in all)", c.Family, frames, len(caps), wg)
 	}
-	logf("%d frames on %d underlay links: %d of WireGuard, no marker, no pod address", frames, len(caps), wg)
+	logf("%d frames on %d underlay links: %d of WireGuard, %d of them over the %s underlay, no marker, no pod address", frames, len(caps), wg, wgPrimary, c.Family)
 	return nil
 }

@@ -65,7 +65,8 @@ func load(args []string) error {
 	fs := flag.NewFlagSet("load", flag.ExitOnError)
 	var gets, lookups, holds listFlag
 	fs.Var(&gets, "get", "URL to GET on a new connection at the rate (repeatable)")
-	fs.Var(&lookups, "lookup", "name to query for A at the rate (repeatable)")
+	fs.Var(&lookups, "lookup", "name to query at the rate (repeatable)")
+	lookupType := fs.String("lookup-type", "A", "record type of every --lookup: A or AAAA")
 	fs.Var(&holds, "hold", "URL to GET every 200 ms on one kept connection (repeatable)")
 	rate := fs.Int("rate", 10, "new requests per second of each --get and --lookup")
 	timeout := fs.Duration("timeout", 2*time.Second, "timeout of one request")
@@ -109,7 +110,7 @@ func load(args []string) error {
 		t.answered = answered.Done
 		req := func() error { return getOnce(t.Target, *timeout) }
 		if t.Kind == "dns" {
-			req = func() error { return queryOnce(server, t.Target, *timeout) }
+			req = func() error { return queryOnce(server, t.Target, dns.StringToType[*lookupType], *timeout) }
 		}
 		wg.Add(1)
 		go func() { defer wg.Done(); atRate(ctx, *rate, req, t) }()
@@ -177,9 +178,9 @@ func getOnce(url string, timeout time.Duration) error {
 
 // queryOnce is one UDP exchange on a new socket: a lost query is a
 // failure, not a retry.
-func queryOnce(server, name string, timeout time.Duration) error {
+func queryOnce(server, name string, qtype uint16, timeout time.Duration) error {
 	m := new(dns.Msg)
-	m.SetQuestion(dns.Fqdn(name), dns.TypeA)
+	m.SetQuestion(dns.Fqdn(name), qtype)
 	c := &dns.Client{Timeout: timeout}
 	r, _, err := c.Exchange(m, server)
 	if err != nil {

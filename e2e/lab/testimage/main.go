@@ -228,7 +228,8 @@ func lookup(args []string) error {
 }
 
 // upstream is the lab's stand-in for the internet's DNS: every name under
-// example. has the A record 192.0.2.10; anything else is NXDOMAIN. Pods
+// example. has the A record 192.0.2.10 and the AAAA record 2001:db8::10;
+// anything else is NXDOMAIN. Pods
 // resolve such names only through netplane's forwarder.
 func upstream(args []string) error {
 	fs := flag.NewFlagSet("upstream", flag.ExitOnError)
@@ -255,6 +256,9 @@ func upstream(args []string) error {
 			m.Rcode = dns.RcodeNameError
 		case q.Qtype == dns.TypeA:
 			rr, _ := dns.NewRR(q.Name + " 60 IN A 192.0.2.10")
+			m.Answer = append(m.Answer, rr)
+		case q.Qtype == dns.TypeAAAA:
+			rr, _ := dns.NewRR(q.Name + " 60 IN AAAA 2001:db8::10")
 			m.Answer = append(m.Answer, rr)
 		}
 		w.WriteMsg(m)

@@ -180,7 +180,7 @@ func check(stateDir string) error {
 		cancel()
 		var skipped scenario.Skipped
 		if errors.As(err, &skipped) {
-			fmt.Printf("skip  %-60s %6.1fs\n      %s\n", s.Name, time.Since(start).Seconds(), skipped.Why)
+			fmt.Printf("skip  %-60s %6.1fs\n      skipped: %s\n", s.Name, time.Since(start).Seconds(), skipped.Why)
 			continue
 		}
 		if err != nil {
