@@ -221,9 +221,6 @@ func (c *Config) complete() (tools []string, err error) {
 		if c.Subnets != 1 {
 			return nil, fmt.Errorf("the upstream stack routes pod CIDRs host-gw, on one subnet, not %d (NETPLANE_LAB_SUBNETS)", c.Subnets)
 		}
-		if c.Family != FamilyDual {
-			return nil, fmt.Errorf("the upstream stack runs dual-stack only, not %s (NETPLANE_LAB_IP_FAMILY)", c.Family)
-		}
 		tools = append(tools, upstreamTools...)
 	default:
 		return nil, fmt.Errorf("unknown stack %q (NETPLANE_LAB_STACK): %s or %s", c.Stack, StackNetplane, StackUpstream)

@@ -76,16 +76,18 @@ func (l *Lab) startUpstreamNodeNetwork(n *Node, cidrs map[string][]string) error
 			return err
 		}
 	}
-	var ranges []any
+	// A range and a default route per family of the node's pod CIDRs.
+	var ranges, routes []any
 	for _, c := range cidrs[n.Name] {
 		ranges = append(ranges, []any{map[string]string{"subnet": c}})
+		routes = append(routes, map[string]string{"dst": defaultRoute(c)})
 	}
 	conf, err := json.MarshalIndent(map[string]any{
 		"cniVersion": "1.0.0", "name": "lab-bridge",
 		"plugins": []any{
 			map[string]any{"type": "bridge", "bridge": "cni0", "isGateway": true, "hairpinMode": true,
 				"ipam": map[string]any{"type": "host-local", "ranges": ranges, "dataDir": filepath.Join(n.Dir, "cni", "ipam"),
-					"routes": []any{map[string]string{"dst": "0.0.0.0/0"}, map[string]string{"dst": "::/0"}}}},
+					"routes": routes}},
 			map[string]any{"type": "portmap", "capabilities": map[string]bool{"portMappings": true}},
 		},
 	}, "", "  ")
@@ -107,16 +109,8 @@ func (l *Lab) startUpstreamNodeNetwork(n *Node, cidrs map[string][]string) error
 	if err := run(n.NS, cmds...); err != nil {
 		return fmt.Errorf("%s: %w", n.Name, err)
 	}
-	v4, v6 := clusterCIDR4, clusterCIDR6
 	nft := n.NS.Command("nft", "-f", "-")
-	nft.Stdin = strings.NewReader(fmt.Sprintf(`table inet lab-masq {
-	chain postrouting {
-		type nat hook postrouting priority srcnat;
-		ip saddr %s ip daddr != %s oifname "eth0" masquerade
-		ip6 saddr %s ip6 daddr != %s oifname "eth0" masquerade
-	}
-}
-`, v4, v4, v6, v6))
+	nft.Stdin = strings.NewReader(masquerade(strings.Split(l.Config.ClusterCIDRs(), ",")))
 	if out, err := nft.CombinedOutput(); err != nil {
 		return fmt.Errorf("%s: nft: %v: %s", n.Name, err, out)
 	}
@@ -124,6 +118,28 @@ func (l *Lab) startUpstreamNodeNetwork(n *Node, cidrs map[string][]string) error
 		return err
 	}
 	return n.startKubeProxy()
+}
+
+// defaultRoute is the default route of cidr's family.
+func defaultRoute(cidr string) string {
+	if strings.Contains(cidr, ":") {
+		return "::/0"
+	}
+	return "0.0.0.0/0"
+}
+
+// masquerade is kindnet's rule for each of the cluster CIDRs: pod traffic
+// leaving them through the node's underlay link takes the node's address.
+func masquerade(clusterCIDRs []string) string {
+	var rules strings.Builder
+	for _, c := range clusterCIDRs {
+		ip := "ip"
+		if strings.Contains(c, ":") {
+			ip = "ip6"
+		}
+		fmt.Fprintf(&rules, "\t\t%s saddr %s %s daddr != %s oifname \"eth0\" masquerade\n", ip, c, ip, c)
+	}
+	return "table inet lab-masq {\n\tchain postrouting {\n\t\ttype nat hook postrouting priority srcnat;\n" + rules.String() + "\t}\n}\n"
 }
 
 // kubeProxyConfig runs kube-proxy in nftables mode; maxPerCore 0 leaves
@@ -179,7 +195,8 @@ func (n *Node) startKubeProxy() error {
 }
 
 // corefile is CoreDNS's configuration as kubeadm writes it (its lameduck
-// among it), forwarding to the lab's upstream DNS server.
+// among it), forwarding to the lab's upstream DNS server of the cluster's
+// family.
 const corefile = `.:53 {
     errors
     health :8080 {
@@ -191,7 +208,7 @@ const corefile = `.:53 {
         fallthrough in-addr.arpa ip6.arpa
         ttl 30
     }
-    forward . ` + UpstreamDNSIP + `
+    forward . %s
     cache 30
     loop
     reload
@@ -201,7 +218,7 @@ const corefile = `.:53 {
 
 // coreDNSObjects are CoreDNS's ServiceAccount, RBAC, Corefile and
 // Deployment; the kube-dns Service is the lab's own.
-func coreDNSObjects(labels map[string]string) (*corev1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *corev1.ConfigMap, *appsv1.Deployment) {
+func coreDNSObjects(labels map[string]string, upstreamDNS string) (*corev1.ServiceAccount, *rbacv1.ClusterRole, *rbacv1.ClusterRoleBinding, *corev1.ConfigMap, *appsv1.Deployment) {
 	meta := metav1.ObjectMeta{Name: coreDNSDeployment, Namespace: DNSNamespace}
 	role := &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"}, Rules: []rbacv1.PolicyRule{
 		{APIGroups: []string{""}, Resources: []string{"services", "pods", "namespaces", "endpoints"}, Verbs: []string{"list", "watch"}},
@@ -210,7 +227,7 @@ func coreDNSObjects(labels map[string]string) (*corev1.ServiceAccount, *rbacv1.C
 	binding := &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "system:coredns"},
 		RoleRef:  rbacv1.RoleRef{APIGroup: "rbac.authorization.k8s.io", Kind: "ClusterRole", Name: "system:coredns"},
 		Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Namespace: DNSNamespace, Name: coreDNSDeployment}}}
-	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{"Corefile": corefile}}
+	cm := &corev1.ConfigMap{ObjectMeta: meta, Data: map[string]string{"Corefile": fmt.Sprintf(corefile, upstreamDNS)}}
 	d := &appsv1.Deployment{
 		ObjectMeta: metav1.ObjectMeta{Name: coreDNSDeployment, Namespace: DNSNamespace, Labels: labels},
 		Spec: appsv1.DeploymentSpec{
@@ -243,7 +260,7 @@ func coreDNSObjects(labels map[string]string) (*corev1.ServiceAccount, *rbacv1.C
 
 // deployCoreDNS creates coreDNSObjects.
 func (l *Lab) deployCoreDNS(ctx context.Context, labels map[string]string) error {
-	sa, role, binding, cm, d := coreDNSObjects(labels)
+	sa, role, binding, cm, d := coreDNSObjects(labels, l.Config.UpstreamDNS())
 	return createAll(
 		func() error {
 			_, err := l.Client.CoreV1().ServiceAccounts(DNSNamespace).Create(ctx, sa, metav1.CreateOptions{})
