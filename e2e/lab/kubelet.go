@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -129,6 +131,44 @@ func makeCgroup(path string) error {
 			if err := os.WriteFile(filepath.Join(dir, f), v, 0o644); err != nil {
 				return fmt.Errorf("cgroup %s/%s: %w", dir, f, err)
 			}
+		}
+	}
+	return nil
+}
+
+// containerdCgroup is the cgroup of the node's containerd and of every shim
+// it starts, beside the kubelet's cgroup root.
+func (n *Node) containerdCgroup() string { return n.cgroupRoot() + "-containerd" }
+
+// startInCgroup is startCmd in a cgroup of its own, recorded first, which
+// Down empties and removes. It is how containerd runs: its shims leave it
+// (a double fork to pid 1) but keep its cgroup, so Down finds them there
+// by their own pids, also after containerd died. nsenter execs the command
+// in its own pid, which is moved before it makes any child it keeps
+// (containerd starts no shim before the kubelet asks for a pod).
+func (l *Lab) startInCgroup(cmd *exec.Cmd, name, cgroup string) (*framework.Process, error) {
+	l.state.addCgroupRoot(cgroup)
+	if err := makeCgroup(cgroup); err != nil {
+		return nil, err
+	}
+	p, err := l.startCmd(cmd, name)
+	if err != nil {
+		return nil, err
+	}
+	if err := joinCgroup(cgroup, p.Cmd.Process.Pid); err != nil {
+		p.Kill()
+		return nil, err
+	}
+	return p, nil
+}
+
+// joinCgroup moves pid into path (made by makeCgroup) in every hierarchy;
+// the children it makes afterwards are born there.
+func joinCgroup(path string, pid int) error {
+	for _, h := range cgroupHierarchies() {
+		procs := filepath.Join(h, path, "cgroup.procs")
+		if err := os.WriteFile(procs, []byte(strconv.Itoa(pid)), 0o644); err != nil {
+			return fmt.Errorf("move pid %d into %s: %w", pid, procs, err)
 		}
 	}
 	return nil

@@ -152,7 +152,7 @@ func (n *Node) startContainerd(ctx context.Context) error {
 		return err
 	}
 	n.lab.state.addContainerd(containerdInfo{Namespace: n.NS.Name, Holder: n.holder, Config: confPath, Socket: n.Socket, State: n.fsPath("/run/containerd")})
-	p, err := n.lab.startCmd(n.command("containerd", "--config", confPath), n.Name+"-containerd")
+	p, err := n.lab.startInCgroup(n.command("containerd", "--config", confPath), n.Name+"-containerd", n.containerdCgroup())
 	if err != nil {
 		return err
 	}
