@@ -29,6 +29,8 @@ type state struct {
 	Underlay   string     `json:"underlay,omitempty"`
 	Subnets    int        `json:"subnets,omitempty"`
 	Encryption string     `json:"encryption,omitempty"`
+	Family     string     `json:"family,omitempty"`
+	Stack      string     `json:"stack,omitempty"`
 	BinDir     string     `json:"binDir,omitempty"`
 	Nodes      []nodeInfo `json:"nodes,omitempty"`
 }
