@@ -111,9 +111,9 @@ func checkNoClear(caps []*netns.Capture, c lab.Config, logf func(string, ...any)
 		}
 		return false
 	}
-	underlay := uint16(netns.EtherIPv4)
+	underlay, family := uint16(netns.EtherIPv4), "IPv4"
 	if c.IPv6() {
-		underlay = netns.EtherIPv6
+		underlay, family = netns.EtherIPv6, "IPv6"
 	}
 	frames, wg, wgPrimary := 0, 0, 0
 	for _, c := range caps {
@@ -135,8 +135,8 @@ func checkNoClear(caps []*netns.Capture, c lab.Config, logf func(string, ...any)
 		}
 	}
 	if wgPrimary == 0 {
-		return fmt.Errorf("no WireGuard packet over the %s underlay among %d frames on %d links (%d of WireGuard in all)", c.Family, frames, len(caps), wg)
+		return fmt.Errorf("no WireGuard packet over the %s underlay among %d frames on %d links (%d of WireGuard in all)", family, frames, len(caps), wg)
 	}
-	logf("%d frames on %d underlay links: %d of WireGuard, %d of them over the %s underlay, no marker, no pod address", frames, len(caps), wg, wgPrimary, c.Family)
+	logf("%d frames on %d underlay links: %d of WireGuard, %d of them over %s, no marker, no pod address", frames, len(caps), wg, wgPrimary, family)
 	return nil
 }

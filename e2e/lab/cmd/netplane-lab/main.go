@@ -16,6 +16,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"net"
 	"os"
 	"os/exec"
 	"os/signal"
@@ -123,10 +124,15 @@ func runLab(stateDir string, nodes, subnets int, api string) error {
 	}
 	readyErr := l.WaitReady(ctx, 3*time.Minute)
 	msg := fmt.Sprintf("lab is up: %d nodes on %d subnets\n  export KUBECONFIG=%s\n  API server relay: %s\n", nodes, l.Subnets, l.Kubeconfig, l.APIAddress)
-	for _, n := range l.Nodes {
-		msg += fmt.Sprintf("  %s (%s): nsenter --net=%s nft list table ip %s\n", n.Name, n.IP, n.NS.Path, l.ServiceTable())
+	table := "ip " + l.ServiceTable()
+	if l.Config.IPv6() {
+		table = "ip6 " + l.ServiceTable()
 	}
-	msg += fmt.Sprintf("  external client: nsenter --net=%s %s get http://%s:30080/\n", l.External.Path, filepath.Join(stateDir, "bin", "testimage"), l.Nodes[0].IP)
+	for _, n := range l.Nodes {
+		msg += fmt.Sprintf("  %s (%s): nsenter --net=%s nft list table %s\n", n.Name, l.Config.PrimaryIP(n), n.NS.Path, table)
+	}
+	msg += fmt.Sprintf("  external client: nsenter --net=%s %s get http://%s/\n", l.External.Path, filepath.Join(stateDir, "bin", "testimage"),
+		net.JoinHostPort(l.Config.PrimaryIP(l.Nodes[0]), "30080"))
 	if readyErr != nil {
 		msg += fmt.Sprintf("  NOT READY: %v\n", readyErr)
 	}
