@@ -17,7 +17,11 @@
 // (*Feature, error), when the process builds its roles: that is when it
 // registers its metrics (Deps.Register) and the informer views it reads
 // (before any informer starts); it writes events through Deps.Recorder,
-// and then runs until the process stops. The node's settings (dataplane,
+// and then runs until the process stops. Each runs in the same shell,
+// nodeview.Loop: the feature is a sync function from its views to the
+// kernel, and the loop owns when it runs, its /healthz and /readyz checks
+// (named after the feature), the log of its failures and waits, and the
+// sync metrics netplane_node_sync_*{feature}. The node's settings (dataplane,
 // the cluster's pod CIDRs, the MTU) are read from the configuration once,
 // here, and handed to every feature. What the features share (the Node
 // view, the address family, the settings) is in package nodeview, the

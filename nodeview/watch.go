@@ -4,7 +4,6 @@ import (
 	"context"
 	"reflect"
 	"sync"
-	"time"
 
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
@@ -14,7 +13,6 @@ import (
 
 	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/role"
-	"github.com/netplane/netplane/internal/runner"
 )
 
 // Nodes is a node feature's view of the Node objects, each slimmed to its
@@ -25,8 +23,7 @@ import (
 type Nodes struct {
 	h        *informer.Handle
 	d        role.Deps
-	feature  string
-	runner   *runner.Runner
+	loop     *Loop
 	relevant func(old, cur *Node) bool // nil: every change
 	track    bool                      // keep the names Changed returns
 
@@ -79,42 +76,32 @@ func Get(store cache.KeyGetter, name string) (Node, bool) {
 	return r.Node, true
 }
 
-// Watch registers the view of every Node for feature (named in logs and
-// checks), and makes its sync loop of sync with --min-sync-period and
-// --sync-period; call it when the process builds its roles, before the
-// factory starts.
-func Watch(d role.Deps, feature string, sync func(ctx context.Context, full bool) error) *Nodes {
+// Watch registers the view of every Node for feature (named in logs,
+// checks and metrics), and makes its Loop of sync; call it when the
+// process builds its roles, before the factory starts.
+func Watch(d role.Deps, feature string, sync func(ctx context.Context, full bool) error) (*Nodes, error) {
 	return WatchKeeping(d, feature, Keep{}, sync)
 }
 
 // WatchKeeping is Watch of a view that also keeps what keep names (the
 // WireGuard public key annotation, say): a change of it wakes the loop.
-func WatchKeeping(d role.Deps, feature string, keep Keep, sync func(ctx context.Context, full bool) error) *Nodes {
-	h := Register(d.Factory, View{Feature: feature, Keep: keep})
-	n := d.Config.Node
-	r := runner.New(sync, runner.Options{MinInterval: n.MinSyncPeriod.Duration, FullInterval: n.SyncPeriod.Duration})
-	return &Nodes{h: h, d: d, feature: feature, runner: r}
+func WatchKeeping(d role.Deps, feature string, keep Keep, sync func(ctx context.Context, full bool) error) (*Nodes, error) {
+	l, err := NewLoop(d, feature, sync)
+	if err != nil {
+		return nil, err
+	}
+	return &Nodes{h: Register(d.Factory, View{Feature: feature, Keep: keep}), d: d, loop: l}, nil
 }
 
-// Run runs the feature's sync loop until ctx ends, once the first list of
-// Nodes is in (until then /readyz names the feature as not ready): a Node
-// that comes, goes or changes its facts requests a sync, and /healthz
-// fails when a request waits longer than twice --sync-period to be synced,
-// as kube-proxy's health check does.
+// Run runs the feature's Loop until ctx ends, once the first list of
+// Nodes is in: a Node that comes, goes or changes its facts requests a
+// sync.
 func (n *Nodes) Run(ctx context.Context) error {
 	n.d.Factory.Start(ctx)
 	if err := n.onChange(); err != nil {
 		return err
 	}
-	limit := time.Minute
-	if p := n.d.Config.Node.SyncPeriod.Duration; p > 0 {
-		limit = 2 * p
-	}
-	n.d.Checks.AddHealth(n.feature, func() error { return n.runner.Healthy(limit) })
-	if !role.WaitForSync(ctx, n.d, n.feature, n.h.Synced()) {
-		return nil
-	}
-	n.runner.Run(ctx)
+	n.loop.Run(ctx, n.h.Synced())
 	return nil
 }
 
@@ -154,7 +141,7 @@ func (n *Nodes) change(old, cur *Node) {
 		}
 		n.mu.Unlock()
 	}
-	n.runner.Request()
+	n.loop.Request()
 }
 
 // RecordOf is the Node an informer of a view handed to a handler; nil for

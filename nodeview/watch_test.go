@@ -23,7 +23,7 @@ func TestChangedNodesAreKeptOnlyForAFeatureThatAsks(t *testing.T) {
 		{"untracked: nothing kept", false, nil},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			n := &Nodes{runner: runner.New(idle, runner.Options{})}
+			n := &Nodes{loop: &Loop{runner: runner.New(idle, runner.Options{})}}
 			if tc.track {
 				n.TrackChanges()
 			}

@@ -3,7 +3,6 @@ package overlay
 import (
 	"context"
 	"fmt"
-	"sync"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
@@ -28,9 +27,6 @@ type Feature struct {
 	syncer   *Syncer
 	recorder record.EventRecorder
 	prev     []Decision // the paths of the last sync, to log changes once
-
-	mu      sync.Mutex
-	waiting string // why the last sync had nothing to do; "" once it had
 }
 
 // New builds the feature from the node's settings (its mode, and whether
@@ -43,8 +39,11 @@ func New(d role.Deps, s nodeview.Settings) (*Feature, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	f := &Feature{d: d, cfg: cfg, metrics: NewMetrics(), waiting: "the routes to other nodes have not been synced yet"}
-	f.nodes = nodeview.Watch(d, "overlay", f.sync)
+	f := &Feature{d: d, cfg: cfg, metrics: NewMetrics()}
+	var err error
+	if f.nodes, err = nodeview.Watch(d, "overlay", f.sync); err != nil {
+		return nil, err
+	}
 	f.nodes.TrackChanges()
 	if err := d.Register(f.metrics.Collectors()...); err != nil {
 		return nil, err
@@ -64,7 +63,6 @@ func (f *Feature) Run(ctx context.Context) error {
 	if f.syncer, err = NewSyncer(h, f.cfg, f.metrics); err != nil {
 		return err
 	}
-	f.d.Checks.AddReady("overlay-setup", f.ready)
 	// Events name the Node, as the node agent of this node (kubelet's
 	// convention: a Node's UID in a reference is its name).
 	var stop func()
@@ -91,10 +89,8 @@ func (f *Feature) sync(_ context.Context, full bool) error {
 		// The changes taken above are not applied, so the next sync must
 		// plan every Node.
 		f.syncer.forget()
-		f.wait(fmt.Sprintf("node %q is not among the %d Nodes: waiting for it (or check --node-name)", self, len(nodes)))
-		return nil
+		return nodeview.Waiting(fmt.Sprintf("node %q is not among the %d Nodes: waiting for it (or check --node-name)", self, len(nodes)))
 	}
-	f.wait("")
 	var plan Plan
 	var err error
 	if full {
@@ -121,22 +117,4 @@ func (f *Feature) report(plan Plan) {
 		f.recorder.Event(&v1.ObjectReference{Kind: "Node", Name: d.Node, UID: types.UID(d.Node)}, v1.EventTypeWarning, "PodCIDRNotRoutable", msg)
 	}
 	f.prev = plan.Decisions
-}
-
-func (f *Feature) wait(why string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if why != "" && why != f.waiting {
-		f.d.Log.Info(why)
-	}
-	f.waiting = why
-}
-
-func (f *Feature) ready() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.waiting != "" {
-		return fmt.Errorf("%s", f.waiting)
-	}
-	return nil
 }

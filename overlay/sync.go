@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"time"
 
 	"github.com/vishvananda/netlink"
 	"golang.org/x/sys/unix"
@@ -51,7 +50,6 @@ func NewSyncer(h Kernel, cfg Config, metrics *Metrics) (*Syncer, error) {
 // Unroutable the nodes the caller should warn about. On error the plan is
 // still returned; whatever could be written was.
 func (s *Syncer) Sync(self string, nodes []nodeview.Node) (Plan, error) {
-	start := time.Now()
 	routes, err := mainRoutes(s.h)
 	if err != nil {
 		return Plan{}, err
@@ -81,7 +79,7 @@ func (s *Syncer) Sync(self string, nodes []nodeview.Node) (Plan, error) {
 	tunnels, err = s.converge(plan, routes)
 	s.remember(err == nil, in, nodes[i], plan, tunnels)
 	if s.metrics != nil {
-		s.metrics.observe(plan, err, start)
+		s.metrics.observe(plan)
 	}
 	return plan, err
 }
@@ -112,7 +110,6 @@ func manyChanged(changed, nodes int) bool {
 // node's facts changed, when many Nodes changed (manyChanged), and when
 // the last sync failed or there was none.
 func (s *Syncer) SyncChanged(self string, nodes []nodeview.Node, changed []string) (Plan, error) {
-	start := time.Now()
 	byName := make(map[string]int, len(nodes))
 	for i, n := range nodes {
 		byName[n.Name] = i
@@ -140,7 +137,7 @@ func (s *Syncer) SyncChanged(self string, nodes []nodeview.Node, changed []strin
 	err := deltaChanges(delta, s.last.tunnels).apply(s.h)
 	s.last.valid, s.last.plan = err == nil, plan
 	if s.metrics != nil {
-		s.metrics.observe(plan, err, start)
+		s.metrics.observe(plan)
 	}
 	return plan, err
 }

@@ -440,9 +440,9 @@ func scrape(t *testing.T, n *clusterNode) string {
 // metric.
 func lastSync(t *testing.T, n *clusterNode) time.Time {
 	t.Helper()
-	m := regexp.MustCompile(`(?m)^netplane_overlay_last_sync_timestamp_seconds (\S+)$`).FindStringSubmatch(scrape(t, n))
+	m := regexp.MustCompile(`(?m)^netplane_node_last_sync_timestamp_seconds\{feature="overlay"\} (\S+)$`).FindStringSubmatch(scrape(t, n))
 	if m == nil {
-		t.Fatalf("%s's metrics lack netplane_overlay_last_sync_timestamp_seconds", n.Name)
+		t.Fatalf("%s's metrics lack the overlay's netplane_node_last_sync_timestamp_seconds", n.Name)
 	}
 	at, err := strconv.ParseFloat(m[1], 64)
 	if err != nil {

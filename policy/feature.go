@@ -20,8 +20,8 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/role"
-	"github.com/netplane/netplane/internal/runner"
 	"github.com/netplane/netplane/nft"
+	"github.com/netplane/netplane/nodeview"
 	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/typed/apis/v1beta1"
 )
 
@@ -47,7 +47,7 @@ type Feature struct {
 	log      logr.Logger
 	cfg      v1alpha1.Node
 	syncer   nft.Syncer
-	runner   *runner.Runner
+	loop     *nodeview.Loop
 	metrics  *metrics
 	recorder record.EventRecorder
 	deps     role.Deps
@@ -87,8 +87,11 @@ func New(d role.Deps) (*Feature, error) {
 		return nil, err
 	}
 	rec, stop := d.Recorder("netplane-node", cfg.NodeName)
-	e := newFeature(d.Log.WithName("network-policy"), cfg, nft.NewProgrammer(nft.Dialer{}, TableID), m, rec)
-	e.deps, e.stop = d, stop
+	e, err := newFeature(d, nft.NewProgrammer(nft.Dialer{}, TableID), m, rec)
+	if err != nil {
+		return nil, err
+	}
+	e.stop = stop
 	for _, v := range []informer.View{
 		{Kind: informer.Pods, Name: "network-policy", Record: func(o runtime.Object) any { return PodFromAPI(o.(*v1.Pod)) }},
 		{Kind: informer.Namespaces, Name: "network-policy", Record: func(o runtime.Object) any { return NamespaceFromAPI(o.(*v1.Namespace)) }},
@@ -100,25 +103,28 @@ func New(d role.Deps) (*Feature, error) {
 	if err := e.watchCluster(d); err != nil {
 		return nil, err
 	}
-	d.Checks.AddHealth("network-policy", e.healthy)
 	return e, nil
 }
 
 // newFeature is the enforcing feature with its parts given: what tests
 // build on a fake kernel.
-func newFeature(log logr.Logger, cfg v1alpha1.Node, syncer nft.Syncer, m *metrics, rec record.EventRecorder) *Feature {
+func newFeature(d role.Deps, syncer nft.Syncer, m *metrics, rec record.EventRecorder) (*Feature, error) {
+	log, cfg := d.Log.WithName("network-policy"), d.Config.Node
 	mc := Config{Node: cfg.NodeName}
 	if cfg.NetworkPolicy.LogDenied {
 		mc.Log = Log{Group: LogGroup, Rate: logRate, Prefix: logPrefix}
 	}
 	model := NewModel(mc)
-	e := &Feature{log: log, cfg: cfg, syncer: syncer, metrics: m, recorder: rec, model: model,
+	e := &Feature{log: log, cfg: cfg, syncer: syncer, metrics: m, recorder: rec, model: model, deps: d,
 		render: newRenderer(model.Table()), invalid: map[types.NamespacedName]string{}, clusterReported: map[string]string{}}
-	e.runner = runner.New(e.sync, runner.Options{MinInterval: cfg.MinSyncPeriod.Duration, FullInterval: cfg.SyncPeriod.Duration})
+	var err error
+	if e.loop, err = nodeview.NewLoop(d, "network-policy", e.sync); err != nil {
+		return nil, err
+	}
 	if pc, ok := syncer.(nft.PacketCounter); ok && m != nil {
 		m.denied.read = deniedPacketsIn(pc, e.denyChains)
 	}
-	return e
+	return e, nil
 }
 
 // Run enforces until ctx ends, then leaves the table in place: a restarted
@@ -153,17 +159,10 @@ func (e *Feature) Run(ctx context.Context) error {
 	}
 	// The first sync must see every pod, namespace and policy: a partial
 	// picture would open what the table left in place still closes.
-	if !role.WaitForSync(ctx, e.deps, "network-policy", synced...) {
-		return nil
-	}
-	e.runner.Run(ctx)
+	e.loop.Run(ctx, synced...)
 	e.log.Info("stopped; table left in place so enforcement goes on", "table", TableID.String())
 	return nil
 }
-
-// healthy fails, as the proxier's check does, when a change has waited
-// longer than twice the sync period to reach the kernel.
-func (e *Feature) healthy() error { return e.runner.Healthy(2 * e.cfg.SyncPeriod.Duration) }
 
 // sync renders what changed and programs it: every part of the table on
 // a full sync, the touched parts otherwise.
@@ -186,8 +185,6 @@ func (e *Feature) sync(_ context.Context, full bool) error {
 		_, err = e.syncer.SyncTouched(e.render.t, touched)
 	}
 	if err != nil {
-		e.metrics.syncFailures.Inc()
-		e.log.Error(err, "sync failed; retrying with a full sync")
 		return err
 	}
 	kind := "partial"
@@ -195,7 +192,6 @@ func (e *Feature) sync(_ context.Context, full bool) error {
 		kind = "full"
 	}
 	took := time.Since(start)
-	e.metrics.syncDuration.WithLabelValues(kind).Observe(took.Seconds())
 	e.metrics.policies.Set(float64(policies))
 	e.metrics.isolated.Set(float64(isolated))
 	e.metrics.invalid.Set(float64(invalid))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/informer"
+	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nft"
 )
 
@@ -44,7 +45,10 @@ func newFakeNode(t *testing.T, logDenied bool) *fakeNode {
 	f := &fakeNode{fake: nft.NewFake(TableID), reg: prometheus.NewRegistry(), events: record.NewFakeRecorder(10)}
 	m := newMetrics()
 	f.reg.MustRegister(m.collectors()...)
-	f.e = newFeature(logr.Discard(), cfg, f.fake, m, f.events)
+	d := role.Deps{Config: &v1alpha1.Configuration{Node: cfg}, Checks: role.NewChecks(), Metrics: f.reg, Log: logr.Discard()}
+	var err error
+	f.e, err = newFeature(d, f.fake, m, f.events)
+	must(t, err)
 	f.pods, f.ns, f.policies = &sink{f.e, informer.Pods}, &sink{f.e, informer.Namespaces}, &sink{f.e, informer.NetworkPolicies}
 	return f
 }
@@ -284,10 +288,10 @@ func TestAFailedSyncIsReportedAndTheRetryHealsIt(t *testing.T) {
 	f.sync(t, true)
 	f.setPolicy(t, denyX)
 	f.fake.Fail(errors.New("the kernel said no"))
-	if err := f.e.sync(context.Background(), false); err == nil {
+	if err := f.e.loop.Sync(context.Background(), false); err == nil {
 		t.Fatal("the sync did not fail")
 	}
-	if got := value(f.e.metrics.syncFailures); got != 1 {
+	if got := familyValue(t, f.reg, "netplane_node_sync_errors_total"); got != 1 {
 		t.Errorf("sync failures %v, want 1", got)
 	}
 	f.sync(t, true) // the runner retries with a full sync
@@ -312,13 +316,22 @@ func TestMetricsCountPoliciesAndSelectedPods(t *testing.T) {
 			t.Errorf("%s: %v, want %v", name, got, want)
 		}
 	}
-	mfs, err := f.reg.Gather()
+}
+
+// familyValue is the value of the node role's sync metric name for this
+// feature, in reg.
+func familyValue(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	mfs, err := reg.Gather()
 	must(t, err)
 	for _, mf := range mfs {
-		if mf.GetName() == "netplane_network_policy_sync_duration_seconds" && (len(mf.Metric) != 1 || mf.Metric[0].Label[0].GetValue() != "full") {
-			t.Errorf("sync durations %v, want one series, full", mf.Metric)
+		for _, m := range mf.GetMetric() {
+			if mf.GetName() == name && len(m.GetLabel()) == 1 && m.GetLabel()[0].GetValue() == "network-policy" {
+				return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
 		}
 	}
+	return 0
 }
 
 func TestDeniedPacketsCountAcrossARewrittenChain(t *testing.T) {

@@ -10,28 +10,18 @@ import (
 )
 
 // metrics are the feature's Prometheus metrics, prefixed
-// netplane_network_policy_.
+// netplane_network_policy_. A sync's duration, failures and time are the
+// node role's family (nodeview.Loop), labelled feature="network-policy".
 type metrics struct {
-	syncDuration *prometheus.HistogramVec
-	syncFailures prometheus.Counter
-	policies     prometheus.Gauge
-	isolated     prometheus.Gauge
-	invalid      prometheus.Gauge
-	denied       *deniedCollector
+	policies prometheus.Gauge
+	isolated prometheus.Gauge
+	invalid  prometheus.Gauge
+	denied   *deniedCollector
 }
 
 // newMetrics makes the metrics, unregistered (collectors).
 func newMetrics() *metrics {
 	return &metrics{
-		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "netplane_network_policy_sync_duration_seconds",
-			Help:    "Time one sync of the NetworkPolicy table took, by type (full or partial).",
-			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"type"}),
-		syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "netplane_network_policy_sync_failures_total",
-			Help: "Syncs of the NetworkPolicy table that failed (retried as a full sync).",
-		}),
 		policies: prometheus.NewGauge(prometheus.GaugeOpts{
 			Name: "netplane_network_policy_policies",
 			Help: "NetworkPolicies programmed at the last sync (those that compiled).",
@@ -51,7 +41,7 @@ func newMetrics() *metrics {
 
 // collectors are the metrics to register.
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.syncDuration, m.syncFailures, m.policies, m.isolated, m.invalid, m.denied}
+	return []prometheus.Collector{m.policies, m.isolated, m.invalid, m.denied}
 }
 
 // deniedCollector reads the deny chains' counters from the kernel when

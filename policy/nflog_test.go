@@ -20,6 +20,7 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
 	"github.com/netplane/netplane/internal/informer"
+	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nft"
 )
 
@@ -126,7 +127,10 @@ func TestKernelLogsOneLinePerDeniedConnection(t *testing.T) {
 	cfg := v1alpha1.Node{NodeName: "n1", NetworkPolicy: v1alpha1.NetworkPolicy{Enabled: true, LogDenied: true}}
 	prog := nft.NewProgrammer(d, TableID)
 	defer prog.Close()
-	e := newFeature(log, cfg, prog, newMetrics(), nil)
+	e, err := newFeature(role.Deps{Config: &v1alpha1.Configuration{Node: cfg}, Checks: role.NewChecks(), Log: log}, prog, newMetrics(), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
 	e.dialer = d
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()

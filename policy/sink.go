@@ -46,7 +46,7 @@ func (s *sink) do(fn func()) error {
 	s.e.mu.Lock()
 	fn()
 	s.e.mu.Unlock()
-	s.e.runner.Request()
+	s.e.loop.Request()
 	return nil
 }
 

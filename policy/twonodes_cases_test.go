@@ -276,7 +276,7 @@ func observed(t *testing.T, c *twoNodes) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, want := range []string{`netplane_network_policy_sync_duration_seconds_count{type="full"}`, `netplane_network_policy_sync_duration_seconds_count{type="partial"}`,
+	for _, want := range []string{`netplane_node_sync_duration_seconds_count{feature="network-policy",type="full"}`, `netplane_node_sync_duration_seconds_count{feature="network-policy",type="partial"}`,
 		"netplane_network_policy_policies 1", "netplane_network_policy_selected_pods 2", `netplane_network_policy_denied_packets_total{direction="ingress"}`} {
 		if !strings.Contains(body, want) {
 			t.Errorf("/metrics lacks %s", want)

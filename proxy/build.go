@@ -113,40 +113,7 @@ func (b *builder) build(eps []endpoint) {
 			internalChain = b.pickChain(internal)
 		}
 	} else {
-		clusterChain, localChain := b.chainName("service"), b.chainName("local")
-		internalChain = clusterChain
-		if sp.InternalLocal {
-			internalChain = localChain
-		}
-		// Only the internal chain masquerades ClusterIP traffic; the other
-		// one is reached by external traffic only.
-		masqFor := func(chain string) []netip.Addr {
-			if chain == internalChain {
-				return cips
-			}
-			return nil
-		}
-		if len(internal) == 0 {
-			internalChain = ""
-		}
-		hasCluster := sp.usesClusterEndpoints() && len(cat.Cluster) > 0
-		hasLocal := sp.usesLocalEndpoints() && len(cat.Local) > 0
-		if hasCluster {
-			b.policyChain(clusterChain, masqFor(clusterChain), cat.Cluster, 0)
-		} else {
-			clusterChain = ""
-		}
-		if hasLocal {
-			b.policyChain(localChain, masqFor(localChain), cat.Local, localSlots)
-		} else {
-			localChain = ""
-		}
-		// With Local policy and no endpoint on this node, pods and the node
-		// itself still go through the external chain to every endpoint; the
-		// rest is not DNATed and meets the no-endpoint drop, as in kube-proxy.
-		if sp.externallyAccessible() && (len(external) > 0 || (sp.ExternalLocal && clusterChain != "")) {
-			externalChain = b.externalChain(clusterChain, localChain)
-		}
+		internalChain, externalChain = b.serviceChains(cat, cips, len(internal) > 0, len(external) > 0)
 	}
 	b.counts(sp, cat, f)
 
@@ -183,6 +150,47 @@ func (b *builder) build(eps []endpoint) {
 		}
 	}
 	b.firewall(proto)
+}
+
+// serviceChains writes the Service port's own chains, those of the
+// cluster's and of this node's endpoints, and its external chain, and
+// returns the chains its internal and external traffic go to ("" for
+// none).
+func (b *builder) serviceChains(cat categorized, cips []netip.Addr, hasInternal, hasExternal bool) (internalChain, externalChain string) {
+	sp := b.sp
+	clusterChain, localChain := b.chainName("service"), b.chainName("local")
+	internalChain = clusterChain
+	if sp.InternalLocal {
+		internalChain = localChain
+	}
+	// Only the internal chain masquerades ClusterIP traffic; the other
+	// one is reached by external traffic only.
+	masqFor := func(chain string) []netip.Addr {
+		if chain == internalChain {
+			return cips
+		}
+		return nil
+	}
+	if !hasInternal {
+		internalChain = ""
+	}
+	if sp.usesClusterEndpoints() && len(cat.Cluster) > 0 {
+		b.policyChain(clusterChain, masqFor(clusterChain), cat.Cluster, 0)
+	} else {
+		clusterChain = ""
+	}
+	if sp.usesLocalEndpoints() && len(cat.Local) > 0 {
+		b.policyChain(localChain, masqFor(localChain), cat.Local, localSlots)
+	} else {
+		localChain = ""
+	}
+	// With Local policy and no endpoint on this node, pods and the node
+	// itself still go through the external chain to every endpoint; the
+	// rest is not DNATed and meets the no-endpoint drop, as in kube-proxy.
+	if sp.externallyAccessible() && (hasExternal || (sp.ExternalLocal && clusterChain != "")) {
+		externalChain = b.externalChain(clusterChain, localChain)
+	}
+	return internalChain, externalChain
 }
 
 // vip dispatches ip.proto.port to chain (none: "") and records its

@@ -174,7 +174,7 @@ func netplaneProxy(b *testing.B) benchProxy {
 		},
 		listsReceived: func(log string) time.Time { return lastLogTime(log, `"caches synced"`, `role="proxy"`) },
 		fullSynced:    func(log string) time.Time { return firstLogTime(log, `"synced"`, `type="full"`) },
-		synced:        "netplane_proxy_last_sync_timestamp_seconds",
+		synced:        `netplane_node_last_sync_timestamp_seconds{feature="proxy"}`,
 	}
 }
 
@@ -831,4 +831,3 @@ func treeRSS(pid int) int {
 }
 
 func peakRSS(pid int) int { return framework.StatusKiB(pid, "VmHWM") }
-

@@ -77,21 +77,24 @@ func New(d role.Deps, s nodeview.Settings) (*Feature, error) {
 
 // Run programs Services until ctx ends. A graceful stop leaves the rules in
 // place, so Services keep working while the agent is restarted or upgraded.
-func (x *Feature) Run(ctx context.Context) error {
-	d := x.d
+func (f *Feature) Run(ctx context.Context) error {
+	d := f.d
 	if _, err := os.Stat("/proc/net/netfilter"); err != nil {
 		d.Log.Info("no /proc/net/netfilter: is nf_tables available in this kernel?")
 	}
 	// The model is the role's big, long-lived state (proxy/README.md).
 	memory.DefaultGCPercent(gcPercent)
 	d.Factory.Start(ctx)
-	p := newProxier(d, x.settings, x.views, x.metrics, programmers(nft.Dialer{}))
+	p, err := newProxier(d, f.settings, f.views, f.metrics, programmers(nft.Dialer{}))
+	if err != nil {
+		return err
+	}
 	defer p.close()
 	var synced []cache.DoneChecker
 	for _, h := range []struct {
 		view    *informer.Handle
 		handler cache.ResourceEventHandler
-	}{{x.views.services, p.eventHandler()}, {x.views.slices, p.eventHandler()}, {x.views.nodes, p.nodeHandler()}} {
+	}{{f.views.services, p.eventHandler()}, {f.views.slices, p.eventHandler()}, {f.views.nodes, p.nodeHandler()}} {
 		reg, err := h.view.AddEventHandler(h.handler)
 		if err != nil {
 			return err
@@ -100,7 +103,6 @@ func (x *Feature) Run(ctx context.Context) error {
 		// initial lists' events, not before a burst of them.
 		synced = append(synced, h.view.Synced(), reg.HasSyncedChecker())
 	}
-	d.Checks.AddHealth("proxy", p.healthz)
 	if addr := d.Config.Node.ProxyHealthzBindAddress; addr != "" {
 		if err := p.nodeHealth().serve(ctx, addr); err != nil {
 			return fmt.Errorf("node health server: %w", err)

@@ -163,7 +163,7 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 	t.Run("metrics are served", func(t *testing.T) {
 		l.t = t
 		code, body := l.metrics()
-		for _, m := range []string{`netplane_proxy_sync_duration_seconds_count{type="full"}`, `netplane_proxy_sync_duration_seconds_count{type="partial"}`, "netplane_proxy_network_programming_duration_seconds", `netplane_proxy_no_local_endpoints{traffic_policy="external"} 2`} { // remote-only has two ports
+		for _, m := range []string{`netplane_node_sync_duration_seconds_count{feature="proxy",type="full"}`, `netplane_node_sync_duration_seconds_count{feature="proxy",type="partial"}`, "netplane_proxy_network_programming_duration_seconds", `netplane_proxy_no_local_endpoints{traffic_policy="external"} 2`} { // remote-only has two ports
 			if code != 200 || !strings.Contains(body, m) {
 				t.Errorf("/metrics lacks %s (status %d %.200s)", m, code, body)
 			}
@@ -246,7 +246,7 @@ func TestFlowsThroughTheNodeRole(t *testing.T) {
 }
 
 // firstFullSync matches the proxy's sync counter once a full sync is done.
-var firstFullSync = regexp.MustCompile(`(?m)^netplane_proxy_sync_duration_seconds_count\{type="full"\} [1-9]`)
+var firstFullSync = regexp.MustCompile(`(?m)^netplane_node_sync_duration_seconds_count\{feature="proxy",type="full"\} [1-9]`)
 
 // talk asks again on a long-lived connection and wants pod want to answer.
 func talk(t *testing.T, c *netns.EchoConn, want string) {

@@ -7,25 +7,18 @@ import (
 )
 
 // metrics are the proxier's Prometheus metrics, named after kube-proxy's
-// with the netplane_proxy_ prefix.
+// with the netplane_proxy_ prefix. A sync's duration, failures and time
+// are the node role's family (nodeview.Loop), labelled feature="proxy".
 type metrics struct {
-	syncDuration       *prometheus.HistogramVec
 	programming        prometheus.Histogram
 	pendingChanges     prometheus.Gauge
-	syncFailures       prometheus.Counter
 	noLocalEndpoints   *prometheus.GaugeVec
-	lastSync           prometheus.Gauge
 	conntrackDeletions prometheus.Counter
 }
 
 // newMetrics makes the metrics, unregistered (collectors).
 func newMetrics() *metrics {
 	return &metrics{
-		syncDuration: prometheus.NewHistogramVec(prometheus.HistogramOpts{
-			Name:    "netplane_proxy_sync_duration_seconds",
-			Help:    "Time one sync of the nftables rules took, by type (full or partial).",
-			Buckets: prometheus.ExponentialBuckets(0.001, 2, 15),
-		}, []string{"type"}),
 		programming: prometheus.NewHistogram(prometheus.HistogramOpts{
 			Name: "netplane_proxy_network_programming_duration_seconds",
 			Help: "Time from an endpoint change (the EndpointSlice's last-change-trigger-time) to its rules being in the kernel.",
@@ -37,18 +30,10 @@ func newMetrics() *metrics {
 			Name: "netplane_proxy_pending_changes",
 			Help: "Service and EndpointSlice changes received and not yet programmed.",
 		}),
-		syncFailures: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "netplane_proxy_sync_failures_total",
-			Help: "Syncs whose nftables transaction failed (retried as a full sync).",
-		}),
 		noLocalEndpoints: prometheus.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "netplane_proxy_no_local_endpoints",
 			Help: "Service ports with a Local traffic policy and no local endpoint (their traffic is dropped here), by traffic_policy.",
 		}, []string{"traffic_policy"}),
-		lastSync: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "netplane_proxy_last_sync_timestamp_seconds",
-			Help: "When the rules were last synced successfully.",
-		}),
 		conntrackDeletions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "netplane_proxy_conntrack_stale_udp_deleted_total",
 			Help: "UDP conntrack entries deleted because their endpoint went away.",
@@ -58,14 +43,12 @@ func newMetrics() *metrics {
 
 // collectors are the metrics to register.
 func (m *metrics) collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.syncDuration, m.programming, m.pendingChanges, m.syncFailures, m.noLocalEndpoints, m.lastSync, m.conntrackDeletions}
+	return []prometheus.Collector{m.programming, m.pendingChanges, m.noLocalEndpoints, m.conntrackDeletions}
 }
 
-// observeSync records a sync of kind (full or partial) that worked: it
-// started at start and had its tables programmed at now, and carried the changes of triggers.
-func (m *metrics) observeSync(kind string, start, now time.Time, triggers []time.Time) {
-	m.syncDuration.WithLabelValues(kind).Observe(now.Sub(start).Seconds())
-	m.lastSync.Set(float64(now.Unix()))
+// observeProgramming records a sync that worked, whose tables were
+// programmed at now, carrying the changes of triggers.
+func (m *metrics) observeProgramming(now time.Time, triggers []time.Time) {
 	for _, t := range triggers {
 		m.programming.Observe(now.Sub(t).Seconds())
 	}

@@ -31,6 +31,7 @@ type Model struct {
 	shared map[nodeview.Family]map[string]int
 	picks  *pickCache
 	d      *Desired
+	sum    summaries // behind d's Health, UDP and counts (summary.go)
 	// touched is what changed in the merged tables since TakeTouched:
 	// chains, sets of one Service (affinity) and elements of shared sets.
 	// nil means everything (a reset).
@@ -112,9 +113,10 @@ type Change struct {
 // Apply is Build for the Services in changes only (Build is Apply of
 // every Service), the others being as in the last build, which must be for
 // the same node facts (Built). A partial
-// sync then lists no caches and compares no unchanged fragments; only the
-// small summaries (summarize) still visit every fragment.
+// sync then lists no caches and compares no unchanged fragments, and its
+// summaries change by the changed fragments only (summary.go).
 func (m *Model) Apply(changes map[types.NamespacedName]Change) *Desired {
+	m.handedOut() // the last Desired's maps are the caller's
 	var todo []Change
 	var gone []*fragment
 	for name, c := range changes {
@@ -148,7 +150,6 @@ func (m *Model) Apply(changes map[types.NamespacedName]Change) *Desired {
 			f.parts[i].elems = nil
 		}
 	}
-	m.summarize()
 	return m.d
 }
 
@@ -159,6 +160,7 @@ func (m *Model) reset(key string, node NodeFacts) {
 	m.shared = map[nodeview.Family]map[string]int{}
 	m.picks = newPickCache(node)
 	m.d = newDesired()
+	m.sum = newSummaries()
 	for _, fam := range nodeview.Families {
 		m.shared[fam] = map[string]int{}
 		t := nft.NewTable(tableFamily(fam), TableName)
@@ -275,6 +277,7 @@ func grown[V any](m map[string]V, n int) map[string]V {
 // add merges a fragment's chains and elements into the model's tables.
 // Fragment chains and sets are shared read-only, never modified.
 func (m *Model) add(f *fragment) {
+	m.summaryAdd(f)
 	for _, part := range f.parts {
 		t := m.d.Tables[part.fam]
 		m.touch(part)
@@ -330,6 +333,7 @@ func (m *Model) removeAll(frags []*fragment) {
 // remove takes a fragment's chains and its shared elements out of the
 // model's tables.
 func (m *Model) remove(f *fragment, elems map[nodeview.Family][]fragElem) {
+	m.summaryRemove(f)
 	for _, part := range f.parts {
 		part.elems = elems[part.fam]
 		t := m.d.Tables[part.fam]
@@ -371,26 +375,4 @@ func (m *Model) sharedElems(f *fragment) map[nodeview.Family][]fragElem {
 		out[part.fam] = part.elems
 	}
 	return out
-}
-
-// summarize recomputes the health-check, UDP and metric summaries from the
-// fragments: small per Service, and rebuilt so no stale entry survives.
-func (m *Model) summarize() {
-	d := m.d
-	d.Health = map[types.NamespacedName]HealthInfo{}
-	d.UDP = map[netip.AddrPort]map[netip.AddrPort]bool{}
-	d.NoLocalInternal, d.NoLocalExternal = 0, 0
-	for _, f := range m.frags {
-		maps.Copy(d.Health, f.d.Health)
-		for vip, eps := range f.d.UDP {
-			if old, ok := d.UDP[vip]; ok {
-				merged := maps.Clone(old)
-				maps.Copy(merged, eps)
-				eps = merged
-			}
-			d.UDP[vip] = eps
-		}
-		d.NoLocalInternal += f.d.NoLocalInternal
-		d.NoLocalExternal += f.d.NoLocalExternal
-	}
 }

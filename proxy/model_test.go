@@ -2,6 +2,7 @@ package proxy
 
 import (
 	"fmt"
+	"maps"
 	"math/rand/v2"
 	"net/netip"
 	"runtime"
@@ -9,6 +10,7 @@ import (
 	"testing"
 
 	"github.com/google/go-cmp/cmp"
+	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
 
 	"github.com/netplane/netplane/nodeview"
@@ -93,10 +95,113 @@ func TestIncrementalModelEqualsAFreshBuild(t *testing.T) {
 				t.Fatalf("step %d: model told the changes differs from a fresh build (-fresh +applied):\n%s", step, diff)
 			}
 		}
-		if diff := cmp.Diff(want.Health, applied.Health); diff != "" {
-			t.Fatalf("step %d: health-check summaries differ (-fresh +applied):\n%s", step, diff)
+		if diff := cmp.Diff(summariesOf(want), summariesOf(applied)); diff != "" {
+			t.Fatalf("step %d: summaries differ (-fresh +applied):\n%s", step, diff)
 		}
 	}
+}
+
+// summariesOf is what a Desired says besides its tables.
+func summariesOf(d *Desired) any {
+	return struct {
+		Health  map[types.NamespacedName]HealthInfo
+		UDP     map[netip.AddrPort]map[netip.AddrPort]bool
+		NoLocal [2]int
+	}{d.Health, d.UDP, [2]int{d.NoLocalInternal, d.NoLocalExternal}}
+}
+
+// TestSummariesFollowEachChangeAndLeaveHandedOutMapsAlone: two UDP
+// Services share an external IP and port, one with a health check; each
+// step's summaries equal a fresh build's, and the maps an earlier step
+// handed out (which the health servers and the conntrack cleaner keep)
+// are as they were when handed out.
+func TestSummariesFollowEachChangeAndLeaveHandedOutMapsAlone(t *testing.T) {
+	udpSvc := func(name, port string, local bool) []any {
+		return []any{svc("ns", name, func(s *v1.Service) {
+			s.Spec.Type = v1.ServiceTypeLoadBalancer
+			s.Spec.ClusterIP = "172.30.1." + port
+			s.Spec.ExternalIPs = []string{"192.168.99.53"}
+			s.Spec.Ports = []v1.ServicePort{{Name: "dns", Protocol: v1.ProtocolUDP, Port: 53, NodePort: 30000 + int32(len(name))}}
+			if local {
+				s.Spec.ExternalTrafficPolicy = v1.ServiceExternalTrafficPolicyLocal
+				s.Spec.HealthCheckNodePort = 31000
+			}
+		}), slice("ns/"+name, name+"-a", map[string]int32{"dns": 53}, v1.ProtocolUDP, ep{ip: "10.180.0." + port, node: "node-a"})}
+	}
+	a, b, b2 := udpSvc("a", "1", false), udpSvc("bb", "2", true), udpSvc("bb", "3", false)
+	steps := []struct {
+		name string
+		objs []any
+	}{
+		{"a", a},
+		{"a and b share the external address", append(slices.Clone(a), b...)},
+		{"b moves its endpoint and drops its health check", append(slices.Clone(a), b2...)},
+		{"a goes", b2},
+		{"nothing", nil},
+	}
+	m := NewModel()
+	type handed struct {
+		d    *Desired
+		want any
+	}
+	var before []handed
+	for _, st := range steps {
+		in := input(testNode, st.objs...)
+		delta := map[types.NamespacedName]Change{}
+		for _, k := range []types.NamespacedName{nsName("ns", "a"), nsName("ns", "bb")} {
+			c := Change{Slices: in.Slices[k]}
+			for _, s := range in.Services {
+				if s.key() == k {
+					c.Svc = s
+				}
+			}
+			delta[k] = c
+		}
+		var got *Desired
+		if len(before) == 0 {
+			got = m.Build(in)
+		} else {
+			got = m.Apply(delta)
+		}
+		if diff := cmp.Diff(summariesOf(Build(in)), summariesOf(got)); diff != "" {
+			t.Fatalf("%s: summaries differ from a fresh build (-fresh +applied):\n%s", st.name, diff)
+		}
+		if diff := cmp.Diff(summariesFromFragments(m), summariesOf(got)); diff != "" {
+			t.Fatalf("%s: summaries differ from the fragments' (-fragments +applied):\n%s", st.name, diff)
+		}
+		for i, h := range before {
+			if diff := cmp.Diff(h.want, summariesOf(h.d)); diff != "" {
+				t.Fatalf("%s: the summaries handed out at step %d changed:\n%s", st.name, i, diff)
+			}
+		}
+		before = append(before, handed{&Desired{Health: got.Health, UDP: got.UDP}, summariesOf(&Desired{Health: maps.Clone(got.Health), UDP: cloneUDP(got.UDP)})})
+	}
+}
+
+// summariesFromFragments sums every fragment's summaries, as the model
+// did on every sync before it kept them up to date.
+func summariesFromFragments(m *Model) any {
+	d := &Desired{Health: map[types.NamespacedName]HealthInfo{}, UDP: map[netip.AddrPort]map[netip.AddrPort]bool{}}
+	for _, f := range m.frags {
+		maps.Copy(d.Health, f.d.Health)
+		for vip, eps := range f.d.UDP {
+			if d.UDP[vip] == nil {
+				d.UDP[vip] = map[netip.AddrPort]bool{}
+			}
+			maps.Copy(d.UDP[vip], eps)
+		}
+		d.NoLocalInternal += f.d.NoLocalInternal
+		d.NoLocalExternal += f.d.NoLocalExternal
+	}
+	return summariesOf(d)
+}
+
+func cloneUDP(u map[netip.AddrPort]map[netip.AddrPort]bool) map[netip.AddrPort]map[netip.AddrPort]bool {
+	out := make(map[netip.AddrPort]map[netip.AddrPort]bool, len(u))
+	for k, v := range u {
+		out[k] = maps.Clone(v)
+	}
+	return out
 }
 
 // TestParallelBuildEqualsASequentialOne: at start-up fragments are built on

@@ -11,7 +11,6 @@ import (
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/role"
-	"github.com/netplane/netplane/internal/runner"
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/nodeview"
 )
@@ -28,9 +27,9 @@ type proxier struct {
 	model   *Model
 	health  *healthServers
 	metrics *metrics
-	// runner decides when sync runs: kube-proxy's --min-sync-period and
-	// --sync-period (newRunner).
-	runner  *runner.Runner
+	// loop decides when sync runs (kube-proxy's --min-sync-period and
+	// --sync-period), and owns its checks, log of failures and metrics.
+	loop    *nodeview.Loop
 	changes changes
 	udp     udpCleaner
 	startup startup
@@ -41,7 +40,7 @@ type proxier struct {
 
 // newProxier reads Services, EndpointSlices and Nodes from the proxy's
 // views and programs its tables through syncers.
-func newProxier(d role.Deps, s nodeview.Settings, v views, m *metrics, syncers map[nodeview.Family]nft.Syncer) *proxier {
+func newProxier(d role.Deps, s nodeview.Settings, v views, m *metrics, syncers map[nodeview.Family]nft.Syncer) (*proxier, error) {
 	p := &proxier{
 		log:     d.Log,
 		cfg:     d.Config.Node,
@@ -54,21 +53,13 @@ func newProxier(d role.Deps, s nodeview.Settings, v views, m *metrics, syncers m
 		udp:     udpCleaner{clean: cleanConntrack},
 		startup: startup{log: d.Log, cfg: d.Config.Node},
 	}
-	p.runner = p.newRunner()
-	p.changes.request = p.runner.Request
+	var err error
+	if p.loop, err = nodeview.NewLoop(d, "proxy", p.runSync); err != nil {
+		return nil, err
+	}
+	p.changes.request = p.loop.Request
 	p.health = newHealthServers(d.Log, func() bool { return p.healthz() == nil })
-	return p
-}
-
-// newRunner is the proxier's runner: partial syncs at most one per
-// --min-sync-period on average with bursts of two, a full sync every
-// --sync-period, a failed sync retried as a full one a second later.
-func (p *proxier) newRunner() *runner.Runner {
-	return runner.New(p.runSync, runner.Options{
-		MinInterval:  p.cfg.MinSyncPeriod.Duration,
-		FullInterval: p.cfg.SyncPeriod.Duration,
-		RetryAfter:   time.Second,
-	})
+	return p, nil
 }
 
 // eventHandler takes the Services' and EndpointSlices' events.
@@ -87,7 +78,7 @@ func (p *proxier) nodeHealth() nodeHealthServer {
 
 // healthz fails, as kube-proxy's does, when a change has waited for
 // programming longer than twice the sync period.
-func (p *proxier) healthz() error { return p.runner.Healthy(2 * p.cfg.SyncPeriod.Duration) }
+func (p *proxier) healthz() error { return p.loop.Healthy() }
 
 // lastSynced is when a sync last succeeded; zero before the first.
 func (p *proxier) lastSynced() time.Time {
@@ -102,17 +93,13 @@ func (p *proxier) close() {
 	}
 }
 
-// run syncs until ctx ends, as the runner decides.
-func (p *proxier) run(ctx context.Context) { p.runner.Run(ctx) }
+// run syncs until ctx ends, as the loop decides.
+func (p *proxier) run(ctx context.Context) { p.loop.Run(ctx) }
 
-// runSync is one sync as the runner runs it.
+// runSync is one sync as the loop runs it.
 func (p *proxier) runSync(_ context.Context, full bool) error {
 	err := p.sync(full)
 	p.startup.syncEnded()
-	if err != nil {
-		p.log.Error(err, "sync failed; retrying with a full sync")
-		p.metrics.syncFailures.Inc()
-	}
 	return err
 }
 
@@ -175,7 +162,7 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 	// Logged before the conntrack clean-up: its time is when the kernel had
 	// every rule (the proxy benchmark reads it).
 	p.log.V(2).Info("synced", "type", kind, "took", now.Sub(start), "building", built.Sub(start), "programming", now.Sub(built))
-	p.metrics.observeSync(kind, start, now, triggers)
+	p.metrics.observeProgramming(now, triggers)
 	p.metrics.observeNoLocal(d.NoLocalInternal, d.NoLocalExternal)
 	p.mu.Lock()
 	p.syncedAt = now

@@ -13,13 +13,15 @@ import (
 
 	"github.com/go-logr/logr"
 	"github.com/google/go-cmp/cmp"
-	dto "github.com/prometheus/client_model/go"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/nodeview"
 )
@@ -33,6 +35,7 @@ type fakeNode struct {
 	fakes map[nodeview.Family]*nft.Fake
 	calls *syncCalls
 	nodes cache.Indexer // the Node lister's
+	reg   *prometheus.Registry
 }
 
 // syncCalls records how the proxier synced its tables.
@@ -99,11 +102,20 @@ func newFakeNode(t *testing.T) *fakeNode {
 		changes: changes{gauge: metrics.pendingChanges, started: time.Now()},
 		udp:     udpCleaner{clean: func(_, _ map[netip.AddrPort]map[netip.AddrPort]bool) (uint, error) { return 0, nil }},
 	}
-	n.p.runner = n.p.newRunner()
-	n.p.changes.request = func() { n.p.runner.Request() }
+	n.reg = prometheus.NewRegistry()
+	n.newLoop()
+	n.p.changes.request = func() { n.p.loop.Request() }
 	n.p.health = newHealthServers(logr.Discard(), func() bool { return true })
 	t.Cleanup(func() { n.p.health.Close(context.Background()) })
 	return n
+}
+
+// newLoop gives the proxier a new loop, with no sync requested.
+func (n *fakeNode) newLoop() {
+	d := role.Deps{Config: &v1alpha1.Configuration{Node: n.p.cfg}, Checks: role.NewChecks(), Metrics: n.reg, Log: logr.Discard()}
+	var err error
+	n.p.loop, err = nodeview.NewLoop(d, "proxy", n.p.runSync)
+	n.must(err)
 }
 
 // load adds the Services and slices of in, as an informer's first list.
@@ -265,7 +277,7 @@ func TestProxierSyncsItsTablesThroughTheProgrammer(t *testing.T) {
 func TestProxierRetriesAFailedSyncAsAFullSync(t *testing.T) {
 	n := newFakeNode(t)
 	n.load(overall())
-	n.p.runner = n.p.newRunner() // without the list's requests: the loop's first sync, full, covers them
+	n.newLoop() // without the list's requests: the loop's first sync, full, covers them
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	go func() { n.p.run(ctx); close(done) }()
@@ -290,10 +302,10 @@ func TestProxierRetriesAFailedSyncAsAFullSync(t *testing.T) {
 	cancel()
 	<-done // the deferred wait finds it closed
 	n.converged("after the retry")
-	var m dto.Metric
-	n.must(n.p.metrics.syncFailures.Write(&m))
-	if got := m.GetCounter().GetValue(); got != 1 {
-		t.Errorf("%v sync failures counted, want 1", got)
+	want := "# HELP netplane_node_sync_errors_total Syncs of a node feature that failed (retried as a full sync), by feature; the log says why.\n" +
+		"# TYPE netplane_node_sync_errors_total counter\n" + `netplane_node_sync_errors_total{feature="proxy"} 1` + "\n"
+	if err := testutil.GatherAndCompare(n.reg, strings.NewReader(want), "netplane_node_sync_errors_total"); err != nil {
+		t.Error(err)
 	}
 }
 

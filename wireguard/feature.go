@@ -2,7 +2,6 @@ package wireguard
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"net/netip"
 	"sync"
@@ -43,10 +42,9 @@ type Feature struct {
 	recorder record.EventRecorder
 	rejected []Rejected // of the last sync, to warn once per node
 
-	mu      sync.Mutex
-	waiting string // why the last sync did not converge; "" once it did
-	last    Plan   // of the last sync, for the metrics between syncs
-	opened  Device // f.dev once open, for the metrics between syncs
+	mu     sync.Mutex
+	last   Plan   // of the last sync, for the metrics between syncs
+	opened Device // f.dev once open, for the metrics between syncs
 }
 
 // refreshEvery is how often the peers' handshakes and bytes are read for
@@ -57,12 +55,14 @@ const refreshEvery = 5 * time.Second
 // on, its view of the Nodes (with the key annotation); the process calls
 // it before any informer starts.
 func New(d role.Deps, s nodeview.Settings) (*Feature, error) {
-	f := &Feature{d: d, settings: s, on: s.Encryption != nodeview.NoEncryption, metrics: NewMetrics(),
-		waiting: "the WireGuard device has not been synced yet"}
+	f := &Feature{d: d, settings: s, on: s.Encryption != nodeview.NoEncryption, metrics: NewMetrics()}
 	if !f.on {
 		return f, nil
 	}
-	f.nodes = nodeview.WatchKeeping(d, "wireguard", nodeview.Keep{Annotations: []string{Annotation}}, f.sync)
+	var err error
+	if f.nodes, err = nodeview.WatchKeeping(d, "wireguard", nodeview.Keep{Annotations: []string{Annotation}}, f.sync); err != nil {
+		return nil, err
+	}
 	dropped := func(chain string) func() float64 {
 		return func() float64 {
 			if f.guard == nil {
@@ -110,7 +110,6 @@ func (f *Feature) Run(ctx context.Context) error {
 	f.d.Log.Info("WireGuard key", "file", wg.PrivateKeyFile, "created", created, "publicKey", key.PublicKey().String())
 	f.guard = nft.NewProgrammer(nft.Dialer{}, GuardTable)
 	defer f.guard.Close()
-	f.d.Checks.AddReady("wireguard", f.ready)
 	var stop func()
 	f.recorder, stop = f.d.Recorder("netplane-node", f.d.Config.Node.NodeName)
 	defer stop()
@@ -166,13 +165,11 @@ func (f *Feature) sync(ctx context.Context, full bool) error {
 	self := f.d.Config.Node.NodeName
 	all, me, found := f.nodes.List(self)
 	if !found {
-		f.wait(fmt.Sprintf("node %q is not among the %d Nodes: waiting for it (or check --node-name)", self, len(all)))
-		return nil
+		return nodeview.Waiting(fmt.Sprintf("node %q is not among the %d Nodes: waiting for it (or check --node-name)", self, len(all)))
 	}
 	underlay, ok := me.WireGuardUnderlay()
 	if !ok {
-		f.wait(fmt.Sprintf("node %q has no InternalIP yet: waiting for it", self))
-		return nil
+		return nodeview.Waiting(fmt.Sprintf("node %q has no InternalIP yet: waiting for it", self))
 	}
 	if f.dev == nil {
 		if err := f.open(me, underlay); err != nil {
@@ -187,16 +184,12 @@ func (f *Feature) sync(ctx context.Context, full bool) error {
 	if err == nil {
 		err = f.route(plan, cluster, me.PodCIDRs, full)
 	}
-	f.observe(plan, err == nil)
+	f.observe(plan)
 	if err != nil {
 		return fmt.Errorf("WireGuard sync: %w", err)
 	}
 	// Published once the device can take what peers send on seeing it.
-	if err := f.publish(ctx, me); err != nil {
-		return err
-	}
-	f.wait("")
-	return nil
+	return f.publish(ctx, me)
 }
 
 // publish writes this node's public key into its own Node's annotation,
@@ -265,15 +258,15 @@ func (f *Feature) warn(plan Plan) {
 	f.rejected = plan.Rejected
 }
 
-func (f *Feature) observe(plan Plan, synced bool) {
+func (f *Feature) observe(plan Plan) {
 	f.mu.Lock()
 	f.last = plan
 	f.mu.Unlock()
-	f.read(plan, synced)
+	f.read(plan)
 }
 
 // read records the device's statistics with plan's rejections.
-func (f *Feature) read(plan Plan, synced bool) {
+func (f *Feature) read(plan Plan) {
 	f.mu.Lock()
 	d := f.opened
 	f.mu.Unlock()
@@ -286,7 +279,7 @@ func (f *Feature) read(plan Plan, synced bool) {
 		return
 	}
 	now := time.Now()
-	f.metrics.Observe(StatsOf(dev, plan, now), synced, now)
+	f.metrics.Observe(StatsOf(dev, plan, now))
 }
 
 // refresh reads the device for the metrics between syncs until ctx ends:
@@ -302,7 +295,7 @@ func (f *Feature) refresh(ctx context.Context) {
 			f.mu.Lock()
 			plan := f.last
 			f.mu.Unlock()
-			f.read(plan, false)
+			f.read(plan)
 		}
 	}
 }
@@ -315,22 +308,4 @@ func Facts(nodes []nodeview.Node) []Node {
 		out = append(out, Node{Name: n.Name, IPs: n.IPs, PodCIDRs: n.PodCIDRs, Key: n.Annotations[Annotation]})
 	}
 	return out
-}
-
-func (f *Feature) wait(why string) {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if why != "" && why != f.waiting {
-		f.d.Log.Info(why)
-	}
-	f.waiting = why
-}
-
-func (f *Feature) ready() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if f.waiting != "" {
-		return errors.New(f.waiting)
-	}
-	return nil
 }

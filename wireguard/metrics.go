@@ -1,8 +1,6 @@
 package wireguard
 
 import (
-	"time"
-
 	"github.com/prometheus/client_golang/prometheus"
 )
 
@@ -18,8 +16,8 @@ type Metrics struct {
 	Bytes *prometheus.GaugeVec
 	// Implementation is 1 for the implementation that runs.
 	Implementation *prometheus.GaugeVec
-	// LastSync is when the device last matched the plan.
-	LastSync prometheus.Gauge
+	// The sync's duration, errors and time are the node role's family
+	// (nodeview.Loop), labelled feature="wireguard".
 }
 
 // NewMetrics makes the metrics, unregistered.
@@ -37,16 +35,12 @@ func NewMetrics() *Metrics {
 			Name: "netplane_wireguard_implementation",
 			Help: "1 for the WireGuard implementation that runs: kernel or userspace.",
 		}, []string{"implementation"}),
-		LastSync: prometheus.NewGauge(prometheus.GaugeOpts{
-			Name: "netplane_wireguard_last_sync_timestamp_seconds",
-			Help: "Unix time of the last sync that left the WireGuard device as planned.",
-		}),
 	}
 }
 
 // Collectors are the metrics to register.
 func (m *Metrics) Collectors() []prometheus.Collector {
-	return []prometheus.Collector{m.Peers, m.Bytes, m.Implementation, m.LastSync}
+	return []prometheus.Collector{m.Peers, m.Bytes, m.Implementation}
 }
 
 // Running records which implementation runs.
@@ -60,15 +54,11 @@ func (m *Metrics) Running(impl string) {
 	}
 }
 
-// Observe records the statistics of a sync that ended at at; a failed
-// sync leaves LastSync as it was.
-func (m *Metrics) Observe(st Stats, synced bool, at time.Time) {
+// Observe records the statistics read after a sync or between syncs.
+func (m *Metrics) Observe(st Stats) {
 	m.Peers.WithLabelValues("up").Set(float64(st.Up))
 	m.Peers.WithLabelValues("stale").Set(float64(st.Stale))
 	m.Peers.WithLabelValues("rejected").Set(float64(st.NoKey))
 	m.Bytes.WithLabelValues("sent").Set(float64(st.TxBytes))
 	m.Bytes.WithLabelValues("received").Set(float64(st.RxBytes))
-	if synced {
-		m.LastSync.Set(float64(at.UnixNano()) / 1e9)
-	}
 }

@@ -3,7 +3,6 @@ package wireguard
 import (
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
@@ -12,9 +11,8 @@ import (
 func TestMetricsOfASync(t *testing.T) {
 	m := NewMetrics()
 	m.Running(Userspace)
-	at := time.Date(2026, 11, 28, 4, 0, 0, 0, time.UTC)
-	m.Observe(Stats{Up: 2, Stale: 1, NoKey: 3, TxBytes: 100, RxBytes: 200}, true, at)
-	m.Observe(Stats{Up: 2, Stale: 1, NoKey: 3, TxBytes: 150, RxBytes: 250}, false, at.Add(time.Minute))
+	m.Observe(Stats{Up: 2, Stale: 1, NoKey: 3, TxBytes: 100, RxBytes: 200})
+	m.Observe(Stats{Up: 2, Stale: 1, NoKey: 3, TxBytes: 150, RxBytes: 250})
 	want := `
 # HELP netplane_wireguard_implementation 1 for the WireGuard implementation that runs: kernel or userspace.
 # TYPE netplane_wireguard_implementation gauge
@@ -29,9 +27,6 @@ netplane_wireguard_peers{state="up"} 2
 # TYPE netplane_wireguard_bytes gauge
 netplane_wireguard_bytes{direction="received"} 250
 netplane_wireguard_bytes{direction="sent"} 150
-# HELP netplane_wireguard_last_sync_timestamp_seconds Unix time of the last sync that left the WireGuard device as planned.
-# TYPE netplane_wireguard_last_sync_timestamp_seconds gauge
-netplane_wireguard_last_sync_timestamp_seconds 1.7958384e+09
 `
 	reg := prometheus.NewPedanticRegistry()
 	reg.MustRegister(m.Collectors()...)

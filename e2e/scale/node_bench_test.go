@@ -189,7 +189,7 @@ func overlaySynced(b *testing.B, ns *netns.NS, p *framework.Process, remote int)
 		if n, _ := metric(body, "netplane_overlay_remote_nodes"); int(n) != remote {
 			return fmt.Errorf("%v remote nodes", n)
 		}
-		v, _ := metric(body, "netplane_overlay_last_sync_timestamp_seconds")
+		v, _ := metric(body, `netplane_node_last_sync_timestamp_seconds{feature="overlay"}`)
 		at = time.Unix(0, int64(v*1e9))
 		return nil
 	})

@@ -19,7 +19,6 @@ import (
 	"fmt"
 	"net/netip"
 	"path/filepath"
-	"sync"
 
 	"github.com/netplane/netplane/cni/conflist"
 	"github.com/netplane/netplane/internal/role"
@@ -33,31 +32,26 @@ type Feature struct {
 	d          role.Deps
 	settings   nodeview.Settings
 	nodes      *nodeview.Nodes
-	metrics    metrics
 	pluginPath string
 	kernel     kernel     // the node's, once Run opened it
 	masq       nft.Syncer // the masquerade table's
 	// pluginStamp is stampOf the plugin and its installed copy when they
 	// were last found equal; "" when not.
 	pluginStamp string
-
-	mu      sync.Mutex
-	lastErr error // of the last sync; also the readiness check
 }
 
 // New builds the feature and registers its metrics and its view of the
 // Nodes; the process calls it before any informer starts.
 func New(d role.Deps, s nodeview.Settings) (*Feature, error) {
 	cfg := d.Config.Node
-	f := &Feature{d: d, settings: s, metrics: newMetrics(), pluginPath: cfg.CNIPluginPath,
-		masq: nft.NewProgrammer(nft.Dialer{}, MasqTable), lastErr: errWaiting{"the pod network has not been set up yet"}}
-	if err := d.Register(f.metrics.collectors()...); err != nil {
-		return nil, err
-	}
+	f := &Feature{d: d, settings: s, pluginPath: cfg.CNIPluginPath, masq: nft.NewProgrammer(nft.Dialer{}, MasqTable)}
 	if f.pluginPath == "" {
 		f.pluginPath = defaultPluginPath()
 	}
-	f.nodes = nodeview.Watch(d, "podnet", f.sync)
+	var err error
+	if f.nodes, err = nodeview.Watch(d, "podnet", f.sync); err != nil {
+		return nil, err
+	}
 	f.nodes.Relevant(func(old, cur *nodeview.Node) bool { return relevant(cfg.NodeName, s, old, cur) })
 	return f, nil
 }
@@ -85,57 +79,16 @@ func (f *Feature) Run(ctx context.Context) error {
 	defer h.Close()
 	defer f.masq.Close()
 	f.kernel = newHostKernel(h, f.d.Config.Node.ProcSysDir)
-	f.d.Checks.AddReady("podnet-setup", f.ready)
 	return f.nodes.Run(ctx)
 }
 
-func (f *Feature) ready() error {
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	return f.lastErr
-}
-
-// errWaiting is a sync that had nothing to do yet: not a failure (the
-// runner would retry it every second and /healthz would fail), but the
-// node is not ready.
-type errWaiting struct{ why string }
-
-func (e errWaiting) Error() string { return e.why }
-
-// sync runs one sync and logs only changes of outcome: the same error
-// every period (a Node still without pod CIDRs) is said once.
-func (f *Feature) sync(_ context.Context, full bool) error {
-	timer := f.metrics.start()
-	err := f.syncOnce(full)
-	f.mu.Lock()
-	changed := fmt.Sprint(err) != fmt.Sprint(f.lastErr)
-	f.lastErr = err
-	f.mu.Unlock()
-	var waiting errWaiting
-	if errors.As(err, &waiting) {
-		timer(nil)
-		if changed {
-			f.d.Log.Info(waiting.why)
-		}
-		return nil
-	}
-	timer(err)
-	switch {
-	case err != nil && changed:
-		f.d.Log.Error(err, "pod networking is not set up; retrying")
-	case err == nil && changed:
-		f.d.Log.Info("pod networking is set up")
-	}
-	return err
-}
-
-// syncOnce converges the node; full also reads back the masquerade table
+// sync converges the node; full also reads back the masquerade table
 // when someone else changed it, healing a flush.
-func (f *Feature) syncOnce(full bool) error {
+func (f *Feature) sync(_ context.Context, full bool) error {
 	cfg := f.d.Config.Node
 	nodes, me, found := f.nodes.List(cfg.NodeName)
 	if !found || len(me.PodCIDRs) == 0 {
-		return errWaiting{fmt.Sprintf("node %q has no spec.podCIDRs yet: waiting for the controller that assigns them (or check --node-name)", cfg.NodeName)}
+		return nodeview.Waiting(fmt.Sprintf("node %q has no spec.podCIDRs yet: waiting for the controller that assigns them (or check --node-name)", cfg.NodeName))
 	}
 	underlay, err := nodeview.UnderlayMTU(f.kernel, me)
 	if err != nil {
