@@ -185,19 +185,9 @@ func UnderLoad(ctx context.Context, l *lab.Lab, disrupt func(context.Context) (s
 	if err != nil {
 		return tally, "", err
 	}
-	var clients []string
-	for _, n := range l.Nodes {
-		name := "load-" + n.Name
-		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{
-			NodeSelector: map[string]string{"kubernetes.io/hostname": n.Name},
-			Containers:   []corev1.Container{{Name: "load", Image: lab.TestImage, Args: []string{"pause"}}}}}
-		if err := create(ctx, l, pod); err != nil {
-			return tally, "", err
-		}
-		if err := running(ctx, l, "default", name); err != nil {
-			return tally, "", err
-		}
-		clients = append(clients, name)
+	clients, err := loadPods(ctx, l)
+	if err != nil {
+		return tally, "", err
 	}
 	run := fmt.Sprintf("load-%d", time.Now().UnixNano())
 	stop, started := "/tmp/"+run+".stop", "/tmp/"+run+".started"
@@ -260,20 +250,47 @@ func UnderLoad(ctx context.Context, l *lab.Lab, disrupt func(context.Context) (s
 	if derr != nil {
 		return tally, "", derr
 	}
+	tally, err = tallyOf(results, errs, began, ended)
+	return tally, what, err
+}
+
+// loadPods starts a pod of the test image on every node, for the load.
+func loadPods(ctx context.Context, l *lab.Lab) ([]string, error) {
+	var clients []string
+	for _, n := range l.Nodes {
+		name := "load-" + n.Name
+		pod := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Name: name, Namespace: "default"}, Spec: corev1.PodSpec{
+			NodeSelector: map[string]string{"kubernetes.io/hostname": n.Name},
+			Containers:   []corev1.Container{{Name: "load", Image: lab.TestImage, Args: []string{"pause"}}}}}
+		if err := create(ctx, l, pod); err != nil {
+			return nil, err
+		}
+		if err := running(ctx, l, "default", name); err != nil {
+			return nil, err
+		}
+		clients = append(clients, name)
+	}
+	return clients, nil
+}
+
+// tallyOf sums the clients' reports, each of which must have run across
+// the disruption, from began to ended.
+func tallyOf(results []string, errs []error, began, ended time.Time) (UpgradeTally, error) {
+	var tally UpgradeTally
 	for i, out := range results {
 		if errs[i] != nil {
-			return tally, "", fmt.Errorf("load %d: %v: %s", i, errs[i], out)
+			return tally, fmt.Errorf("load %d: %v: %s", i, errs[i], out)
 		}
 		var r loadResult
 		if err := json.Unmarshal([]byte(out), &r); err != nil {
-			return tally, "", fmt.Errorf("load %d: %v: %s", i, err, out)
+			return tally, fmt.Errorf("load %d: %v: %s", i, err, out)
 		}
 		if r.Started.After(began) || r.Started.Add(time.Duration(r.Seconds*float64(time.Second))).Before(ended) {
-			return tally, "", fmt.Errorf("load %d ran %v for %.1fs, not across the disruption (%v to %v)", i, r.Started, r.Seconds, began, ended)
+			return tally, fmt.Errorf("load %d ran %v for %.1fs, not across the disruption (%v to %v)", i, r.Started, r.Seconds, began, ended)
 		}
 		tally.add(r)
 	}
-	return tally, what, nil
+	return tally, nil
 }
 
 func (t *UpgradeTally) add(r loadResult) {
