@@ -84,8 +84,10 @@ func (e *Feature) records(kind informer.Kind) []any {
 	case clusterPolicies, informer.Nodes:
 		return e.clusterRecords(kind)
 	case informer.Pods:
-		for key := range e.model.pods {
-			out = append(out, &Pod{Namespace: key.Namespace, Name: key.Name})
+		for ns, st := range e.model.ns {
+			for name := range st.pods {
+				out = append(out, &Pod{Namespace: ns, Name: name})
+			}
 		}
 	case informer.Namespaces:
 		for name, st := range e.model.ns {
