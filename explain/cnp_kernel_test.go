@@ -28,7 +28,7 @@ func kernelOf(want *policy.Table) *nft.Table {
 	}
 	for name, s := range want.Sets {
 		ns := &nft.Set{Name: name, Elements: map[string]uint32{}}
-		for e := range s.Elements {
+		for e := range s.All() {
 			ns.Elements[policy.ElementID(s, e)] = 1
 		}
 		t.Sets[name] = ns

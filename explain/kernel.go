@@ -170,7 +170,7 @@ func checkPolicy(k Kernel, want *policy.Table, addrs map[netip.Addr]bool, out *K
 			case policy.AddrSet:
 				cands = append(cands, policy.Element{Addr: a})
 			}
-			for e := range s.Elements {
+			for e := range s.All() {
 				if e.Addr == a {
 					if s.Kind == policy.AddrVerdictMap && !slices.Contains(cands, e) {
 						cands = append(cands, e)
@@ -182,7 +182,7 @@ func checkPolicy(k Kernel, want *policy.Table, addrs map[netip.Addr]bool, out *K
 			}
 			for _, e := range cands {
 				id := policy.ElementID(s, e)
-				if s.Elements[e] > 0 {
+				if s.Has(e) {
 					out.Checked = append(out.Checked, fmt.Sprintf("inet %s %s: %s", policy.TableName, name, s.ElementText(e)))
 					if hs == nil || hs.Elements[id] == 0 {
 						out.Differences = append(out.Differences, fmt.Sprintf("table inet %s, %s: lacks %s", policy.TableName, name, s.ElementText(e)))

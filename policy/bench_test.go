@@ -145,7 +145,7 @@ func BenchmarkFullBuild(b *testing.B) {
 			}
 			elems := 0
 			for _, set := range m.Table().Sets {
-				elems += len(set.Elements)
+				elems += set.Len()
 			}
 			b.ReportMetric(float64(len(m.Table().Chains)), "chains")
 			b.ReportMetric(float64(len(m.Table().Sets)), "sets")

@@ -64,7 +64,7 @@ func (m *Model) syncNext(a netip.Addr) {
 	for _, d := range directions {
 		want := ""
 		if c := m.claims[a]; len(c) > 0 {
-			want = c[0].next[d]
+			want = c[0].enf.next[d]
 		}
 		have := m.cl.next[d][a]
 		if want == have {

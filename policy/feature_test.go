@@ -274,8 +274,8 @@ func TestARelistRemovesWhatIsGone(t *testing.T) {
 	must(t, f.pods.Replace([]any{PodFromAPI(modelPod("x", "a"))}, ""))
 	must(t, f.policies.Replace(nil, ""))
 	f.sync(t, false)
-	if policies, isolated := f.e.model.Counts(); policies != 0 || isolated != 0 || len(f.e.model.pods) != 1 {
-		t.Errorf("after the relist: %d policies, %d isolated pods, %d pods; want 0, 0, 1", policies, isolated, len(f.e.model.pods))
+	if policies, isolated := f.e.model.Counts(); policies != 0 || isolated != 0 || len(f.e.records(informer.Pods)) != 1 {
+		t.Errorf("after the relist: %d policies, %d isolated pods, %d pods; want 0, 0, 1", policies, isolated, len(f.e.records(informer.Pods)))
 	}
 	if strings.Contains(f.fake.Dump(), "add element") {
 		t.Errorf("elements left after the relist:\n%s", f.fake.Dump())

@@ -88,8 +88,8 @@ func (d Decision) NetworkPolicyAllows() bool {
 func (m *Model) Trace(f Flow) Decision {
 	d := Decision{Allowed: true}
 	d.Admin.Tier, d.Baseline.Tier = AdminTier, BaselineTier
-	p := m.pods[f.Pod]
-	if p == nil || !p.local {
+	p := m.pod(f.Pod)
+	if p == nil || p.enf == nil {
 		return d
 	}
 	pkt, ok := m.packetOf(p, f)

@@ -261,18 +261,23 @@ func (m *Model) release(pol *holds) {
 // regroup moves a pod to the group chains its policies make now, and its
 // verdict map elements with it.
 func (m *Model) regroup(p *podState) {
+	e := p.enf
+	if e == nil {
+		return // not enforced here: holds no chains
+	}
+	_, local := p.ns.local[p]
 	changed := false
 	for _, d := range directions {
 		var g *group
 		var tg [2]*group
-		if p.local {
+		if local {
 			if rules, isolated := m.rulesOf(p, d); isolated {
 				g = m.acquireGroup(d, rules)
 			}
 			tg = m.tierChains(p, d, g)
 		}
-		old, oldTiers := p.groups[d], p.tiers[d]
-		p.groups[d], p.tiers[d] = g, tg
+		old, oldTiers := e.groups[d], e.tiers[d]
+		e.groups[d], e.tiers[d] = g, tg
 		// Released after the new ones are taken: shared chains stay.
 		for _, o := range [...]*group{old, oldTiers[AdminTier], oldTiers[BaselineTier]} {
 			if o != nil {
@@ -280,8 +285,8 @@ func (m *Model) regroup(p *podState) {
 			}
 		}
 		entry, next := entryOf(g, tg), nextOf(g, tg)
-		changed = changed || entry != p.entry[d] || next != p.next[d]
-		p.entry[d], p.next[d] = entry, next
+		changed = changed || entry != e.entry[d] || next != e.next[d]
+		e.entry[d], e.next[d] = entry, next
 	}
 	if changed {
 		for _, a := range p.rec.IPs {
@@ -380,7 +385,7 @@ func (m *Model) syncAddr(a netip.Addr) {
 	for _, d := range directions {
 		want := ""
 		if c := m.claims[a]; len(c) > 0 {
-			want = c[0].entry[d]
+			want = c[0].enf.entry[d]
 		}
 		have := m.vmap[d][a]
 		if want == have {

@@ -52,7 +52,6 @@ type Model struct {
 	t        *Table
 	touched  *Touched
 	ns       map[string]*nsState
-	pods     map[types.NamespacedName]*podState
 	policies map[types.NamespacedName]*policyState
 	sels     map[string]*selector // peer selectors by PeerSelector.Key
 	global   map[*selector]struct{}
@@ -61,6 +60,7 @@ type Model struct {
 	// claims are the local enforced pods by address, first one first: two
 	// pods may briefly hold one address, and a map has one element per key.
 	claims map[netip.Addr][]*podState
+	addrs  addrIndex                // the addresses of every active pod
 	vmap   [2]map[netip.Addr]string // the verdict maps' elements: address → group chain
 	cl     *clusterState            // ClusterNetworkPolicies and Nodes; nil until the first
 }
@@ -75,11 +75,16 @@ type nsState struct {
 	policies map[*policyState]struct{}
 }
 
+// podState is a pod in the model. Most pods are only peers here: what an
+// enforced pod needs besides is apart, so a peer costs three words.
 type podState struct {
-	rec    *Pod
-	ns     *nsState
-	local  bool // enforced on this node
-	sels   map[*selector]struct{}
+	rec *Pod
+	ns  *nsState
+	enf *enforced // nil unless enforced on this node
+}
+
+// enforced are the chains of a pod enforced on this node.
+type enforced struct {
 	groups [2]*group    // nil: not isolated in that direction
 	tiers  [2][2]*group // by Direction, Tier: its Admin and Baseline chains, if any
 	entry  [2]string    // the chain its verdict map elements jump to; "" for none
@@ -109,13 +114,13 @@ func NewModel(cfg Config) *Model {
 		fams:     cfg.Families,
 		t:        &Table{Chains: map[string]*Chain{}, Sets: map[string]*Set{}},
 		ns:       map[string]*nsState{},
-		pods:     map[types.NamespacedName]*podState{},
 		policies: map[types.NamespacedName]*policyState{},
 		sels:     map[string]*selector{},
 		global:   map[*selector]struct{}{},
 		blocks:   map[string]*block{},
 		groups:   map[string]*group{},
 		claims:   map[netip.Addr][]*podState{},
+		addrs:    newAddrIndex(),
 		vmap:     [2]map[netip.Addr]string{{}, {}},
 	}
 	if m.fams == nil {
@@ -142,7 +147,7 @@ func (m *Model) TakeTouched() *Touched {
 func (m *Model) Counts() (policies, isolated int) {
 	for _, st := range m.ns {
 		for p := range st.local {
-			if p.entry[Ingress] != "" || p.entry[Egress] != "" {
+			if p.enf.entry[Ingress] != "" || p.enf.entry[Egress] != "" {
 				isolated++
 			}
 		}
@@ -200,7 +205,7 @@ func (m *Model) relabel(st *nsState) {
 		}
 		delete(st.sels, s)
 		for _, p := range st.pods {
-			if _, ok := p.sels[s]; ok {
+			if s.has(p) {
 				m.leave(s, p, p.rec)
 			}
 		}
@@ -209,11 +214,10 @@ func (m *Model) relabel(st *nsState) {
 
 // UpsertPod adds or changes a pod.
 func (m *Model) UpsertPod(rec *Pod) {
-	p := m.pods[rec.Key()]
+	st := m.namespace(rec.Namespace)
+	p := st.pods[rec.Name]
 	if p == nil {
-		st := m.namespace(rec.Namespace)
-		p = &podState{ns: st, sels: map[*selector]struct{}{}}
-		m.pods[rec.Key()] = p
+		p = &podState{ns: st}
 		st.pods[rec.Name] = p
 	}
 	m.setPod(p, rec)
@@ -221,24 +225,36 @@ func (m *Model) UpsertPod(rec *Pod) {
 
 // DeletePod removes a pod.
 func (m *Model) DeletePod(key types.NamespacedName) {
-	p := m.pods[key]
+	p := m.pod(key)
 	if p == nil {
 		return
 	}
 	m.setPod(p, &Pod{Namespace: key.Namespace, Name: key.Name}) // matches nothing, enforced nowhere
-	delete(m.pods, key)
 	delete(p.ns.pods, key.Name)
 	m.forgetNamespace(p.ns)
 }
 
+// pod is the state of the pod of that key; nil if there is none.
+func (m *Model) pod(key types.NamespacedName) *podState {
+	if st := m.ns[key.Namespace]; st != nil {
+		return st.pods[key.Name]
+	}
+	return nil
+}
+
 func (m *Model) setPod(p *podState, rec *Pod) {
 	old := p.rec
+	m.addrs.remove(old, p)
 	p.rec = rec
+	m.addrs.add(rec, p)
 	m.rematch(p, old)
-	wasLocal := p.local
-	p.local = rec.Node == m.cfg.Node && rec.active()
-	if p.local {
+	wasLocal := p.enf != nil
+	local := rec.Node == m.cfg.Node && rec.active()
+	if local {
 		p.ns.local[p] = struct{}{}
+		if p.enf == nil {
+			p.enf = &enforced{}
+		}
 	} else {
 		delete(p.ns.local, p)
 	}
@@ -246,10 +262,13 @@ func (m *Model) setPod(p *podState, rec *Pod) {
 	if wasLocal {
 		addrs = m.unclaim(p, old.IPs)
 	}
-	if p.local {
+	if local {
 		addrs = append(addrs, m.claim(p, rec.IPs)...)
 	}
-	m.regroup(p)
+	m.regroup(p) // releases the chains of a pod no longer enforced here
+	if !local {
+		p.enf = nil
+	}
 	for _, a := range addrs {
 		m.syncAddr(a)
 	}
@@ -326,15 +345,15 @@ func (m *Model) dropSet(name string) {
 
 func (m *Model) addElem(set string, e Element) {
 	s := m.t.Sets[set]
-	if s.Elements[e]++; s.Elements[e] == 1 {
+	if s.elems[e]++; s.elems[e] == 1 {
 		m.touchElem(set, e)
 	}
 }
 
 func (m *Model) delElem(set string, e Element) {
 	s := m.t.Sets[set]
-	if s.Elements[e]--; s.Elements[e] <= 0 {
-		delete(s.Elements, e)
+	if s.elems[e]--; s.elems[e] <= 0 {
+		delete(s.elems, e)
 		m.touchElem(set, e)
 	}
 }

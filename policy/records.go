@@ -16,6 +16,7 @@ package policy
 import (
 	"net/netip"
 	"strings"
+	"unique"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
@@ -29,13 +30,14 @@ type Pod struct {
 	Namespace, Name string
 	Node            string
 	Labels          map[string]string
-	labels          *labelSet    // holds Labels' shared map, when shared
-	IPs             []netip.Addr // status.podIPs
+	labels          *shared[map[string]string] // holds Labels' shared map, when shared
+	IPs             []netip.Addr               // status.podIPs
 	HostNetwork     bool
 	// Terminal: phase Succeeded or Failed. Such a pod's address may already
 	// be another pod's, so it is neither a peer nor enforced.
 	Terminal bool
-	Ports    []NamedPort // named container ports only
+	Ports    []NamedPort          // named container ports only
+	ports    *shared[[]NamedPort] // holds Ports' shared list, when shared
 }
 
 // NamedPort is a named container port: what a policy's named port
@@ -75,9 +77,10 @@ func (p *Pod) active() bool {
 // PodFromAPI reduces an API pod to its record.
 func PodFromAPI(p *v1.Pod) *Pod {
 	r := &Pod{
-		Namespace:   p.Namespace,
+		// One copy of each namespace's and node's name for all their pods.
+		Namespace:   unique.Make(p.Namespace).Value(),
 		Name:        p.Name,
-		Node:        p.Spec.NodeName,
+		Node:        unique.Make(p.Spec.NodeName).Value(),
 		HostNetwork: p.Spec.HostNetwork,
 		Terminal:    p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed,
 	}
@@ -92,14 +95,17 @@ func PodFromAPI(p *v1.Pod) *Pod {
 		}
 	}
 	if r.labels = shareLabels(p.Labels); r.labels != nil {
-		r.Labels = r.labels.m
+		r.Labels = r.labels.v
 	}
-	r.Ports = appendNamedPorts(r.Ports, p.Spec.Containers)
+	ports := appendNamedPorts(nil, p.Spec.Containers)
 	for _, c := range p.Spec.InitContainers {
 		// Sidecars (restartable init containers) serve like containers.
 		if c.RestartPolicy != nil && *c.RestartPolicy == v1.ContainerRestartPolicyAlways {
-			r.Ports = appendNamedPorts(r.Ports, []v1.Container{c})
+			ports = appendNamedPorts(ports, []v1.Container{c})
 		}
+	}
+	if r.ports = sharePorts(ports); r.ports != nil {
+		r.Ports = r.ports.v
 	}
 	return r
 }

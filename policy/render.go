@@ -92,7 +92,7 @@ func (r *renderer) apply(tc *Touched) *nft.Touched {
 		m := ns.Mutable()
 		for e := range elems {
 			id := elementID(s.Kind, e)
-			if s.Elements[e] > 0 {
+			if s.Has(e) {
 				m[id] = 1
 			} else {
 				delete(m, id)
@@ -109,8 +109,8 @@ func (r *renderer) set(s *Set) *nft.Set {
 	if s.Kind == RangeSet {
 		return nil
 	}
-	ns := &nft.Set{Name: s.Name, Spec: setSpec(s), Elements: make(map[string]uint32, len(s.Elements))}
-	for e := range s.Elements {
+	ns := &nft.Set{Name: s.Name, Spec: setSpec(s), Elements: make(map[string]uint32, s.sizeHint())}
+	for e := range s.All() {
 		ns.Elements[elementID(s.Kind, e)] = 1
 	}
 	return ns
@@ -224,7 +224,7 @@ func (r *renderer) rule(rl Rule) (nft.Rule, bool) {
 // rangePrefixes are an interval set's ranges as prefixes, in order.
 func rangePrefixes(s *Set) []netip.Prefix {
 	var sb netipx.IPSetBuilder
-	for e := range s.Elements {
+	for e := range s.All() {
 		sb.AddRange(netipx.IPRangeFrom(e.Addr, e.End))
 	}
 	set, _ := sb.IPSet() // no error: nothing is removed

@@ -15,10 +15,10 @@ import (
 
 func TestRenderedRulesReadLikeNft(t *testing.T) {
 	core := &Table{Sets: map[string]*Set{
-		"cidr-one":  {Name: "cidr-one", Family: nodeview.IPv4, Kind: RangeSet, Elements: map[Element]int{{Addr: mustAddr("192.0.2.0"), End: mustAddr("192.0.2.255")}: 1}},
-		"cidr-many": {Name: "cidr-many", Family: nodeview.IPv4, Kind: RangeSet, Elements: map[Element]int{{Addr: mustAddr("0.0.0.0"), End: mustAddr("9.255.255.255")}: 1, {Addr: mustAddr("11.0.0.0"), End: mustAddr("11.0.0.3")}: 1}},
-		"cidr-none": {Name: "cidr-none", Family: nodeview.IPv4, Kind: RangeSet, Elements: map[Element]int{}},
-		"sel6-ab":   {Name: "sel6-ab", Family: nodeview.IPv6, Kind: AddrSet, Elements: map[Element]int{}},
+		"cidr-one":  {Name: "cidr-one", Family: nodeview.IPv4, Kind: RangeSet, elems: map[Element]int{{Addr: mustAddr("192.0.2.0"), End: mustAddr("192.0.2.255")}: 1}},
+		"cidr-many": {Name: "cidr-many", Family: nodeview.IPv4, Kind: RangeSet, elems: map[Element]int{{Addr: mustAddr("0.0.0.0"), End: mustAddr("9.255.255.255")}: 1, {Addr: mustAddr("11.0.0.0"), End: mustAddr("11.0.0.3")}: 1}},
+		"cidr-none": {Name: "cidr-none", Family: nodeview.IPv4, Kind: RangeSet, elems: map[Element]int{}},
+		"sel6-ab":   {Name: "sel6-ab", Family: nodeview.IPv6, Kind: AddrSet, elems: map[Element]int{}},
 	}}
 	r := newRenderer(core)
 	for _, tc := range []struct {

@@ -1,7 +1,6 @@
 package policy
 
 import (
-	"maps"
 	"net/netip"
 	"slices"
 
@@ -12,7 +11,9 @@ import (
 // distinct peer selector (sel-…), shared by every policy naming it; one
 // per named port of a selector for egress (nport-…, address . protocol .
 // port); one interval set per distinct ipBlock (cidr-…). Selectors know
-// their member pods, pods their selectors, so a pod's change touches only
+// their member pods, whose records make the elements of their sets
+// (members.go); a pod's memberships are those of the selectors of its
+// namespace that hold it, so a pod's change touches only the elements of
 // the sets it enters or leaves.
 
 // selector is a peer selector in use, with its members.
@@ -53,7 +54,7 @@ func (m *Model) acquireSel(ps *PeerSelector) *selector {
 	s := &selector{ps: ps, hash: hash, members: map[*podState]struct{}{}, named: map[string]*namedSet{}, refs: 1}
 	m.sels[ps.Key] = s
 	for _, f := range m.fams {
-		m.putSet(newSet(setName("sel", f, hash), f, AddrSet))
+		m.putSet(derivedSet(setName("sel", f, hash), f, AddrSet, selElems{&m.addrs, s, f}))
 	}
 	if ps.Namespaces == nil {
 		st := m.namespace(ps.Namespace)
@@ -77,9 +78,6 @@ func (m *Model) releaseSel(s *selector) {
 	}
 	delete(m.sels, s.ps.Key)
 	delete(m.global, s)
-	for p := range s.members {
-		delete(p.sels, s)
-	}
 	for _, f := range m.fams {
 		m.dropSet(setName("sel", f, s.hash))
 	}
@@ -116,7 +114,10 @@ func (m *Model) rematch(p *podState, old *Pod) {
 		}
 	}
 	moved := old != nil && (!slices.Equal(old.IPs, p.rec.IPs) || !slices.Equal(old.Ports, p.rec.Ports))
-	for _, s := range slices.Collect(maps.Keys(p.sels)) {
+	for s := range p.ns.sels {
+		if !s.has(p) {
+			continue
+		}
 		switch {
 		case !slices.Contains(now, s):
 			m.leave(s, p, old)
@@ -126,7 +127,7 @@ func (m *Model) rematch(p *podState, old *Pod) {
 		}
 	}
 	for _, s := range now {
-		if _, ok := p.sels[s]; !ok {
+		if !s.has(p) {
 			m.join(s, p, p.rec)
 		}
 	}
@@ -135,37 +136,35 @@ func (m *Model) rematch(p *podState, old *Pod) {
 // join makes p a member of s with the addresses and ports of rec.
 func (m *Model) join(s *selector, p *podState, rec *Pod) {
 	s.members[p] = struct{}{}
-	p.sels[s] = struct{}{}
-	m.podElems(s, rec, m.addElem)
+	m.touchPod(s, rec)
 }
 
-// leave takes p out of s, removing what rec (its record when it joined) added.
+// leave takes p out of s; rec is its record when it joined.
 func (m *Model) leave(s *selector, p *podState, rec *Pod) {
 	delete(s.members, p)
-	delete(p.sels, s)
-	m.podElems(s, rec, m.delElem)
+	m.touchPod(s, rec)
 }
 
-// podElems calls fn with every element rec gives to the sets of s.
-func (m *Model) podElems(s *selector, rec *Pod, fn func(string, Element)) {
+// touchPod records the elements rec gives the sets of s as touched: they
+// may have come or gone.
+func (m *Model) touchPod(s *selector, rec *Pod) {
+	if m.touched == nil {
+		return
+	}
 	for _, a := range rec.IPs {
 		if m.family(a) {
-			fn(setName("sel", nodeview.FamilyOf(a), s.hash), Element{Addr: a})
+			m.touchElem(setName("sel", nodeview.FamilyOf(a), s.hash), Element{Addr: a})
 		}
 	}
 	for _, n := range s.named {
-		n.podElems(m, rec, fn)
-	}
-}
-
-func (n *namedSet) podElems(m *Model, rec *Pod, fn func(string, Element)) {
-	for _, port := range rec.Ports {
-		if port.Name != n.port {
-			continue
-		}
-		for _, a := range rec.IPs {
-			if m.family(a) {
-				fn(setName("nport", nodeview.FamilyOf(a), n.hash), Element{Addr: a, Proto: port.Protocol, Port: port.Port})
+		for _, port := range rec.Ports {
+			if port.Name != n.port {
+				continue
+			}
+			for _, a := range rec.IPs {
+				if m.family(a) {
+					m.touchElem(setName("nport", nodeview.FamilyOf(a), n.hash), Element{Addr: a, Proto: port.Protocol, Port: port.Port})
+				}
 			}
 		}
 	}
@@ -183,10 +182,7 @@ func (m *Model) acquireNamed(s *selector, port string) *namedSet {
 	n := &namedSet{sel: s, port: port, hash: hashOf(s.ps.Key + "|" + port), refs: 1}
 	s.named[port] = n
 	for _, f := range m.fams {
-		m.putSet(newSet(setName("nport", f, n.hash), f, AddrProtoPortSet))
-	}
-	for p := range s.members {
-		n.podElems(m, p.rec, m.addElem)
+		m.putSet(derivedSet(setName("nport", f, n.hash), f, AddrProtoPortSet, portElems{&m.addrs, n, f}))
 	}
 	return n
 }
@@ -211,7 +207,7 @@ func (m *Model) acquireBlock(b *Block) *block {
 	m.blocks[b.Key] = bl
 	s := newSet(bl.name, b.Family, RangeSet)
 	for _, r := range b.Ranges {
-		s.Elements[Element{Addr: r.From(), End: r.To()}] = 1
+		s.elems[Element{Addr: r.From(), End: r.To()}] = 1
 	}
 	m.putSet(s)
 	return bl

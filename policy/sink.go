@@ -27,14 +27,23 @@ func (s *sink) Delete(obj any) error {
 }
 
 // Replace is a (re)list: the records given, and none of this kind besides.
+// Only the records held before it can be gone: the first list, of every
+// pod of the cluster, neither keeps a set of their keys nor stands in for
+// them.
 func (s *sink) Replace(list []any, _ string) error {
 	return s.do(func() {
-		keep := map[types.NamespacedName]bool{}
+		held := s.e.records(s.kind)
 		for _, obj := range list {
 			s.e.upsert(obj)
+		}
+		if len(held) == 0 {
+			return
+		}
+		keep := make(map[types.NamespacedName]bool, len(list))
+		for _, obj := range list {
 			keep[recordKey(obj)] = true
 		}
-		for _, gone := range s.e.records(s.kind) {
+		for _, gone := range held {
 			if !keep[recordKey(gone)] {
 				s.e.remove(gone)
 			}
@@ -84,8 +93,10 @@ func (e *Feature) records(kind informer.Kind) []any {
 	case clusterPolicies, informer.Nodes:
 		return e.clusterRecords(kind)
 	case informer.Pods:
-		for key := range e.model.pods {
-			out = append(out, &Pod{Namespace: key.Namespace, Name: key.Name})
+		for ns, st := range e.model.ns {
+			for name := range st.pods {
+				out = append(out, &Pod{Namespace: ns, Name: name})
+			}
 		}
 	case informer.Namespaces:
 		for name, st := range e.model.ns {

@@ -2,6 +2,7 @@ package policy
 
 import (
 	"fmt"
+	"iter"
 	"maps"
 	"net/netip"
 	"slices"
@@ -192,14 +193,50 @@ const (
 	AddrVerdictMap                      // address : verdict
 )
 
-// Set is a named set or verdict map of one family. Elements counts the
-// reasons each element is there (two pods with one address; a pod in two
-// selectors of one named-port set); the kernel holds it while any is left.
+// Set is a named set or verdict map of one family. An explicit set counts
+// the reasons each element is there (two pods with one address); the
+// kernel holds it while any is left. A peer selector's sets derive theirs
+// from the selector's members (members.go).
 type Set struct {
-	Name     string
-	Family   nodeview.Family
-	Kind     SetKind
-	Elements map[Element]int
+	Name   string
+	Family nodeview.Family
+	Kind   SetKind
+	elems  map[Element]int // explicit elements; nil when from is set
+	from   derived
+}
+
+// Has reports whether e is an element of s.
+func (s *Set) Has(e Element) bool {
+	if s.from != nil {
+		return s.from.has(e)
+	}
+	return s.elems[e] > 0
+}
+
+// All yields each element of s once, in no order.
+func (s *Set) All() iter.Seq[Element] {
+	if s.from != nil {
+		return s.from.each
+	}
+	return func(yield func(Element) bool) {
+		for e := range s.elems {
+			if !yield(e) {
+				return
+			}
+		}
+	}
+}
+
+// Len is the number of elements of s.
+func (s *Set) Len() int {
+	if s.from == nil {
+		return len(s.elems)
+	}
+	n := 0
+	for range s.from.each {
+		n++
+	}
+	return n
 }
 
 // Element is one element of a named set, whichever its kind: Addr alone
@@ -212,8 +249,20 @@ type Element struct {
 	Chain     string
 }
 
+// sizeHint is about the number of elements of s, without counting them.
+func (s *Set) sizeHint() int {
+	if s.from != nil {
+		return s.from.size()
+	}
+	return len(s.elems)
+}
+
 func newSet(name string, fam nodeview.Family, kind SetKind) *Set {
-	return &Set{Name: name, Family: fam, Kind: kind, Elements: map[Element]int{}}
+	return &Set{Name: name, Family: fam, Kind: kind, elems: map[Element]int{}}
+}
+
+func derivedSet(name string, fam nodeview.Family, kind SetKind, from derived) *Set {
+	return &Set{Name: name, Family: fam, Kind: kind, from: from}
 }
 
 func (s *Set) typeText() string {
@@ -276,8 +325,8 @@ func (t *Table) Dump() string {
 	}
 	for _, name := range sets {
 		s := t.Sets[name]
-		texts := make([]string, 0, len(s.Elements))
-		for e := range s.Elements {
+		var texts []string
+		for e := range s.All() {
 			texts = append(texts, s.ElementText(e))
 		}
 		slices.Sort(texts)

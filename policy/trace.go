@@ -120,7 +120,7 @@ func (t *Table) match(r Rule, p Packet) (Verdict, bool) {
 		return Verdict{}, false
 	}
 	if r.PortSet != "" {
-		if s := t.Sets[r.PortSet]; s == nil || s.Elements[Element{Addr: p.Dst, Proto: p.Proto, Port: p.Port}] == 0 {
+		if s := t.Sets[r.PortSet]; s == nil || !s.Has(Element{Addr: p.Dst, Proto: p.Proto, Port: p.Port}) {
 			return Verdict{}, false
 		}
 	}
@@ -136,9 +136,9 @@ func (t *Table) contains(set string, a netip.Addr) bool {
 		return false
 	}
 	if s.Kind != RangeSet {
-		return s.Elements[Element{Addr: a}] > 0
+		return s.Has(Element{Addr: a})
 	}
-	for e := range s.Elements {
+	for e := range s.All() {
 		if e.Addr.Compare(a) <= 0 && a.Compare(e.End) <= 0 {
 			return true
 		}
@@ -152,7 +152,7 @@ func (t *Table) lookup(vmap string, a netip.Addr) (Verdict, bool) {
 	if s == nil {
 		return Verdict{}, false
 	}
-	for e := range s.Elements {
+	for e := range s.All() {
 		if e.Addr == a {
 			return Verdict{Kind: Jump, Chain: e.Chain}, true
 		}
