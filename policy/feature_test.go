@@ -45,7 +45,7 @@ func newFakeNode(t *testing.T, logDenied bool) *fakeNode {
 	m := newMetrics()
 	f.reg.MustRegister(m.collectors()...)
 	f.e = newFeature(logr.Discard(), cfg, f.fake, m, f.events)
-	f.pods, f.ns, f.policies = &sink{f.e, informer.Pods}, &sink{f.e, informer.Namespaces}, &sink{f.e, informer.NetworkPolicies}
+	f.pods, f.ns, f.policies = &sink{e: f.e, kind: informer.Pods}, &sink{e: f.e, kind: informer.Namespaces}, &sink{e: f.e, kind: informer.NetworkPolicies}
 	return f
 }
 
