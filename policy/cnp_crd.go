@@ -73,7 +73,8 @@ type crdWatch struct {
 	ctx      context.Context // Run's
 	policies cnpclient.PolicyV1beta1Interface
 
-	stop   context.CancelFunc // the policies' reflector's; nil while not served
+	run    context.Context    // the policies' reflector's life
+	stop   context.CancelFunc // ends it; nil while not served
 	sink   *sink              // that reflector's sink, closed when it stops
 	listed bool               // the CRD was listed once
 	synced chan struct{}
@@ -101,13 +102,13 @@ func (w *crdWatch) Replace(list []any, _ string) error {
 		close(w.synced)
 		return nil
 	}
-	go func(ctx context.Context) {
+	go func(run context.Context) {
 		select {
 		case <-listed.Done():
-		case <-ctx.Done(): // removed before its policies were listed
+		case <-run.Done(): // no longer served before its policies were listed
 		}
 		close(w.synced)
-	}(w.ctx)
+	}(w.run)
 	return nil
 }
 
@@ -122,10 +123,10 @@ func served(obj any) bool {
 func (w *crdWatch) set(on bool) cache.DoneChecker {
 	switch {
 	case on && w.stop == nil:
-		ctx, cancel := context.WithCancel(w.ctx)
-		w.stop, w.sink = cancel, &sink{e: w.e, kind: clusterPolicies, closed: new(bool)}
+		w.run, w.stop = context.WithCancel(w.ctx)
+		w.sink = &sink{e: w.e, kind: clusterPolicies, closed: new(bool)}
 		w.e.log.Info("the ClusterNetworkPolicy CRD is served: enforcing ClusterNetworkPolicy", "resource", ClusterPolicyResource.String())
-		return w.e.runPolicies(ctx, w.policies, w.sink)
+		return w.e.runPolicies(w.run, w.policies, w.sink)
 	case !on && w.stop != nil:
 		w.stop()
 		w.stop = nil

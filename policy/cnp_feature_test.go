@@ -1,10 +1,12 @@
 package policy
 
 import (
+	"context"
 	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/go-logr/logr"
 	"github.com/mdlayher/netlink"
@@ -13,6 +15,7 @@ import (
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	cnpfake "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/fake"
 	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/typed/apis/v1beta1"
@@ -90,16 +93,41 @@ func TestClusterPolicyEnforcementFollowsTheCRD(t *testing.T) {
 	}
 }
 
+// The CRD served at start and gone before its policies were listed: the
+// first sync waits no longer, there being none to wait for.
+func TestTheFirstSyncDoesNotWaitForPoliciesWhoseCRDWentAway(t *testing.T) {
+	f := syncedFixture(t)
+	api := cnpfake.NewSimpleClientset()
+	listing := make(chan struct{}, 10)
+	api.PrependReactor("list", "clusternetworkpolicies", func(k8stesting.Action) (bool, runtime.Object, error) {
+		listing <- struct{}{}
+		<-t.Context().Done() // the API server never answers
+		return true, nil, context.Canceled
+	})
+	w := f.crdWatchOf(t, api)
+	must(t, w.Replace([]any{&crdRecord{served: true}}, ""))
+	<-listing
+	must(t, w.Delete(&crdRecord{}))
+	select {
+	case <-w.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first sync still waits for the policies of a CRD gone")
+	}
+}
+
 // crdWatch is the feature's CRD watch with an API server holding pols.
 func (f *fakeNode) crdWatch(t *testing.T, pols ...*cnpv1.ClusterNetworkPolicy) *crdWatch {
 	objs := make([]runtime.Object, len(pols))
 	for i, p := range pols {
 		objs[i] = p.DeepCopy()
 	}
+	return f.crdWatchOf(t, cnpfake.NewSimpleClientset(objs...))
+}
+
+func (f *fakeNode) crdWatchOf(t *testing.T, api *cnpfake.Clientset) *crdWatch {
 	gate := outage.New(outage.DefaultPolicy, outage.Readyz(nil), logr.Discard())
 	f.e.deps.Factory = informer.NewWithGate(fake.NewClientset(), gate)
-	api := fakeWithoutWatchList{cnpfake.NewSimpleClientset(objs...).PolicyV1beta1()}
-	f.e.crd = &crdWatch{e: f.e, ctx: t.Context(), policies: api, synced: make(chan struct{})}
+	f.e.crd = &crdWatch{e: f.e, ctx: t.Context(), policies: fakeWithoutWatchList{api.PolicyV1beta1()}, synced: make(chan struct{})}
 	return f.e.crd
 }
 
