@@ -136,6 +136,7 @@ func (w *crdWatch) set(on bool) cache.DoneChecker {
 		for _, r := range e.records(clusterPolicies) {
 			e.remove(r)
 		}
+		clear(e.clusterReported) // with the policies that never compiled
 		e.mu.Unlock()
 		e.runner.Request()
 		e.log.Info("the ClusterNetworkPolicy CRD is no longer served: enforcing NetworkPolicy only", "resource", ClusterPolicyResource.String())

@@ -84,8 +84,14 @@ func TestClusterPolicyEnforcementFollowsTheCRD(t *testing.T) {
 			t.Fatalf("served at start=%v: no Admin chain in the table:\n%s", servedAtStart, f.fake.Dump())
 		}
 		old := w.sink
+		bad := denyFromY.DeepCopy()
+		bad.Name, bad.Spec.Tier = "bad-tier", "Middle"
+		must(t, old.Add(clusterRecordOf(bad))) // never compiles: reported, not in the model
 		must(t, w.Delete(&crdRecord{}))
 		must(t, old.Add(clusterRecordOf(denyFromY)))
+		if n := len(f.e.clusterReported); n != 0 {
+			t.Errorf("served at start=%v: the CRD gone, %d policies still remembered as reported", servedAtStart, n)
+		}
 		f.sync(t, false)
 		if got := f.fake.Dump(); got != before {
 			t.Errorf("served at start=%v: the CRD gone, the table is not NetworkPolicy's:\n%s", servedAtStart, lineDiff(before, got))
