@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"strings"
 	"testing"
 
 	authorizationv1 "k8s.io/api/authorization/v1"
@@ -108,7 +109,8 @@ func TestEveryRenderedObjectIsAcceptedByTheAPIServer(t *testing.T) {
 	}
 }
 
-// access is one question to the API server's authorizer.
+// access is one question to the API server's authorizer; resource may
+// name one object, as "resource:name".
 type access struct {
 	verb, group, resource, namespace string
 }
@@ -153,12 +155,17 @@ func TestEachRoleMayDoExactlyWhatItNeeds(t *testing.T) {
 				// NetworkPolicy enforcement: policies, and the pods and namespaces they select.
 				{"list", "", "pods", ""}, {"watch", "", "namespaces", ""}, {"watch", "networking.k8s.io", "networkpolicies", ""},
 				{"watch", "policy.networking.k8s.io", "clusternetworkpolicies", ""}, {"get", "policy.networking.k8s.io", "clusternetworkpolicies", ""},
+				// Their CRD, by name: enforcement follows its installation.
+				{"watch", "apiextensions.k8s.io", "customresourcedefinitions:" + cnpCRD, ""}, {"list", "apiextensions.k8s.io", "customresourcedefinitions:" + cnpCRD, ""},
 			},
 			[]access{
 				{"get", "", "secrets", ns}, {"create", "", "pods/exec", "default"}, {"update", "", "services", "default"},
 				{"update", "", "nodes", ""}, {"patch", "", "nodes", ""}, {"create", "discovery.k8s.io", "endpointslices", "default"},
 				{"update", "", "pods", "default"}, {"update", "networking.k8s.io", "networkpolicies", "default"}, {"update", "", "namespaces", ""},
 				{"update", "policy.networking.k8s.io", "clusternetworkpolicies", ""}, {"update", "policy.networking.k8s.io", "clusternetworkpolicies/status", ""},
+				// No other CRD, nor every CRD, nor a change to its own.
+				{"watch", "apiextensions.k8s.io", "customresourcedefinitions", ""}, {"list", "apiextensions.k8s.io", "customresourcedefinitions:gateways.gateway.networking.k8s.io", ""},
+				{"update", "apiextensions.k8s.io", "customresourcedefinitions:" + cnpCRD, ""}, {"delete", "apiextensions.k8s.io", "customresourcedefinitions:" + cnpCRD, ""},
 			}},
 	}
 	for _, c := range cases {
@@ -187,8 +194,11 @@ func allowed(t *testing.T, s *framework.APIServer, user string, a access) bool {
 			Verb: a.verb, Group: a.group, Resource: a.resource, Namespace: a.namespace,
 		},
 	}}
+	if r, name, ok := strings.Cut(a.resource, ":"); ok {
+		sar.Spec.ResourceAttributes.Resource, sar.Spec.ResourceAttributes.Name = r, name
+	}
 	// pods/exec is a subresource in the API's terms.
-	if r, sub, ok := cutSub(a.resource); ok {
+	if r, sub, ok := cutSub(sar.Spec.ResourceAttributes.Resource); ok {
 		sar.Spec.ResourceAttributes.Resource, sar.Spec.ResourceAttributes.Subresource = r, sub
 	}
 	got, err := s.Client.AuthorizationV1().SubjectAccessReviews().Create(framework.Ctx(t), sar, metav1.CreateOptions{})

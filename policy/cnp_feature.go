@@ -4,16 +4,16 @@ import (
 	"context"
 	"fmt"
 	"strings"
-	"sync"
 
 	v1 "k8s.io/api/core/v1"
-	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
+	apiextensions "k8s.io/apiextensions-apiserver/pkg/client/clientset/clientset"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/types"
-	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/discovery"
+	"k8s.io/client-go/rest"
 	"k8s.io/client-go/tools/cache"
 	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
 	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/typed/apis/v1beta1"
@@ -22,12 +22,12 @@ import (
 	"github.com/netplane/netplane/internal/role"
 )
 
-// This file is the feature's ClusterNetworkPolicy part: when the API
+// This file is the feature's ClusterNetworkPolicy part: while the API
 // server serves clusternetworkpolicies.policy.networking.k8s.io v1beta1
-// (its CRD is installed; asked once, at start), a reflector of the policies
-// and a Node view (for the nodes peer) write into the model like the
-// NetworkPolicy views. Without the CRD the node enforces NetworkPolicy
-// alone and says so once.
+// (its CRD is installed and established, cnp_crd.go), a reflector of the
+// policies writes into the model like the NetworkPolicy views, and a Node
+// view (for the nodes peer) does so always. Without the CRD the node
+// enforces NetworkPolicy alone and says so once.
 
 // clusterPolicies is the sink kind of ClusterNetworkPolicy records.
 const clusterPolicies informer.Kind = "clusternetworkpolicies"
@@ -38,106 +38,60 @@ var cnpGroupVersion = schema.GroupVersion(cnpv1.GroupVersion)
 // ClusterPolicyResource is what the node role watches when it is served.
 var ClusterPolicyResource = cnpGroupVersion.WithResource("clusternetworkpolicies")
 
-// clusterServed says whether the API server serves ClusterNetworkPolicy
-// v1beta1; an error other than "not found" is the caller's to report.
-func clusterServed(d discovery.DiscoveryInterface) (bool, error) {
-	list, err := d.ServerResourcesForGroupVersion(cnpGroupVersion.String())
-	if apierrors.IsNotFound(err) {
-		return false, nil
-	}
-	if err != nil {
-		return false, fmt.Errorf("asking the API server whether it serves %s: %w", ClusterPolicyResource, err)
-	}
-	for _, r := range list.APIResources {
-		if r.Name == ClusterPolicyResource.Resource {
-			return true, nil
-		}
-	}
-	return false, nil
-}
-
-// watchCluster registers the Node view and makes the policies' reflector
-// when the CRD is installed. Called from New, before the informers start.
-func (e *Feature) watchCluster(d role.Deps) error {
+// watchCluster registers the Node view, for the nodes peer: a view must
+// be registered before the informers start, and the CRD may be installed
+// any time after. Called from New.
+func (e *Feature) watchCluster(d role.Deps) {
 	if d.Client == nil || d.RestConfig == nil {
-		return nil // no API server to ask (a test of the node role's wiring)
+		return // no API server to ask (a test of the node role's wiring)
 	}
-	served, err := clusterServed(d.Client.Discovery())
-	if err != nil {
-		return err
-	}
-	if !served {
-		e.log.Info("the ClusterNetworkPolicy CRD is not installed: enforcing NetworkPolicy only", "resource", ClusterPolicyResource.String())
-		return nil
-	}
-	c, err := cnpclient.NewForConfig(d.RestConfig)
-	if err != nil {
-		return fmt.Errorf("a client of %s: %w", ClusterPolicyResource, err)
-	}
-	e.clusterSource = c.ClusterNetworkPolicies()
 	e.views = append(e.views, d.Factory.Register(informer.View{Kind: informer.Nodes, Name: "network-policy",
 		Record: func(o runtime.Object) any { return NodeFromAPI(o.(*v1.Node)) }, Sink: &sink{e: e, kind: informer.Nodes}}))
-	return nil
+	e.crd = &crdWatch{e: e, synced: make(chan struct{})}
 }
 
-// runCluster starts the policies' reflector, if any, and returns what
-// says it has listed them (nil for none).
-func (e *Feature) runCluster(ctx context.Context) cache.DoneChecker {
-	if e.clusterSource == nil {
-		return nil
+// runCluster starts the watch of the CRD, which starts and stops the
+// policies' reflector (cnp_crd.go), and returns what says the CRD and,
+// if it is served, the policies are listed (nil without an API server).
+func (e *Feature) runCluster(ctx context.Context) (cache.DoneChecker, error) {
+	if e.crd == nil {
+		return nil, nil
 	}
-	src := e.clusterSource
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return src.List(ctx, o) },
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			return src.Watch(ctx, o)
-		},
+	// One connection for both watches, through the gate's transport.
+	cfg := e.deps.Factory.Gate().Config(ctx, e.deps.RestConfig)
+	hc, err := rest.HTTPClientFor(cfg)
+	if err != nil {
+		return nil, fmt.Errorf("a client of %s: %w", crdResource, err)
 	}
-	st := &clusterStore{s: &sink{e: e, kind: clusterPolicies}, done: make(chan struct{})}
-	rf := cache.NewReflectorWithOptions(lw, &cnpv1.ClusterNetworkPolicy{}, st, cache.ReflectorOptions{Name: "network-policy " + string(clusterPolicies)})
-	go rf.RunWithContext(ctx)
-	return st
+	crds, err := apiextensions.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("a client of %s: %w", crdResource, err)
+	}
+	policies, err := cnpclient.NewForConfigAndClient(cfg, hc)
+	if err != nil {
+		return nil, fmt.Errorf("a client of %s: %w", ClusterPolicyResource, err)
+	}
+	e.crd.ctx, e.crd.policies = ctx, policies
+	c := crds.ApiextensionsV1().CustomResourceDefinitions()
+	e.deps.Factory.RunCustom(ctx, informer.Custom{Kind: "customresourcedefinitions", Name: "network-policy",
+		Example: &apiextensionsv1.CustomResourceDefinition{}, Client: crds,
+		List:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) },
+		Watch: c.Watch, Fields: fields.OneTermEqualSelector("metadata.name", crdName),
+		Record: func(o runtime.Object) any { return crdRecordOf(o.(*apiextensionsv1.CustomResourceDefinition)) },
+		Sink:   e.crd})
+	return e.crd, nil
 }
 
-// clusterStore is the reflector's store: it hands the sink records, not
-// objects, and is done with the first list.
-type clusterStore struct {
-	s    *sink
-	once sync.Once
-	done chan struct{}
+// runPolicies runs the policies' reflector into sink s until ctx ends.
+func (e *Feature) runPolicies(ctx context.Context, c cnpclient.PolicyV1beta1Interface, s *sink) cache.DoneChecker {
+	src := c.ClusterNetworkPolicies()
+	return e.deps.Factory.RunCustom(ctx, informer.Custom{Kind: clusterPolicies, Name: "network-policy",
+		Example: &cnpv1.ClusterNetworkPolicy{}, Client: c,
+		List:   func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return src.List(ctx, o) },
+		Watch:  src.Watch,
+		Record: func(o runtime.Object) any { return clusterRecordOf(o.(*cnpv1.ClusterNetworkPolicy)) },
+		Sink:   s})
 }
-
-func clusterRecord(obj any) any {
-	if t, ok := obj.(cache.DeletedFinalStateUnknown); ok {
-		obj = t.Obj
-	}
-	if p, ok := obj.(*cnpv1.ClusterNetworkPolicy); ok {
-		return clusterRecordOf(p)
-	}
-	return obj
-}
-
-func (c *clusterStore) Add(obj any) error    { return c.s.Add(clusterRecord(obj)) }
-func (c *clusterStore) Update(obj any) error { return c.s.Update(clusterRecord(obj)) }
-func (c *clusterStore) Delete(obj any) error { return c.s.Delete(clusterRecord(obj)) }
-func (c *clusterStore) Replace(list []any, rv string) error {
-	recs := make([]any, len(list))
-	for i, o := range list {
-		recs[i] = clusterRecord(o)
-	}
-	err := c.s.Replace(recs, rv)
-	c.once.Do(func() { close(c.done) })
-	return err
-}
-func (c *clusterStore) Resync() error                        { return nil }
-func (c *clusterStore) List() []any                          { return nil }
-func (c *clusterStore) ListKeys() []string                   { return nil }
-func (c *clusterStore) Get(any) (any, bool, error)           { return nil, false, nil }
-func (c *clusterStore) GetByKey(string) (any, bool, error)   { return nil, false, nil }
-func (c *clusterStore) LastStoreSyncResourceVersion() string { return "" }
-func (c *clusterStore) Bookmark(string)                      {}
-func (c *clusterStore) Name() string                         { return "network-policy " + string(clusterPolicies) }
-func (c *clusterStore) Done() <-chan struct{}                { return c.done }
 
 // clusterRecord is a ClusterNetworkPolicy compiled, or why it did not.
 type clusterPolicyRecord struct {

@@ -1,37 +1,154 @@
 package policy
 
 import (
+	"context"
 	"net/netip"
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/mdlayher/netlink"
 	"golang.org/x/sys/unix"
+	apiextensionsv1 "k8s.io/apiextensions-apiserver/pkg/apis/apiextensions/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
-	fakediscovery "k8s.io/client-go/discovery/fake"
+	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/client-go/kubernetes/fake"
+	k8stesting "k8s.io/client-go/testing"
 	cnpv1 "sigs.k8s.io/network-policy-api/apis/v1beta1"
+	cnpfake "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/fake"
+	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/typed/apis/v1beta1"
 
 	"github.com/netplane/netplane/internal/informer"
+	"github.com/netplane/netplane/internal/outage"
 )
 
-func TestClusterPoliciesAreWatchedOnlyWhenTheirCRDIsServed(t *testing.T) {
-	c := fake.NewClientset()
-	d := c.Discovery().(*fakediscovery.FakeDiscovery)
-	if served, err := clusterServed(d); err != nil || served {
-		t.Fatalf("no CRD: served=%v err=%v, want false and no error", served, err)
+func TestTheCRDServesClusterPoliciesOnlyEstablishedWithV1beta1Served(t *testing.T) {
+	now := metav1.Now()
+	for _, tc := range []struct {
+		name string
+		edit func(*apiextensionsv1.CustomResourceDefinition)
+		want bool
+	}{
+		{"established, v1beta1 served", func(*apiextensionsv1.CustomResourceDefinition) {}, true},
+		{"not established yet", func(c *apiextensionsv1.CustomResourceDefinition) {
+			c.Status.Conditions[1].Status = apiextensionsv1.ConditionFalse
+		}, false},
+		{"v1beta1 not served", func(c *apiextensionsv1.CustomResourceDefinition) { c.Spec.Versions[1].Served = false }, false},
+		{"v1alpha2 only", func(c *apiextensionsv1.CustomResourceDefinition) { c.Spec.Versions = c.Spec.Versions[:1] }, false},
+		{"being deleted", func(c *apiextensionsv1.CustomResourceDefinition) { c.DeletionTimestamp = &now }, false},
+		{"another CRD", func(c *apiextensionsv1.CustomResourceDefinition) {
+			c.Name = "adminnetworkpolicies.policy.networking.k8s.io"
+		}, false},
+	} {
+		crd := servedCRD()
+		tc.edit(crd)
+		if got := crdRecordOf(crd).served; got != tc.want {
+			t.Errorf("%s: served=%v, want %v", tc.name, got, tc.want)
+		}
 	}
-	d.Resources = []*metav1.APIResourceList{{GroupVersion: "policy.networking.k8s.io/v1alpha2",
-		APIResources: []metav1.APIResource{{Name: "clusternetworkpolicies"}}}}
-	if served, _ := clusterServed(d); served {
-		t.Fatal("v1alpha2 only: served, want not (the node reads v1beta1)")
+}
+
+func servedCRD() *apiextensionsv1.CustomResourceDefinition {
+	return &apiextensionsv1.CustomResourceDefinition{ObjectMeta: metav1.ObjectMeta{Name: crdName},
+		Spec: apiextensionsv1.CustomResourceDefinitionSpec{Versions: []apiextensionsv1.CustomResourceDefinitionVersion{
+			{Name: "v1alpha2", Served: true}, {Name: "v1beta1", Served: true, Storage: true}}},
+		Status: apiextensionsv1.CustomResourceDefinitionStatus{Conditions: []apiextensionsv1.CustomResourceDefinitionCondition{
+			{Type: apiextensionsv1.NamesAccepted, Status: apiextensionsv1.ConditionTrue},
+			{Type: apiextensionsv1.Established, Status: apiextensionsv1.ConditionTrue}}}}
+}
+
+// TestClusterPolicyEnforcementFollowsTheCRD: the CRD served, its policies
+// are read and enforced; no longer served, they leave the table, which is
+// NetworkPolicy's again, and what the stopped reflector still hands on is
+// dropped. The first sync waits for the policies when the CRD is served.
+func TestClusterPolicyEnforcementFollowsTheCRD(t *testing.T) {
+	for _, servedAtStart := range []bool{false, true} {
+		f := syncedFixture(t)
+		before := f.fake.Dump()
+		w := f.crdWatch(t, denyFromY)
+		must(t, w.Replace([]any{&crdRecord{served: servedAtStart}}, ""))
+		<-w.Done()
+		if !servedAtStart {
+			if n := f.clusterPolicies(); n != 0 {
+				t.Fatalf("no CRD: %d ClusterNetworkPolicies in the model", n)
+			}
+			<-w.set(true).Done()
+		}
+		if n := f.clusterPolicies(); n != 1 {
+			t.Fatalf("served at start=%v: %d ClusterNetworkPolicies in the model once listed, want 1", servedAtStart, n)
+		}
+		f.sync(t, false)
+		if !strings.Contains(f.fake.Dump(), "chain inet netplane-policy admin-ingress-") {
+			t.Fatalf("served at start=%v: no Admin chain in the table:\n%s", servedAtStart, f.fake.Dump())
+		}
+		old := w.sink
+		bad := denyFromY.DeepCopy()
+		bad.Name, bad.Spec.Tier = "bad-tier", "Middle"
+		must(t, old.Add(clusterRecordOf(bad))) // never compiles: reported, not in the model
+		must(t, w.Delete(&crdRecord{}))
+		must(t, old.Add(clusterRecordOf(denyFromY)))
+		if n := len(f.e.clusterReported); n != 0 {
+			t.Errorf("served at start=%v: the CRD gone, %d policies still remembered as reported", servedAtStart, n)
+		}
+		f.sync(t, false)
+		if got := f.fake.Dump(); got != before {
+			t.Errorf("served at start=%v: the CRD gone, the table is not NetworkPolicy's:\n%s", servedAtStart, lineDiff(before, got))
+		}
 	}
-	d.Resources = append(d.Resources, &metav1.APIResourceList{GroupVersion: "policy.networking.k8s.io/v1beta1",
-		APIResources: []metav1.APIResource{{Name: "clusternetworkpolicies"}, {Name: "clusternetworkpolicies/status"}}})
-	if served, err := clusterServed(d); err != nil || !served {
-		t.Fatalf("v1beta1 served: served=%v err=%v, want true", served, err)
+}
+
+// The CRD served at start and gone before its policies were listed: the
+// first sync waits no longer, there being none to wait for.
+func TestTheFirstSyncDoesNotWaitForPoliciesWhoseCRDWentAway(t *testing.T) {
+	f := syncedFixture(t)
+	api := cnpfake.NewSimpleClientset()
+	listing := make(chan struct{}, 10)
+	api.PrependReactor("list", "clusternetworkpolicies", func(k8stesting.Action) (bool, runtime.Object, error) {
+		listing <- struct{}{}
+		<-t.Context().Done() // the API server never answers
+		return true, nil, context.Canceled
+	})
+	w := f.crdWatchOf(t, api)
+	must(t, w.Replace([]any{&crdRecord{served: true}}, ""))
+	<-listing
+	must(t, w.Delete(&crdRecord{}))
+	select {
+	case <-w.Done():
+	case <-time.After(10 * time.Second):
+		t.Fatal("the first sync still waits for the policies of a CRD gone")
 	}
+}
+
+// crdWatch is the feature's CRD watch with an API server holding pols.
+func (f *fakeNode) crdWatch(t *testing.T, pols ...*cnpv1.ClusterNetworkPolicy) *crdWatch {
+	objs := make([]runtime.Object, len(pols))
+	for i, p := range pols {
+		objs[i] = p.DeepCopy()
+	}
+	return f.crdWatchOf(t, cnpfake.NewSimpleClientset(objs...))
+}
+
+func (f *fakeNode) crdWatchOf(t *testing.T, api *cnpfake.Clientset) *crdWatch {
+	gate := outage.New(outage.DefaultPolicy, outage.Readyz(nil), logr.Discard())
+	f.e.deps.Factory = informer.NewWithGate(fake.NewClientset(), gate)
+	f.e.crd = &crdWatch{e: f.e, ctx: t.Context(), policies: fakeWithoutWatchList{api.PolicyV1beta1()}, synced: make(chan struct{})}
+	return f.e.crd
+}
+
+// fakeWithoutWatchList says the fake cannot stream a list as a watch, as
+// client-go's own fakes say.
+type fakeWithoutWatchList struct {
+	cnpclient.PolicyV1beta1Interface
+}
+
+func (fakeWithoutWatchList) IsWatchListSemanticsUnSupported() bool { return true }
+
+func (f *fakeNode) clusterPolicies() int {
+	f.e.mu.Lock()
+	defer f.e.mu.Unlock()
+	return len(f.e.records(clusterPolicies))
 }
 
 func (f *fakeNode) setCNP(t *testing.T, p *cnpv1.ClusterNetworkPolicy) {
@@ -39,7 +156,7 @@ func (f *fakeNode) setCNP(t *testing.T, p *cnpv1.ClusterNetworkPolicy) {
 	f.rv++
 	p = p.DeepCopy()
 	p.ResourceVersion = strconv.Itoa(f.rv)
-	must(t, (&sink{f.e, clusterPolicies}).Update(clusterRecordOf(p)))
+	must(t, (&sink{e: f.e, kind: clusterPolicies}).Update(clusterRecordOf(p)))
 }
 
 var denyFromY = func() *cnpv1.ClusterNetworkPolicy {
@@ -63,7 +180,7 @@ func TestClusterPolicyRecordsReachTheKernelAndGoAgain(t *testing.T) {
 			t.Errorf("no %q:\n%s", want, dump)
 		}
 	}
-	must(t, (&sink{f.e, clusterPolicies}).Replace(nil, ""))
+	must(t, (&sink{e: f.e, kind: clusterPolicies}).Replace(nil, ""))
 	f.sync(t, false)
 	if got := f.fake.Dump(); got != before {
 		t.Errorf("a relist without the policy left a table other than NetworkPolicy's:\n%s", lineDiff(before, got))
@@ -86,7 +203,7 @@ func TestARuleWithAnUnknownPeerFailsClosedWithAWarning(t *testing.T) {
 		t.Errorf("z/a -> x/a passed a rule failed closed:\n%s", strings.Join(tr.Steps, "\n"))
 	}
 	p.ResourceVersion = strconv.Itoa(f.rv)
-	must(t, (&sink{f.e, clusterPolicies}).Update(clusterRecordOf(p))) // the same version again
+	must(t, (&sink{e: f.e, kind: clusterPolicies}).Update(clusterRecordOf(p))) // the same version again
 	select {
 	case ev := <-f.events.Events:
 		t.Errorf("a second event for the same version: %s", ev)
@@ -100,7 +217,7 @@ func TestNodeRecordsFillTheNodesPeer(t *testing.T) {
 	p.Spec.Egress = []cnpv1.ClusterNetworkPolicyEgressRule{{Action: cnpv1.ClusterNetworkPolicyRuleActionDeny,
 		To: []cnpv1.ClusterNetworkPolicyEgressPeer{{Nodes: &metav1.LabelSelector{}}}}}
 	f.setCNP(t, p)
-	nodes := &sink{f.e, informer.Nodes}
+	nodes := &sink{e: f.e, kind: informer.Nodes}
 	must(t, nodes.Replace([]any{&Node{Name: "n1", IPs: []netip.Addr{addr("192.0.2.10")}}}, ""))
 	f.sync(t, false)
 	out := Packet{Hook: "forward", Src: addr("10.0.1.1"), Dst: addr("192.0.2.10"), Proto: 6, Port: 22}

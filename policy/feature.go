@@ -22,7 +22,6 @@ import (
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nft"
 	"github.com/netplane/netplane/nodeview"
-	cnpclient "sigs.k8s.io/network-policy-api/pkg/client/clientset/versioned/typed/apis/v1beta1"
 )
 
 // This file is the node role's NetworkPolicy feature, the shell around the
@@ -62,9 +61,9 @@ type Feature struct {
 	render  *renderer
 	invalid map[types.NamespacedName]string // policies whose last version did not compile: its resourceVersion
 
-	// clusterSource lists and watches ClusterNetworkPolicies; nil when
-	// their CRD is not installed.
-	clusterSource cnpclient.ClusterNetworkPolicyInterface
+	// crd follows the ClusterNetworkPolicy CRD and runs the policies'
+	// reflector while it is served; nil without an API server.
+	crd *crdWatch
 	// clusterReported: the resourceVersion of each ClusterNetworkPolicy
 	// last read, so each version's problems are reported once.
 	clusterReported map[string]string
@@ -100,9 +99,7 @@ func New(d role.Deps) (*Feature, error) {
 		v.Sink = &sink{e: e, kind: v.Kind}
 		e.views = append(e.views, d.Factory.Register(v))
 	}
-	if err := e.watchCluster(d); err != nil {
-		return nil, err
-	}
+	e.watchCluster(d)
 	return e, nil
 }
 
@@ -154,7 +151,11 @@ func (e *Feature) Run(ctx context.Context) error {
 	for i, h := range e.views {
 		synced[i] = h.Synced()
 	}
-	if c := e.runCluster(ctx); c != nil {
+	c, err := e.runCluster(ctx)
+	if err != nil {
+		return err
+	}
+	if c != nil {
 		synced = append(synced, c)
 	}
 	// The first sync must see every pod, namespace and policy: a partial

@@ -49,7 +49,7 @@ func newFakeNode(t *testing.T, logDenied bool) *fakeNode {
 	var err error
 	f.e, err = newFeature(d, f.fake, m, f.events)
 	must(t, err)
-	f.pods, f.ns, f.policies = &sink{f.e, informer.Pods}, &sink{f.e, informer.Namespaces}, &sink{f.e, informer.NetworkPolicies}
+	f.pods, f.ns, f.policies = &sink{e: f.e, kind: informer.Pods}, &sink{e: f.e, kind: informer.Namespaces}, &sink{e: f.e, kind: informer.NetworkPolicies}
 	return f
 }
 

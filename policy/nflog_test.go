@@ -135,7 +135,7 @@ func TestKernelLogsOneLinePerDeniedConnection(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	go e.logDenied(ctx)
-	pods, nss, pols := &sink{e, informer.Pods}, &sink{e, informer.Namespaces}, &sink{e, informer.NetworkPolicies}
+	pods, nss, pols := &sink{e: e, kind: informer.Pods}, &sink{e: e, kind: informer.Namespaces}, &sink{e: e, kind: informer.NetworkPolicies}
 	for _, ns := range l.c.namespaces {
 		must(t, nss.Add(NamespaceFromAPI(ns)))
 	}

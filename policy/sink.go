@@ -13,6 +13,9 @@ import (
 type sink struct {
 	e    *Feature
 	kind informer.Kind
+	// closed, when set and true, drops every write: the sink of a
+	// reflector stopped (cnp_crd.go). Read and written with e.mu held.
+	closed *bool
 }
 
 var _ cache.Store = (*sink)(nil)
@@ -53,7 +56,9 @@ func (s *sink) Replace(list []any, _ string) error {
 
 func (s *sink) do(fn func()) error {
 	s.e.mu.Lock()
-	fn()
+	if s.closed == nil || !*s.closed {
+		fn()
+	}
 	s.e.mu.Unlock()
 	s.e.loop.Request()
 	return nil

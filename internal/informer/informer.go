@@ -72,6 +72,7 @@ type Factory struct {
 // resource is one watched resource and the views reading it.
 type resource struct {
 	kind     Kind
+	def      kind // how it is listed and watched
 	views    []*Handle
 	started  bool
 	informer cache.SharedIndexInformer // nil for a lone sink view (a reflector)
@@ -120,7 +121,7 @@ func (f *Factory) Register(v View) *Handle {
 	defer f.mu.Unlock()
 	r := f.resources[v.Kind]
 	if r == nil {
-		r = &resource{kind: v.Kind}
+		r = &resource{kind: v.Kind, def: kinds[v.Kind]}
 		f.resources[v.Kind] = r
 	}
 	if r.started {
@@ -146,18 +147,16 @@ func (f *Factory) Start(ctx context.Context) {
 }
 
 func (f *Factory) start(ctx context.Context, r *resource) {
-	k := kinds[r.kind]
+	k := r.def
 	m := f.gate.Member(ctx, string(r.kind))
+	list, watchFn := k.calls(f.client)
 	if len(r.views) == 1 {
 		h := r.views[0]
 		h.alone = true
 		v := h.view
-		lw := listWatch(f.client, m, k, v.Labels, v.Fields, h.record)
+		lw := listWatch(f.client, m, list, watchFn, v.Labels, v.Fields, h.record)
 		if v.Sink != nil {
-			s := newSinkStore(h)
-			rf := cache.NewReflectorWithOptions(lw, k.example, s, cache.ReflectorOptions{Name: v.Name + " " + string(r.kind)})
-			h.setSynced(s)
-			go runReflector(ctx, rf, m)
+			h.setSynced(runSink(ctx, h, lw, m))
 			return
 		}
 		inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: h.indexers()})
@@ -169,7 +168,7 @@ func (f *Factory) start(ctx context.Context, r *resource) {
 		return
 	}
 	r.shared = true
-	lw := listWatch(f.client, m, k, nil, nil, r.entryOf)
+	lw := listWatch(f.client, m, list, watchFn, nil, nil, r.entryOf)
 	inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: r.indexers()})
 	_ = inf.SetTransform(transformFunc(k.example, r.entryOf))
 	_ = inf.SetWatchErrorHandlerWithContext(resume(m))
@@ -212,7 +211,7 @@ func (h *Handle) selects(obj runtime.Object) bool {
 	if h.view.Labels != nil && !h.view.Labels.Matches(labels.Set(m.GetLabels())) {
 		return false
 	}
-	return fs == nil || fs.Matches(kinds[h.view.Kind].fields(obj))
+	return fs == nil || fs.Matches(h.res.def.fields(obj))
 }
 
 func (h *Handle) setSynced(d cache.DoneChecker) {

@@ -11,7 +11,6 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
 	"k8s.io/apimachinery/pkg/watch"
-	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/internal/outage"
@@ -29,8 +28,10 @@ const listPageSize = 500
 //
 // Every request goes through m, the informer's place at the process's
 // outage gate (resume.go).
-func listWatch(c kubernetes.Interface, m *outage.Member, k kind, ls labels.Selector, fs fields.Selector, keep func(runtime.Object) any) cache.ListerWatcher {
-	list, watchFn := k.calls(c)
+//
+// c is the client list and watchFn call through, which says whether the
+// API server may stream the first list as a watch.
+func listWatch(c any, m *outage.Member, list listFunc, watchFn watchFunc, ls labels.Selector, fs fields.Selector, keep func(runtime.Object) any) cache.ListerWatcher {
 	narrow := func(o *metav1.ListOptions) {
 		if ls != nil && !ls.Empty() {
 			o.LabelSelector = ls.String()

@@ -26,7 +26,7 @@ func (s *sinkStore) rec(obj any) any {
 	case cache.DeletedFinalStateUnknown:
 		return s.rec(o.Obj)
 	case runtime.Object:
-		if reflect.TypeOf(o) == reflect.TypeOf(kinds[s.h.view.Kind].example) {
+		if reflect.TypeOf(o) == reflect.TypeOf(s.h.res.def.example) {
 			return s.h.record(o)
 		}
 	}

@@ -239,7 +239,17 @@ func (m *Member) Do(ctx context.Context, call func() error) error {
 
 // Back tells the gate the member's request succeeded: the last member of
 // an outage to come back ends it.
-func (m *Member) Back() {
+func (m *Member) Back() { m.release(true) }
+
+// Leave tells the gate the member stopped for good (its informer's life
+// ended: a resource whose CRD went away): the outage it met no longer
+// waits for it, so the outage ends with the members still running.
+func (m *Member) Leave() { m.release(false) }
+
+// release counts the member out of the outage it met, if any, and ends
+// the outage when it was the last one waited for; back: it came back
+// (named in the outage's line) rather than left.
+func (m *Member) release(back bool) {
 	g := m.g
 	g.mu.Lock()
 	defer g.mu.Unlock()
@@ -249,7 +259,9 @@ func (m *Member) Back() {
 	m.out = false
 	e := g.cur
 	e.waiting--
-	e.last = m.name
+	if back {
+		e.last = m.name
+	}
 	if e.waiting == 0 && isClosed(e.back) {
 		g.finish(e)
 	}

@@ -195,3 +195,29 @@ func TestSleepGivesWayToTheGateClosing(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// A member that leaves (its resource's CRD deleted) while an outage waits
+// for it is no longer waited for: the outage ends when the others are
+// back, and the next one is an outage of its own.
+func TestAMemberLeavingIsNotWaitedFor(t *testing.T) {
+	clk := &signalClock{now: time.Date(2026, 11, 28, 3, 0, 0, 0, time.UTC), timers: make(chan timer)}
+	lines := 0
+	log := funcr.New(func(string, string) { lines++ }, funcr.Options{})
+	g := newGate(DefaultPolicy, func(context.Context) error { return nil }, clk, func() float64 { return 0 }, log)
+	ctx := context.Background()
+	stays, leaves := g.Member(ctx, "nodes"), g.Member(ctx, "clusternetworkpolicies")
+	_ = stays.Do(ctx, func() error { return refused })
+	_ = leaves.Do(ctx, func() error { return nil }) // closed: it meets the outage too
+	done := make(chan error)
+	go func() { done <- stays.Wait(ctx) }()
+	clk.next(t, 187500*time.Microsecond) // the probe answers
+	clk.next(t, 0)                       // stays' share of the spread
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	_ = stays.Do(ctx, func() error { return nil })
+	leaves.Leave()
+	if lines != 1 || g.closed() || g.cur != nil {
+		t.Errorf("%d lines logged, outage still on: %v; want the outage over, logged once", lines, g.cur != nil)
+	}
+}
