@@ -41,24 +41,24 @@ var ClusterPolicyResource = cnpGroupVersion.WithResource("clusternetworkpolicies
 // watchCluster registers the Node view, for the nodes peer: a view must
 // be registered before the informers start, and the CRD may be installed
 // any time after. Called from New.
-func (e *Feature) watchCluster(d role.Deps) {
+func (f *Feature) watchCluster(d role.Deps) {
 	if d.Client == nil || d.RestConfig == nil {
 		return // no API server to ask (a test of the node role's wiring)
 	}
-	e.views = append(e.views, d.Factory.Register(informer.View{Kind: informer.Nodes, Name: "network-policy",
-		Record: func(o runtime.Object) any { return NodeFromAPI(o.(*v1.Node)) }, Sink: &sink{e: e, kind: informer.Nodes}}))
-	e.crd = &crdWatch{e: e, synced: make(chan struct{})}
+	f.views = append(f.views, d.Factory.Register(informer.View{Kind: informer.Nodes, Name: "network-policy",
+		Record: func(o runtime.Object) any { return NodeFromAPI(o.(*v1.Node)) }, Sink: &sink{e: f, kind: informer.Nodes}}))
+	f.crd = &crdWatch{e: f, synced: make(chan struct{})}
 }
 
 // runCluster starts the watch of the CRD, which starts and stops the
 // policies' reflector (cnp_crd.go), and returns what says the CRD and,
 // if it is served, the policies are listed (nil without an API server).
-func (e *Feature) runCluster(ctx context.Context) (cache.DoneChecker, error) {
-	if e.crd == nil {
+func (f *Feature) runCluster(ctx context.Context) (cache.DoneChecker, error) {
+	if f.crd == nil {
 		return nil, nil
 	}
 	// One connection for both watches, through the gate's transport.
-	cfg := e.deps.Factory.Gate().Config(ctx, e.deps.RestConfig)
+	cfg := f.deps.Factory.Gate().Config(ctx, f.deps.RestConfig)
 	hc, err := rest.HTTPClientFor(cfg)
 	if err != nil {
 		return nil, fmt.Errorf("a client of %s: %w", crdResource, err)
@@ -71,21 +71,21 @@ func (e *Feature) runCluster(ctx context.Context) (cache.DoneChecker, error) {
 	if err != nil {
 		return nil, fmt.Errorf("a client of %s: %w", ClusterPolicyResource, err)
 	}
-	e.crd.ctx, e.crd.policies = ctx, policies
+	f.crd.ctx, f.crd.policies = ctx, policies
 	c := crds.ApiextensionsV1().CustomResourceDefinitions()
-	e.deps.Factory.RunCustom(ctx, informer.Custom{Kind: "customresourcedefinitions", Name: "network-policy",
+	f.deps.Factory.RunCustom(ctx, informer.Custom{Kind: "customresourcedefinitions", Name: "network-policy",
 		Example: &apiextensionsv1.CustomResourceDefinition{}, Client: crds,
 		List:  func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return c.List(ctx, o) },
 		Watch: c.Watch, Fields: fields.OneTermEqualSelector("metadata.name", crdName),
 		Record: func(o runtime.Object) any { return crdRecordOf(o.(*apiextensionsv1.CustomResourceDefinition)) },
-		Sink:   e.crd})
-	return e.crd, nil
+		Sink:   f.crd})
+	return f.crd, nil
 }
 
 // runPolicies runs the policies' reflector into sink s until ctx ends.
-func (e *Feature) runPolicies(ctx context.Context, c cnpclient.PolicyV1beta1Interface, s *sink) cache.DoneChecker {
+func (f *Feature) runPolicies(ctx context.Context, c cnpclient.PolicyV1beta1Interface, s *sink) cache.DoneChecker {
 	src := c.ClusterNetworkPolicies()
-	return e.deps.Factory.RunCustom(ctx, informer.Custom{Kind: clusterPolicies, Name: "network-policy",
+	return f.deps.Factory.RunCustom(ctx, informer.Custom{Kind: clusterPolicies, Name: "network-policy",
 		Example: &cnpv1.ClusterNetworkPolicy{}, Client: c,
 		List:   func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return src.List(ctx, o) },
 		Watch:  src.Watch,
@@ -115,51 +115,51 @@ func (r *clusterPolicyRecord) key() types.NamespacedName {
 // upsertCluster applies a ClusterNetworkPolicy record; a policy that does
 // not compile keeps its previous version, and one whose rules failed
 // closed is enforced so, with a Warning event each. Called with mu held.
-func (e *Feature) upsertCluster(r *clusterPolicyRecord) {
-	seen := e.clusterReported[r.meta.Name] == r.meta.ResourceVersion
-	e.clusterReported[r.meta.Name] = r.meta.ResourceVersion
+func (f *Feature) upsertCluster(r *clusterPolicyRecord) {
+	seen := f.clusterReported[r.meta.Name] == r.meta.ResourceVersion
+	f.clusterReported[r.meta.Name] = r.meta.ResourceVersion
 	if r.err != nil {
 		if !seen {
 			kept := "nothing of it is enforced"
-			if e.model.cl != nil && e.model.cl.policies[r.meta.Name] != nil {
+			if f.model.cl != nil && f.model.cl.policies[r.meta.Name] != nil {
 				kept = "its previous version stays in force"
 			}
-			e.log.Error(r.err, "ClusterNetworkPolicy not enforced", "policy", r.meta.Name, "kept", kept)
-			e.clusterEvent(r, "InvalidClusterNetworkPolicy", fmt.Sprintf("not enforced on node %s: %v; %s", e.cfg.NodeName, r.err, kept))
+			f.log.Error(r.err, "ClusterNetworkPolicy not enforced", "policy", r.meta.Name, "kept", kept)
+			f.clusterEvent(r, "InvalidClusterNetworkPolicy", fmt.Sprintf("not enforced on node %s: %v; %s", f.cfg.NodeName, r.err, kept))
 		}
 		return
 	}
-	e.model.UpsertClusterPolicy(r.pol)
+	f.model.UpsertClusterPolicy(r.pol)
 	if len(r.pol.Problems) > 0 && !seen {
 		msg := strings.Join(r.pol.Problems, "; ")
-		e.log.Info("ClusterNetworkPolicy rules fail closed", "policy", r.meta.Name, "rules", msg)
-		e.clusterEvent(r, "ClusterNetworkPolicyRuleFailedClosed", fmt.Sprintf("on node %s: %s", e.cfg.NodeName, msg))
+		f.log.Info("ClusterNetworkPolicy rules fail closed", "policy", r.meta.Name, "rules", msg)
+		f.clusterEvent(r, "ClusterNetworkPolicyRuleFailedClosed", fmt.Sprintf("on node %s: %s", f.cfg.NodeName, msg))
 	}
 }
 
-func (e *Feature) clusterEvent(r *clusterPolicyRecord, reason, msg string) {
-	if e.recorder == nil {
+func (f *Feature) clusterEvent(r *clusterPolicyRecord, reason, msg string) {
+	if f.recorder == nil {
 		return
 	}
 	obj := &cnpv1.ClusterNetworkPolicy{ObjectMeta: r.meta}
 	obj.APIVersion, obj.Kind = cnpGroupVersion.String(), "ClusterNetworkPolicy" // no scheme knows the type
-	e.recorder.Event(obj, v1.EventTypeWarning, reason, msg)
+	f.recorder.Event(obj, v1.EventTypeWarning, reason, msg)
 }
 
 // clusterRecords are stand-ins for the ClusterNetworkPolicy and Node
 // records the model holds, enough to remove them. Called with mu held.
-func (e *Feature) clusterRecords(kind informer.Kind) []any {
+func (f *Feature) clusterRecords(kind informer.Kind) []any {
 	var out []any
-	if e.model.cl == nil {
+	if f.model.cl == nil {
 		return nil
 	}
 	switch kind {
 	case clusterPolicies:
-		for name := range e.model.cl.policies {
+		for name := range f.model.cl.policies {
 			out = append(out, &clusterPolicyRecord{meta: metav1.ObjectMeta{Name: name}})
 		}
 	case informer.Nodes:
-		for name := range e.model.cl.nodes {
+		for name := range f.model.cl.nodes {
 			out = append(out, &Node{Name: name})
 		}
 	}

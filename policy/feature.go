@@ -127,31 +127,31 @@ func newFeature(d role.Deps, syncer nft.Syncer, m *metrics, rec record.EventReco
 // Run enforces until ctx ends, then leaves the table in place: a restarted
 // or upgraded agent adopts it, so enforcement has no gap either way. With
 // enforcement off it removes the table and waits.
-func (e *Feature) Run(ctx context.Context) error {
-	if !e.cfg.NetworkPolicy.Enabled {
-		if err := e.deleteTable(); err != nil {
+func (f *Feature) Run(ctx context.Context) error {
+	if !f.cfg.NetworkPolicy.Enabled {
+		if err := f.deleteTable(); err != nil {
 			return fmt.Errorf("network policy is off, removing its table: %w", err)
 		}
-		e.log.Info("network policy enforcement is off; table removed", "table", TableID.String())
+		f.log.Info("network policy enforcement is off; table removed", "table", TableID.String())
 		<-ctx.Done()
 		return nil
 	}
-	defer e.syncer.Close()
-	if e.stop != nil {
-		defer e.stop()
+	defer f.syncer.Close()
+	if f.stop != nil {
+		defer f.stop()
 	}
 	if _, err := os.Stat("/proc/sys/net/bridge/bridge-nf-call-iptables"); err != nil {
-		e.log.Info("br_netfilter is not loaded: connections between pods of this node's bridge are not judged")
+		f.log.Info("br_netfilter is not loaded: connections between pods of this node's bridge are not judged")
 	}
-	if e.cfg.NetworkPolicy.LogDenied {
-		go e.logDenied(ctx)
+	if f.cfg.NetworkPolicy.LogDenied {
+		go f.logDenied(ctx)
 	}
-	e.deps.Factory.Start(ctx) // a view says it synced only once started
-	synced := make([]cache.DoneChecker, len(e.views))
-	for i, h := range e.views {
+	f.deps.Factory.Start(ctx) // a view says it synced only once started
+	synced := make([]cache.DoneChecker, len(f.views))
+	for i, h := range f.views {
 		synced[i] = h.Synced()
 	}
-	c, err := e.runCluster(ctx)
+	c, err := f.runCluster(ctx)
 	if err != nil {
 		return err
 	}
@@ -160,30 +160,30 @@ func (e *Feature) Run(ctx context.Context) error {
 	}
 	// The first sync must see every pod, namespace and policy: a partial
 	// picture would open what the table left in place still closes.
-	e.loop.Run(ctx, synced...)
-	e.log.Info("stopped; table left in place so enforcement goes on", "table", TableID.String())
+	f.loop.Run(ctx, synced...)
+	f.log.Info("stopped; table left in place so enforcement goes on", "table", TableID.String())
 	return nil
 }
 
 // sync renders what changed and programs it: every part of the table on
 // a full sync, the touched parts otherwise.
-func (e *Feature) sync(_ context.Context, full bool) error {
+func (f *Feature) sync(_ context.Context, full bool) error {
 	start := time.Now()
-	e.mu.Lock()
+	f.mu.Lock()
 	var touched *nft.Touched
-	if tc := e.model.TakeTouched(); tc == nil || e.render.t == nil {
-		e.render.full()
+	if tc := f.model.TakeTouched(); tc == nil || f.render.t == nil {
+		f.render.full()
 	} else {
-		touched = e.render.apply(tc)
+		touched = f.render.apply(tc)
 	}
-	policies, isolated := e.model.Counts()
-	invalid := len(e.invalid)
-	e.mu.Unlock()
+	policies, isolated := f.model.Counts()
+	invalid := len(f.invalid)
+	f.mu.Unlock()
 	var err error
 	if full || touched == nil {
-		_, err = e.syncer.Sync(e.render.t, full)
+		_, err = f.syncer.Sync(f.render.t, full)
 	} else {
-		_, err = e.syncer.SyncTouched(e.render.t, touched)
+		_, err = f.syncer.SyncTouched(f.render.t, touched)
 	}
 	if err != nil {
 		return err
@@ -193,10 +193,10 @@ func (e *Feature) sync(_ context.Context, full bool) error {
 		kind = "full"
 	}
 	took := time.Since(start)
-	e.metrics.policies.Set(float64(policies))
-	e.metrics.isolated.Set(float64(isolated))
-	e.metrics.invalid.Set(float64(invalid))
-	e.log.V(2).Info("synced", "type", kind, "took", took, "policies", policies, "isolatedPods", isolated)
+	f.metrics.policies.Set(float64(policies))
+	f.metrics.isolated.Set(float64(isolated))
+	f.metrics.invalid.Set(float64(invalid))
+	f.log.V(2).Info("synced", "type", kind, "took", took, "policies", policies, "isolatedPods", isolated)
 	return nil
 }
 
@@ -221,65 +221,65 @@ func (r *policyRecord) key() types.NamespacedName {
 }
 
 // upsert applies a record to the model. Called with mu held.
-func (e *Feature) upsert(obj any) {
+func (f *Feature) upsert(obj any) {
 	switch r := obj.(type) {
 	case *Pod:
-		e.model.UpsertPod(r)
+		f.model.UpsertPod(r)
 	case *Namespace:
-		e.model.UpsertNamespace(r)
+		f.model.UpsertNamespace(r)
 	case *policyRecord:
 		if r.err == nil {
-			delete(e.invalid, r.key())
-			e.model.UpsertPolicy(r.pol)
+			delete(f.invalid, r.key())
+			f.model.UpsertPolicy(r.pol)
 			return
 		}
-		if e.invalid[r.key()] != r.meta.ResourceVersion {
-			e.invalid[r.key()] = r.meta.ResourceVersion
-			e.reportInvalid(r)
+		if f.invalid[r.key()] != r.meta.ResourceVersion {
+			f.invalid[r.key()] = r.meta.ResourceVersion
+			f.reportInvalid(r)
 		}
 	case *clusterPolicyRecord:
-		e.upsertCluster(r)
+		f.upsertCluster(r)
 	case *Node:
-		e.model.UpsertNode(r)
+		f.model.UpsertNode(r)
 	}
 }
 
 // reportInvalid logs a policy that does not compile and records an event
 // on it, saying what stays in force. Called with mu held.
-func (e *Feature) reportInvalid(r *policyRecord) {
+func (f *Feature) reportInvalid(r *policyRecord) {
 	kept := "nothing of it is enforced"
-	if _, ok := e.model.policies[r.key()]; ok {
+	if _, ok := f.model.policies[r.key()]; ok {
 		kept = "its previous version stays in force"
 	}
-	e.log.Error(r.err, "NetworkPolicy not enforced", "policy", r.key().String(), "kept", kept)
-	if e.recorder != nil {
+	f.log.Error(r.err, "NetworkPolicy not enforced", "policy", r.key().String(), "kept", kept)
+	if f.recorder != nil {
 		obj := &netv1.NetworkPolicy{ObjectMeta: r.meta}
-		e.recorder.Eventf(obj, v1.EventTypeWarning, "InvalidNetworkPolicy", "not enforced on node %s: %v; %s", e.cfg.NodeName, r.err, kept)
+		f.recorder.Eventf(obj, v1.EventTypeWarning, "InvalidNetworkPolicy", "not enforced on node %s: %v; %s", f.cfg.NodeName, r.err, kept)
 	}
 }
 
 // remove takes a record's object out of the model. Called with mu held.
-func (e *Feature) remove(obj any) {
+func (f *Feature) remove(obj any) {
 	switch r := obj.(type) {
 	case *Pod:
-		e.model.DeletePod(r.Key())
+		f.model.DeletePod(r.Key())
 	case *Namespace:
-		e.model.DeleteNamespace(r.Name)
+		f.model.DeleteNamespace(r.Name)
 	case *policyRecord:
-		delete(e.invalid, r.key())
-		e.model.DeletePolicy(r.key())
+		delete(f.invalid, r.key())
+		f.model.DeletePolicy(r.key())
 	case *clusterPolicyRecord:
-		delete(e.clusterReported, r.meta.Name)
-		e.model.DeleteClusterPolicy(r.meta.Name)
+		delete(f.clusterReported, r.meta.Name)
+		f.model.DeleteClusterPolicy(r.meta.Name)
 	case *Node:
-		e.model.DeleteNode(r.Name)
+		f.model.DeleteNode(r.Name)
 	}
 }
 
 // denyChains are the chains whose counters count denied packets, by
 // direction, for the metric.
-func (e *Feature) denyChains(d Direction) []string {
-	e.mu.Lock()
-	defer e.mu.Unlock()
-	return e.model.denyChains(d)
+func (f *Feature) denyChains(d Direction) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return f.model.denyChains(d)
 }

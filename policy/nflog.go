@@ -44,10 +44,10 @@ const seenFor = time.Minute
 
 // logDenied listens to the NFLOG group until ctx ends. Enforcement does
 // not depend on it: if the group cannot be had, it says so and returns.
-func (e *Feature) logDenied(ctx context.Context) {
-	c, err := listenNFLOG(e.dialer, LogGroup)
+func (f *Feature) logDenied(ctx context.Context) {
+	c, err := listenNFLOG(f.dialer, LogGroup)
 	if err != nil {
-		e.log.Error(err, "denied connections are not logged", "nflogGroup", LogGroup)
+		f.log.Error(err, "denied connections are not logged", "nflogGroup", LogGroup)
 		return
 	}
 	go func() { <-ctx.Done(); c.Close() }()
@@ -61,7 +61,7 @@ func (e *Feature) logDenied(ctx context.Context) {
 			if errors.Is(err, unix.ENOBUFS) {
 				continue // the socket overflowed: some packets are not logged
 			}
-			e.log.Error(err, "reading denied packets; no more are logged", "nflogGroup", LogGroup)
+			f.log.Error(err, "reading denied packets; no more are logged", "nflogGroup", LogGroup)
 			return
 		}
 		now := time.Now()
@@ -78,19 +78,19 @@ func (e *Feature) logDenied(ctx context.Context) {
 				}
 			}
 			seen[p] = now
-			e.logPacket(p)
+			f.logPacket(p)
 		}
 	}
 }
 
-func (e *Feature) logPacket(p deniedPacket) {
+func (f *Feature) logPacket(p deniedPacket) {
 	protected := p.Dst.Addr()
 	if p.Dir == Egress {
 		protected = p.Src.Addr()
 	}
-	e.mu.Lock()
-	pod, ok := e.model.LocalPod(protected)
-	e.mu.Unlock()
+	f.mu.Lock()
+	pod, ok := f.model.LocalPod(protected)
+	f.mu.Unlock()
 	name := "(no pod of this node)"
 	if ok {
 		name = pod.String()
@@ -102,7 +102,7 @@ func (e *Feature) logPacket(p deniedPacket) {
 	} else {
 		kv = append(kv, "tier", "NetworkPolicy")
 	}
-	e.log.Info("denied connection", kv...)
+	f.log.Info("denied connection", kv...)
 }
 
 // listenNFLOG binds a netfilter socket to an NFLOG group, copying

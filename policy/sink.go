@@ -92,29 +92,29 @@ func recordKey(obj any) types.NamespacedName {
 
 // records are stand-ins for the records of kind the model holds, enough
 // to remove them (remove reads only their keys). Called with mu held.
-func (e *Feature) records(kind informer.Kind) []any {
+func (f *Feature) records(kind informer.Kind) []any {
 	var out []any
 	switch kind {
 	case clusterPolicies, informer.Nodes:
-		return e.clusterRecords(kind)
+		return f.clusterRecords(kind)
 	case informer.Pods:
-		for ns, st := range e.model.ns {
+		for ns, st := range f.model.ns {
 			for name := range st.pods {
 				out = append(out, &Pod{Namespace: ns, Name: name})
 			}
 		}
 	case informer.Namespaces:
-		for name, st := range e.model.ns {
+		for name, st := range f.model.ns {
 			if st.known {
 				out = append(out, &Namespace{Name: name})
 			}
 		}
 	case informer.NetworkPolicies:
 		keys := map[types.NamespacedName]bool{}
-		for key := range e.model.policies {
+		for key := range f.model.policies {
 			keys[key] = true
 		}
-		for key := range e.invalid {
+		for key := range f.invalid {
 			keys[key] = true
 		}
 		for key := range keys {
