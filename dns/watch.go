@@ -232,7 +232,7 @@ func (w *watcher) apply(p pending) {
 		c.SetNamespace(ns, exists)
 	}
 	for _, m := range p.pods {
-		c.SetPod(m.ref, m.old, m.cur)
+		c.SetPod(m.ns, m.old, m.cur)
 	}
 	if p.synced {
 		c.MarkSynced()
