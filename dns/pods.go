@@ -36,7 +36,15 @@ type podSink struct {
 	moves   func([]podMove)
 	// listed, when set, is told once a list has been applied.
 	listed func()
+	// chunk, when set, is told as a list opens and after every listChunk
+	// pods of it, outside the sink's lock.
+	chunk   func()
+	inChunk int // pods of the open list since chunk was last told
 }
+
+// listChunk is how many listed pods the sink takes between two calls of
+// its chunk.
+const listChunk = 1000
 
 // podEntry is a pod's namespace, addresses, and the list that last named
 // the pod.
@@ -88,7 +96,6 @@ func (s *podSink) set(obj any, exists bool) error {
 		cur = p.addrs
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	k := podKey(p.ns, p.name)
 	old := s.pods[k]
 	if cur.n() == 0 {
@@ -99,7 +106,24 @@ func (s *podSink) set(obj any, exists bool) error {
 	if old.addrs != cur {
 		s.move(podMove{p.ns, old.addrs.unpack(), cur.unpack()})
 	}
+	full := false
+	if s.listing {
+		s.inChunk++
+		if full = s.inChunk == listChunk; full {
+			s.inChunk = 0
+		}
+	}
+	s.mu.Unlock()
+	if full {
+		s.tellChunk()
+	}
 	return nil
+}
+
+func (s *podSink) tellChunk() {
+	if s.chunk != nil {
+		s.chunk()
+	}
 }
 
 // move hands m on, or holds it until the open list ends.
@@ -115,9 +139,10 @@ func (s *podSink) move(m podMove) {
 // its epoch.
 func (s *podSink) BeginList() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.epoch++
-	s.listing = true
+	s.listing, s.inChunk = true, 0
+	s.mu.Unlock()
+	s.tellChunk()
 }
 
 // EndList closes the list: each pod it did not name gives its addresses

@@ -152,3 +152,36 @@ func TestPodMovesKeepEveryPodOfASharedAddress(t *testing.T) {
 		t.Error("the address is still a pod's after the last one left")
 	}
 }
+
+func TestPodSinkIsToldOfEachChunkOfAList(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		listed bool // the pods come in a list, not as watch events
+		pods   int
+		chunks int
+	}{
+		{"an empty list is one chunk, as it opens", true, 0, 1},
+		{"a list of less than a chunk", true, listChunk - 1, 1},
+		{"a list of one chunk", true, listChunk, 2},
+		{"a list of two and a half chunks", true, 5 * listChunk / 2, 3},
+		{"watch events are no list", false, 2 * listChunk, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newPodSink(func([]podMove) {})
+			chunks := 0
+			s.chunk = func() { chunks++ }
+			if tc.listed {
+				s.BeginList()
+			}
+			for i := range tc.pods {
+				s.Add(testPod(fmt.Sprintf("p-%d", i), corev1.PodRunning, fmt.Sprintf("10.0.%d.%d", i>>8, i&255)))
+			}
+			if tc.listed {
+				s.EndList("")
+			}
+			if chunks != tc.chunks {
+				t.Errorf("told of %d chunks for %d pods, want %d", chunks, tc.pods, tc.chunks)
+			}
+		})
+	}
+}
