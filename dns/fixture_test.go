@@ -144,7 +144,7 @@ func buildIndex(t testing.TB, o fixtureObjects) *Index {
 		c.SetService(svcKey{s.Namespace, s.Name}, buildService(s, sls))
 	}
 	for _, p := range o.pods {
-		c.SetPod(podRef{p.Namespace, p.Name}, nil, podAddrs(p))
+		c.SetPod(p.Namespace, nil, podAddrs(p))
 	}
 	c.MarkSynced()
 	return c.Done(1700000000)

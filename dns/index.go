@@ -68,9 +68,6 @@ type ptrOwner struct {
 	target string // relative to the zone, like "web-0.db.prod.svc"
 }
 
-// podRef is a pod holding an address.
-type podRef struct{ ns, name string }
-
 // Index is one immutable snapshot of everything the cluster zone answers
 // from. The server reads the current one through an atomic pointer; the
 // watcher derives the next one from it and swaps it in, so a query never
@@ -183,15 +180,15 @@ func (c *Change) SetNamespace(ns string, exists bool) {
 	c.changed = true
 }
 
-// SetPod moves a pod from its old addresses to its new ones (none when it
-// is gone or finished). old must be where the pod was: the index keeps of
-// each pod only its namespace, once per address it holds.
-func (c *Change) SetPod(ref podRef, old, cur []netip.Addr) {
+// SetPod moves a pod of namespace ns from its old addresses to its new
+// ones (none when it is gone or finished). old must be where the pod was:
+// the index keeps of each pod only its namespace, once per address it holds.
+func (c *Change) SetPod(ns string, old, cur []netip.Addr) {
 	for _, a := range old {
-		c.pods.remove(a, ref.ns)
+		c.pods.remove(a, ns)
 	}
 	for _, a := range cur {
-		c.pods.add(a, ref.ns)
+		c.pods.add(a, ns)
 	}
 	if len(old) > 0 || len(cur) > 0 {
 		c.changed = true

@@ -1,8 +1,8 @@
 package dns
 
 import (
+	"hash/maphash"
 	"net/netip"
-	"slices"
 	"sync"
 	"unique"
 
@@ -16,32 +16,69 @@ import (
 // need only which namespace holds an address, so rather than an informer
 // cache of every pod (tens of thousands in a large cluster) it keeps each
 // pod's addresses, the least that says what a pod gives back when it
-// changes or goes, and hands every move to the watcher.
+// changes or goes, and hands every move to the watcher. It takes a list as
+// it arrives (informer.ListSink), so a relist holds no list of every pod.
 type podSink struct {
-	mu    sync.Mutex
-	addrs map[podRef]podEntry // pods holding addresses
-	// epoch numbers the lists: Replace marks each listed pod with the
-	// new one, and then the pods still marked with an older one are gone.
-	epoch uint8
-	moves func([]podMove)
+	mu sync.Mutex
+	// pods are the pods holding addresses, by podKey. Neither key nor entry
+	// holds a pointer: the collector never scans the map, and a pod costs
+	// its 40-byte slot, not its name (130 bytes a pod with the name).
+	pods map[uint64]podEntry
+	nss  namespaceIDs
+	// epoch numbers the lists: each listed pod is marked with its list's,
+	// and at the list's end the pods still marked with an older one are gone.
+	epoch uint32
+	// listing: a list is open; its moves wait in held until it ends, so
+	// that the index is rebuilt once for the whole list, as it is once for
+	// a watch event.
+	listing bool
+	held    []podMove
+	moves   func([]podMove)
 	// listed, when set, is told once a list has been applied.
 	listed func()
+	// chunk, when set, is told as a list opens and after every listChunk
+	// pods of it, outside the sink's lock.
+	chunk   func()
+	inChunk int // pods of the open list since chunk was last told
 }
 
-// podEntry is a pod's addresses, and the list that last named the pod.
+// listChunk is how many listed pods the sink takes between two calls of
+// its chunk.
+const listChunk = 1000
+
+// podEntry is a pod's namespace, addresses, and the list that last named
+// the pod.
 type podEntry struct {
+	ns    uint32
 	addrs packedAddrs
-	epoch uint8
+	epoch uint32
 }
 
-// podMove is a pod giving back the addresses old and taking cur.
+// podMove is a pod of namespace ns giving back the addresses old and
+// taking cur.
 type podMove struct {
-	ref      podRef
+	ns       string
 	old, cur []netip.Addr
 }
 
 func newPodSink(moves func([]podMove)) *podSink {
-	return &podSink{addrs: map[podRef]podEntry{}, moves: moves}
+	return &podSink{pods: map[uint64]podEntry{}, nss: newNamespaceIDs(), moves: moves}
+}
+
+// podSeed seeds podKey. Two pods of 150,000 share a key with odds of one
+// in 10^9, different in each process; such a pair would hand on each
+// other's moves, as one pod that changed its addresses.
+var podSeed = maphash.MakeSeed()
+
+// podKey is the key a pod is kept under: a hash of its namespace and name,
+// which may hold neither '/' nor NUL.
+func podKey(ns, name string) uint64 {
+	var h maphash.Hash
+	h.SetSeed(podSeed)
+	h.WriteString(ns)
+	h.WriteByte(0)
+	h.WriteString(name)
+	return h.Sum64()
 }
 
 func (s *podSink) Add(obj any) error    { return s.set(obj, true) }
@@ -56,49 +93,71 @@ func (s *podSink) set(obj any, exists bool) error {
 	}
 	var cur packedAddrs
 	if exists {
-		cur = pack(p.addrs)
+		cur = p.addrs
 	}
 	s.mu.Lock()
-	defer s.mu.Unlock()
-	old := s.addrs[p.ref].addrs
-	if old == cur {
-		return nil
-	}
-	if cur.n == 0 {
-		delete(s.addrs, p.ref)
+	k := podKey(p.ns, p.name)
+	old := s.pods[k]
+	if cur.n() == 0 {
+		delete(s.pods, k)
 	} else {
-		s.addrs[p.ref] = podEntry{cur, s.epoch}
+		s.pods[k] = podEntry{s.nss.id(p.ns), cur, s.epoch}
 	}
-	s.moves([]podMove{{p.ref, old.unpack(), cur.unpack()}})
+	if old.addrs != cur {
+		s.move(podMove{p.ns, old.addrs.unpack(), cur.unpack()})
+	}
+	full := false
+	if s.listing {
+		s.inChunk++
+		if full = s.inChunk == listChunk; full {
+			s.inChunk = 0
+		}
+	}
+	s.mu.Unlock()
+	if full {
+		s.tellChunk()
+	}
 	return nil
 }
 
-// Replace makes list the whole set of pods: each differing pod moves, and
-// each pod missing from it gives its addresses back. It changes the map in
-// place: a relist of 150,000 pods would otherwise hold a second map of
-// them all beside the first.
-func (s *podSink) Replace(list []any, _ string) error {
+func (s *podSink) tellChunk() {
+	if s.chunk != nil {
+		s.chunk()
+	}
+}
+
+// move hands m on, or holds it until the open list ends.
+func (s *podSink) move(m podMove) {
+	if s.listing {
+		s.held = append(s.held, m)
+	} else {
+		s.moves([]podMove{m})
+	}
+}
+
+// BeginList opens a list: the pods it names from now on are marked with
+// its epoch.
+func (s *podSink) BeginList() {
+	s.mu.Lock()
+	s.epoch++
+	s.listing, s.inChunk = true, 0
+	s.mu.Unlock()
+	s.tellChunk()
+}
+
+// EndList closes the list: each pod it did not name gives its addresses
+// back, and the list's moves are handed on at once.
+func (s *podSink) EndList(string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	s.epoch++
-	var moves []podMove
-	for _, obj := range list {
-		p := toPodInfo(obj)
-		if p == nil || len(p.addrs) == 0 {
-			continue
-		}
-		cur := pack(p.addrs)
-		if old := s.addrs[p.ref].addrs; old != cur {
-			moves = append(moves, podMove{p.ref, old.unpack(), cur.unpack()})
-		}
-		s.addrs[p.ref] = podEntry{cur, s.epoch}
-	}
-	for ref, e := range s.addrs {
+	for k, e := range s.pods {
 		if e.epoch != s.epoch {
-			moves = append(moves, podMove{ref, e.addrs.unpack(), nil})
-			delete(s.addrs, ref)
+			s.held = append(s.held, podMove{s.nss.name(e.ns), e.addrs.unpack(), nil})
+			delete(s.pods, k)
 		}
 	}
+	moves := s.held
+	s.held, s.listing = nil, false
 	s.moves(moves)
 	if s.listed != nil {
 		s.listed()
@@ -106,43 +165,82 @@ func (s *podSink) Replace(list []any, _ string) error {
 	return nil
 }
 
+// Replace makes list the whole set of pods, as one list: each differing
+// pod moves, and each pod missing from it gives its addresses back.
+func (s *podSink) Replace(list []any, rv string) error {
+	s.BeginList()
+	for _, obj := range list {
+		_ = s.Add(obj)
+	}
+	return s.EndList(rv)
+}
+
+// namespaceIDs number the namespaces of the pods, for a pod to name its
+// own in four bytes.
+type namespaceIDs struct {
+	names []string
+	ids   map[string]uint32
+}
+
+func newNamespaceIDs() namespaceIDs { return namespaceIDs{ids: map[string]uint32{}} }
+
+func (n *namespaceIDs) id(ns string) uint32 {
+	id, ok := n.ids[ns]
+	if !ok {
+		id = uint32(len(n.names))
+		n.names = append(n.names, ns)
+		n.ids[ns] = id
+	}
+	return id
+}
+
+func (n *namespaceIDs) name(id uint32) string { return n.names[id] }
+
 // packedAddrs are a pod's addresses as the sink keeps them, with no
 // pointers for the garbage collector to follow and no allocation of their
-// own. A pod has at most one address per family; the API server refuses
-// more.
+// own: the API server allows a pod at most one address per family.
 type packedAddrs struct {
-	n    uint8
-	addr [2][16]byte
+	v4  [4]byte
+	v6  [16]byte
+	has uint8 // 1: v4, 2: v6
 }
 
 func pack(addrs []netip.Addr) packedAddrs {
 	var p packedAddrs
-	for _, a := range addrs[:min(len(addrs), len(p.addr))] {
-		p.addr[p.n] = a.As16()
-		p.n++
+	for _, a := range addrs {
+		switch {
+		case a.Is4() && p.has&1 == 0:
+			p.v4, p.has = a.As4(), p.has|1
+		case a.Is6() && p.has&2 == 0:
+			p.v6, p.has = a.As16(), p.has|2
+		}
 	}
 	return p
 }
 
+func (p packedAddrs) n() int { return int(p.has&1 + p.has>>1&1) }
+
 func (p packedAddrs) unpack() []netip.Addr {
 	var out []netip.Addr
-	for _, a := range p.addr[:p.n] {
-		out = append(out, netip.AddrFrom16(a).Unmap())
+	if p.has&1 != 0 {
+		out = append(out, netip.AddrFrom4(p.v4))
+	}
+	if p.has&2 != 0 {
+		out = append(out, netip.AddrFrom16(p.v6))
 	}
 	return out
 }
 
-// podInfo is the pods' view's record of a pod (what its list, and a
-// watch-list's temporary store, hold): its name and addresses. A store
-// reaches its name through GetObjectMeta, which builds the metadata only
-// when asked.
+// podInfo is the pods' view's record of a pod, made for each event and
+// list item and then dropped: its name and addresses. A store reaches its
+// name through GetObjectMeta, which builds the metadata only when asked.
 type podInfo struct {
-	ref   podRef
-	addrs []netip.Addr // none once the pod has finished
+	ns, name string
+	addrs    packedAddrs // none once the pod has finished
 }
 
 func (p *podInfo) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Name: p.ref.name, Namespace: p.ref.ns}
+	return &metav1.ObjectMeta{Name: p.name, Namespace: p.ns}
 }
 
 // GetObjectKind and DeepCopyObject make a podInfo a runtime.Object, which
@@ -151,7 +249,6 @@ func (p *podInfo) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectK
 
 func (p *podInfo) DeepCopyObject() runtime.Object {
 	c := *p
-	c.addrs = slices.Clone(p.addrs)
 	return &c
 }
 
@@ -163,7 +260,7 @@ func toPodInfo(obj any) *podInfo {
 	case *podInfo:
 		return o
 	case *corev1.Pod:
-		return &podInfo{ref: podRef{unique.Make(o.Namespace).Value(), o.Name}, addrs: podAddrs(o)}
+		return &podInfo{ns: unique.Make(o.Namespace).Value(), name: o.Name, addrs: pack(podAddrs(o))}
 	}
 	return nil
 }

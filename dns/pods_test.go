@@ -12,17 +12,18 @@ import (
 	"k8s.io/client-go/tools/cache"
 )
 
+// testPod is a pod in a namespace of its own name, which its moves carry.
 func testPod(name string, phase corev1.PodPhase, ips ...string) *corev1.Pod {
-	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: "ns", Name: name}, Status: corev1.PodStatus{Phase: phase}}
+	p := &corev1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: name, Name: name}, Status: corev1.PodStatus{Phase: phase}}
 	for _, ip := range ips {
 		p.Status.PodIPs = append(p.Status.PodIPs, corev1.PodIP{IP: ip})
 	}
 	return p
 }
 
-// moveText is a move as "name: old -> cur".
+// moveText is a move as "namespace: old -> cur".
 func moveText(m podMove) string {
-	return fmt.Sprintf("%s: %v -> %v", m.ref.name, m.old, m.cur)
+	return fmt.Sprintf("%s: %v -> %v", m.ns, m.old, m.cur)
 }
 
 func TestPodSinkHandsOnWhatEachPodGaveBackAndTook(t *testing.T) {
@@ -45,12 +46,45 @@ func TestPodSinkHandsOnWhatEachPodGaveBackAndTook(t *testing.T) {
 			[]string{"a: [] -> [10.0.0.1]", "a: [10.0.0.1] -> []"}},
 		{"a pod whose deletion was missed gives its address back", func(s *podSink) {
 			s.Add(a)
-			s.Delete(cache.DeletedFinalStateUnknown{Key: "ns/a", Obj: a})
+			s.Delete(cache.DeletedFinalStateUnknown{Key: "a/a", Obj: a})
 		}, []string{"a: [] -> [10.0.0.1]", "a: [10.0.0.1] -> []"}},
 		{"a relist moves only the pods that differ", func(s *podSink) {
 			s.Add(a)
 			s.Replace([]any{a, b}, "")
 		}, []string{"a: [] -> [10.0.0.1]", "b: [] -> [10.0.0.2 fd00::2]"}},
+		{"a streamed list hands on its moves together when it ends", func(s *podSink) {
+			s.BeginList()
+			s.Add(a)
+			s.Add(b)
+			s.EndList("")
+		}, []string{"a: [] -> [10.0.0.1] + b: [] -> [10.0.0.2 fd00::2]"}},
+		{"a streamed list gives back the addresses of pods it did not name", func(s *podSink) {
+			s.Add(a)
+			s.Add(b)
+			s.BeginList()
+			s.Add(b)
+			s.EndList("")
+		}, []string{"a: [] -> [10.0.0.1]", "b: [] -> [10.0.0.2 fd00::2]", "a: [10.0.0.1] -> []"}},
+		{"a pod deleted while it is listed gives its addresses back with the list", func(s *podSink) {
+			s.BeginList()
+			s.Add(a)
+			s.Delete(a)
+			s.EndList("")
+		}, []string{"a: [] -> [10.0.0.1] + a: [10.0.0.1] -> []"}},
+		{"a list cut short hands its moves on with the next, which alone says what is gone", func(s *podSink) {
+			s.Add(a)
+			s.BeginList()
+			s.Add(b)
+			s.BeginList()
+			s.Add(b)
+			s.EndList("")
+		}, []string{"a: [] -> [10.0.0.1]", "b: [] -> [10.0.0.2 fd00::2] + a: [10.0.0.1] -> []"}},
+		{"a change after a list ends is handed on at once", func(s *podSink) {
+			s.BeginList()
+			s.Add(a)
+			s.EndList("")
+			s.Update(testPod("a", corev1.PodRunning, "10.0.0.9"))
+		}, []string{"a: [] -> [10.0.0.1]", "a: [10.0.0.1] -> [10.0.0.9]"}},
 		{"a relist gives back the addresses of pods no longer listed", func(s *podSink) {
 			s.Add(a)
 			s.Replace(nil, "")
@@ -64,18 +98,22 @@ func TestPodSinkHandsOnWhatEachPodGaveBackAndTook(t *testing.T) {
 			s.Replace([]any{a, b}, "")
 			s.Replace([]any{b}, "")
 			s.Replace([]any{a}, "")
-		}, []string{"a: [] -> [10.0.0.1]", "b: [] -> [10.0.0.2 fd00::2]", "a: [10.0.0.1] -> []",
-			"a: [] -> [10.0.0.1]", "b: [10.0.0.2 fd00::2] -> []"}},
+		}, []string{"a: [] -> [10.0.0.1] + b: [] -> [10.0.0.2 fd00::2]", "a: [10.0.0.1] -> []",
+			"a: [] -> [10.0.0.1] + b: [10.0.0.2 fd00::2] -> []"}},
 		{"a watch-list relists what the transformer kept", func(s *podSink) {
 			kept := podRecord(b)
 			s.Replace([]any{kept}, "")
 		}, []string{"b: [] -> [10.0.0.2 fd00::2]"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var got []string
+			var got []string // one line a hand-over, its moves joined by " + "
 			s := newPodSink(func(ms []podMove) {
+				var batch []string
 				for _, m := range ms {
-					got = append(got, moveText(m))
+					batch = append(batch, moveText(m))
+				}
+				if len(batch) > 0 {
+					got = append(got, strings.Join(batch, " + "))
 				}
 			})
 			tc.calls(s)
@@ -93,11 +131,11 @@ func TestPodMovesKeepEveryPodOfASharedAddress(t *testing.T) {
 	ip := netip.MustParseAddr("192.0.2.1")
 	on := []netip.Addr{ip}
 	c := NewIndex().Edit()
-	c.SetPod(podRef{"kube-system", "proxy"}, nil, on)
-	c.SetPod(podRef{"monitoring", "exporter"}, nil, on)
-	c.SetPod(podRef{"monitoring", "agent"}, nil, on)
-	c.SetPod(podRef{"kube-system", "proxy"}, on, nil)
-	c.SetPod(podRef{"monitoring", "exporter"}, on, nil)
+	c.SetPod("kube-system", nil, on)
+	c.SetPod("monitoring", nil, on)
+	c.SetPod("monitoring", nil, on)
+	c.SetPod("kube-system", on, nil)
+	c.SetPod("monitoring", on, nil)
 	ix := c.Done(1)
 	if ns, ok := ix.podNamespace(ip); !ok || ns != "monitoring" {
 		t.Errorf("namespace of the shared address: %q, %v; want monitoring", ns, ok)
@@ -109,8 +147,41 @@ func TestPodMovesKeepEveryPodOfASharedAddress(t *testing.T) {
 		t.Error("the pod that left still holds the address")
 	}
 	c = ix.Edit()
-	c.SetPod(podRef{"monitoring", "agent"}, on, nil)
+	c.SetPod("monitoring", on, nil)
 	if _, ok := c.Done(2).podNamespace(ip); ok {
 		t.Error("the address is still a pod's after the last one left")
+	}
+}
+
+func TestPodSinkIsToldOfEachChunkOfAList(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		listed bool // the pods come in a list, not as watch events
+		pods   int
+		chunks int
+	}{
+		{"an empty list is one chunk, as it opens", true, 0, 1},
+		{"a list of less than a chunk", true, listChunk - 1, 1},
+		{"a list of one chunk", true, listChunk, 2},
+		{"a list of two and a half chunks", true, 5 * listChunk / 2, 3},
+		{"watch events are no list", false, 2 * listChunk, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newPodSink(func([]podMove) {})
+			chunks := 0
+			s.chunk = func() { chunks++ }
+			if tc.listed {
+				s.BeginList()
+			}
+			for i := range tc.pods {
+				s.Add(testPod(fmt.Sprintf("p-%d", i), corev1.PodRunning, fmt.Sprintf("10.0.%d.%d", i>>8, i&255)))
+			}
+			if tc.listed {
+				s.EndList("")
+			}
+			if chunks != tc.chunks {
+				t.Errorf("told of %d chunks for %d pods, want %d", chunks, tc.pods, tc.chunks)
+			}
+		})
 	}
 }

@@ -5,7 +5,9 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"io"
 	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,6 +32,9 @@ import (
 
 var relistFull = flag.Bool("relist-full", false,
 	"BenchmarkRelistMemory at Kubernetes' published limits: 150,000 pods, 10,000 Services in 10,000 namespaces")
+
+var relistProfile = flag.String("relist-profile", "",
+	"BenchmarkRelistMemory writes netplane's heap profiles into this directory: steady.pb.gz before the API server restart, relisted.pb.gz after the relist")
 
 // relistSize is the cluster BenchmarkRelistMemory builds.
 type relistSize struct{ pods, services int }
@@ -75,7 +80,11 @@ func BenchmarkRelistMemory(b *testing.B) {
 	if err := os.WriteFile(resolv, nil, 0o644); err != nil {
 		b.Fatal(err)
 	}
-	servers := []*benchServer{startNetplane(b, "netplane", oneCPU, netplane, api, up.Addr, resolv, dir, nil)}
+	var pprof []string
+	if *relistProfile != "" {
+		pprof = []string{fmt.Sprintf("--pprof-bind-address=127.0.0.1:%d", freePort(b))}
+	}
+	servers := []*benchServer{startNetplane(b, "netplane", oneCPU, netplane, api, up.Addr, resolv, dir, nil, pprof...)}
 	if coredns != "" {
 		servers = append(servers, startCoreDNS(b, "coredns", oneCPU, coredns, api, up.Addr, dir, false))
 	}
@@ -101,6 +110,7 @@ func BenchmarkRelistMemory(b *testing.B) {
 		b.Logf("%s: steady %.1f MB (anonymous %.1f, file %.1f)", s.name, steady[i], anon, file)
 		resetPeak(b, s.proc)
 	}
+	heapProfile(b, pprof, "steady.pb.gz")
 
 	peaks := make([]*residentPeak, len(servers))
 	for i, s := range servers {
@@ -108,6 +118,7 @@ func BenchmarkRelistMemory(b *testing.B) {
 	}
 	restartAndRelist(b, api, servers)
 	time.Sleep(10 * time.Second) // the relist's garbage is collected in this window
+	heapProfile(b, pprof, "relisted.pb.gz")
 	for i, s := range servers {
 		rss, anon, file := residentMB(b, s.proc)
 		peak := statusMB(b, s.proc, "VmHWM:")
@@ -155,6 +166,30 @@ func restartAndRelist(b *testing.B, api *framework.APIServer, servers []*benchSe
 	}
 	waitAutopath(b, servers[0], 15*time.Minute)
 	b.Logf("netplane answered the pod made after the restart %v after it", time.Since(restarted).Round(time.Second))
+}
+
+// heapProfile writes netplane's heap profile into -relist-profile's
+// directory when its pprof flag is among args. Its allocations between two
+// profiles (go tool pprof -sample_index=alloc_space -diff_base) are what a
+// relist allocates.
+func heapProfile(b *testing.B, args []string, file string) {
+	if len(args) == 0 {
+		return
+	}
+	addr := strings.TrimPrefix(args[0], "--pprof-bind-address=")
+	resp, err := http.Get("http://" + addr + "/debug/pprof/heap")
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer resp.Body.Close()
+	out, err := os.Create(filepath.Join(*relistProfile, file))
+	if err != nil {
+		b.Fatal(err)
+	}
+	defer out.Close()
+	if _, err := io.Copy(out, resp.Body); err != nil {
+		b.Fatal(err)
+	}
 }
 
 // afterRestartPodIP is the address of the pod made after the restart, on

@@ -48,14 +48,20 @@ func (f *Factory) RunCustom(ctx context.Context, c Custom) cache.DoneChecker {
 		res: &resource{kind: c.Kind, def: def, started: true}, alone: true}
 	h.res.views = []*Handle{h}
 	m := f.gate.Member(ctx, string(c.Kind))
-	return runSink(ctx, h, listWatch(c.Client, m, c.List, c.Watch, nil, c.Fields, h.record), m)
+	return runSink(ctx, h, m, func(stream *sinkStore) cache.ListerWatcher {
+		return listWatch(c.Client, m, c.List, c.Watch, nil, c.Fields, h.record, stream)
+	})
 }
 
 // runSink runs the reflector of a lone sink view h until ctx ends, then
 // leaves the gate, and returns what says it handed the sink its first list.
-func runSink(ctx context.Context, h *Handle, lw cache.ListerWatcher, m *outage.Member) cache.DoneChecker {
+func runSink(ctx context.Context, h *Handle, m *outage.Member, lw func(stream *sinkStore) cache.ListerWatcher) cache.DoneChecker {
 	s := newSinkStore(h)
-	rf := cache.NewReflectorWithOptions(lw, h.res.def.example, s, cache.ReflectorOptions{Name: h.view.Name + " " + string(h.view.Kind)})
+	var stream *sinkStore // a ListSink's store takes each list as it arrives
+	if s.stream != nil {
+		stream = s
+	}
+	rf := cache.NewReflectorWithOptions(lw(stream), h.res.def.example, s, cache.ReflectorOptions{Name: h.view.Name + " " + string(h.view.Kind)})
 	go func() {
 		runReflector(ctx, rf, m)
 		m.Leave() // an outage under way no longer waits for it

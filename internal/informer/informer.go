@@ -11,7 +11,9 @@
 // (shared.go); each view still sees only its own records, through
 // View.Indexer and View.AddEventHandler, and the selectors are applied here.
 // Lists are paged and slimmed page by page (list.go), so a first list never
-// holds every object of a large cluster decoded at once. Every informer
+// holds every object of a large cluster decoded at once; a lone view whose
+// sink takes lists as they arrive (ListSink) never holds even every record
+// at once. Every informer
 // goes through the factory's outage gate, so after an API server outage
 // all of them are back within seconds (resume.go).
 package informer
@@ -154,11 +156,13 @@ func (f *Factory) start(ctx context.Context, r *resource) {
 		h := r.views[0]
 		h.alone = true
 		v := h.view
-		lw := listWatch(f.client, m, list, watchFn, v.Labels, v.Fields, h.record)
 		if v.Sink != nil {
-			h.setSynced(runSink(ctx, h, lw, m))
+			h.setSynced(runSink(ctx, h, m, func(stream *sinkStore) cache.ListerWatcher {
+				return listWatch(f.client, m, list, watchFn, v.Labels, v.Fields, h.record, stream)
+			}))
 			return
 		}
+		lw := listWatch(f.client, m, list, watchFn, v.Labels, v.Fields, h.record, nil)
 		inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: h.indexers()})
 		_ = inf.SetTransform(transformFunc(k.example, h.record)) // cannot fail before Run
 		_ = inf.SetWatchErrorHandlerWithContext(resume(m))
@@ -168,7 +172,7 @@ func (f *Factory) start(ctx context.Context, r *resource) {
 		return
 	}
 	r.shared = true
-	lw := listWatch(f.client, m, list, watchFn, nil, nil, r.entryOf)
+	lw := listWatch(f.client, m, list, watchFn, nil, nil, r.entryOf, nil)
 	inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: r.indexers()})
 	_ = inf.SetTransform(transformFunc(k.example, r.entryOf))
 	_ = inf.SetWatchErrorHandlerWithContext(resume(m))

@@ -26,12 +26,16 @@ const listPageSize = 500
 // is hundreds of megabytes at once, however little of it the store keeps.
 // Watch events still carry whole objects, one at a time.
 //
+// A ListSink view's store (stream, nil for any other) takes each list's
+// records as they arrive, a page or an initial event at a time, and the
+// reflector is handed none.
+//
 // Every request goes through m, the informer's place at the process's
 // outage gate (resume.go).
 //
 // c is the client list and watchFn call through, which says whether the
 // API server may stream the first list as a watch.
-func listWatch(c any, m *outage.Member, list listFunc, watchFn watchFunc, ls labels.Selector, fs fields.Selector, keep func(runtime.Object) any) cache.ListerWatcher {
+func listWatch(c any, m *outage.Member, list listFunc, watchFn watchFunc, ls labels.Selector, fs fields.Selector, keep func(runtime.Object) any, stream *sinkStore) cache.ListerWatcher {
 	narrow := func(o *metav1.ListOptions) {
 		if ls != nil && !ls.Empty() {
 			o.LabelSelector = ls.String()
@@ -45,7 +49,11 @@ func listWatch(c any, m *outage.Member, list listFunc, watchFn watchFunc, ls lab
 			narrow(&o)
 			var l *slimList
 			err := m.Do(ctx, func() (err error) {
-				l, err = pagedList(ctx, o, list, keep)
+				if stream != nil {
+					l, err = streamedList(ctx, o, list, stream)
+				} else {
+					l, err = pagedList(ctx, o, list, keep)
+				}
 				return err
 			})
 			if err != nil {
@@ -63,7 +71,11 @@ func listWatch(c any, m *outage.Member, list listFunc, watchFn watchFunc, ls lab
 			if err != nil {
 				return nil, err
 			}
-			return watchThrough(m, w), nil
+			w = watchThrough(m, w)
+			if stream != nil && o.SendInitialEvents != nil && *o.SendInitialEvents {
+				w = stream.initialEvents(w)
+			}
+			return w, nil
 		},
 	}, c)
 }
@@ -92,37 +104,63 @@ func (l *slimList) DeepCopyObject() runtime.Object {
 }
 
 // pagedList lists page by page, keeping of each object what keep returns.
-// A list at any version ("0") is answered by the API server from its cache
-// in one piece whatever the limit, so it becomes a paged list of the
-// current state, which is at least as fresh.
 func pagedList(ctx context.Context, o metav1.ListOptions, list listFunc, keep func(runtime.Object) any) (*slimList, error) {
+	out := &slimList{}
+	rv, err := pages(ctx, o, list, keep, func(rec any) {
+		switch k := rec.(type) {
+		case runtime.Object: // a record the transform or the sink passes as it is
+			out.Items = append(out.Items, k)
+		default:
+			out.Items = append(out.Items, &listed{k})
+		}
+	})
+	if err != nil {
+		return nil, err
+	}
+	out.ResourceVersion = rv
+	return out, nil
+}
+
+// streamedList lists page by page into a ListSink's store, each page
+// applied before the next is asked for, and hands the reflector a list of
+// nothing but the version: its Replace then closes the sink's list.
+func streamedList(ctx context.Context, o metav1.ListOptions, list listFunc, s *sinkStore) (*slimList, error) {
+	n := s.begin()
+	rv, err := pages(ctx, o, list, s.h.record, func(rec any) { s.listed(n, rec, s.stream.Add) })
+	if err != nil {
+		return nil, err
+	}
+	return &slimList{ListMeta: metav1.ListMeta{ResourceVersion: rv}}, nil
+}
+
+// pages lists page by page, handing take what keep returns of each object
+// (nothing when nil), and returns the list's version. A list at any
+// version ("0") is answered by the API server from its cache in one piece
+// whatever the limit, so it becomes a paged list of the current state,
+// which is at least as fresh. Every page is of one snapshot: an object
+// created or deleted meanwhile is a watch event after the list.
+func pages(ctx context.Context, o metav1.ListOptions, list listFunc, keep func(runtime.Object) any, take func(rec any)) (string, error) {
 	if o.ResourceVersion == "0" {
 		o.ResourceVersion, o.ResourceVersionMatch = "", ""
 	}
 	o.Limit = listPageSize
-	out := &slimList{}
 	for {
 		page, err := list(ctx, o)
 		if err != nil {
-			return nil, err
+			return "", err
 		}
 		err = meta.EachListItem(page, func(obj runtime.Object) error {
-			switch k := keep(obj).(type) {
-			case nil:
-			case runtime.Object: // a record the transform or the sink passes as it is
-				out.Items = append(out.Items, k)
-			default:
-				out.Items = append(out.Items, &listed{k})
+			if rec := keep(obj); rec != nil {
+				take(rec)
 			}
 			return nil
 		})
 		lm, merr := meta.ListAccessor(page)
 		if err != nil || merr != nil {
-			return nil, errors.Join(err, merr)
+			return "", errors.Join(err, merr)
 		}
-		out.ResourceVersion = lm.GetResourceVersion()
 		if lm.GetContinue() == "" {
-			return out, nil
+			return lm.GetResourceVersion(), nil
 		}
 		o.Continue, o.ResourceVersion, o.ResourceVersionMatch = lm.GetContinue(), "", ""
 	}
