@@ -75,6 +75,10 @@ func (l *Loop) Run(ctx context.Context, synced ...cache.DoneChecker) {
 	l.runner.Run(ctx)
 }
 
+// LastSuccess is when a sync last ended without failing (a wait
+// included); zero before the first.
+func (l *Loop) LastSuccess() time.Time { return l.runner.LastSuccess() }
+
 // Healthy fails, as kube-proxy's health check does, when a change has
 // waited longer than twice --sync-period (a minute without one) to be
 // synced.

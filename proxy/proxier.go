@@ -3,7 +3,6 @@ package proxy
 import (
 	"context"
 	"errors"
-	"sync"
 	"time"
 
 	"github.com/go-logr/logr"
@@ -33,9 +32,6 @@ type proxier struct {
 	changes changes
 	udp     udpCleaner
 	startup startup
-
-	mu       sync.Mutex
-	syncedAt time.Time // when a sync last succeeded
 }
 
 // newProxier reads Services, EndpointSlices and Nodes from the proxy's
@@ -73,19 +69,12 @@ func (p *proxier) nodeHandler() cache.ResourceEventHandler {
 // nodeHealth is the node health server of this proxier.
 func (p *proxier) nodeHealth() nodeHealthServer {
 	healthy := func() bool { return p.healthz() == nil }
-	return nodeHealthServer{log: p.log, node: p.node.self, healthy: healthy, lastSynced: p.lastSynced}
+	return nodeHealthServer{log: p.log, node: p.node.self, healthy: healthy, lastSynced: p.loop.LastSuccess}
 }
 
 // healthz fails, as kube-proxy's does, when a change has waited for
 // programming longer than twice the sync period.
 func (p *proxier) healthz() error { return p.loop.Healthy() }
-
-// lastSynced is when a sync last succeeded; zero before the first.
-func (p *proxier) lastSynced() time.Time {
-	p.mu.Lock()
-	defer p.mu.Unlock()
-	return p.syncedAt
-}
 
 func (p *proxier) close() {
 	for _, s := range p.syncers {
@@ -164,9 +153,6 @@ func (p *proxier) afterSync(d *Desired, full bool, start, built time.Time, trigg
 	p.log.V(2).Info("synced", "type", kind, "took", now.Sub(start), "building", built.Sub(start), "programming", now.Sub(built))
 	p.metrics.observeProgramming(now, triggers)
 	p.metrics.observeNoLocal(d.NoLocalInternal, d.NoLocalExternal)
-	p.mu.Lock()
-	p.syncedAt = now
-	p.mu.Unlock()
 	p.health.Sync(d.Health)
 	n, err := p.udp.synced(d.UDP)
 	if err != nil {
