@@ -4,12 +4,13 @@ import (
 	"hash/maphash"
 	"net/netip"
 	"sync"
-	"unique"
 
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/runtime/schema"
+
+	"github.com/netplane/netplane/internal/intern"
 )
 
 // podSink is the pods' view (a Sink): autopath and verified pod records
@@ -260,7 +261,7 @@ func toPodInfo(obj any) *podInfo {
 	case *podInfo:
 		return o
 	case *corev1.Pod:
-		return &podInfo{ns: unique.Make(o.Namespace).Value(), name: o.Name, addrs: pack(podAddrs(o))}
+		return &podInfo{ns: intern.String(o.Namespace), name: o.Name, addrs: pack(podAddrs(o))}
 	}
 	return nil
 }

@@ -16,12 +16,13 @@ package policy
 import (
 	"net/netip"
 	"strings"
-	"unique"
 
 	"golang.org/x/sys/unix"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netplane/netplane/internal/intern"
 )
 
 // Pod is what policy needs of a pod. Records are never changed once made:
@@ -78,9 +79,9 @@ func (p *Pod) active() bool {
 func PodFromAPI(p *v1.Pod) *Pod {
 	r := &Pod{
 		// One copy of each namespace's and node's name for all their pods.
-		Namespace:   unique.Make(p.Namespace).Value(),
+		Namespace:   intern.String(p.Namespace),
 		Name:        p.Name,
-		Node:        unique.Make(p.Spec.NodeName).Value(),
+		Node:        intern.String(p.Spec.NodeName),
 		HostNetwork: p.Spec.HostNetwork,
 		Terminal:    p.Status.Phase == v1.PodSucceeded || p.Status.Phase == v1.PodFailed,
 	}

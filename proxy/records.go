@@ -9,6 +9,8 @@ import (
 	discovery "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netplane/netplane/internal/intern"
 )
 
 // The proxy's views keep records, not API objects: a Service becomes
@@ -30,7 +32,7 @@ func (m *recordMeta) GetObjectMeta() metav1.Object {
 }
 
 func metaOf(o *metav1.ObjectMeta) recordMeta {
-	return recordMeta{namespace: intern(o.Namespace), name: o.Name, resourceVersion: o.ResourceVersion}
+	return recordMeta{namespace: intern.String(o.Namespace), name: o.Name, resourceVersion: o.ResourceVersion}
 }
 
 // serviceRecord is a Service as the proxy keeps it. Records are never
@@ -131,15 +133,15 @@ func sliceRecordOf(s *discovery.EndpointSlice) *sliceRecord {
 		re.serving = e.Conditions.Serving == nil || *e.Conditions.Serving
 		re.terminating = e.Conditions.Terminating != nil && *e.Conditions.Terminating
 		if e.NodeName != nil {
-			re.node = intern(*e.NodeName)
+			re.node = intern.String(*e.NodeName)
 		}
 		if h := e.Hints; h != nil && (len(h.ForZones) > 0 || len(h.ForNodes) > 0) {
 			re.hints = &endpointHints{}
 			for _, z := range h.ForZones {
-				re.hints.zones = append(re.hints.zones, intern(z.Name))
+				re.hints.zones = append(re.hints.zones, intern.String(z.Name))
 			}
 			for _, n := range h.ForNodes {
-				re.hints.nodes = append(re.hints.nodes, intern(n.Name))
+				re.hints.nodes = append(re.hints.nodes, intern.String(n.Name))
 			}
 		}
 		r.endpoints = append(r.endpoints, re)

@@ -3,11 +3,12 @@ package proxy
 import (
 	"net/netip"
 	"strings"
-	"sync"
 	"time"
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netplane/netplane/internal/intern"
 )
 
 // This file reduces Services and EndpointSlices to the few facts the rules
@@ -75,7 +76,7 @@ func servicePorts(svc *v1.Service) []servicePort {
 		return nil
 	}
 	base := servicePort{
-		Service:       types.NamespacedName{Namespace: intern(svc.Namespace), Name: svc.Name},
+		Service:       types.NamespacedName{Namespace: intern.String(svc.Namespace), Name: svc.Name},
 		ClusterIPs:    parseAddrs(svc.Spec.ClusterIPs),
 		ExternalIPs:   parseAddrs(svc.Spec.ExternalIPs),
 		InternalLocal: svc.Spec.InternalTrafficPolicy != nil && *svc.Spec.InternalTrafficPolicy == v1.ServiceInternalTrafficPolicyLocal,
@@ -174,23 +175,3 @@ func protocol(p v1.Protocol) v1.Protocol {
 	}
 	return p
 }
-
-// intern returns one shared copy of s: node names, zones and namespaces
-// repeat across thousands of records. The table keeps every string it was
-// given, a few per node and namespace of the cluster; unique.Make alone
-// would not do, as its copy is dropped once no handle to it is left.
-func intern(s string) string {
-	internMu.Lock()
-	defer internMu.Unlock()
-	if v, ok := internTable[s]; ok {
-		return v
-	}
-	s = strings.Clone(s)
-	internTable[s] = s
-	return s
-}
-
-var (
-	internMu    sync.Mutex
-	internTable = map[string]string{}
-)
