@@ -124,8 +124,9 @@ func (v selElems) size() int { return len(v.s.members) }
 func (v selElems) each(yield func(Element) bool) {
 	for p := range v.s.members {
 		for _, a := range p.rec.IPs {
-			// A shared address is the element of its first holder only.
-			if nodeview.FamilyOf(a) == v.f && v.x.first(a, v.holds(a)) == p && !yield(Element{Addr: a}) {
+			// A shared address is the element of its first holder only
+			// (most have one holder: found without a closure per element).
+			if nodeview.FamilyOf(a) == v.f && (v.x.one[keyOf(a)] == p || v.x.first(a, v.holds(a)) == p) && !yield(Element{Addr: a}) {
 				return
 			}
 		}
@@ -161,7 +162,7 @@ func (v portElems) each(yield func(Element) bool) {
 			}
 			for _, a := range p.rec.IPs {
 				e := Element{Addr: a, Proto: port.Protocol, Port: port.Port}
-				if nodeview.FamilyOf(a) == v.f && v.x.first(a, v.holds(e)) == p && !yield(e) {
+				if nodeview.FamilyOf(a) == v.f && (v.x.one[keyOf(a)] == p || v.x.first(a, v.holds(e)) == p) && !yield(e) {
 					return
 				}
 			}
