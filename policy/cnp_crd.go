@@ -124,7 +124,7 @@ func (w *crdWatch) set(on bool) cache.DoneChecker {
 	switch {
 	case on && w.stop == nil:
 		w.run, w.stop = context.WithCancel(w.ctx)
-		w.sink = &sink{e: w.e, kind: clusterPolicies, closed: new(bool)}
+		w.sink = &sink{e: w.e, kind: clusterPolicies}
 		w.e.log.Info("the ClusterNetworkPolicy CRD is served: enforcing ClusterNetworkPolicy", "resource", ClusterPolicyResource.String())
 		return w.e.runPolicies(w.run, w.policies, w.sink)
 	case !on && w.stop != nil:
@@ -132,7 +132,7 @@ func (w *crdWatch) set(on bool) cache.DoneChecker {
 		w.stop = nil
 		e := w.e
 		e.mu.Lock()
-		*w.sink.closed = true // a write the reflector was handing on is dropped
+		w.sink.closed = true // a write the reflector was handing on is dropped
 		for _, r := range e.records(clusterPolicies) {
 			e.remove(r)
 		}

@@ -13,9 +13,9 @@ import (
 type sink struct {
 	e    *Feature
 	kind informer.Kind
-	// closed, when set and true, drops every write: the sink of a
-	// reflector stopped (cnp_crd.go). Read and written with e.mu held.
-	closed *bool
+	// closed drops every write: the sink of a reflector stopped
+	// (cnp_crd.go). Read and written with e.mu held.
+	closed bool
 }
 
 var _ cache.Store = (*sink)(nil)
@@ -56,7 +56,7 @@ func (s *sink) Replace(list []any, _ string) error {
 
 func (s *sink) do(fn func()) error {
 	s.e.mu.Lock()
-	if s.closed == nil || !*s.closed {
+	if !s.closed {
 		fn()
 	}
 	s.e.mu.Unlock()
