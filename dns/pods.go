@@ -18,7 +18,8 @@ import (
 // cache of every pod (tens of thousands in a large cluster) it keeps each
 // pod's addresses, the least that says what a pod gives back when it
 // changes or goes, and hands every move to the watcher. It takes a list as
-// it arrives (informer.ListSink), so a relist holds no list of every pod.
+// it arrives (informer.ListSink), so a relist holds no list of every pod;
+// only the moves of the pods whose addresses changed wait for its end.
 type podSink struct {
 	mu sync.Mutex
 	// pods are the pods holding addresses, by podKey. Neither key nor entry

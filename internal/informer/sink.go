@@ -14,9 +14,9 @@ import (
 // ListSink is a Sink that takes a list as it arrives rather than whole: a
 // lone view of it never holds every listed record at once beside the
 // sink's own state, as a reflector's Replace does (150,000 pods: 23 MB at
-// every relist). BeginList opens a list; its records come through Add (a
-// change the stream carries before the list ends through Update or
-// Delete); EndList closes it, and what the sink holds that the list did
+// every relist). BeginList opens a list; its records come through Add,
+// a change the stream carries before the list ends too (Delete for a
+// deletion: Add must take a record it already holds); EndList closes it, and what the sink holds that the list did
 // not name since BeginList is gone. A list cut short is never closed: the
 // next one opens with BeginList again.
 type ListSink interface {
