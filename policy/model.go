@@ -5,6 +5,7 @@ import (
 	"encoding/hex"
 	"maps"
 	"net/netip"
+	"slices"
 
 	"k8s.io/apimachinery/pkg/labels"
 	"k8s.io/apimachinery/pkg/types"
@@ -244,9 +245,15 @@ func (m *Model) pod(key types.NamespacedName) *podState {
 
 func (m *Model) setPod(p *podState, rec *Pod) {
 	old := p.rec
-	m.addrs.remove(old, p)
+	// Most updates change labels or status, not what the index keeps.
+	reindex := old == nil || old.active() != rec.active() || !slices.Equal(old.IPs, rec.IPs)
+	if reindex {
+		m.addrs.remove(old, p)
+	}
 	p.rec = rec
-	m.addrs.add(rec, p)
+	if reindex {
+		m.addrs.add(rec, p)
+	}
 	m.rematch(p, old)
 	wasLocal := p.enf != nil
 	local := rec.Node == m.cfg.Node && rec.active()
