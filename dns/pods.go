@@ -239,10 +239,19 @@ func (p packedAddrs) unpack() []netip.Addr {
 type podInfo struct {
 	ns, name string
 	addrs    packedAddrs // none once the pod has finished
+	// rv and initialEventsEnd are set by the wire reader (podwire.go),
+	// whose podInfo is also the watch's object: its version, and whether
+	// it is the bookmark that ends a watch-list's initial events.
+	rv               string
+	initialEventsEnd bool
 }
 
 func (p *podInfo) GetObjectMeta() metav1.Object {
-	return &metav1.ObjectMeta{Name: p.name, Namespace: p.ns}
+	m := &metav1.ObjectMeta{Name: p.name, Namespace: p.ns, ResourceVersion: p.rv}
+	if p.initialEventsEnd {
+		m.Annotations = map[string]string{metav1.InitialEventsAnnotationKey: "true"}
+	}
+	return m
 }
 
 // GetObjectKind and DeepCopyObject make a podInfo a runtime.Object, which
@@ -270,19 +279,28 @@ func toPodInfo(obj any) *podInfo {
 // podRecord is the pods' view's Record.
 func podRecord(obj runtime.Object) any { return toPodInfo(obj) }
 
-// podAddrs are the addresses of a pod that holds them: a finished pod has
-// given its addresses back, and they may already be another pod's.
+// podAddrs are the addresses of a pod that holds them.
 func podAddrs(pod *corev1.Pod) []netip.Addr {
-	if pod.Status.Phase == corev1.PodSucceeded || pod.Status.Phase == corev1.PodFailed {
+	ips := make([]string, len(pod.Status.PodIPs))
+	for i, ip := range pod.Status.PodIPs {
+		ips[i] = ip.IP
+	}
+	return statusAddrs(pod.Status.Phase, pod.Status.PodIP, ips)
+}
+
+// statusAddrs are the addresses a pod's status gives it (podIPs, or podIP
+// alone), none once it has finished: a finished pod has given its
+// addresses back, and they may already be another pod's.
+func statusAddrs(phase corev1.PodPhase, podIP string, podIPs []string) []netip.Addr {
+	if phase == corev1.PodSucceeded || phase == corev1.PodFailed {
 		return nil
 	}
-	ips := pod.Status.PodIPs
-	if len(ips) == 0 && pod.Status.PodIP != "" {
-		ips = []corev1.PodIP{{IP: pod.Status.PodIP}}
+	if len(podIPs) == 0 && podIP != "" {
+		podIPs = []string{podIP}
 	}
 	var out []netip.Addr
-	for _, ip := range ips {
-		if a, err := netip.ParseAddr(ip.IP); err == nil {
+	for _, ip := range podIPs {
+		if a, err := netip.ParseAddr(ip); err == nil {
 			out = append(out, a.Unmap())
 		}
 	}

@@ -167,7 +167,13 @@ func New(f *informer.Factory, client kubernetes.Interface, c v1alpha1.DNS, reg p
 	s.reconfig.setFile(forwardingOf(c))
 	s.Handler = NewHandler(z, fwd, m, c.Autopath, search)
 	log.Info("DNS server", "zone", z.Origin, "autopath", c.Autopath, "podRecords", c.PodRecords, "serveStale", c.ServeStale.Duration, "kubeDNSConfigMap", c.KubeDNSConfigMap)
-	s.watch = newWatcher(f, s.Handler, m, log, c.Autopath || c.PodRecords == podsVerified)
+	var pc *podClient
+	if client != nil {
+		if pc, err = newPodClient(client); err != nil {
+			return nil, err
+		}
+	}
+	s.watch = newWatcher(f, s.Handler, m, log, c.Autopath || c.PodRecords == podsVerified, pc)
 	if cmNS, cmName, ok := strings.Cut(c.KubeDNSConfigMap, "/"); ok {
 		s.kubeDNS = &configMapWatch{ns: cmNS, name: cmName, metrics: m, log: log.WithName("kube-dns-configmap"),
 			apply: func(data map[string]string) error {

@@ -35,7 +35,9 @@ type watcher struct {
 	bound   *memoryBound
 
 	services, slices, nss *informer.Handle
-	pods                  *informer.Handle // nil without autopath or verified pod records
+	// pods starts the pods' sink and says when it has its first list;
+	// nil without autopath or verified pod records.
+	pods func(context.Context) cache.DoneChecker
 
 	mu      sync.Mutex
 	pending pending
@@ -76,9 +78,10 @@ var runningPods = fields.AndSelectors(
 	fields.OneTermNotEqualSelector("status.phase", string(corev1.PodFailed)))
 
 // newWatcher registers the index's views on f: slim Services,
-// EndpointSlices and Namespaces, and, only when withPods, the pods' sink.
-// Nothing is watched until run.
-func newWatcher(f *informer.Factory, h *Handler, m *metrics, log logr.Logger, withPods bool) *watcher {
+// EndpointSlices and Namespaces, and, only when withPods, the pods' sink,
+// read through pc's wire reader (typed Pods when pc is nil). Nothing is
+// watched until run.
+func newWatcher(f *informer.Factory, h *Handler, m *metrics, log logr.Logger, withPods bool, pc *podClient) *watcher {
 	w := &watcher{h: h, metrics: m, log: log, factory: f, pending: newPending(), bound: newMemoryBound()}
 	// Every change is applied at once: an index swap is cheap, and a burst
 	// of events already coalesces into one while a swap runs.
@@ -100,7 +103,15 @@ func newWatcher(f *informer.Factory, h *Handler, m *metrics, log logr.Logger, wi
 		// read. Given back as the list goes, they are not all resident at
 		// once: 15,000 pods relisted peaked at 38.5 MB instead of 42.9.
 		sink.chunk = memory.DropExecutablePages
-		w.pods = f.Register(informer.View{Kind: informer.Pods, Name: "dns", Fields: runningPods, Record: podRecord, Sink: sink})
+		if pc == nil {
+			h := f.Register(informer.View{Kind: informer.Pods, Name: "dns", Fields: runningPods, Record: podRecord, Sink: sink})
+			w.pods = func(context.Context) cache.DoneChecker { return h.Synced() }
+		} else {
+			w.pods = func(ctx context.Context) cache.DoneChecker {
+				return f.RunCustom(ctx, informer.Custom{Kind: informer.Pods, Name: "dns", Example: &podInfo{},
+					List: pc.list, Watch: pc.watch, Client: pc, Fields: runningPods, Record: podRecord, Sink: sink})
+			}
+		}
 	}
 	return w
 }
@@ -135,7 +146,7 @@ func (w *watcher) run(ctx context.Context) error {
 		return err
 	}
 	if w.pods != nil {
-		regs = append(regs, w.pods.Synced())
+		regs = append(regs, w.pods(ctx))
 	}
 	go func() {
 		// Told, not polling every 100 ms as WaitForCacheSync does.

@@ -26,3 +26,16 @@ var (
 	mu    sync.Mutex
 	table = map[string]string{}
 )
+
+// Bytes is String for a name still in a buffer being decoded: a name seen
+// before costs no allocation (the map lookup does not copy b).
+func Bytes(b []byte) string {
+	mu.Lock()
+	defer mu.Unlock()
+	if v, ok := table[string(b)]; ok {
+		return v
+	}
+	s := string(b)
+	table[s] = s
+	return s
+}
