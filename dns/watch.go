@@ -97,7 +97,7 @@ func newWatcher(f *informer.Factory, h *Handler, m *metrics, log logr.Logger, wi
 		})
 		sink.listed = func() { w.note(func(p *pending) { p.listed = true }) }
 		// An outage and the relist after it read parts of the executable
-		// serving does not: error paths, a TLS handshake, a Pod's decoders,
+		// serving does not: error paths, a TLS handshake, the watch's decoding,
 		// and the function tables the collector's stack scans read for the
 		// new goroutines' frames; the kernel maps 64 kB around each first
 		// read. Given back as the list goes, they are not all resident at
