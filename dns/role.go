@@ -16,6 +16,7 @@ import (
 	"context"
 	"errors"
 	"runtime"
+	"slices"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -44,7 +45,10 @@ const gcPercent = 50
 // unreachable API server keeps it in that state, it never stops the
 // process.
 func Role(d role.Deps) []role.Runnable {
-	s, err := New(d.Factory, d.Client, d.Config.DNS, d.Metrics, d.Log)
+	// Beside the node role, which watches every pod for NetworkPolicy, the
+	// pods are read from that one watch rather than a second of the DNS's.
+	wire := !slices.Contains(d.Config.Roles, v1alpha1.RoleNode)
+	s, err := newServer(d.Factory, d.Client, d.Config.DNS, d.Metrics, d.Log, wire)
 	if err == nil && d.Source.File != "" && d.Source.Load != nil {
 		s.source = d.Source
 	}
@@ -146,6 +150,12 @@ func StartOn(ctx context.Context, l *Listeners, c v1alpha1.DNS, client kubernete
 // f, and whose forwarding follows the kube-dns ConfigMap through client;
 // it serves once Serve is called.
 func New(f *informer.Factory, client kubernetes.Interface, c v1alpha1.DNS, reg prometheus.Registerer, log logr.Logger) (*Server, error) {
+	return newServer(f, client, c, reg, log, true)
+}
+
+// newServer is New; wire: the pods are read off the wire on a watch of
+// their own (podwire.go), else as Pods from the factory's shared watch.
+func newServer(f *informer.Factory, client kubernetes.Interface, c v1alpha1.DNS, reg prometheus.Registerer, log logr.Logger, wire bool) (*Server, error) {
 	ns, name, _ := strings.Cut(c.DNSService, "/")
 	z := &Zone{
 		Origin:     strings.ToLower(strings.TrimSuffix(c.ClusterDomain, ".")) + ".",
@@ -167,9 +177,11 @@ func New(f *informer.Factory, client kubernetes.Interface, c v1alpha1.DNS, reg p
 	s.reconfig.setFile(forwardingOf(c))
 	s.Handler = NewHandler(z, fwd, m, c.Autopath, search)
 	log.Info("DNS server", "zone", z.Origin, "autopath", c.Autopath, "podRecords", c.PodRecords, "serveStale", c.ServeStale.Duration, "kubeDNSConfigMap", c.KubeDNSConfigMap)
+	// The pods are read through the factory's client, whose requests pass
+	// the process's outage gate as its informers' do.
 	var pc *podClient
-	if client != nil {
-		if pc, err = newPodClient(client); err != nil {
+	if wire {
+		if pc, err = newPodClient(f.Client()); err != nil {
 			return nil, err
 		}
 	}

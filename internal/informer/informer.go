@@ -112,6 +112,11 @@ func NewWithGate(client kubernetes.Interface, gate *outage.Gate) *Factory {
 // Gate is the factory's outage gate, for its metrics.
 func (f *Factory) Gate() *outage.Gate { return f.gate }
 
+// Client is the client the factory lists and watches through, whose
+// requests pass its gate: for a reader of its own (RunCustom) that must
+// behave as the factory's informers do through an outage.
+func (f *Factory) Client() kubernetes.Interface { return f.client }
+
 // Register adds a view. Every view of a resource must be registered before
 // the factory starts that resource (Start); registering one later is a
 // programming error and panics, as its records could not be made.
