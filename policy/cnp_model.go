@@ -62,6 +62,8 @@ type cnpState struct {
 	subject *PeerSelector // its subject's pods, for ingress named ports
 	deny    [2]*group     // its deny chains, when a rule denies
 	items   [2][]item     // its rules by direction, each with its API rule
+	texts   [2][]string   // each item's rule as nft reads it
+	matches [2][]string   // the same without the verdict: what it matches
 }
 
 // UpsertClusterPolicy adds or changes a ClusterNetworkPolicy.
@@ -138,6 +140,12 @@ func (m *Model) newCluster(rec *ClusterPolicy) *cnpState {
 			items = numbered(m.appendClusterItems(st, items, d, r), n, i)
 		}
 		st.items[d] = items
+		for _, it := range items {
+			match := it.rule
+			match.Verdict = Verdict{}
+			st.texts[d] = append(st.texts[d], it.rule.Text())
+			st.matches[d] = append(st.matches[d], match.Text())
+		}
 	}
 	return st
 }
@@ -294,30 +302,32 @@ func (m *Model) tierChains(p *podState, d Direction, np *group) (out [2]*group) 
 		return out
 	}
 	var rules [2][]Rule
-	seen := [2]map[Rule]bool{{}, {}}
+	var texts [2][]string
+	seen := [2]map[string]bool{{}, {}}
 	nl := labelsOf(p.ns)
 	for _, st := range m.cl.order {
 		t := st.rec.Tier
 		if len(st.items[d]) == 0 || !st.rec.subjectSelects(nl, p.labels()) {
 			continue
 		}
-		for _, it := range st.items[d] {
-			match := it.rule
-			match.Verdict = Verdict{}
-			if !seen[t][match] { // else every packet it matches was decided before it
+		for i, it := range st.items[d] {
+			if match := st.matches[d][i]; !seen[t][match] { // else every packet it matches was decided before it
 				seen[t][match] = true
 				rules[t] = append(rules[t], it.rule)
+				texts[t] = append(texts[t], st.texts[d][i])
 			}
 		}
 	}
 	if b := rules[BaselineTier]; len(b) > 0 && np == nil {
-		out[BaselineTier] = m.acquireChain("baseline-"+d.String()+"-"+hashOf(rulesText(b)), b)
+		out[BaselineTier] = m.acquireChain("baseline-"+d.String()+"-"+hashOf(strings.Join(texts[BaselineTier], "\n")), b)
 	}
 	if a := rules[AdminTier]; len(a) > 0 {
 		for _, f := range m.fams {
-			a = append(a, Rule{Family: f, Field: podField(d), Vmap: nextMap(d, f)})
+			next := Rule{Family: f, Field: podField(d), Vmap: nextMap(d, f)}
+			a = append(a, next)
+			texts[AdminTier] = append(texts[AdminTier], next.Text())
 		}
-		out[AdminTier] = m.acquireChain("admin-"+d.String()+"-"+hashOf(rulesText(a)), a)
+		out[AdminTier] = m.acquireChain("admin-"+d.String()+"-"+hashOf(strings.Join(texts[AdminTier], "\n")), a)
 	}
 	return out
 }
@@ -329,14 +339,6 @@ func podField(d Direction) Field {
 		return Saddr
 	}
 	return Daddr
-}
-
-func rulesText(rules []Rule) string {
-	texts := make([]string, len(rules))
-	for i, r := range rules {
-		texts[i] = r.Text()
-	}
-	return strings.Join(texts, "\n")
 }
 
 // acquireChain returns the chain of this name, made with these rules on
