@@ -106,14 +106,15 @@ func (c *twoNodes) outage(t *testing.T, away time.Duration, denied, allowed []tp
 }
 
 // waitForChains waits until each node's table has the chains of want
-// ClusterNetworkPolicies (each has ingress rules here, so one
-// cnp-ingress- chain), and fails unless that held within limit of start.
+// ClusterNetworkPolicies (each denies ingress here, so one
+// deny-ingress-<hash> chain), and fails unless that held within limit of
+// start.
 func (c *twoNodes) waitForChains(t *testing.T, what string, want int, start time.Time, limit time.Duration) {
 	t.Helper()
 	framework.Eventually(t, time.Minute, what, func() error {
 		for _, n := range c.Nodes {
 			table := n.NS.MustExec(t, "nft", "list", "table", "inet", TableName)
-			if got := strings.Count(table, "chain cnp-ingress-"); got != want {
+			if got := strings.Count(table, "chain deny-ingress-"); got != want {
 				return fmt.Errorf("%s: chains of %d policies, want %d", n.Name, got, want)
 			}
 			if admin := strings.Contains(table, "chain admin-"); admin != (want > 0) {
