@@ -34,6 +34,7 @@ type loadResult struct {
 		Target, Error   string
 		Requests, Dials int64
 		Kept            bool
+		Ended           []string
 	} `json:"held"`
 }
 
@@ -312,7 +313,7 @@ func (t *UpgradeTally) add(r loadResult) {
 		if h.Kept {
 			t.Kept++
 		} else {
-			t.Errors = append(t.Errors, fmt.Sprintf("held %s: dialled %d times, %s", h.Target, h.Dials, h.Error))
+			t.Errors = append(t.Errors, fmt.Sprintf("held %s: dialled %d times, %s (connections ended: %s)", h.Target, h.Dials, h.Error, strings.Join(h.Ended, "; ")))
 		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -35,16 +34,6 @@ type TargetResult struct {
 	FirstError string        `json:"firstError,omitempty"`
 
 	answered func() // called on the first answer
-}
-
-// HeldResult is one long-lived connection: kept if every request on it was
-// answered and it was never dialled again.
-type HeldResult struct {
-	Target   string `json:"target"`
-	Requests int64  `json:"requests"`
-	Dials    int64  `json:"dials"`
-	Kept     bool   `json:"kept"`
-	Error    string `json:"error,omitempty"`
 }
 
 // LoadResult is what load prints as JSON when it stops.
@@ -117,7 +106,8 @@ func load(args []string) error {
 	}
 	for i, u := range holds {
 		wg.Add(1)
-		go func() { defer wg.Done(); res.Held[i] = hold(ctx, u, *timeout, answered.Done) }()
+		h := held{url: u, interval: 200 * time.Millisecond, timeout: *timeout, dial: (&net.Dialer{Timeout: *timeout}).DialContext}
+		go func() { defer wg.Done(); res.Held[i] = h.run(ctx, answered.Done) }()
 	}
 	wg.Wait()
 	res.Seconds = time.Since(start).Seconds()
@@ -188,52 +178,6 @@ func queryOnce(server, name string, qtype uint16, timeout time.Duration) error {
 	}
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
 		return fmt.Errorf("%s: %s with %d answers", name, dns.RcodeToString[r.Rcode], len(r.Answer))
-	}
-	return nil
-}
-
-// hold keeps one connection to url and sends a request on it every 200 ms.
-func hold(ctx context.Context, url string, timeout time.Duration, answered func()) HeldResult {
-	r := HeldResult{Target: url}
-	var dials atomic.Int64
-	dialer := &net.Dialer{Timeout: timeout}
-	client := &http.Client{Timeout: timeout, Transport: &http.Transport{
-		MaxConnsPerHost: 1, IdleConnTimeout: time.Hour,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials.Add(1)
-			return dialer.DialContext(ctx, network, addr)
-		}}}
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := getWith(client, url)
-		if r.Requests++; r.Requests == 1 && err == nil {
-			answered()
-		}
-		if err != nil && r.Error == "" {
-			r.Error = time.Now().Format("15:04:05.000 ") + err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			r.Dials = dials.Load()
-			r.Kept = r.Error == "" && r.Dials == 1
-			return r
-		case <-tick.C:
-		}
-	}
-}
-
-func getWith(client *http.Client, url string) error {
-	resp, err := client.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return errors.New(resp.Status)
 	}
 	return nil
 }
