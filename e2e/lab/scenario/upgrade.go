@@ -29,6 +29,7 @@ type loadResult struct {
 		Kind, Target, FirstError string
 		OK, Failed               int64
 		LongestGap               time.Duration
+		GapEnded                 time.Time
 	} `json:"targets"`
 	Held []struct {
 		Target, Error   string
@@ -43,6 +44,7 @@ type loadResult struct {
 type UpgradeTally struct {
 	Requests, Failed, Queries, FailedQueries int64
 	LongestGap                               time.Duration
+	Gaps                                     []string // each target's longest gap over a second, and when it ended
 	Held, Kept                               int
 	Errors                                   []string
 }
@@ -83,6 +85,9 @@ func Upgrade(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
 		return err
 	}
 	logf("%s: %s", what, tally)
+	if len(tally.Gaps) > 0 {
+		logf("gaps over 1s: %s", strings.Join(tally.Gaps, "; "))
+	}
 	if tally.Lost() && !upstream {
 		return fmt.Errorf("lost across the upgrade: %s; %s", tally, strings.Join(tally.Errors, "; "))
 	}
@@ -304,6 +309,9 @@ func (t *UpgradeTally) add(r loadResult) {
 			t.Failed += x.Failed
 		}
 		t.LongestGap = max(t.LongestGap, x.LongestGap)
+		if x.LongestGap > time.Second {
+			t.Gaps = append(t.Gaps, fmt.Sprintf("%s %s: %v, ended %s", x.Kind, x.Target, x.LongestGap.Round(time.Millisecond), x.GapEnded.Format("15:04:05.000")))
+		}
 		if x.FirstError != "" {
 			t.Errors = append(t.Errors, x.Target+": "+x.FirstError)
 		}

@@ -31,6 +31,7 @@ type TargetResult struct {
 	OK         int64         `json:"ok"`
 	Failed     int64         `json:"failed"`
 	LongestGap time.Duration `json:"longestGap"`
+	GapEnded   time.Time     `json:"gapEnded,omitzero"` // when the longest gap ended
 	FirstError string        `json:"firstError,omitempty"`
 
 	answered func() // called on the first answer
@@ -146,7 +147,9 @@ func atRate(ctx context.Context, rate int, req func() error, t *TargetResult) {
 				t.answered()
 			}
 			now := time.Now()
-			t.LongestGap = max(t.LongestGap, now.Sub(last))
+			if gap := now.Sub(last); gap > t.LongestGap {
+				t.LongestGap, t.GapEnded = gap, now
+			}
 			last = now
 		}()
 	}
