@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -30,6 +32,7 @@ type loadResult struct {
 		OK, Failed               int64
 		LongestGap               time.Duration
 		GapEnded                 time.Time
+		FailedBy                 map[string]int
 	} `json:"targets"`
 	Held []struct {
 		Target, Error   string
@@ -45,6 +48,7 @@ type UpgradeTally struct {
 	Requests, Failed, Queries, FailedQueries int64
 	LongestGap                               time.Duration
 	Gaps                                     []string // each target's longest gap over a second, and when it ended
+	FailedBy                                 []string // each target's failures by the second they were sent in
 	Held, Kept                               int
 	Errors                                   []string
 }
@@ -87,6 +91,9 @@ func Upgrade(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
 	logf("%s: %s", what, tally)
 	if len(tally.Gaps) > 0 {
 		logf("gaps over 1s: %s", strings.Join(tally.Gaps, "; "))
+	}
+	for _, f := range tally.FailedBy {
+		logf("failed, by the second sent: %s", f)
 	}
 	if tally.Lost() && !upstream {
 		return fmt.Errorf("lost across the upgrade: %s; %s", tally, strings.Join(tally.Errors, "; "))
@@ -314,6 +321,13 @@ func (t *UpgradeTally) add(r loadResult) {
 		}
 		if x.FirstError != "" {
 			t.Errors = append(t.Errors, x.Target+": "+x.FirstError)
+		}
+		if len(x.FailedBy) > 0 {
+			var by []string
+			for _, sec := range slices.Sorted(maps.Keys(x.FailedBy)) {
+				by = append(by, fmt.Sprintf("%s %d", sec, x.FailedBy[sec]))
+			}
+			t.FailedBy = append(t.FailedBy, fmt.Sprintf("%s %s: %s", x.Kind, x.Target, strings.Join(by, ", ")))
 		}
 	}
 	for _, h := range r.Held {

@@ -33,6 +33,9 @@ type TargetResult struct {
 	LongestGap time.Duration `json:"longestGap"`
 	GapEnded   time.Time     `json:"gapEnded,omitzero"` // when the longest gap ended
 	FirstError string        `json:"firstError,omitempty"`
+	// FailedBy counts the failures by the second (15:04:05) they were
+	// sent in: where in a disruption they fell.
+	FailedBy map[string]int `json:"failedBy,omitempty"`
 
 	answered func() // called on the first answer
 }
@@ -133,10 +136,15 @@ func atRate(ctx context.Context, rate int, req func() error, t *TargetResult) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			sent := time.Now()
 			err := req()
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
+				if t.FailedBy == nil {
+					t.FailedBy = map[string]int{}
+				}
+				t.FailedBy[sent.Format("15:04:05")]++
 				t.Failed++
 				if t.FirstError == "" {
 					t.FirstError = time.Now().Format("15:04:05.000 ") + err.Error()
