@@ -33,6 +33,7 @@ type loadResult struct {
 		LongestGap               time.Duration
 		GapEnded                 time.Time
 		FailedBy                 map[string]int
+		LastError                string
 	} `json:"targets"`
 	Held []struct {
 		Target, Error   string
@@ -327,7 +328,7 @@ func (t *UpgradeTally) add(r loadResult) {
 			for _, sec := range slices.Sorted(maps.Keys(x.FailedBy)) {
 				by = append(by, fmt.Sprintf("%s %d", sec, x.FailedBy[sec]))
 			}
-			t.FailedBy = append(t.FailedBy, fmt.Sprintf("%s %s: %s", x.Kind, x.Target, strings.Join(by, ", ")))
+			t.FailedBy = append(t.FailedBy, fmt.Sprintf("%s %s: %s; last: %s", x.Kind, x.Target, strings.Join(by, ", "), x.LastError))
 		}
 	}
 	for _, h := range r.Held {

@@ -33,6 +33,7 @@ type TargetResult struct {
 	LongestGap time.Duration `json:"longestGap"`
 	GapEnded   time.Time     `json:"gapEnded,omitzero"` // when the longest gap ended
 	FirstError string        `json:"firstError,omitempty"`
+	LastError  string        `json:"lastError,omitempty"`
 	// FailedBy counts the failures by the second (15:04:05) they were
 	// sent in: where in a disruption they fell.
 	FailedBy map[string]int `json:"failedBy,omitempty"`
@@ -101,7 +102,7 @@ func load(args []string) error {
 	for i := range res.Targets {
 		t := &res.Targets[i]
 		t.answered = answered.Done
-		req := func() error { return getOnce(t.Target, *timeout) }
+		req := func() error { return getOnce(t.Target, *timeout, nil) }
 		if t.Kind == "dns" {
 			req = func() error { return queryOnce(server, t.Target, dns.StringToType[*lookupType], *timeout) }
 		}
@@ -145,6 +146,7 @@ func atRate(ctx context.Context, rate int, req func() error, t *TargetResult) {
 					t.FailedBy = map[string]int{}
 				}
 				t.FailedBy[sent.Format("15:04:05")]++
+				t.LastError = time.Now().Format("15:04:05.000 ") + err.Error()
 				t.Failed++
 				if t.FirstError == "" {
 					t.FirstError = time.Now().Format("15:04:05.000 ") + err.Error()
@@ -163,8 +165,15 @@ func atRate(ctx context.Context, rate int, req func() error, t *TargetResult) {
 	}
 }
 
-func getOnce(url string, timeout time.Duration) error {
-	client := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+// getOnce is one GET on a new connection, its name looked up by a
+// resolver of its own (dialling dnsDial, or resolv.conf's servers when
+// nil). Go's resolvers share a lookup of one name while it is in flight:
+// with one resolver for all requests, a query lost in a disruption holds
+// every later request for that name until its 5 s timeout, and they fail
+// long after the network is back.
+func getOnce(url string, timeout time.Duration, dnsDial func(ctx context.Context, network, address string) (net.Conn, error)) error {
+	dialer := &net.Dialer{Resolver: &net.Resolver{PreferGo: true, Dial: dnsDial}}
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true, DialContext: dialer.DialContext}}
 	resp, err := client.Get(url)
 	if err != nil {
 		return err
