@@ -5,10 +5,12 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -29,11 +31,15 @@ type loadResult struct {
 		Kind, Target, FirstError string
 		OK, Failed               int64
 		LongestGap               time.Duration
+		GapEnded                 time.Time
+		FailedBy                 map[string]int
+		LastError                string
 	} `json:"targets"`
 	Held []struct {
 		Target, Error   string
 		Requests, Dials int64
 		Kept            bool
+		Ended           []string
 	} `json:"held"`
 }
 
@@ -42,6 +48,8 @@ type loadResult struct {
 type UpgradeTally struct {
 	Requests, Failed, Queries, FailedQueries int64
 	LongestGap                               time.Duration
+	Gaps                                     []string // each target's longest gap over a second, and when it ended
+	FailedBy                                 []string // each target's failures by the second they were sent in
 	Held, Kept                               int
 	Errors                                   []string
 }
@@ -82,6 +90,12 @@ func Upgrade(ctx context.Context, l *lab.Lab, logf func(string, ...any)) error {
 		return err
 	}
 	logf("%s: %s", what, tally)
+	if len(tally.Gaps) > 0 {
+		logf("gaps over 1s: %s", strings.Join(tally.Gaps, "; "))
+	}
+	for _, f := range tally.FailedBy {
+		logf("failed, by the second sent: %s", f)
+	}
 	if tally.Lost() && !upstream {
 		return fmt.Errorf("lost across the upgrade: %s; %s", tally, strings.Join(tally.Errors, "; "))
 	}
@@ -303,8 +317,18 @@ func (t *UpgradeTally) add(r loadResult) {
 			t.Failed += x.Failed
 		}
 		t.LongestGap = max(t.LongestGap, x.LongestGap)
+		if x.LongestGap > time.Second {
+			t.Gaps = append(t.Gaps, fmt.Sprintf("%s %s: %v, ended %s", x.Kind, x.Target, x.LongestGap.Round(time.Millisecond), x.GapEnded.Format("15:04:05.000")))
+		}
 		if x.FirstError != "" {
 			t.Errors = append(t.Errors, x.Target+": "+x.FirstError)
+		}
+		if len(x.FailedBy) > 0 {
+			var by []string
+			for _, sec := range slices.Sorted(maps.Keys(x.FailedBy)) {
+				by = append(by, fmt.Sprintf("%s %d", sec, x.FailedBy[sec]))
+			}
+			t.FailedBy = append(t.FailedBy, fmt.Sprintf("%s %s: %s; last: %s", x.Kind, x.Target, strings.Join(by, ", "), x.LastError))
 		}
 	}
 	for _, h := range r.Held {
@@ -312,7 +336,7 @@ func (t *UpgradeTally) add(r loadResult) {
 		if h.Kept {
 			t.Kept++
 		} else {
-			t.Errors = append(t.Errors, fmt.Sprintf("held %s: dialled %d times, %s", h.Target, h.Dials, h.Error))
+			t.Errors = append(t.Errors, fmt.Sprintf("held %s: dialled %d times, %s (connections ended: %s)", h.Target, h.Dials, h.Error, strings.Join(h.Ended, "; ")))
 		}
 	}
 }

@@ -12,7 +12,6 @@ import (
 	"os"
 	"strings"
 	"sync"
-	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -32,19 +31,14 @@ type TargetResult struct {
 	OK         int64         `json:"ok"`
 	Failed     int64         `json:"failed"`
 	LongestGap time.Duration `json:"longestGap"`
+	GapEnded   time.Time     `json:"gapEnded,omitzero"` // when the longest gap ended
 	FirstError string        `json:"firstError,omitempty"`
+	LastError  string        `json:"lastError,omitempty"`
+	// FailedBy counts the failures by the second (15:04:05) they were
+	// sent in: where in a disruption they fell.
+	FailedBy map[string]int `json:"failedBy,omitempty"`
 
 	answered func() // called on the first answer
-}
-
-// HeldResult is one long-lived connection: kept if every request on it was
-// answered and it was never dialled again.
-type HeldResult struct {
-	Target   string `json:"target"`
-	Requests int64  `json:"requests"`
-	Dials    int64  `json:"dials"`
-	Kept     bool   `json:"kept"`
-	Error    string `json:"error,omitempty"`
 }
 
 // LoadResult is what load prints as JSON when it stops.
@@ -108,7 +102,7 @@ func load(args []string) error {
 	for i := range res.Targets {
 		t := &res.Targets[i]
 		t.answered = answered.Done
-		req := func() error { return getOnce(t.Target, *timeout) }
+		req := func() error { return getOnce(t.Target, *timeout, nil) }
 		if t.Kind == "dns" {
 			req = func() error { return queryOnce(server, t.Target, dns.StringToType[*lookupType], *timeout) }
 		}
@@ -117,7 +111,8 @@ func load(args []string) error {
 	}
 	for i, u := range holds {
 		wg.Add(1)
-		go func() { defer wg.Done(); res.Held[i] = hold(ctx, u, *timeout, answered.Done) }()
+		h := held{url: u, interval: 200 * time.Millisecond, timeout: *timeout, dial: (&net.Dialer{Timeout: *timeout}).DialContext}
+		go func() { defer wg.Done(); res.Held[i] = h.run(ctx, answered.Done) }()
 	}
 	wg.Wait()
 	res.Seconds = time.Since(start).Seconds()
@@ -142,10 +137,16 @@ func atRate(ctx context.Context, rate int, req func() error, t *TargetResult) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			sent := time.Now()
 			err := req()
 			mu.Lock()
 			defer mu.Unlock()
 			if err != nil {
+				if t.FailedBy == nil {
+					t.FailedBy = map[string]int{}
+				}
+				t.FailedBy[sent.Format("15:04:05")]++
+				t.LastError = time.Now().Format("15:04:05.000 ") + err.Error()
 				t.Failed++
 				if t.FirstError == "" {
 					t.FirstError = time.Now().Format("15:04:05.000 ") + err.Error()
@@ -156,14 +157,23 @@ func atRate(ctx context.Context, rate int, req func() error, t *TargetResult) {
 				t.answered()
 			}
 			now := time.Now()
-			t.LongestGap = max(t.LongestGap, now.Sub(last))
+			if gap := now.Sub(last); gap > t.LongestGap {
+				t.LongestGap, t.GapEnded = gap, now
+			}
 			last = now
 		}()
 	}
 }
 
-func getOnce(url string, timeout time.Duration) error {
-	client := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true}}
+// getOnce is one GET on a new connection, its name looked up by a
+// resolver of its own (dialling dnsDial, or resolv.conf's servers when
+// nil). Go's resolvers share a lookup of one name while it is in flight:
+// with one resolver for all requests, a query lost in a disruption holds
+// every later request for that name until its 5 s timeout, and they fail
+// long after the network is back.
+func getOnce(url string, timeout time.Duration, dnsDial func(ctx context.Context, network, address string) (net.Conn, error)) error {
+	dialer := &net.Dialer{Resolver: &net.Resolver{PreferGo: true, Dial: dnsDial}}
+	client := &http.Client{Timeout: timeout, Transport: &http.Transport{DisableKeepAlives: true, DialContext: dialer.DialContext}}
 	resp, err := client.Get(url)
 	if err != nil {
 		return err
@@ -188,52 +198,6 @@ func queryOnce(server, name string, qtype uint16, timeout time.Duration) error {
 	}
 	if r.Rcode != dns.RcodeSuccess || len(r.Answer) == 0 {
 		return fmt.Errorf("%s: %s with %d answers", name, dns.RcodeToString[r.Rcode], len(r.Answer))
-	}
-	return nil
-}
-
-// hold keeps one connection to url and sends a request on it every 200 ms.
-func hold(ctx context.Context, url string, timeout time.Duration, answered func()) HeldResult {
-	r := HeldResult{Target: url}
-	var dials atomic.Int64
-	dialer := &net.Dialer{Timeout: timeout}
-	client := &http.Client{Timeout: timeout, Transport: &http.Transport{
-		MaxConnsPerHost: 1, IdleConnTimeout: time.Hour,
-		DialContext: func(ctx context.Context, network, addr string) (net.Conn, error) {
-			dials.Add(1)
-			return dialer.DialContext(ctx, network, addr)
-		}}}
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		err := getWith(client, url)
-		if r.Requests++; r.Requests == 1 && err == nil {
-			answered()
-		}
-		if err != nil && r.Error == "" {
-			r.Error = time.Now().Format("15:04:05.000 ") + err.Error()
-		}
-		select {
-		case <-ctx.Done():
-			r.Dials = dials.Load()
-			r.Kept = r.Error == "" && r.Dials == 1
-			return r
-		case <-tick.C:
-		}
-	}
-}
-
-func getWith(client *http.Client, url string) error {
-	resp, err := client.Get(url)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
-		return err
-	}
-	if resp.StatusCode != http.StatusOK {
-		return errors.New(resp.Status)
 	}
 	return nil
 }

@@ -6,7 +6,8 @@
 //	netplane-lab down  [--state-dir=D]   remove everything, also after a crash
 //	netplane-lab exec  [--state-dir=D] [-n NAMESPACE] POD -- CMD...
 //	                   run a command in a pod (every lab image has /testimage)
-//	netplane-lab check [--state-dir=D]   deploy examples/ and check the scenarios
+//	netplane-lab check [--state-dir=D] [--only=N,M]
+//	                   deploy examples/ and check the scenarios (or only those numbered)
 //	netplane-lab run   (what up starts in the background)
 package main
 
@@ -21,6 +22,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strings"
 	"syscall"
 	"time"
@@ -42,6 +44,7 @@ func main() {
 	subnets := fs.Int("subnets", 0, "underlay subnets the nodes are spread over, 1 or 2 (up; default $NETPLANE_LAB_SUBNETS, else 2)")
 	api := fs.String("api", "127.0.0.1:0", "root-namespace address of the relay to the API server (up)")
 	namespace := fs.String("n", "default", "namespace of the pod (exec)")
+	only := fs.String("only", "", "comma-separated numbers of the scenarios to check (check; default all)")
 	fs.Parse(os.Args[2:])
 	var err error
 	switch os.Args[1] {
@@ -57,7 +60,7 @@ func main() {
 	case "exec":
 		err = execInPod(*stateDir, *namespace, fs.Args())
 	case "check":
-		err = check(*stateDir)
+		err = check(*stateDir, *only)
 	default:
 		err = fmt.Errorf("unknown command %q", os.Args[1])
 	}
@@ -168,14 +171,19 @@ func execInPod(stateDir, namespace string, args []string) error {
 	return err
 }
 
-// check deploys examples/ and runs every scenario, one line per check.
-func check(stateDir string) error {
+// check deploys examples/ and runs every scenario, or those numbered in
+// only, one line per check.
+func check(stateDir, only string) error {
 	l, err := lab.Attach(stateDir)
 	if err != nil {
 		return err
 	}
-	failed := 0
+	failed, ran := 0, 0
 	for _, s := range scenario.All {
+		if only != "" && !slices.Contains(strings.Split(only, ","), strings.Fields(s.Name)[0]) {
+			continue
+		}
+		ran++
 		if reason := scenario.Blocked[strings.Fields(s.Name)[0]]; reason != "" {
 			fmt.Printf("skip  %-60s\n      blocked: %s\n", s.Name, reason)
 			continue
@@ -197,7 +205,7 @@ func check(stateDir string) error {
 		fmt.Printf("ok    %-60s %6.1fs\n", s.Name, time.Since(start).Seconds())
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d scenarios failed", failed, len(scenario.All))
+		return fmt.Errorf("%d of %d scenarios failed", failed, ran)
 	}
 	return nil
 }
