@@ -95,16 +95,17 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		overloaded      bool // the overload phase ran (there were pods left for it)
 	}
 	// run measures one contender; start launches it and returns a function
-	// describing its own view (sync results), logged after each phase, and
-	// one stopping it. Everything a run started is stopped before the next
-	// one, so that no contender runs beside another.
-	run := func(name string, start func(s *framework.APIServer) (describe func() string, stop func())) result {
+	// describing its own view (sync results), logged after each phase, one
+	// stopping it, and the path of its trace log (trace_test.go), if any.
+	// Everything a run started is stopped before the next one, so that no
+	// contender runs beside another.
+	run := func(name string, start func(s *framework.APIServer) (describe func() string, stop func(), trace string)) result {
 		s := framework.StartAPIServer(b, framework.Options{})
 		pods := populateBench(b, s, scale)
 		w := watchSlices(b, s)
 		progress(b, "%s: load average %s", name, framework.LoadAverage())
 		t0, writes0 := time.Now(), sliceWrites(b, s)
-		describe, stop := start(s)
+		describe, stop, trace := start(s)
 		defer s.Stop()
 		defer w.stop()
 		defer stop()
@@ -127,6 +128,9 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 				name, label, len(names), rate, sent.Round(time.Millisecond), shown.Round(time.Millisecond), after.minus(before),
 				c.p50, percentile(lat, 90), c.p99, c.worst, countAtLeast(lat, time.Second), describe(), framework.LoadAverage())
 			progress(b, "%s: %s: %s; %s", name, label, stalls, w.tailSummary(c.p99))
+			if flips := w.takeFlips(); trace != "" {
+				progress(b, "%s: %s: trace: %s", name, label, traceSummary(b, trace, flips, c.p99))
+			}
 			return c
 		}
 		r.churn = phase("churn", churn, scale.rate)
@@ -136,10 +140,10 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		return r
 	}
 	if os.Getenv("NETPLANE_BENCH_NETPLANE_ONLY") == "1" { // for profiling netplane
-		run("netplane", func(s *framework.APIServer) (func() string, func()) { return startBenchNetplane(b, s, 20, 30) })
+		run("netplane", func(s *framework.APIServer) (func() string, func(), string) { return startBenchNetplane(b, s, 20, 30) })
 		return
 	}
-	upstream := run("kube-controller-manager", func(s *framework.APIServer) (func() string, func()) {
+	upstream := run("kube-controller-manager", func(s *framework.APIServer) (func() string, func(), string) {
 		p, err := framework.StartProcess("kube-controller-manager", exec.Command(kcm,
 			"--kubeconfig="+s.Kubeconfig, "--controllers=endpointslice,endpointslicemirroring",
 			"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
@@ -150,9 +154,9 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		}
 		stop := func() { p.Stop(10 * time.Second) }
 		b.Cleanup(stop)
-		return func() string { return "" }, stop
+		return func() string { return "" }, stop, ""
 	})
-	ours := run("netplane", func(s *framework.APIServer) (func() string, func()) { return startBenchNetplane(b, s, 20, 30) })
+	ours := run("netplane", func(s *framework.APIServer) (func() string, func(), string) { return startBenchNetplane(b, s, 20, 30) })
 	ratio := func(a, b float64) float64 { return a / b }
 	churnRatios := func(prefix string, ours, theirs churnResult) {
 		b.ReportMetric(ratio(float64(ours.writes), float64(theirs.writes)), prefix+"-writes-ratio")
@@ -171,7 +175,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 	// netplane's own defaults: a higher write rate, kept safe by the API
 	// server's priority and fairness.
 	d := v1alpha1.Default().Controller
-	own := run(fmt.Sprintf("netplane with its defaults (QPS %v/%d)", d.KubeAPIQPS, d.KubeAPIBurst), func(s *framework.APIServer) (func() string, func()) {
+	own := run(fmt.Sprintf("netplane with its defaults (QPS %v/%d)", d.KubeAPIQPS, d.KubeAPIBurst), func(s *framework.APIServer) (func() string, func(), string) {
 		return startBenchNetplane(b, s, d.KubeAPIQPS, int(d.KubeAPIBurst))
 	})
 	b.ReportMetric(ratio(own.cold.Seconds(), upstream.cold.Seconds()), "defaults-cold-time-ratio")
@@ -185,14 +189,23 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 // startBenchNetplane runs `netplane --role=controller` as a process with the
 // given write rate limits; its informers keep the default 20/30, as
 // kube-controller-manager's do. It returns a description of its sync
-// results so far, and a stop function.
-func startBenchNetplane(b *testing.B, s *framework.APIServer, qps float32, burst int) (func() string, func()) {
+// results so far, a stop function and, with NETPLANE_BENCH_TRACE=1, the
+// log its trace lines go to (it then logs at level 5).
+func startBenchNetplane(b *testing.B, s *framework.APIServer, qps float32, burst int) (func() string, func(), string) {
 	name := fmt.Sprintf("netplane-%v-%d", qps, burst)
-	p := startNetplane(b, s, name,
-		fmt.Sprintf("--controller-kube-api-qps=%v", qps), fmt.Sprintf("--controller-kube-api-burst=%d", burst))
+	args := []string{fmt.Sprintf("--controller-kube-api-qps=%v", qps), fmt.Sprintf("--controller-kube-api-burst=%d", burst)}
+	tracing := os.Getenv("NETPLANE_BENCH_TRACE") == "1"
+	if tracing {
+		args = append(args, "--v=5")
+	}
+	p := startNetplane(b, s, name, args...)
+	trace := ""
+	if tracing {
+		trace = p.p.Log
+	}
 	return func() string {
 		return "syncs " + formatCounts(p.counters(b, "netplane_endpointslice_syncs_total", "result"))
-	}, func() { p.p.Stop(15 * time.Second) }
+	}, func() { p.p.Stop(15 * time.Second) }, trace
 }
 
 // progress logs a result and also prints it at once: a benchmark's log is
@@ -354,13 +367,15 @@ type sliceWatch struct {
 	// shows as slow pod writes and slow flips sent within a few seconds.
 	podWrites  []time.Duration
 	slowStarts []time.Time
-	changed    chan struct{}
-	stop       func()
+	// flips are each flip's moments by pod name, for the trace.
+	flips   map[string]*flipTimes
+	changed chan struct{}
+	stop    func()
 }
 
 func watchSlices(b *testing.B, s *framework.APIServer) *sliceWatch {
 	w := &sliceWatch{counts: map[string]int{}, sizes: map[string]int{}, pending: map[string]time.Time{},
-		byPod: map[string]time.Duration{}, changed: make(chan struct{}, 1)}
+		byPod: map[string]time.Duration{}, flips: map[string]*flipTimes{}, changed: make(chan struct{}, 1)}
 	f := informers.NewSharedInformerFactory(benchClient(s), 0)
 	f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.observe(o.(*discovery.EndpointSlice), false) },
@@ -397,6 +412,9 @@ func (w *sliceWatch) observe(s *discovery.EndpointSlice, deleted bool) {
 		if t0, ok := w.pending[e.TargetRef.Name]; ok && !deleted {
 			w.latency = append(w.latency, now.Sub(t0))
 			w.byPod[e.TargetRef.Name] = now.Sub(t0)
+			if f := w.flips[e.TargetRef.Name]; f != nil {
+				f.shown = now
+			}
 			if now.Sub(t0) >= time.Second {
 				w.slowStarts = append(w.slowStarts, t0)
 			}
@@ -461,6 +479,8 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 				w.mu.Lock()
 				sentAt := time.Now()
 				w.pending[name] = sentAt
+				f := &flipTimes{sent: sentAt}
+				w.flips[name] = f
 				w.mu.Unlock()
 				err := retryTransient(func() error {
 					_, err := c.CoreV1().Pods("bench").UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
@@ -475,7 +495,8 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 					return err
 				})
 				w.mu.Lock()
-				w.podWrites = append(w.podWrites, time.Since(sentAt))
+				f.written = time.Now()
+				w.podWrites = append(w.podWrites, f.written.Sub(sentAt))
 				w.mu.Unlock()
 				if err != nil {
 					b.Errorf("flipping %s: %v", name, err)
@@ -569,14 +590,17 @@ func countAtLeast(d []time.Duration, floor time.Duration) int {
 	return n
 }
 
-func percentile(d []time.Duration, p int) time.Duration {
+func percentile(d []time.Duration, p int) time.Duration { return percentileTo(d, p, time.Millisecond) }
+
+// percentileTo is the p-th percentile of d rounded to unit.
+func percentileTo(d []time.Duration, p int, unit time.Duration) time.Duration {
 	if len(d) == 0 {
 		return 0
 	}
 	s := slices.Clone(d)
 	slices.Sort(s)
 	i := (len(s)*p + 99) / 100
-	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
+	return s[min(max(i-1, 0), len(s)-1)].Round(unit)
 }
 
 // writeCounts are EndpointSlice writes by "VERB code", as the API server

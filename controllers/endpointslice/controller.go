@@ -149,7 +149,7 @@ func New(log logr.Logger, client kubernetes.Interface, src kit.Sources, recorder
 	c.loop = &kit.Loop{Queue: c.queue, Metrics: m, Log: log, Waiting: c.waiting,
 		Budget: opts.Budget, Sync: func(_ context.Context, key string) error { return c.syncService(key) },
 		Keys: src.Services.Indexer().ListKeys}
-	c.client = kit.CountWrites(client, m, opts.Budget)
+	c.client = kit.CountWrites(client, m, opts.Budget, log)
 	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, c.topology, recorder,
 		ControllerName, esrec.WithPreferSameTrafficDistributionEnabled(true))
 	return c, c.addHandlers(src)
@@ -213,6 +213,7 @@ func (c *Controller) idle() bool { return c.podChanges.idle() && c.loop.Idle() }
 
 // syncService converges the slices of one Service, given as namespace/name.
 func (c *Controller) syncService(key string) error {
+	c.log.V(5).Info("Syncing Service", "service", key)
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return err
@@ -329,8 +330,13 @@ func (c *Controller) forget(ns, name string) {
 func (c *Controller) enqueueObject(obj any) { kit.Enqueue(c.queue, obj) }
 
 // onPod records what a Pod event changed; mapPods finds the Services.
+// At log level 5 it logs the pod, for the benchmark's traces.
 func (c *Controller) onPod(old, cur any) {
 	if change, ok := changeOf(old, cur); ok {
+		if log := c.log.V(5); log.Enabled() {
+			key, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(cur)
+			log.Info("Pod changed", "pod", key)
+		}
 		c.podChanges.add(change)
 	}
 }
