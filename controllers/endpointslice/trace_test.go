@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"fmt"
 	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -167,3 +168,48 @@ func traceSummary(b *testing.B, path string, flips map[string]*flipTimes, p99 ti
 
 // pct is a percentile fine enough for steps well under a millisecond.
 func pct(d []time.Duration, p int) time.Duration { return percentileTo(d, p, 100*time.Microsecond) }
+
+// TestTraceSplitsAFlip: the trace lines of klog's text format, among other
+// lines, split a flip into its steps; a flip whose Service has no sync
+// after the pod change is not traced.
+func TestTraceSplitsAFlip(t *testing.T) {
+	log := `I1202 13:20:00.000000   42 reflector.go:1] "Caches populated" type="*v1.Pod"
+I1202 13:20:00.500000   42 controller.go:1] "Pod changed" logger="endpointslice" pod="bench/s1-7"
+I1202 13:20:01.006000   42 controller.go:1] "Pod changed" logger="endpointslice" pod="bench/s1-7"
+I1202 13:20:01.006500   42 controller.go:2] "Syncing Service" logger="endpointslice" service="bench/s1"
+I1202 13:20:01.015000   42 client.go:3] "Wrote EndpointSlice" logger="endpointslice" operation="update" service="bench/s1" took="8ms" err=null
+I1202 13:20:01.006000   42 controller.go:1] "Pod changed" logger="endpointslice" pod="bench/big-3"
+`
+	path := filepath.Join(t.TempDir(), "netplane.log")
+	if err := os.WriteFile(path, []byte(log), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	tr, err := readTrace(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	at := func(s string) time.Time {
+		x, err := time.ParseInLocation("0102 15:04:05.000000", s, time.Local)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return x.AddDate(time.Now().Year()-x.Year(), 0, 0)
+	}
+	ms := func(f float64) time.Duration { return time.Duration(f * float64(time.Millisecond)) }
+	for _, tc := range []struct {
+		pod       string
+		f         flipTimes
+		want      []time.Duration
+		wantFloor time.Duration
+		ok        bool
+	}{
+		{"s1-7", flipTimes{at("1202 13:20:01.000000"), at("1202 13:20:01.007000"), at("1202 13:20:01.015500")},
+			[]time.Duration{ms(7), ms(6), ms(0.5), ms(0.5), ms(8), ms(0.5)}, ms(15), true},
+		{"big-3", flipTimes{at("1202 13:20:01.000000"), at("1202 13:20:01.007000"), at("1202 13:20:01.020000")}, nil, 0, false},
+	} {
+		steps, floor, ok := tr.flipSteps(tc.pod, &tc.f)
+		if ok != tc.ok || !slices.Equal(steps, tc.want) || floor != tc.wantFloor {
+			t.Errorf("%s: got %v, floor %v, %v; want %v, floor %v, %v", tc.pod, steps, floor, ok, tc.want, tc.wantFloor, tc.ok)
+		}
+	}
+}
