@@ -94,17 +94,17 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		churn, overload churnResult
 		overloaded      bool // the overload phase ran (there were pods left for it)
 	}
-	// run measures one contender; start launches it and returns a function
-	// describing its own view (sync results), logged after each phase, and
-	// one stopping it. Everything a run started is stopped before the next
-	// one, so that no contender runs beside another.
-	run := func(name string, start func(s *framework.APIServer) (describe func() string, stop func())) result {
+	// run measures one contender, which start launches. Everything a run
+	// started is stopped before the next one, so that no contender runs
+	// beside another.
+	run := func(name string, start func(s *framework.APIServer) contender) result {
 		s := framework.StartAPIServer(b, framework.Options{})
 		pods := populateBench(b, s, scale)
 		w := watchSlices(b, s)
 		progress(b, "%s: load average %s", name, framework.LoadAverage())
 		t0, writes0 := time.Now(), sliceWrites(b, s)
-		describe, stop := start(s)
+		con := start(s)
+		describe, stop := con.describe, con.stop
 		defer s.Stop()
 		defer w.stop()
 		defer stop()
@@ -118,15 +118,20 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		over = over[:min(scale.overFlips, len(over))]
 		phase := func(label string, names []string, rate int) churnResult {
 			w.stallSummary(time.Now()) // forget what came before
-			before, start := sliceWrites(b, s), time.Now()
+			before, start, cpu := sliceWrites(b, s), time.Now(), cpuTime(con.proc)
 			lat, sent, shown := flipAndMeasure(b, s, w, pods, names, rate)
+			cpu = cpuTime(con.proc) - cpu
 			stalls := w.stallSummary(start)
 			after := sliceWrites(b, s)
 			c := churnResult{after.total() - before.total(), percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)}
-			progress(b, "%s: %s of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p90 %v p99 %v max %v, %d flips took 1s or more; %s; load average %s",
+			progress(b, "%s: %s of %d flips at %d/s (sent in %v, all shown after %v): slice writes %s; latency p50 %v p90 %v p99 %v max %v, %d flips took 1s or more; CPU %v (%v a flip); %s; load average %s",
 				name, label, len(names), rate, sent.Round(time.Millisecond), shown.Round(time.Millisecond), after.minus(before),
-				c.p50, percentile(lat, 90), c.p99, c.worst, countAtLeast(lat, time.Second), describe(), framework.LoadAverage())
+				c.p50, percentile(lat, 90), c.p99, c.worst, countAtLeast(lat, time.Second), cpu, cpu/time.Duration(max(len(names), 1)),
+				describe(), framework.LoadAverage())
 			progress(b, "%s: %s: %s; %s", name, label, stalls, w.tailSummary(c.p99))
+			if flips := w.takeFlips(); con.trace != "" {
+				progress(b, "%s: %s: trace: %s", name, label, traceSummary(b, con.trace, flips, c.p99))
+			}
 			return c
 		}
 		r.churn = phase("churn", churn, scale.rate)
@@ -136,10 +141,10 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		return r
 	}
 	if os.Getenv("NETPLANE_BENCH_NETPLANE_ONLY") == "1" { // for profiling netplane
-		run("netplane", func(s *framework.APIServer) (func() string, func()) { return startBenchNetplane(b, s, 20, 30) })
+		run("netplane", func(s *framework.APIServer) contender { return startBenchNetplane(b, s, 20, 30) })
 		return
 	}
-	upstream := run("kube-controller-manager", func(s *framework.APIServer) (func() string, func()) {
+	upstream := run("kube-controller-manager", func(s *framework.APIServer) contender {
 		p, err := framework.StartProcess("kube-controller-manager", exec.Command(kcm,
 			"--kubeconfig="+s.Kubeconfig, "--controllers=endpointslice,endpointslicemirroring",
 			"--leader-elect=false", "--secure-port=0", "--use-service-account-credentials=false",
@@ -150,9 +155,9 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		}
 		stop := func() { p.Stop(10 * time.Second) }
 		b.Cleanup(stop)
-		return func() string { return "" }, stop
+		return contender{describe: func() string { return "" }, stop: stop, proc: p}
 	})
-	ours := run("netplane", func(s *framework.APIServer) (func() string, func()) { return startBenchNetplane(b, s, 20, 30) })
+	ours := run("netplane", func(s *framework.APIServer) contender { return startBenchNetplane(b, s, 20, 30) })
 	ratio := func(a, b float64) float64 { return a / b }
 	churnRatios := func(prefix string, ours, theirs churnResult) {
 		b.ReportMetric(ratio(float64(ours.writes), float64(theirs.writes)), prefix+"-writes-ratio")
@@ -171,7 +176,7 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 	// netplane's own defaults: a higher write rate, kept safe by the API
 	// server's priority and fairness.
 	d := v1alpha1.Default().Controller
-	own := run(fmt.Sprintf("netplane with its defaults (QPS %v/%d)", d.KubeAPIQPS, d.KubeAPIBurst), func(s *framework.APIServer) (func() string, func()) {
+	own := run(fmt.Sprintf("netplane with its defaults (QPS %v/%d)", d.KubeAPIQPS, d.KubeAPIBurst), func(s *framework.APIServer) contender {
 		return startBenchNetplane(b, s, d.KubeAPIQPS, int(d.KubeAPIBurst))
 	})
 	b.ReportMetric(ratio(own.cold.Seconds(), upstream.cold.Seconds()), "defaults-cold-time-ratio")
@@ -184,15 +189,26 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 
 // startBenchNetplane runs `netplane --role=controller` as a process with the
 // given write rate limits; its informers keep the default 20/30, as
-// kube-controller-manager's do. It returns a description of its sync
-// results so far, and a stop function.
-func startBenchNetplane(b *testing.B, s *framework.APIServer, qps float32, burst int) (func() string, func()) {
+// kube-controller-manager's do. With NETPLANE_BENCH_TRACE=1 it logs at
+// level 5, for the trace.
+func startBenchNetplane(b *testing.B, s *framework.APIServer, qps float32, burst int) contender {
 	name := fmt.Sprintf("netplane-%v-%d", qps, burst)
-	p := startNetplane(b, s, name,
-		fmt.Sprintf("--controller-kube-api-qps=%v", qps), fmt.Sprintf("--controller-kube-api-burst=%d", burst))
-	return func() string {
-		return "syncs " + formatCounts(p.counters(b, "netplane_endpointslice_syncs_total", "result"))
-	}, func() { p.p.Stop(15 * time.Second) }
+	args := []string{fmt.Sprintf("--controller-kube-api-qps=%v", qps), fmt.Sprintf("--controller-kube-api-burst=%d", burst)}
+	tracing := os.Getenv("NETPLANE_BENCH_TRACE") == "1"
+	if tracing {
+		args = append(args, "--v=5")
+	}
+	p := startNetplane(b, s, name, args...)
+	trace := ""
+	if tracing {
+		trace = p.p.Log
+	}
+	return contender{
+		describe: func() string {
+			return "syncs " + formatCounts(p.counters(b, "netplane_endpointslice_syncs_total", "result"))
+		},
+		stop: func() { p.p.Stop(15 * time.Second) }, trace: trace, proc: p.p,
+	}
 }
 
 // progress logs a result and also prints it at once: a benchmark's log is
@@ -354,13 +370,15 @@ type sliceWatch struct {
 	// shows as slow pod writes and slow flips sent within a few seconds.
 	podWrites  []time.Duration
 	slowStarts []time.Time
-	changed    chan struct{}
-	stop       func()
+	// flips are each flip's moments by pod name, for the trace.
+	flips   map[string]*flipTimes
+	changed chan struct{}
+	stop    func()
 }
 
 func watchSlices(b *testing.B, s *framework.APIServer) *sliceWatch {
 	w := &sliceWatch{counts: map[string]int{}, sizes: map[string]int{}, pending: map[string]time.Time{},
-		byPod: map[string]time.Duration{}, changed: make(chan struct{}, 1)}
+		byPod: map[string]time.Duration{}, flips: map[string]*flipTimes{}, changed: make(chan struct{}, 1)}
 	f := informers.NewSharedInformerFactory(benchClient(s), 0)
 	f.Discovery().V1().EndpointSlices().Informer().AddEventHandler(cache.ResourceEventHandlerFuncs{
 		AddFunc:    func(o any) { w.observe(o.(*discovery.EndpointSlice), false) },
@@ -397,6 +415,9 @@ func (w *sliceWatch) observe(s *discovery.EndpointSlice, deleted bool) {
 		if t0, ok := w.pending[e.TargetRef.Name]; ok && !deleted {
 			w.latency = append(w.latency, now.Sub(t0))
 			w.byPod[e.TargetRef.Name] = now.Sub(t0)
+			if f := w.flips[e.TargetRef.Name]; f != nil {
+				f.shown = now
+			}
 			if now.Sub(t0) >= time.Second {
 				w.slowStarts = append(w.slowStarts, t0)
 			}
@@ -461,6 +482,8 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 				w.mu.Lock()
 				sentAt := time.Now()
 				w.pending[name] = sentAt
+				f := &flipTimes{sent: sentAt}
+				w.flips[name] = f
 				w.mu.Unlock()
 				err := retryTransient(func() error {
 					_, err := c.CoreV1().Pods("bench").UpdateStatus(context.Background(), p, metav1.UpdateOptions{})
@@ -475,7 +498,8 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 					return err
 				})
 				w.mu.Lock()
-				w.podWrites = append(w.podWrites, time.Since(sentAt))
+				f.written = time.Now()
+				w.podWrites = append(w.podWrites, f.written.Sub(sentAt))
 				w.mu.Unlock()
 				if err != nil {
 					b.Errorf("flipping %s: %v", name, err)
@@ -515,105 +539,4 @@ func flipAndMeasure(b *testing.B, s *framework.APIServer, w *sliceWatch, pods ma
 	defer w.mu.Unlock()
 	lat, w.latency = w.latency, nil
 	return lat, sent, time.Since(t0)
-}
-
-// tailSummary describes (and forgets) which Services the flips recorded
-// so far belong to, split into the big Service and the others, and how many
-// of those at or above p99 are the big one's.
-func (w *sliceWatch) tailSummary(p99 time.Duration) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	var big, rest []time.Duration
-	bigTail, tail := 0, 0
-	for pod, d := range w.byPod {
-		isBig := strings.HasPrefix(pod, "big-")
-		if isBig {
-			big = append(big, d)
-		} else {
-			rest = append(rest, d)
-		}
-		if d.Round(time.Millisecond) >= p99 {
-			tail++
-			if isBig {
-				bigTail++
-			}
-		}
-	}
-	clear(w.byPod)
-	return fmt.Sprintf("flips of Service big: %d, p50 %v p99 %v; of the others: p50 %v p99 %v; at or above p99: %d, %d of them big's",
-		len(big), percentile(big, 50), percentile(big, 99), percentile(rest, 50), percentile(rest, 99), tail, bigTail)
-}
-
-// stallSummary describes (and forgets) the pod writes and slow flips
-// recorded since start.
-func (w *sliceWatch) stallSummary(start time.Time) string {
-	w.mu.Lock()
-	defer w.mu.Unlock()
-	out := fmt.Sprintf("pod writes p50 %v p99 %v max %v", percentile(w.podWrites, 50), percentile(w.podWrites, 99), percentile(w.podWrites, 100))
-	if len(w.slowStarts) > 0 {
-		first, last := slices.MinFunc(w.slowStarts, time.Time.Compare), slices.MaxFunc(w.slowStarts, time.Time.Compare)
-		out += fmt.Sprintf("; the %d flips that took 1s or more were sent between %v and %v into the phase",
-			len(w.slowStarts), first.Sub(start).Round(time.Second), last.Sub(start).Round(time.Second))
-	}
-	w.podWrites, w.slowStarts = nil, nil
-	return out
-}
-
-func countAtLeast(d []time.Duration, floor time.Duration) int {
-	n := 0
-	for _, x := range d {
-		if x >= floor {
-			n++
-		}
-	}
-	return n
-}
-
-func percentile(d []time.Duration, p int) time.Duration {
-	if len(d) == 0 {
-		return 0
-	}
-	s := slices.Clone(d)
-	slices.Sort(s)
-	i := (len(s)*p + 99) / 100
-	return s[min(max(i-1, 0), len(s)-1)].Round(time.Millisecond)
-}
-
-// writeCounts are EndpointSlice writes by "VERB code", as the API server
-// counted them (apiserver_request_total), so that both contenders are
-// counted the same and failed writes (409 conflicts) show.
-type writeCounts map[string]int
-
-func (w writeCounts) total() int {
-	n := 0
-	for _, v := range w {
-		n += v
-	}
-	return n
-}
-
-func (w writeCounts) minus(before writeCounts) string {
-	d := map[string]int{}
-	for k, v := range w {
-		if v -= before[k]; v != 0 {
-			d[k] = v
-		}
-	}
-	return formatCounts(d)
-}
-
-func sliceWrites(b *testing.B, s *framework.APIServer) writeCounts {
-	raw, err := s.Client.CoreV1().RESTClient().Get().AbsPath("/metrics").DoRaw(context.Background())
-	if err != nil {
-		b.Fatal(err)
-	}
-	out := writeCounts{}
-	for _, x := range parseSamples(string(raw), "apiserver_request_total") {
-		verb := x.labels["verb"]
-		if x.labels["resource"] != "endpointslices" || !slices.Contains([]string{"POST", "PUT", "PATCH", "DELETE"}, verb) {
-			continue
-		}
-		out[verb+" "+x.labels["code"]] += int(x.value)
-	}
-	return out
 }

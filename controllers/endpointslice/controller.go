@@ -69,10 +69,11 @@ type Controller struct {
 	pods     corelisters.PodLister
 	slices   discoverylisters.EndpointSliceLister
 	nodes    corelisters.NodeLister
-	// podIndex and sliceIndex are the Pod and slice caches with the
-	// indexes of index.go.
-	podIndex   cache.Indexer
-	sliceIndex cache.Indexer
+	// podIndex, serviceIndex and sliceIndex are the Pod, Service and slice
+	// caches with the indexes of index.go.
+	podIndex     cache.Indexer
+	serviceIndex cache.Indexer
+	sliceIndex   cache.Indexer
 
 	tracker    *esutil.EndpointSliceTracker
 	triggers   *esutil.TriggerTimeTracker
@@ -107,6 +108,7 @@ type Controller struct {
 func Indexers() map[informer.Kind]cache.Indexers {
 	return map[informer.Kind]cache.Indexers{
 		informer.Pods:           {podLabelIndex: podLabelKeys},
+		informer.Services:       {serviceSelectorIndex: serviceSelectorKeys},
 		informer.EndpointSlices: {sliceServiceIndex: sliceServiceKeys},
 	}
 }
@@ -116,26 +118,27 @@ func Indexers() map[informer.Kind]cache.Indexers {
 // client.
 func New(log logr.Logger, client kubernetes.Interface, src kit.Sources, recorder record.EventRecorder, reg prometheus.Registerer, opts Options) (*Controller, error) {
 	c := &Controller{
-		log:        log,
-		services:   corelisters.NewServiceLister(src.Services.Indexer()),
-		pods:       corelisters.NewPodLister(src.Pods.Indexer()),
-		slices:     discoverylisters.NewEndpointSliceLister(src.EndpointSlices.Indexer()),
-		nodes:      corelisters.NewNodeLister(src.Nodes.Indexer()),
-		podIndex:   src.Pods.Indexer(),
-		sliceIndex: src.EndpointSlices.Indexer(),
-		tracker:    esutil.NewEndpointSliceTracker(),
-		triggers:   esutil.NewTriggerTimeTracker(),
-		recorder:   recorder,
-		batch:      opts.BatchPeriod,
-		queue:      kit.NewQueue("endpointslice"),
-		podChanges: newPodChanges(),
-		topology:   topologycache.NewTopologyCache(),
+		log:          log,
+		services:     corelisters.NewServiceLister(src.Services.Indexer()),
+		pods:         corelisters.NewPodLister(src.Pods.Indexer()),
+		slices:       discoverylisters.NewEndpointSliceLister(src.EndpointSlices.Indexer()),
+		nodes:        corelisters.NewNodeLister(src.Nodes.Indexer()),
+		podIndex:     src.Pods.Indexer(),
+		serviceIndex: src.Services.Indexer(),
+		sliceIndex:   src.EndpointSlices.Indexer(),
+		tracker:      esutil.NewEndpointSliceTracker(),
+		triggers:     esutil.NewTriggerTimeTracker(),
+		recorder:     recorder,
+		batch:        opts.BatchPeriod,
+		queue:        kit.NewQueue("endpointslice"),
+		podChanges:   newPodChanges(),
+		topology:     topologycache.NewTopologyCache(),
 		topologyQueue: kit.NewQueueOf(func() workqueue.TypedRateLimitingInterface[string] {
 			return workqueue.NewTypedRateLimitingQueueWithConfig(workqueue.DefaultTypedControllerRateLimiter[string](),
 				workqueue.TypedRateLimitingQueueConfig[string]{Name: "endpointslice_topology"})
 		}),
 	}
-	for name, ix := range map[string]cache.Indexer{podLabelIndex: c.podIndex, sliceServiceIndex: c.sliceIndex} {
+	for name, ix := range map[string]cache.Indexer{podLabelIndex: c.podIndex, serviceSelectorIndex: c.serviceIndex, sliceServiceIndex: c.sliceIndex} {
 		if _, ok := ix.GetIndexers()[name]; !ok {
 			return nil, fmt.Errorf("the cache given to the EndpointSlice controller has no %s index", name)
 		}
@@ -149,7 +152,7 @@ func New(log logr.Logger, client kubernetes.Interface, src kit.Sources, recorder
 	c.loop = &kit.Loop{Queue: c.queue, Metrics: m, Log: log, Waiting: c.waiting,
 		Budget: opts.Budget, Sync: func(_ context.Context, key string) error { return c.syncService(key) },
 		Keys: src.Services.Indexer().ListKeys}
-	c.client = kit.CountWrites(client, m, opts.Budget)
+	c.client = kit.CountWrites(client, m, opts.Budget, log)
 	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, c.topology, recorder,
 		ControllerName, esrec.WithPreferSameTrafficDistributionEnabled(true))
 	return c, c.addHandlers(src)
@@ -213,6 +216,7 @@ func (c *Controller) idle() bool { return c.podChanges.idle() && c.loop.Idle() }
 
 // syncService converges the slices of one Service, given as namespace/name.
 func (c *Controller) syncService(key string) error {
+	c.log.V(5).Info("Syncing Service", "service", key)
 	ns, name, err := cache.SplitMetaNamespaceKey(key)
 	if err != nil {
 		return err
@@ -329,8 +333,13 @@ func (c *Controller) forget(ns, name string) {
 func (c *Controller) enqueueObject(obj any) { kit.Enqueue(c.queue, obj) }
 
 // onPod records what a Pod event changed; mapPods finds the Services.
+// At log level 5 it logs the pod, for the benchmark's traces.
 func (c *Controller) onPod(old, cur any) {
 	if change, ok := changeOf(old, cur); ok {
+		if log := c.log.V(5); log.Enabled() {
+			key, _ := cache.DeletionHandlingMetaNamespaceKeyFunc(cur)
+			log.Info("Pod changed", "pod", key)
+		}
 		c.podChanges.add(change)
 	}
 }
@@ -345,7 +354,7 @@ func (c *Controller) mapPods(ctx context.Context) {
 			return
 		}
 		for _, change := range batch {
-			services, err := esutil.GetServicesToUpdate(c.services, change.projection())
+			services, err := servicesToUpdate(c.serviceIndex, change.projection())
 			if err != nil {
 				utilruntime.HandleError(err)
 				continue

@@ -9,8 +9,10 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/labels"
+	"k8s.io/apimachinery/pkg/util/sets"
 	"k8s.io/client-go/informers"
 	"k8s.io/client-go/kubernetes/fake"
+	esutil "k8s.io/endpointslice/util"
 )
 
 // TestSelectPodsMatchesTheLister: the label index finds exactly the pods
@@ -121,5 +123,80 @@ func BenchmarkSelectPods(b *testing.B) {
 				}
 			}
 		})
+	}
+}
+
+// TestServicesToUpdateMatchesTheLibrary: the selector index finds exactly
+// the Services esutil.GetServicesToUpdate finds by scanning the namespace,
+// for Services of one and two labels, an empty selector (every pod) and
+// none (no pod), in two namespaces, for pods whose labels did not change,
+// changed alone, or changed with their endpoint; also after Services were
+// reselected and deleted.
+func TestServicesToUpdateMatchesTheLibrary(t *testing.T) {
+	f := informers.NewSharedInformerFactory(fake.NewClientset(), 0)
+	inf := f.Core().V1().Services().Informer()
+	if err := addIndex(inf, serviceSelectorIndex, serviceSelectorKeys); err != nil {
+		t.Fatal(err)
+	}
+	idx, lister := inf.GetIndexer(), f.Core().V1().Services().Lister()
+	rng := rand.New(rand.NewPCG(5, 6))
+	label := func(keys ...string) map[string]string {
+		l := map[string]string{}
+		for _, k := range keys {
+			if rng.IntN(3) > 0 {
+				l[k] = fmt.Sprint(rng.IntN(3))
+			}
+		}
+		return l
+	}
+	selector := func() map[string]string {
+		switch rng.IntN(10) {
+		case 0:
+			return nil
+		case 1:
+			return map[string]string{}
+		}
+		if s := label("app", "tier"); len(s) > 0 {
+			return s
+		}
+		return map[string]string{"app": "0"}
+	}
+	var services []*corev1.Service
+	for i := range 120 {
+		s := &corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: []string{"a", "b"}[i%2], Name: fmt.Sprint("s", i)},
+			Spec: corev1.ServiceSpec{Selector: selector()}}
+		services = append(services, s)
+		if err := idx.Add(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range services[:20] {
+		u := s.DeepCopy()
+		u.Spec.Selector = selector()
+		if err := idx.Update(u); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, s := range services[20:30] {
+		if err := idx.Delete(s); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for i := range 500 {
+		key := &esutil.PodProjectionKey{Namespace: []string{"a", "b", "c"}[i%3], Labels: label("app", "tier", "zone")}
+		if i%2 == 1 {
+			key.OldLabels, key.PodChanged = label("app", "tier", "zone"), i%4 == 1
+		}
+		want, err := esutil.GetServicesToUpdate(lister, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := servicesToUpdate(idx, key)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !got.Equal(want) {
+			t.Fatalf("pod change %+v: got %v, want %v", *key, sets.List(got), sets.List(want))
+		}
 	}
 }

@@ -41,8 +41,9 @@ func changeOf(old, cur any) (podChange, bool) {
 	return c, true
 }
 
-// projection turns a podChange back into the library's key, which finds the
-// Services to sync exactly as kube-controller-manager does.
+// projection turns a podChange back into the library's key, from which
+// servicesToUpdate finds the Services to sync as kube-controller-manager
+// does.
 func (c podChange) projection() *esutil.PodProjectionKey {
 	k := &esutil.PodProjectionKey{Namespace: c.namespace, Labels: parseLabels(c.labels)}
 	if c.labelsChanged {

@@ -71,7 +71,7 @@ func New(log logr.Logger, client kubernetes.Interface, src kit.Sources, recorder
 	c.metrics = m
 	c.waiting = &kit.CacheWait{Queue: c.queue, Fresh: c.cacheFresh}
 	c.loop = &kit.Loop{Queue: c.queue, Sync: c.sync, Metrics: m, Log: log, Waiting: c.waiting, Keys: c.keys}
-	c.client = kit.CountWrites(client, m, nil)
+	c.client = kit.CountWrites(client, m, nil, log)
 	return c, c.addHandlers(src)
 }
 

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/go-logr/logr"
 	"github.com/go-logr/logr/testr"
 	"github.com/prometheus/client_golang/prometheus"
 	discoveryv1 "k8s.io/api/discovery/v1"
@@ -37,7 +38,7 @@ func budgetClient(t *testing.T, budget *WriteBudget) (kubernetes.Interface, *ato
 	if err != nil {
 		t.Fatal(err)
 	}
-	return CountWrites(c, m, budget), &seen
+	return CountWrites(c, m, budget, logr.Discard()), &seen
 }
 
 func testSlice(svc string) *discoveryv1.EndpointSlice {
