@@ -45,9 +45,10 @@ const gcPercent = 50
 // unreachable API server keeps it in that state, it never stops the
 // process.
 func Role(d role.Deps) []role.Runnable {
-	// Beside the node role, which watches every pod for NetworkPolicy, the
-	// pods are read from that one watch rather than a second of the DNS's.
-	wire := !slices.Contains(d.Config.Roles, v1alpha1.RoleNode)
+	// Beside the controller or the node role, which watch every pod (for
+	// EndpointSlices, for NetworkPolicy), the pods are read from that one
+	// watch rather than a second of the DNS's own.
+	wire := !slices.Contains(d.Config.Roles, v1alpha1.RoleController) && !slices.Contains(d.Config.Roles, v1alpha1.RoleNode)
 	s, err := newServer(d.Factory, d.Client, d.Config.DNS, d.Metrics, d.Log, wire)
 	if err == nil && d.Source.File != "" && d.Source.Load != nil {
 		s.source = d.Source
