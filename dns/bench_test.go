@@ -121,27 +121,13 @@ func twoCPUs(b *testing.B, dnsperf, netplane, coredns string, api *framework.API
 // measureQPS runs both query files against s at full speed, with the CPU
 // time s spent meanwhile.
 func measureQPS(b *testing.B, dnsperf string, s *benchServer, cluster, mix string) {
-	cpu0 := cpuSeconds(b, s.proc)
+	cpu0 := framework.CPUTime(s.proc.Cmd.Process.Pid).Seconds()
 	s.qpsCluster = runDNSPerf(b, dnsperf, s, cluster)
-	cpu1 := cpuSeconds(b, s.proc)
+	cpu1 := framework.CPUTime(s.proc.Cmd.Process.Pid).Seconds()
 	s.qpsMix = runDNSPerf(b, dnsperf, s, mix)
-	cpu2 := cpuSeconds(b, s.proc)
+	cpu2 := framework.CPUTime(s.proc.Cmd.Process.Pid).Seconds()
 	s.cpuCluster, s.cpuMix = 100*(cpu1-cpu0)/dnsperfSeconds, 100*(cpu2-cpu1)/dnsperfSeconds
 	b.Logf("%s: cluster QPS %.0f (CPU %.0f%%), search-mix QPS %.0f (CPU %.0f%%)", s.name, s.qpsCluster, s.cpuCluster, s.qpsMix, s.cpuMix)
-}
-
-// cpuSeconds is the user and system time a process has used.
-func cpuSeconds(b *testing.B, p *framework.Process) float64 {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Cmd.Process.Pid))
-	if err != nil {
-		b.Fatal(err)
-	}
-	// The fields after the command's parenthesis; utime and stime are the
-	// 14th and 15th of the line, in clock ticks of 1/100 s.
-	f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-	utime, _ := strconv.ParseFloat(f[11], 64)
-	stime, _ := strconv.ParseFloat(f[12], 64)
-	return (utime + stime) / 100
 }
 
 const benchNamespaces = 100

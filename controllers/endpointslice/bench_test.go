@@ -118,9 +118,9 @@ func BenchmarkAgainstKubeControllerManager(b *testing.B) {
 		over = over[:min(scale.overFlips, len(over))]
 		phase := func(label string, names []string, rate int) churnResult {
 			w.stallSummary(time.Now()) // forget what came before
-			before, start, cpu := sliceWrites(b, s), time.Now(), cpuTime(con.proc)
+			before, start, cpu := sliceWrites(b, s), time.Now(), framework.CPUTime(con.proc.Cmd.Process.Pid)
 			lat, sent, shown := flipAndMeasure(b, s, w, pods, names, rate)
-			cpu = cpuTime(con.proc) - cpu
+			cpu = framework.CPUTime(con.proc.Cmd.Process.Pid) - cpu
 			stalls := w.stallSummary(start)
 			after := sliceWrites(b, s)
 			c := churnResult{after.total() - before.total(), percentile(lat, 50), percentile(lat, 99), percentile(lat, 100)}

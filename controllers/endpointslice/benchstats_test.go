@@ -4,13 +4,10 @@ package endpointslice
 // CPU time, the pod writes, percentiles and the API server's write counts.
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"math/rand/v2"
-	"os"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -26,24 +23,6 @@ type contender struct {
 	// trace is the log its trace lines go to (trace_test.go), if any.
 	trace string
 	proc  *framework.Process
-}
-
-// cpuTime is the CPU time p has used so far (user and system, from
-// /proc/PID/stat), or 0 if it cannot be read.
-func cpuTime(p *framework.Process) time.Duration {
-	raw, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", p.Cmd.Process.Pid))
-	if err != nil {
-		return 0
-	}
-	// The fields after the command's ")" start with the state (field 3);
-	// utime and stime are fields 14 and 15, in clock ticks of 1/100 s.
-	f := strings.Fields(string(raw[bytes.LastIndexByte(raw, ')')+1:]))
-	if len(f) < 13 {
-		return 0
-	}
-	user, _ := strconv.Atoi(f[11])
-	sys, _ := strconv.Atoi(f[12])
-	return time.Duration(user+sys) * 10 * time.Millisecond
 }
 
 // tailSummary describes (and forgets) which Services the flips recorded

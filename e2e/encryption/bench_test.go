@@ -8,7 +8,6 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -226,20 +225,11 @@ func median(xs []float64) float64 {
 // cpuSeconds is the user and system CPU time of the processes, from
 // /proc/PID/stat, in seconds.
 func cpuSeconds(pids []int) float64 {
-	var ticks float64
+	var sum time.Duration
 	for _, pid := range pids {
-		data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-		if err != nil {
-			continue
-		}
-		// Fields after the command's closing parenthesis: utime is the
-		// 12th, stime the 13th.
-		f := strings.Fields(string(data[strings.LastIndexByte(string(data), ')')+2:]))
-		u, _ := strconv.ParseFloat(f[11], 64)
-		s, _ := strconv.ParseFloat(f[12], 64)
-		ticks += u + s
+		sum += framework.CPUTime(pid)
 	}
-	return ticks / 100 // USER_HZ
+	return sum.Seconds()
 }
 
 func logLoad(b *testing.B) {

@@ -146,9 +146,9 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 	r.policyP50, r.policyP99 = policyChanges(b, w, mon, s)
 	r.bytesPerPolicy = float64(received.Load()-before) / changes
 	mon.Close() // its notifications would cost the churn below
-	cpu0, at0 := cpuTime(p.Cmd.Process.Pid), time.Now()
+	cpu0, at0 := framework.CPUTime(p.Cmd.Process.Pid), time.Now()
 	r.idleBytesPerSec, r.churnBytesPerSec, r.churn = churn(b, w, s, &received)
-	r.cpu = float64(cpuTime(p.Cmd.Process.Pid)-cpu0) / float64(time.Since(at0))
+	r.cpu = float64(framework.CPUTime(p.Cmd.Process.Pid)-cpu0) / float64(time.Since(at0))
 	r.rssPeak = framework.StatusKiB(p.Cmd.Process.Pid, "VmHWM")
 	saveHeap(b, ns, "churned")
 	if p.Exited() {

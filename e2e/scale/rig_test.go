@@ -147,24 +147,6 @@ func took(line string) time.Duration {
 	return d
 }
 
-// cpuTime is the user and system CPU time a process has used.
-func cpuTime(pid int) time.Duration {
-	data, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
-	if err != nil {
-		return 0
-	}
-	// Fields after the command's closing parenthesis; utime and stime are
-	// the 12th and 13th of them, in clock ticks (100 a second).
-	_, rest, _ := strings.Cut(string(data), ") ")
-	f := strings.Fields(rest)
-	if len(f) < 13 {
-		return 0
-	}
-	u, _ := strconv.Atoi(f[11])
-	st, _ := strconv.Atoi(f[12])
-	return time.Duration(u+st) * 10 * time.Millisecond
-}
-
 // percentiles are a sample's p50 and p99.
 func percentiles(d []time.Duration) (p50, p99 time.Duration) {
 	s := slices.Clone(d)
