@@ -106,46 +106,13 @@ func decodePodList(data []byte) (*podInfoList, error) {
 
 func decodePod(data []byte) (*podInfo, error) {
 	p := &podInfo{}
-	var phase, podIP string
-	var ips []string
+	var st podStatusFields
 	err := eachField(data, func(num protowire.Number, v []byte) error {
 		switch num {
 		case podMeta:
-			return eachField(v, func(num protowire.Number, v []byte) error {
-				switch num {
-				case metaName:
-					p.name = string(v)
-				case metaNamespace:
-					p.ns = intern.Bytes(v)
-				case metaVersion:
-					p.rv = string(v)
-				case metaAnnots:
-					return eachField(v, func(num protowire.Number, v []byte) error {
-						if num == mapKey && string(v) == metav1.InitialEventsAnnotationKey {
-							p.initialEventsEnd = true
-						}
-						return nil
-					})
-				}
-				return nil
-			})
+			return eachField(v, p.readMeta)
 		case podStatus:
-			return eachField(v, func(num protowire.Number, v []byte) error {
-				switch num {
-				case statusPhase:
-					phase = string(v)
-				case statusPodIP:
-					podIP = string(v)
-				case statusPodIPs:
-					return eachField(v, func(num protowire.Number, v []byte) error {
-						if num == podIPAddress {
-							ips = append(ips, string(v))
-						}
-						return nil
-					})
-				}
-				return nil
-			})
+			return eachField(v, st.read)
 		}
 		return nil
 	})
@@ -155,8 +122,51 @@ func decodePod(data []byte) (*podInfo, error) {
 	if p.name == "" && p.rv == "" {
 		return nil, errors.New("a Pod without a name or version")
 	}
-	p.addrs = pack(statusAddrs(corev1.PodPhase(phase), podIP, ips))
+	p.addrs = pack(statusAddrs(corev1.PodPhase(st.phase), st.podIP, st.podIPs))
 	return p, nil
+}
+
+// readMeta reads a field of the pod's ObjectMeta.
+func (p *podInfo) readMeta(num protowire.Number, v []byte) error {
+	switch num {
+	case metaName:
+		p.name = string(v)
+	case metaNamespace:
+		p.ns = intern.Bytes(v)
+	case metaVersion:
+		p.rv = string(v)
+	case metaAnnots: // one map entry: only the key says a bookmark
+		return eachField(v, func(num protowire.Number, v []byte) error {
+			if num == mapKey && string(v) == metav1.InitialEventsAnnotationKey {
+				p.initialEventsEnd = true
+			}
+			return nil
+		})
+	}
+	return nil
+}
+
+// podStatusFields are the fields of a PodStatus the addresses come from.
+type podStatusFields struct {
+	phase, podIP string
+	podIPs       []string
+}
+
+func (st *podStatusFields) read(num protowire.Number, v []byte) error {
+	switch num {
+	case statusPhase:
+		st.phase = string(v)
+	case statusPodIP:
+		st.podIP = string(v)
+	case statusPodIPs:
+		return eachField(v, func(num protowire.Number, v []byte) error {
+			if num == podIPAddress {
+				st.podIPs = append(st.podIPs, string(v))
+			}
+			return nil
+		})
+	}
+	return nil
 }
 
 // eachField hands f each length-delimited field of a message and skips
