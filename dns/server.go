@@ -10,7 +10,8 @@ import (
 	"time"
 
 	"github.com/miekg/dns"
-	"golang.org/x/sys/unix"
+
+	shared "github.com/netplane/netplane/internal/listen"
 )
 
 // Listeners are the sockets of one DNS server: several UDP sockets on one
@@ -22,14 +23,6 @@ type Listeners struct {
 	udp  []net.PacketConn
 	tcp  net.Listener
 	srv  []*dns.Server
-}
-
-func reusePort(_, _ string, c syscall.RawConn) error {
-	var serr error
-	err := c.Control(func(fd uintptr) {
-		serr = unix.SetsockoptInt(int(fd), unix.SOL_SOCKET, unix.SO_REUSEPORT, 1)
-	})
-	return errors.Join(err, serr)
 }
 
 // Listen opens udpSockets UDP sockets and a TCP listener on addr (port 0
@@ -47,7 +40,7 @@ func Listen(addr string, udpSockets int) (*Listeners, error) {
 }
 
 func listen(addr string, udpSockets int) (*Listeners, error) {
-	lc := net.ListenConfig{Control: reusePort}
+	lc := shared.Config
 	l := &Listeners{}
 	first, err := lc.ListenPacket(context.Background(), "udp", addr)
 	if err != nil {
