@@ -135,6 +135,7 @@ func (f *flags) node(o v1alpha1.Node) {
 	f.dur("sync-period", "node.syncPeriod", o.SyncPeriod.Duration, "Period of full resyncs that heal rules changed by someone else.")
 	f.dur("min-sync-period", "node.minSyncPeriod", o.MinSyncPeriod.Duration, "Shortest time between two syncs; changes in between are batched.")
 	f.str("proxy-healthz-bind-address", "node.proxyHealthzBindAddress", o.ProxyHealthzBindAddress, "host:port of kube-proxy's node health server (/healthz, /livez) that cloud load balancers ask; \"\" disables.")
+	f.str("agent-socket", "node.agentSocket", o.AgentSocket, "Unix socket through which a node agent started beside a running one (a DaemonSet surge) takes the node over once its views synced; \"\" disables.")
 	f.dur("conntrack-tcp-timeout-established", "node.conntrack.tcpEstablishedTimeout", o.Conntrack.TCPEstablishedTimeout.Duration, "Idle timeout of established TCP connections in conntrack (0: the kernel's).")
 	f.dur("conntrack-tcp-timeout-close-wait", "node.conntrack.tcpCloseWaitTimeout", o.Conntrack.TCPCloseWaitTimeout.Duration, "Conntrack timeout of TCP connections in CLOSE_WAIT (0: the kernel's).")
 	f.str("cni-conf-dir", "node.cniConfDir", o.CNIConfDir, "Directory the CNI configuration is written to.")

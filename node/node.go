@@ -99,13 +99,24 @@ func mtu(s nodeview.Settings) any {
 }
 
 // Role is the node role as the process builds it: one part, on every node.
+// With --agent-socket it takes the node over from an agent running there
+// and hands it to the next (handover.go).
 func Role(d role.Deps) []role.Runnable {
+	gate := dialRunning(d)
+	if gate != nil {
+		d.Takeover = gate
+	}
 	fs, err := features(d)
+	if gate != nil {
+		// Each feature waits in the gate once, in its loop or in
+		// nodeview.Await.
+		gate.Expect(len(fs))
+	}
 	return []role.Runnable{{Role: v1alpha1.RoleNode, Run: func(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
-		return Run(ctx, fs)
+		return runAgent(ctx, d, fs, gate)
 	}}}
 }
 

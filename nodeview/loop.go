@@ -66,13 +66,34 @@ func (l *Loop) Request() { l.runner.Request() }
 // every synced has: the first sync must see whole views, never a
 // half-filled cache.
 // A feature that waited for its caches itself passes none.
+// Started beside a running agent (Deps.Takeover), the first sync also
+// waits until that agent let go of the node: the node has one writer.
 func (l *Loop) Run(ctx context.Context, synced ...cache.DoneChecker) {
 	l.d.Checks.AddHealth(l.feature, l.Healthy)
-	if len(synced) > 0 && !role.WaitForSync(ctx, l.d, l.feature, synced...) {
+	if t := l.d.Takeover; t != nil {
+		if len(synced) > 0 && !role.WaitForSync(ctx, l.d, l.feature, synced...) {
+			t.Leave()
+			return
+		}
+		if !t.Wait(ctx) {
+			return
+		}
+	} else if len(synced) > 0 && !role.WaitForSync(ctx, l.d, l.feature, synced...) {
 		return
 	}
 	l.d.Checks.AddReady(l.feature, l.ready)
 	l.runner.Run(ctx)
+}
+
+// Await is Run's wait for a feature that runs no loop (one turned off,
+// removing what it made): its writes wait until the node is this process's to write:
+// started beside a running agent (Deps.Takeover), until that one let go.
+// False when ctx ended first.
+func Await(ctx context.Context, d role.Deps) bool {
+	if t := d.Takeover; t != nil {
+		return t.Wait(ctx)
+	}
+	return true
 }
 
 // LastSuccess is when a sync last ended without failing (a wait

@@ -129,6 +129,9 @@ func newFeature(d role.Deps, syncer nft.Syncer, m *metrics, rec record.EventReco
 // enforcement off it removes the table and waits.
 func (f *Feature) Run(ctx context.Context) error {
 	if !f.cfg.NetworkPolicy.Enabled {
+		if !nodeview.Await(ctx, f.deps) {
+			return nil
+		}
 		if err := f.deleteTable(); err != nil {
 			return fmt.Errorf("network policy is off, removing its table: %w", err)
 		}

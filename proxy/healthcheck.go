@@ -14,6 +14,8 @@ import (
 
 	"github.com/go-logr/logr"
 	"k8s.io/apimachinery/pkg/types"
+
+	"github.com/netplane/netplane/internal/listen"
 )
 
 // HealthInfo is what the health-check node port of one Service reports,
@@ -76,7 +78,7 @@ func (h *healthServers) Sync(want map[types.NamespacedName]HealthInfo) {
 		}
 		addrs := listenAddrs(want[svc].Addrs, port)
 		for _, l := range addrs {
-			ln, err := net.Listen(l.network, l.addr)
+			ln, err := listen.Shared(l.network, l.addr)
 			if err != nil {
 				h.log.Error(err, "cannot serve the health-check node port; load balancers will see this node as down; retrying at the next sync", "service", svc, "address", l.addr)
 				continue

@@ -3,12 +3,12 @@ package proxy
 import (
 	"context"
 	"encoding/json"
-	"net"
 	"net/http"
 	"time"
 
 	"github.com/go-logr/logr"
 
+	"github.com/netplane/netplane/internal/listen"
 	"github.com/netplane/netplane/nodeview"
 )
 
@@ -83,7 +83,7 @@ type nodeHealthServer struct {
 
 // serve serves /healthz and /livez on addr until ctx ends.
 func (s nodeHealthServer) serve(ctx context.Context, addr string) error {
-	l, err := net.Listen("tcp", addr)
+	l, err := listen.Shared("tcp", addr)
 	if err != nil {
 		return err
 	}

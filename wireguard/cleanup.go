@@ -18,8 +18,8 @@ func Cleanup(s *sweep.Sweep, h *netlink.Handle, keyFile string) {
 
 // removeKernel removes the device (the routes through it go with it),
 // what remains of its routing table with the rules that look it up, and
-// the guard table. A userspace device ends with its process: only its
-// rules, throw routes and guard table are left to remove.
+// the guard table; for the userspace implementation, the device is its
+// persistent TUN device.
 func removeKernel(s *sweep.Sweep, h *netlink.Handle) {
 	s.Link(h, DeviceName, "")
 	removeRouting(s, h)

@@ -19,7 +19,7 @@ type Device interface {
 	// times and byte counts.
 	Device() (*wgtypes.Device, error)
 	// Close lets go of the device. The kernel's stays, with its peers and
-	// current keys; the userspace one ends with its TUN device.
+	// current keys; of the userspace one only its TUN device stays.
 	Close() error
 }
 
@@ -43,6 +43,12 @@ func Open(impl, name string, mtu, port int, log logr.Logger) (Device, string, er
 		d, err := OpenUserspace(name, mtu, port, log)
 		return d, Userspace, err
 	case Auto:
+		if l, err := netlink.LinkByName(name); err == nil && l.Type() == "tuntap" {
+			// Left by the last agent, which ran it in-process: this kernel
+			// has no WireGuard, or it would have been the kernel's.
+			u, err := OpenUserspace(name, mtu, port, log)
+			return u, Userspace, err
+		}
 		d, err := OpenKernel(name, mtu, port)
 		if err == nil {
 			return d, Kernel, nil

@@ -88,9 +88,9 @@ func New(d role.Deps, s nodeview.Settings) (*Feature, error) {
 }
 
 // Run converges until ctx ends. On the way out the kernel's device stays
-// with its peers; the userspace one ends with the process, its routes with
-// it, and the guard table, left in place, drops pod traffic until the
-// next start.
+// with its peers; of the userspace one its persistent TUN device stays,
+// with the routes into it, dropping pod traffic until the next agent opens
+// it, and the guard table stays too.
 func (f *Feature) Run(ctx context.Context) error {
 	h, err := link.Open()
 	if err != nil {
@@ -99,6 +99,9 @@ func (f *Feature) Run(ctx context.Context) error {
 	defer h.Close()
 	f.h = h
 	if !f.on {
+		if !nodeview.Await(ctx, f.d) {
+			return nil
+		}
 		return f.remove(ctx)
 	}
 	wg := f.settings.WireGuard
@@ -126,32 +129,45 @@ func (f *Feature) Run(ctx context.Context) error {
 }
 
 // remove undoes encryption: first the key annotation, so that peers in
-// permissive mode send to this node by the overlay again, then, once they
-// had a moment to follow, the device (its routes go with it), the routing
-// table and its rules, and the guard table, so that the overlay's routes
-// carry pod traffic again.
+// permissive mode send to this node by the overlay again; then the routing
+// table, its rules and the guard table, so that this node's own pod
+// traffic takes the overlay's routes at once (the userspace device may
+// have no process reading it any more: the agent that ran it handed the
+// node over); and once peers had a moment to follow, the device.
 func (f *Feature) remove(ctx context.Context) error {
-	self := f.d.Config.Node.NodeName
-	if n, err := f.d.Client.CoreV1().Nodes().Get(ctx, self, metav1.GetOptions{}); err == nil && n.Annotations[Annotation] != "" {
-		patch := []byte(`{"metadata":{"annotations":{"` + Annotation + `":null}}}`)
-		if _, err := f.d.Client.CoreV1().Nodes().Patch(ctx, self, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "netplane-wireguard"}); err != nil {
-			// Not fatal: peers in strict mode drop to this node either way,
-			// and the node's own paths do not depend on it.
-			f.d.Log.Error(err, "encryption is off but the WireGuard key annotation stays: peers in permissive mode keep sending through WireGuard to this node, which drops it; allow the node role to patch Nodes (chart: encryption.permissive=true) or remove the annotation", "node", self, "annotation", Annotation)
-		} else {
-			f.d.Log.Info("encryption is off: removed the WireGuard public key annotation", "node", self)
-			select {
-			case <-ctx.Done():
-			case <-time.After(peersFollow):
-			}
+	unpublished := f.unpublish(ctx)
+	var s sweep.Sweep
+	removeRouting(&s, f.h)
+	s.Table(GuardTable)
+	if unpublished {
+		select {
+		case <-ctx.Done():
+		case <-time.After(peersFollow):
 		}
 	}
-	var s sweep.Sweep
-	removeKernel(&s, f.h)
+	s.Link(f.h, DeviceName, "")
 	for _, what := range s.Removed() {
 		f.d.Log.Info("encryption is off: removed " + what)
 	}
 	return s.Err()
+}
+
+// unpublish removes this node's key annotation, and says whether it did.
+func (f *Feature) unpublish(ctx context.Context) bool {
+	self := f.d.Config.Node.NodeName
+	n, err := f.d.Client.CoreV1().Nodes().Get(ctx, self, metav1.GetOptions{})
+	if err != nil || n.Annotations[Annotation] == "" {
+		return false
+	}
+	patch := []byte(`{"metadata":{"annotations":{"` + Annotation + `":null}}}`)
+	if _, err := f.d.Client.CoreV1().Nodes().Patch(ctx, self, types.MergePatchType, patch, metav1.PatchOptions{FieldManager: "netplane-wireguard"}); err != nil {
+		// Not fatal: peers in strict mode drop to this node either way,
+		// and the node's own paths do not depend on it.
+		f.d.Log.Error(err, "encryption is off but the WireGuard key annotation stays: peers in permissive mode keep sending through WireGuard to this node, which drops it; allow the node role to patch Nodes (chart: encryption.permissive=true) or remove the annotation", "node", self, "annotation", Annotation)
+		return false
+	}
+	f.d.Log.Info("encryption is off: removed the WireGuard public key annotation", "node", self)
+	return true
 }
 
 // peersFollow is how long peers are given to follow a change of this

@@ -116,11 +116,14 @@ func (l *lab) start(t testing.TB, n *labNode) {
 	}
 	dev := n.dev
 	t.Cleanup(func() { dev.Close() })
-	n.ns.Addr(t, wireguard.DeviceName, n.podIP()+"/32")
+	// A restarted node finds its address on the TUN device, which is
+	// persistent.
+	n.ns.MustExec(t, "ip", "addr", "replace", n.podIP()+"/32", "dev", wireguard.DeviceName)
 }
 
-// restart closes the node's device, as a stopping node role does, and
-// starts it again; with rotate, the key file is deleted first.
+// restart closes the node's device, as a stopping node role does (its
+// TUN device stays), and starts it again on the same TUN device; with
+// rotate, the key file is deleted first.
 func (l *lab) restart(t testing.TB, n *labNode, rotate bool) {
 	t.Helper()
 	n.dev.Close()

@@ -2,9 +2,11 @@ package wireguard
 
 import (
 	"fmt"
+	"os"
 
 	"github.com/go-logr/logr"
 	"github.com/vishvananda/netlink"
+	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/device"
 	"golang.zx2c4.com/wireguard/tun"
@@ -15,7 +17,12 @@ import (
 // It is configured through wireguard-go's own configuration protocol,
 // in-process: no control socket is made, so nodes that share a machine
 // (tests, the lab) cannot reach each other's devices through the
-// filesystem. The keys of its handshakes end with the process.
+// filesystem. The keys of its handshakes end with the process; the TUN
+// device does not (it is persistent): its addresses and the routes into it
+// stay, so that until the next agent opens it again, pod packets to other
+// nodes go into a device that drops them, never by another path, and the
+// next agent (one taking the node over, internal/handover) starts sending
+// within a handshake.
 //
 // The TUN device and the UDP sockets belong to the network namespace of
 // the thread that opens the device, and of the one that configures a new
@@ -28,12 +35,17 @@ type UserspaceDevice struct {
 	dev  *device.Device
 }
 
-// OpenUserspace makes the TUN device name with mtu, up, and starts
-// wireguard-go on it, listening on UDP port.
+// OpenUserspace makes the persistent TUN device name with mtu, up, or
+// opens it when it is left from the last agent, and starts wireguard-go on
+// it, listening on UDP port.
 func OpenUserspace(name string, mtu, port int, log logr.Logger) (*UserspaceDevice, error) {
 	t, err := tun.CreateTUN(name, mtu)
 	if err != nil {
 		return nil, fmt.Errorf("create TUN device %s for WireGuard: %w", name, err)
+	}
+	if err := persist(t.File()); err != nil {
+		t.Close()
+		return nil, fmt.Errorf("make TUN device %s persistent: %w", name, err)
 	}
 	u, err := newUserspace(name, t, conn.NewDefaultBind(), port, log)
 	if err != nil {
@@ -48,6 +60,21 @@ func OpenUserspace(name string, mtu, port int, log logr.Logger) (*UserspaceDevic
 		return nil, fmt.Errorf("set %s up: %w", name, err)
 	}
 	return u, nil
+}
+
+// persist keeps the TUN device of f when its last file closes. Through the
+// raw connection: Fd would put the file in blocking mode under
+// wireguard-go's reads.
+func persist(f *os.File) error {
+	rc, err := f.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var ierr error
+	if err := rc.Control(func(fd uintptr) { ierr = unix.IoctlSetInt(int(fd), unix.TUNSETPERSIST, 1) }); err != nil {
+		return err
+	}
+	return ierr
 }
 
 // newUserspace runs wireguard-go on t, sending through bind.
@@ -89,7 +116,8 @@ func (u *UserspaceDevice) Device() (*wgtypes.Device, error) {
 	return decodeUAPI(u.name, text)
 }
 
-// Close stops wireguard-go; the TUN device goes with it.
+// Close stops wireguard-go; the TUN device stays, dropping what is routed
+// into it, until the next agent opens it or encryption is turned off.
 func (u *UserspaceDevice) Close() error {
 	u.dev.Close() // closes the TUN device too
 	return nil

@@ -46,6 +46,8 @@ type pod struct {
 
 func (n *node) keyFile() string { return filepath.Join(n.Dir, "wireguard", "private.key") }
 
+func (n *node) agentSocket() string { return filepath.Join(n.Dir, "agent.sock") }
+
 // podCIDR is node i's IPv4 pod CIDR.
 func podCIDR(i int) string { return fmt.Sprintf("10.244.%d.0/24", i) }
 
@@ -94,7 +96,8 @@ func (c *cluster) createNode(obj *v1.Node, ip string) {
 func (c *cluster) run(n *node, encryption string, extra ...string) {
 	c.Start(c.t, n.Node, append([]string{"--service-cidrs=10.96.0.0/16,fd00:10:96::/112",
 		"--sync-period=" + syncPeriod.String(), "--encryption=" + encryption,
-		"--wireguard-implementation=userspace", "--wireguard-private-key-file=" + n.keyFile(), "--v=2"}, extra...)...)
+		"--wireguard-implementation=userspace", "--wireguard-private-key-file=" + n.keyFile(),
+		"--agent-socket=" + n.agentSocket(), "--v=2"}, extra...)...)
 	n.Served(c.t)
 }
 

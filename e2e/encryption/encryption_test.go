@@ -174,14 +174,15 @@ func TestEncryptedCluster(t *testing.T) {
 		c.nodeLifecycle(t)
 	})
 	t.Run("AgentDownNothingInClear", func(t *testing.T) {
-		// The userspace device, and the routes into it, end with the
-		// agent; the guard table stays and drops what would leave in
-		// clear by the default route.
+		// The userspace device's TUN device outlives the agent, with no
+		// process reading it: what is routed into it is dropped. The guard
+		// table stays too, and drops what would leave in clear by another
+		// path.
 		n1 := c.nodes[0]
 		caps := c.captures(t)
 		n1.Proc.Stop(10 * time.Second)
-		if _, err := n1.NS.Exec("ip", "link", "show", wireguard.DeviceName); err == nil {
-			t.Errorf("netplane.wg outlived the agent")
+		if l, err := n1.NS.Exec("ip", "link", "show", wireguard.DeviceName); err != nil || !strings.Contains(l, "NO-CARRIER") {
+			t.Errorf("netplane.wg with its agent down: %q, %v; want it kept, with no carrier", l, err)
 		}
 		for _, ip := range []string{c.nodes[1].pod.IP, c.nodes[2].pod.IP} {
 			if err := sendMarker(n1.pod.NS, at(ip)); err == nil {
@@ -194,6 +195,9 @@ func TestEncryptedCluster(t *testing.T) {
 			_, err := n1.pod.NS.SeenTCP(at(c.nodes[1].pod.IP))
 			return err
 		})
+	})
+	t.Run("NewAgentTakesOverWithoutAGap", func(t *testing.T) {
+		c.handover(t)
 	})
 	t.Run("HeldConnectionAcrossRestartAndKeyRotation", func(t *testing.T) {
 		c.heldAcrossRestart(t)

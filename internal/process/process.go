@@ -41,6 +41,7 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/kube"
+	"github.com/netplane/netplane/internal/listen"
 	"github.com/netplane/netplane/internal/memory"
 	"github.com/netplane/netplane/internal/outage"
 	"github.com/netplane/netplane/internal/role"
@@ -179,9 +180,16 @@ func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *ro
 	})
 	// The health server binds first, so the free port found for the
 	// metrics server is never the one the health server then takes.
+	// A node agent's successor, started beside it by a DaemonSet's surge,
+	// binds the same host ports before the running agent lets go
+	// (internal/handover): the node role's servers share their ports.
+	lc := net.ListenConfig{}
+	if slices.Contains(cfg.Roles, v1alpha1.RoleNode) {
+		lc = listen.Config
+	}
 	var health net.Listener
 	if cfg.HealthBindAddress != "" {
-		l, err := net.Listen("tcp", cfg.HealthBindAddress)
+		l, err := lc.Listen(context.Background(), "tcp", cfg.HealthBindAddress)
 		if err != nil {
 			return nil, fmt.Errorf("health server: %w", err)
 		}
@@ -198,7 +206,7 @@ func NewManager(cfg *v1alpha1.Configuration, restConfig *rest.Config, checks *ro
 	}
 	opts := manager.Options{
 		Logger:                  log,
-		Metrics:                 metricsserver.Options{BindAddress: metricsAddr},
+		Metrics:                 metricsserver.Options{BindAddress: metricsAddr, ListenConfig: lc},
 		PprofBindAddress:        cfg.PprofBindAddress,
 		GracefulShutdownTimeout: &cfg.ShutdownTimeout.Duration,
 	}

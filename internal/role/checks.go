@@ -17,6 +17,7 @@ type Checks struct {
 	health   map[string]func() error
 	ready    map[string]func() error
 	starting map[string]bool // roles that added no readiness check yet
+	retired  bool
 }
 
 // NewChecks returns an empty set; with no checks both endpoints report ok.
@@ -57,8 +58,28 @@ func (c *Checks) add(m map[string]func() error, name string, check func() error)
 	m[name] = check
 }
 
+// Retire is for a process that let go of its work on purpose (a node
+// agent that handed its node over to a new one): from now on /healthz and
+// /readyz are ok, whatever its checks said, since nothing of it can fall
+// behind. Ready, not failing: on the host network the new agent's pod is
+// probed on the same port, and may be answered by this process until it
+// exits.
+func (c *Checks) Retire() {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	c.retired = true
+}
+
 // Health returns the liveness checks added so far.
-func (c *Checks) Health() map[string]func() error { return c.snapshot(c.health) }
+func (c *Checks) Health() map[string]func() error {
+	c.mu.Lock()
+	retired := c.retired
+	c.mu.Unlock()
+	if retired {
+		return map[string]func() error{}
+	}
+	return c.snapshot(c.health)
+}
 
 // Readiness returns the readiness checks added so far, and one failing for
 // each role still starting.
@@ -66,6 +87,9 @@ func (c *Checks) Readiness() map[string]func() error {
 	out := c.snapshot(c.ready)
 	c.mu.Lock()
 	defer c.mu.Unlock()
+	if c.retired {
+		return map[string]func() error{}
+	}
 	for role := range c.starting {
 		out[role] = func() error { return errStarting }
 	}

@@ -46,6 +46,18 @@ type Deps struct {
 	// Source is where Config came from, for a role that applies changes
 	// to the file while it runs.
 	Source Source
+	// Takeover is set by a node agent that starts while another runs on
+	// its node: each of its features waits in it once its views have
+	// synced, before its first write, until the running agent let go of
+	// the node (internal/handover); one that stops before leaves it. Nil:
+	// write at once.
+	Takeover Takeover
+}
+
+// Takeover holds the first writes of a role's features (internal/handover.Gate).
+type Takeover interface {
+	Leave()
+	Wait(ctx context.Context) bool
 }
 
 // Source is where the process's configuration came from.

@@ -168,6 +168,12 @@ type Node struct {
 	// server (/healthz, /livez), which cloud load balancers ask before
 	// sending a node traffic; "" turns it off.
 	ProxyHealthzBindAddress string `json:"proxyHealthzBindAddress"`
+	// AgentSocket is a Unix socket on the node through which a node agent
+	// started while another runs (a DaemonSet rolled with maxSurge) takes
+	// the node over from it once its views have synced, so that the
+	// in-process WireGuard's traffic has no gap and the node one writer;
+	// "" turns it off. On the node's own filesystem (a hostPath).
+	AgentSocket string `json:"agentSocket,omitempty"`
 	// Conntrack sets the node's conntrack timeouts, as kube-proxy does.
 	Conntrack Conntrack `json:"conntrack"`
 	// NetworkPolicy configures the enforcement of NetworkPolicies.

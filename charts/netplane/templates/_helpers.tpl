@@ -66,9 +66,9 @@ pods' grace period (30 s) covers it. */}}
 
 {{/* The node agent sees the host's CNI folders under /host; the plugin ships in the image. */}}
 {{- define "netplane.nodeConfig" -}}
-{{- $fixed := dict "cniBinDir" "/host/opt/cni/bin" "cniConfDir" "/host/etc/cni/net.d" "ipamStateDir" (printf "%s/ipam" .Values.node.stateDir) "cniPluginPath" "/usr/local/bin/netplane-cni" "procSysDir" "/host/proc/sys" "networkPolicy" .Values.networkPolicy "overlay" .Values.overlay "encryption" (include "netplane.encryption" . | fromYaml) }}
+{{- $fixed := dict "cniBinDir" "/host/opt/cni/bin" "cniConfDir" "/host/etc/cni/net.d" "ipamStateDir" (printf "%s/ipam" .Values.node.stateDir) "cniPluginPath" "/usr/local/bin/netplane-cni" "procSysDir" "/host/proc/sys" "agentSocket" (printf "%s/agent.sock" .Values.node.stateDir) "networkPolicy" .Values.networkPolicy "overlay" .Values.overlay "encryption" (include "netplane.encryption" . | fromYaml) }}
 {{- /* Metrics on kube-proxy's port: tools and upstream's tests ask 127.0.0.1:10249/proxyMode. */}}
-{{- include "netplane.config" (dict "root" . "role" "node" "section" "node" "values" (merge $fixed (deepCopy .Values.node.config)) "health" "0.0.0.0:10290" "metrics" "0.0.0.0:10249") }}
+{{- include "netplane.config" (dict "root" . "role" "node" "section" "node" "values" (merge $fixed (deepCopy .Values.node.config)) "health" "0.0.0.0:10290" "metrics" "0.0.0.0:10249" "shutdown" "25s") }}
 {{- end -}}
 
 {{/* The node section's encryption: the chart's values, the key file in keyDir. */}}

@@ -1,0 +1,167 @@
+package encryption
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/wireguard"
+)
+
+// handover: a second agent started on node2 beside the running one, as a
+// DaemonSet's surge does, takes the node over through the agent socket.
+// The running agent carries node2's WireGuard traffic until the new one
+// has synced; the TUN device is the same one throughout (persistent, not
+// made again); no new connection fails and a held one never waits long;
+// the old agent idles once it has let go, ready and healthy (its ports are
+// the new agent's too), and stops at once when told.
+func (c *cluster) handover(t *testing.T) {
+	n1, n2 := c.nodes[0], c.nodes[1]
+	index := func() string {
+		l := n2.NS.MustExec(t, "ip", "-o", "link", "show", wireguard.DeviceName)
+		return strings.SplitN(l, ":", 2)[0]
+	}
+	before := index()
+	conn, err := n1.pod.NS.DialEcho(at(n2.pod.IP), 2*time.Second)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	traffic := startTraffic(n1.pod.NS, conn, at(n2.pod.IP))
+
+	old := n2.Proc
+	health, _ := framework.ServedAddresses(t, old, 10*time.Second)
+	c.run(n2, v1alpha1.EncryptionWireGuard) // beside it: n2.Proc is the new one
+	framework.Eventually(t, 30*time.Second, "the old agent handed node2 over", func() error {
+		if log, _ := os.ReadFile(old.Log); !strings.Contains(string(log), "handed the node over to the new agent") {
+			return fmt.Errorf("not yet:\n%s", old.Tail(5))
+		}
+		return nil
+	})
+	client := &http.Client{Timeout: 2 * time.Second, Transport: &http.Transport{
+		DialContext: func(_ context.Context, network, addr string) (net.Conn, error) { return n2.NS.Dial(network, addr) }}}
+	if code, body, err := framework.HTTPGet(client, "http://"+health+"/readyz"); err != nil || code != http.StatusOK {
+		t.Errorf("old agent's /readyz: %d %q %v; want 200: it answers the new agent's probes on a shared port", code, body, err)
+	}
+	if code, _, err := framework.HTTPGet(client, "http://"+health+"/healthz"); err != nil || code != http.StatusOK {
+		t.Errorf("old agent's /healthz: %d %v; want 200 while it idles", code, err)
+	}
+	if old.Exited() {
+		t.Errorf("the old agent exited on its own after handing over:\n%s", old.Tail(10))
+	}
+	framework.Eventually(t, 30*time.Second, "the new agent took node2 over", func() error {
+		if log, _ := os.ReadFile(n2.Proc.Log); !strings.Contains(string(log), "took the node over") {
+			return fmt.Errorf("not yet:\n%s", n2.Proc.Tail(5))
+		}
+		return nil
+	})
+	// A second of traffic through the new agent's device.
+	time.Sleep(time.Second)
+	start := time.Now()
+	old.Stop(10 * time.Second)
+	if d := time.Since(start); d > 2*time.Second {
+		t.Errorf("the old agent took %v to stop after handing over; want at once", d)
+	}
+	time.Sleep(500 * time.Millisecond)
+	tally := traffic.stop()
+	t.Logf("across the handover: %s", tally)
+	for _, p := range []*framework.Process{old, n2.Proc} {
+		log, _ := os.ReadFile(p.Log)
+		for _, l := range strings.Split(string(log), "\n") {
+			if strings.Contains(l, "handover.go") || strings.Contains(l, "WireGuard device up") || strings.Contains(l, "took the node") {
+				t.Log(l)
+			}
+		}
+	}
+	if after := index(); after != before {
+		t.Errorf("netplane.wg is a new device (index %s, was %s); want the same one kept", after, before)
+	}
+	if tally.failed > 0 || tally.heldErr != nil || tally.longest > 500*time.Millisecond {
+		t.Errorf("traffic lost across the handover: %s", tally)
+	}
+	if _, err := n1.pod.NS.SeenTCP(at(n2.pod.IP)); err != nil {
+		t.Errorf("pod1 to pod2 after the old agent stopped: %v", err)
+	}
+}
+
+// traffic is a held connection asked every 5 ms and a new connection
+// every 20 ms, until stop.
+type traffic struct {
+	stopc chan struct{}
+	wg    sync.WaitGroup
+	mu    sync.Mutex
+	t     tally
+}
+
+type tally struct {
+	dials, failed, asked int
+	heldErr              error
+	longest              time.Duration // between two answers on the held connection
+}
+
+func (t tally) String() string {
+	return fmt.Sprintf("%d new connections, %d failed; held connection asked %d times, longest wait %v, error %v",
+		t.dials, t.failed, t.asked, t.longest.Round(time.Millisecond), t.heldErr)
+}
+
+func startTraffic(from interface {
+	SeenTCP(string) (string, error)
+}, conn interface{ Seen() (string, error) }, addr string) *traffic {
+	tr := &traffic{stopc: make(chan struct{})}
+	tr.wg.Add(2)
+	go func() {
+		defer tr.wg.Done()
+		last := time.Now()
+		for {
+			select {
+			case <-tr.stopc:
+				return
+			case <-time.After(5 * time.Millisecond):
+			}
+			_, err := conn.Seen()
+			now := time.Now()
+			tr.mu.Lock()
+			tr.t.asked++
+			if err != nil && tr.t.heldErr == nil {
+				tr.t.heldErr = err
+			}
+			tr.t.longest = max(tr.t.longest, now.Sub(last))
+			tr.mu.Unlock()
+			last = now
+		}
+	}()
+	go func() {
+		defer tr.wg.Done()
+		for {
+			select {
+			case <-tr.stopc:
+				return
+			case <-time.After(20 * time.Millisecond):
+			}
+			_, err := from.SeenTCP(addr)
+			tr.mu.Lock()
+			tr.t.dials++
+			if err != nil {
+				tr.t.failed++
+			}
+			tr.mu.Unlock()
+		}
+	}()
+	return tr
+}
+
+func (tr *traffic) stop() tally {
+	close(tr.stopc)
+	tr.wg.Wait()
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.t
+}

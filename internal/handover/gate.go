@@ -1,0 +1,82 @@
+package handover
+
+import (
+	"context"
+	"sync"
+)
+
+// Gate holds the first write of each of a successor's sync loops until the
+// node is the successor's: each of the Expected loops waits once its views
+// have synced; when all wait, the gate takes the node over (Take) and lets
+// them all through. A loop that ends before it waits leaves, so that it
+// holds up no other.
+type Gate struct {
+	take func(ctx context.Context) error
+	done func(err error) // told the outcome of take, once
+
+	mu      sync.Mutex
+	joined  int
+	waiting int
+	open    chan struct{}
+	taking  bool
+}
+
+// NewGate is a gate that takes the node with take and tells done how that
+// went (a failed take still opens the gate: the node needs an agent).
+func NewGate(take func(ctx context.Context) error, done func(err error)) *Gate {
+	return &Gate{take: take, done: done, open: make(chan struct{})}
+}
+
+// Expect sets how many loops will wait (or leave); call it before any.
+func (g *Gate) Expect(loops int) {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	g.joined = loops
+}
+
+// Leave counts out a loop that will not wait.
+func (g *Gate) Leave() {
+	g.mu.Lock()
+	g.joined--
+	ready := g.ready()
+	g.mu.Unlock()
+	if ready {
+		go g.takeOver(context.Background())
+	}
+}
+
+// Wait returns true once the node is this process's, false when ctx ended
+// first.
+func (g *Gate) Wait(ctx context.Context) bool {
+	g.mu.Lock()
+	g.waiting++
+	ready := g.ready()
+	g.mu.Unlock()
+	if ready {
+		g.takeOver(ctx)
+	}
+	select {
+	case <-g.open:
+		return true
+	case <-ctx.Done():
+		return false
+	}
+}
+
+// ready reports, with mu held, whether the take is due and claims it.
+func (g *Gate) ready() bool {
+	if g.taking || g.waiting < g.joined || g.waiting == 0 {
+		return false
+	}
+	g.taking = true
+	return true
+}
+
+func (g *Gate) takeOver(ctx context.Context) {
+	err := g.take(ctx)
+	g.done(err)
+	close(g.open)
+}
+
+// Open is closed once the node is this process's.
+func (g *Gate) Open() <-chan struct{} { return g.open }

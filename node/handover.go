@@ -1,0 +1,132 @@
+package node
+
+import (
+	"context"
+	"errors"
+	"time"
+
+	"github.com/netplane/netplane/internal/handover"
+	"github.com/netplane/netplane/internal/role"
+)
+
+// Taking the node over from a running agent, and handing it to the next
+// (internal/handover): with --agent-socket, an agent that finds another
+// listening there starts as its successor (its loops sync their views but
+// write nothing until that agent has let go), and an agent that holds the
+// node listens there for its own successor.
+
+// dialRunning finds the agent running on the node; nil when there is none
+// or no socket is configured.
+func dialRunning(d role.Deps) *handover.Gate {
+	path := d.Config.Node.AgentSocket
+	if path == "" {
+		return nil
+	}
+	running, err := handover.Dial(path)
+	if err != nil {
+		d.Log.Error(err, "cannot reach the agent socket: starting as the node's only agent", "socket", path)
+		return nil
+	}
+	if running == nil {
+		return nil
+	}
+	d.Log.Info("another agent runs on this node: taking the node over once every view has synced", "socket", path)
+	start := time.Now()
+	return handover.NewGate(running.Take, func(err error) {
+		if err != nil {
+			d.Log.Error(err, "taking the node over: going on as its agent")
+			return
+		}
+		d.Log.Info("took the node over", "after", time.Since(start).Round(time.Millisecond))
+	})
+}
+
+// errSuccessor is /readyz's answer while a new agent gets ready to take over.
+var errSuccessor = errors.New("a new agent is starting on this node and takes it over once its views have synced")
+
+// runAgent runs the features until ctx ends or one fails. With an agent
+// socket it first takes the node over when gate is set, then listens for
+// a successor. The features run on a context of their own: a stop asked
+// while a successor is getting ready waits (up to handover.ReleaseTimeout)
+// for it to take over, so the node is never left without a data path.
+func runAgent(ctx context.Context, d role.Deps, fs []Feature, gate *handover.Gate) error {
+	path := d.Config.Node.AgentSocket
+	if path == "" {
+		return Run(ctx, fs)
+	}
+	fctx, stop := context.WithCancel(context.WithoutCancel(ctx))
+	defer stop()
+	done := make(chan error, 1)
+	go func() { done <- Run(fctx, fs) }()
+	stopNow := func() error {
+		stop()
+		return <-done
+	}
+	if gate != nil {
+		select {
+		case <-gate.Open():
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return stopNow()
+		}
+	}
+	ln, err := handover.Listen(path)
+	if err != nil {
+		d.Log.Error(err, "a new agent on this node will not be able to take it over without a gap")
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return stopNow()
+		}
+	}
+	defer ln.Close()
+	for {
+		select {
+		case err := <-done:
+			return err
+		case <-ctx.Done():
+			return stopNow()
+		case s := <-ln.Successors():
+			if handed, err := handOver(ctx, d, ln, s, stopNow); handed {
+				return err
+			}
+		}
+	}
+}
+
+// handOver serves one successor: not ready from its hello on, the node is
+// its own once it asks (or, stopping, when it has not asked within
+// handover.ReleaseTimeout). It reports false when the successor went away
+// first, so the next one may come.
+func handOver(ctx context.Context, d role.Deps, ln *handover.Listener, s *handover.Successor, stopNow func() error) (bool, error) {
+	d.Log.Info("a new agent is starting on this node; it takes it over once its views have synced")
+	d.Checks.AddReady("handover", func() error { return errSuccessor })
+	stopping, deadline := ctx.Done(), (<-chan time.Time)(nil)
+	for {
+		select {
+		case <-s.Taking():
+			ln.Close()
+			err := stopNow()
+			if rerr := s.Release(); rerr != nil {
+				d.Log.Error(rerr, "telling the new agent the node is its own")
+			}
+			d.Checks.Retire()
+			d.Log.Info("handed the node over to the new agent; idle until stopped")
+			<-ctx.Done()
+			return true, err
+		case <-s.Gone():
+			d.Log.Info("the new agent went away before taking the node over; going on")
+			d.Checks.AddReady("handover", func() error { return nil })
+			return false, nil
+		case <-stopping:
+			stopping, deadline = nil, time.After(handover.ReleaseTimeout)
+			d.Log.Info("stopping once the new agent has taken the node over", "atMost", handover.ReleaseTimeout)
+		case <-deadline:
+			s.Drop()
+			d.Log.Info("the new agent did not take the node over in time; stopping")
+			return true, stopNow()
+		}
+	}
+}

@@ -1,0 +1,146 @@
+package node
+
+import (
+	"context"
+	"path/filepath"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"k8s.io/klog/v2"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/handover"
+	"github.com/netplane/netplane/internal/role"
+)
+
+// writer is a feature that counts itself as writing the node from its
+// take-over (or start) until it stops.
+type writer struct {
+	d       role.Deps
+	writing *atomic.Int32
+	most    *atomic.Int32 // the most writers seen at once
+}
+
+func (w writer) Run(ctx context.Context) error {
+	if t := w.d.Takeover; t != nil {
+		if !t.Wait(ctx) {
+			return nil
+		}
+	}
+	n := w.writing.Add(1)
+	for {
+		if m := w.most.Load(); n <= m || w.most.CompareAndSwap(m, n) {
+			break
+		}
+	}
+	<-ctx.Done()
+	w.writing.Add(-1)
+	return nil
+}
+
+func agentDeps(path string) role.Deps {
+	cfg := &v1alpha1.Configuration{Node: v1alpha1.Node{AgentSocket: path}}
+	return role.Deps{Config: cfg, Checks: role.NewChecks(), Log: klog.Background()}
+}
+
+// An agent started beside a running one writes only once that one has
+// stopped writing; the running one is not ready from the hello on, idles
+// after letting go, and a stop asked while its successor gets ready waits
+// for the take.
+func TestHandOverToANewAgent(t *testing.T) {
+	for _, tc := range []struct {
+		name       string
+		stopBefore bool // the running agent is told to stop before the take
+	}{{"rolled with a surge", false}, {"stopped before the new one synced", true}} {
+		t.Run(tc.name, func(t *testing.T) {
+			path := filepath.Join(t.TempDir(), "agent.sock")
+			var writing, most atomic.Int32
+			oldD := agentDeps(path)
+			if dialRunning(oldD) != nil {
+				t.Fatal("found an agent where none runs")
+			}
+			oldCtx, stopOld := context.WithCancel(context.Background())
+			defer stopOld()
+			oldDone := make(chan error, 1)
+			go func() {
+				oldDone <- runAgent(oldCtx, oldD, []Feature{writer{oldD, &writing, &most}}, nil)
+			}()
+			waitFor(t, "the running agent writes", func() bool { return writing.Load() == 1 })
+			waitFor(t, "its socket", func() bool { return listening(path) })
+
+			newD := agentDeps(path)
+			gate := dialRunning(newD)
+			if gate == nil {
+				t.Fatal("the new agent did not find the running one")
+			}
+			newD.Takeover = gate
+			gate.Expect(1)
+			waitFor(t, "the running agent not ready", func() bool {
+				err := oldD.Checks.Ready()
+				return err != nil && strings.Contains(err.Error(), errSuccessor.Error())
+			})
+			if tc.stopBefore {
+				stopOld()
+				select {
+				case err := <-oldDone:
+					t.Fatalf("the running agent stopped (%v) before the new one took over", err)
+				case <-time.After(100 * time.Millisecond):
+				}
+			}
+			newCtx, stopNew := context.WithCancel(context.Background())
+			defer stopNew()
+			newDone := make(chan error, 1)
+			go func() {
+				newDone <- runAgent(newCtx, newD, []Feature{writer{newD, &writing, &most}}, gate)
+			}()
+			<-gate.Open()
+			waitFor(t, "the new agent writes", func() bool { return writing.Load() == 1 })
+			if most.Load() != 1 {
+				t.Fatalf("%d agents wrote at once", most.Load())
+			}
+			if !tc.stopBefore {
+				if err := oldD.Checks.Ready(); err != nil {
+					t.Fatalf("old agent's readiness after handing over: %v; want ready (its port answers the new pod's probes too)", err)
+				}
+				select {
+				case err := <-oldDone:
+					t.Fatalf("the old agent exited (%v) before it was told to", err)
+				case <-time.After(100 * time.Millisecond):
+				}
+				stopOld()
+			}
+			if err := <-oldDone; err != nil {
+				t.Fatal(err)
+			}
+			// The new agent now listens for its own successor.
+			waitFor(t, "the new agent's socket", func() bool { return listening(path) })
+			stopNew()
+			if err := <-newDone; err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// listening says hello on path and hangs up, as a successor that exits.
+func listening(path string) bool {
+	p, err := handover.Dial(path)
+	if p == nil || err != nil {
+		return false
+	}
+	p.Close()
+	return true
+}
+
+func waitFor(t *testing.T, what string, ok func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(5 * time.Second)
+	for !ok() {
+		if time.Now().After(deadline) {
+			t.Fatalf("no %s within 5s", what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
