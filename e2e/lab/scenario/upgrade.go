@@ -163,7 +163,29 @@ func upgradeNetplane(ctx context.Context, l *lab.Lab) (string, error) {
 			return "", fmt.Errorf("pod %s was not replaced by the upgrade (image %s)", p.Name, p.Spec.Containers[0].Image)
 		}
 	}
-	return fmt.Sprintf("helm upgrade to %s replaced all %d netplane pods in %.1fs", tag, len(before), time.Since(start).Seconds()), nil
+	if err := handedOver(ctx, l, after); err != nil {
+		return "", err
+	}
+	return fmt.Sprintf("helm upgrade to %s replaced all %d netplane pods in %.1fs, each node agent taking its node over from the one it replaced", tag, len(before), time.Since(start).Seconds()), nil
+}
+
+// handedOver checks that each new node agent among pods took its node
+// over from the agent it replaced (docs/upgrade.md), rather than starting
+// after that one had gone.
+func handedOver(ctx context.Context, l *lab.Lab, pods []corev1.Pod) error {
+	for _, p := range pods {
+		if p.Labels["app.kubernetes.io/component"] != "node" {
+			continue
+		}
+		log, err := l.Client.CoreV1().Pods(p.Namespace).GetLogs(p.Name, &corev1.PodLogOptions{}).DoRaw(ctx)
+		if err != nil {
+			return fmt.Errorf("logs of %s: %w", p.Name, err)
+		}
+		if !strings.Contains(string(log), "took the node over") {
+			return fmt.Errorf("node agent %s on %s did not take its node over from the agent it replaced: it started after that one had gone", p.Name, p.Spec.NodeName)
+		}
+	}
+	return nil
 }
 
 func netplanePods(ctx context.Context, l *lab.Lab) ([]corev1.Pod, error) {
