@@ -58,7 +58,8 @@ fi
 nodes=$(KUBECONFIG=$STATE_DIR/kubeconfig "$BIN/kubectl" get nodes --no-headers 2>/dev/null | wc -l || true)
 [ "$nodes" -gt 0 ] || nodes=${NETPLANE_LAB_NODES:-2}
 # A lab that was up already is reused only if it is the one asked for.
-for want in "family=${NETPLANE_LAB_IP_FAMILY:-}" "stack=${NETPLANE_LAB_STACK:-}"; do
+# With LAB, netplane's stack unless NETPLANE_LAB_STACK says otherwise.
+for want in "family=${NETPLANE_LAB_IP_FAMILY:-}" "stack=${NETPLANE_LAB_STACK:-${LAB:+netplane}}"; do
 	have=$(grep -oE "\"${want%%=*}\": *\"[^\"]*\"" "$STATE_DIR/state.json" 2>/dev/null | cut -d'"' -f4 || true)
 	if [ -n "${want#*=}" ] && [ -n "$have" ] && [ "$have" != "${want#*=}" ]; then
 		echo "conformance.sh: the lab up in $STATE_DIR has ${want%%=*} $have, not ${want#*=}: make demo-down first" >&2
