@@ -56,8 +56,8 @@ lint: ## gofmt, go vet, staticcheck, helm lint (through the Helm SDK)
 demo: ## the lab: a multi-node cluster in network namespaces, netplane installed by its Helm chart
 	@./hack/demo.sh up
 
-conformance: tools build image ## Kubernetes' own [sig-network] e2e suites against the lab (SUITES="conformance netpol network cnp")
-	@./hack/conformance.sh $(SUITES)
+conformance: tools build image ## Kubernetes' own [sig-network] e2e suites against the lab (SUITES="conformance netpol network cnp"; LAB=ipv4|dual|ipv6|zones)
+	@LAB='$(LAB)' ./hack/conformance.sh $(SUITES)
 
 demo-down: ## remove everything the demo made
 	@./hack/demo.sh down

@@ -21,6 +21,12 @@
 #
 # NETPLANE_CONFORMANCE_FOCUS narrows a suite further (a regular
 # expression over the test names), for a named subset.
+# LAB (make conformance LAB=...) picks one of the labs docs/conformance.md
+# records, with its suites unless SUITE is given: ipv4 and ipv6 (that family;
+# conformance, netpol), dual (conformance; network with only the
+# [Feature:IPv6DualStack] tests) and zones (three nodes in zones a, b, c on
+# one subnet; network with only the topology and traffic-distribution
+# tests, then conformance). It sets the NETPLANE_LAB_* variables not set.
 # NETPLANE_CONFORMANCE_PROCS is the number of ginkgo processes (default 4):
 # most tests wait on pods, so several share the 2 cores well; [Serial]
 # tests still run alone, at the end.
@@ -30,7 +36,20 @@ STATE_DIR=${NETPLANE_LAB_DIR:-/var/lib/netplane-lab}
 OUT=$(realpath -m "${NETPLANE_CONFORMANCE_DIR:-_output/conformance/$(date -u +%Y-%m-%dT%H%M%SZ)}")
 BIN=$(realpath -m "${NETPLANE_BIN_DIR:-bin}")
 suites=("$@")
-[ ${#suites[@]} -gt 0 ] || suites=(conformance netpol network cnp)
+# network_focus: the LAB's focus for the network suite.
+network_focus=
+case ${LAB:-} in
+'') lab_suites=(conformance netpol network cnp) ;;
+ipv4 | ipv6) lab_suites=(conformance netpol) ;;
+dual) lab_suites=(conformance network) network_focus='IPv6DualStack' ;;
+zones)
+	lab_suites=(network conformance) network_focus='Topology Hints|Traffic Distribution|HealthCheckNodePort correctly'
+	export NETPLANE_LAB_NODES=${NETPLANE_LAB_NODES:-3} NETPLANE_LAB_SUBNETS=${NETPLANE_LAB_SUBNETS:-1}
+	;;
+*) echo "conformance.sh: unknown LAB $LAB (ipv4, dual, ipv6, zones)" >&2; exit 2 ;;
+esac
+case ${LAB:-} in ipv4 | ipv6 | dual) export NETPLANE_LAB_IP_FAMILY=${NETPLANE_LAB_IP_FAMILY:-$LAB} ;; esac
+[ ${#suites[@]} -gt 0 ] || suites=("${lab_suites[@]}")
 
 ./hack/build-e2e.sh "$BIN"
 if [ ! -e "$STATE_DIR/ready" ]; then
@@ -38,6 +57,19 @@ if [ ! -e "$STATE_DIR/ready" ]; then
 fi
 nodes=$(KUBECONFIG=$STATE_DIR/kubeconfig "$BIN/kubectl" get nodes --no-headers 2>/dev/null | wc -l || true)
 [ "$nodes" -gt 0 ] || nodes=${NETPLANE_LAB_NODES:-2}
+# A lab that was up already is reused only if it is the one asked for.
+# With LAB, netplane's stack unless NETPLANE_LAB_STACK says otherwise.
+for want in "family=${NETPLANE_LAB_IP_FAMILY:-}" "stack=${NETPLANE_LAB_STACK:-${LAB:+netplane}}"; do
+	have=$(grep -oE "\"${want%%=*}\": *\"[^\"]*\"" "$STATE_DIR/state.json" 2>/dev/null | cut -d'"' -f4 || true)
+	if [ -n "${want#*=}" ] && [ -n "$have" ] && [ "$have" != "${want#*=}" ]; then
+		echo "conformance.sh: the lab up in $STATE_DIR has ${want%%=*} $have, not ${want#*=}: make demo-down first" >&2
+		exit 2
+	fi
+done
+if [ -n "${NETPLANE_LAB_NODES:-}" ] && [ "$nodes" != "$NETPLANE_LAB_NODES" ]; then
+	echo "conformance.sh: the lab up in $STATE_DIR has $nodes nodes, not $NETPLANE_LAB_NODES: make demo-down first" >&2
+	exit 2
+fi
 
 # skip_pattern SUITE: the skips.txt patterns that apply to SUITE, joined.
 skip_pattern() {
@@ -71,7 +103,9 @@ for suite in "${suites[@]}"; do
 	network) focus='\[sig-network\]' ;;
 	*) echo "conformance.sh: unknown suite $suite (conformance, netpol, network, cnp)" >&2; exit 2 ;;
 	esac
-	[ -z "${NETPLANE_CONFORMANCE_FOCUS:-}" ] || focus="$focus.*(${NETPLANE_CONFORMANCE_FOCUS})"
+	narrow=${NETPLANE_CONFORMANCE_FOCUS:-}
+	[ -n "$narrow" ] || [ "$suite" != network ] || narrow=$network_focus
+	[ -z "$narrow" ] || focus="$focus.*($narrow)"
 	if [ "$suite" = netpol ] && [ "${NETPLANE_LAB_STACK:-}" = upstream ]; then
 		echo "conformance: netpol: not run: the upstream stack enforces no NetworkPolicy"
 		continue
