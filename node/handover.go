@@ -109,10 +109,10 @@ func handOver(ctx context.Context, d role.Deps, ln *handover.Listener, s *handov
 		case <-s.Taking():
 			ln.Close()
 			err := stopNow()
+			d.Checks.Retire()
 			if rerr := s.Release(); rerr != nil {
 				d.Log.Error(rerr, "telling the new agent the node is its own")
 			}
-			d.Checks.Retire()
 			d.Log.Info("handed the node over to the new agent; idle until stopped")
 			<-ctx.Done()
 			return true, err
