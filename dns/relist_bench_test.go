@@ -59,7 +59,8 @@ const (
 // relist costs. Steady is VmRSS once both answer and have run 10 s more;
 // the peak is VmHWM, reset (clear_refs 5) just before kube-apiserver is
 // killed and read once both answer a Service created after its restart
-// and have run 10 s more.
+// and have run 10 s more. NETPLANE_DNS_BENCH_BEFORE names another netplane
+// binary, run beside them as netplane-before through the same restart.
 func BenchmarkRelistMemory(b *testing.B) {
 	netplane := framework.RequireBinary(b, "netplane")
 	framework.RequireBinary(b, "taskset")
@@ -85,6 +86,9 @@ func BenchmarkRelistMemory(b *testing.B) {
 		pprof = []string{fmt.Sprintf("--pprof-bind-address=127.0.0.1:%d", freePort(b))}
 	}
 	servers := []*benchServer{startNetplane(b, "netplane", oneCPU, netplane, api, up.Addr, resolv, dir, nil, pprof...)}
+	if before := os.Getenv("NETPLANE_DNS_BENCH_BEFORE"); before != "" { // an A/B through the same restart
+		servers = append(servers, startNetplane(b, "netplane-before", oneCPU, before, api, up.Addr, resolv, dir, nil))
+	}
 	if coredns != "" {
 		servers = append(servers, startCoreDNS(b, "coredns", oneCPU, coredns, api, up.Addr, dir, false))
 	}
@@ -130,10 +134,12 @@ func BenchmarkRelistMemory(b *testing.B) {
 		b.ReportMetric(peak, s.name+"-peak-MB")
 		b.ReportMetric(peak/steady[i], s.name+"-peak/steady")
 	}
-	if len(servers) == 2 {
-		n, c := statusMB(b, servers[0].proc, "VmHWM:"), statusMB(b, servers[1].proc, "VmHWM:")
-		b.Logf("netplane's peak / CoreDNS's peak: ×%.2f", n/c)
-		b.ReportMetric(n/c, "netplane/coredns-peak")
+	if c := servers[len(servers)-1]; c.name == "coredns" {
+		for _, s := range servers[:len(servers)-1] {
+			n, c := statusMB(b, s.proc, "VmHWM:"), statusMB(b, c.proc, "VmHWM:")
+			b.Logf("%s's peak / CoreDNS's peak: ×%.2f", s.name, n/c)
+			b.ReportMetric(n/c, s.name+"/coredns-peak")
+		}
 	}
 }
 
@@ -164,8 +170,12 @@ func restartAndRelist(b *testing.B, api *framework.APIServer, servers []*benchSe
 		waitAnswer(b, s, "after-restart.ns-0.svc.cluster.local.", 15*time.Minute)
 		b.Logf("%s answered a Service created after the restart %v after it", s.name, time.Since(restarted).Round(time.Second))
 	}
-	waitAutopath(b, servers[0], 15*time.Minute)
-	b.Logf("netplane answered the pod made after the restart %v after it", time.Since(restarted).Round(time.Second))
+	for _, s := range servers {
+		if strings.HasPrefix(s.name, "netplane") {
+			waitAutopath(b, s, 15*time.Minute)
+			b.Logf("%s answered the pod made after the restart %v after it", s.name, time.Since(restarted).Round(time.Second))
+		}
+	}
 }
 
 // heapProfile writes netplane's heap profile into -relist-profile's
