@@ -56,51 +56,61 @@ func runAgent(ctx context.Context, d role.Deps, fs []Feature, gate *handover.Gat
 	}
 	fctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
-	done := make(chan error, 1)
-	go func() { done <- Run(fctx, fs) }()
-	stopNow := func() error {
-		stop()
-		return <-done
-	}
+	a := &agent{d: d, done: make(chan error, 1), stop: stop}
+	go func() { a.done <- Run(fctx, fs) }()
 	if gate != nil {
 		select {
 		case <-gate.Open():
-		case err := <-done:
+		case err := <-a.done:
 			return err
 		case <-ctx.Done():
-			return stopNow()
+			return a.stopNow()
 		}
 	}
 	ln, err := handover.Listen(path)
 	if err != nil {
 		d.Log.Error(err, "a new agent on this node will not be able to take it over without a gap")
 		select {
-		case err := <-done:
+		case err := <-a.done:
 			return err
 		case <-ctx.Done():
-			return stopNow()
+			return a.stopNow()
 		}
 	}
 	defer ln.Close()
 	for {
 		select {
-		case err := <-done:
+		case err := <-a.done:
 			return err
 		case <-ctx.Done():
-			return stopNow()
+			return a.stopNow()
 		case s := <-ln.Successors():
-			if handed, err := handOver(ctx, d, ln, s, stopNow); handed {
+			if handed, err := a.handOver(ctx, ln, s); handed {
 				return err
 			}
 		}
 	}
 }
 
+// agent is the node's features running, as runAgent started them.
+type agent struct {
+	d    role.Deps
+	done chan error // what the features' Run returned
+	stop context.CancelFunc
+}
+
+// stopNow stops the features and returns what they returned.
+func (a *agent) stopNow() error {
+	a.stop()
+	return <-a.done
+}
+
 // handOver serves one successor: not ready from its hello on, the node is
 // its own once it asks (or, stopping, when it has not asked within
 // handover.ReleaseTimeout). It reports false when the successor went away
 // first, so the next one may come.
-func handOver(ctx context.Context, d role.Deps, ln *handover.Listener, s *handover.Successor, stopNow func() error) (bool, error) {
+func (a *agent) handOver(ctx context.Context, ln *handover.Listener, s *handover.Successor) (bool, error) {
+	d := a.d
 	d.Log.Info("a new agent is starting on this node; it takes it over once its views have synced")
 	d.Checks.AddReady("handover", func() error { return errSuccessor })
 	stopping, deadline := ctx.Done(), (<-chan time.Time)(nil)
@@ -108,7 +118,7 @@ func handOver(ctx context.Context, d role.Deps, ln *handover.Listener, s *handov
 		select {
 		case <-s.Taking():
 			ln.Close()
-			err := stopNow()
+			err := a.stopNow()
 			d.Checks.Retire()
 			if rerr := s.Release(); rerr != nil {
 				d.Log.Error(rerr, "telling the new agent the node is its own")
@@ -120,13 +130,16 @@ func handOver(ctx context.Context, d role.Deps, ln *handover.Listener, s *handov
 			d.Log.Info("the new agent went away before taking the node over; going on")
 			d.Checks.AddReady("handover", func() error { return nil })
 			return false, nil
+		case err := <-a.done:
+			s.Drop() // it programs the node itself
+			return true, err
 		case <-stopping:
 			stopping, deadline = nil, time.After(handover.ReleaseTimeout)
 			d.Log.Info("stopping once the new agent has taken the node over", "atMost", handover.ReleaseTimeout)
 		case <-deadline:
 			s.Drop()
 			d.Log.Info("the new agent did not take the node over in time; stopping")
-			return true, stopNow()
+			return true, a.stopNow()
 		}
 	}
 }

@@ -2,6 +2,7 @@ package node
 
 import (
 	"context"
+	"net"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -124,13 +125,14 @@ func TestHandOverToANewAgent(t *testing.T) {
 	}
 }
 
-// listening says hello on path and hangs up, as a successor that exits.
+// listening connects to path and hangs up without a hello: not a
+// successor, only a look at whether an agent listens.
 func listening(path string) bool {
-	p, err := handover.Dial(path)
-	if p == nil || err != nil {
+	c, err := net.Dial("unix", path)
+	if err != nil {
 		return false
 	}
-	p.Close()
+	c.Close()
 	return true
 }
 
@@ -142,5 +144,36 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 			t.Fatalf("no %s within 5s", what)
 		}
 		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// A new agent that exits before it asked for the node leaves the running
+// one writing, and ready again.
+func TestASuccessorThatGoesAwayLeavesTheNodeAsItWas(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "agent.sock")
+	var writing, most atomic.Int32
+	d := agentDeps(path)
+	ctx, stop := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- runAgent(ctx, d, []Feature{writer{d, &writing, &most}}, nil) }()
+	waitFor(t, "the running agent writes", func() bool { return writing.Load() == 1 })
+	waitFor(t, "its socket", func() bool { return listening(path) })
+	gone, err := handover.Dial(path)
+	if err != nil || gone == nil {
+		t.Fatalf("Dial = %v, %v", gone, err)
+	}
+	waitFor(t, "not ready while a successor is there", func() bool { return d.Checks.Ready() != nil })
+	gone.Close()
+	waitFor(t, "ready again", func() bool { return d.Checks.Ready() == nil })
+	if writing.Load() != 1 {
+		t.Fatalf("%d writers, want the running agent's", writing.Load())
+	}
+	// And a later successor is still served.
+	if !listening(path) {
+		t.Fatal("no longer listening for a successor")
+	}
+	stop()
+	if err := <-done; err != nil {
+		t.Fatal(err)
 	}
 }
