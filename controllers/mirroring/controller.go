@@ -143,7 +143,7 @@ func (c *Controller) sync(ctx context.Context, key string) error {
 	}
 	if !mirror {
 		c.metrics.SetDesired(key, 0)
-		return c.deleteAll(ctx, ns, name, existing)
+		return c.deleteAll(ctx, ns, name, existing, ep == nil)
 	}
 	if c.tracker.StaleSlices(&corev1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: ns, Name: name}}, existing) {
 		return kit.ErrStaleCache
@@ -214,13 +214,25 @@ func (c *Controller) failed(ep *corev1.Endpoints, err error) error {
 	return err
 }
 
-func (c *Controller) deleteAll(ctx context.Context, ns, name string, existing []*discovery.EndpointSlice) error {
-	c.tracker.DeleteService(ns, name)
+// deleteAll deletes the mirrored slices of ns/name. While the Endpoints
+// exist (it opted out, or its Service has a selector again) each deletion
+// is expected in the tracker: if it opts back in before the cache has seen
+// the deletions, the sync finds those slices stale and waits for the cache,
+// rather than taking them for mirrored slices that are still there. Once
+// the Endpoints are gone, the tracker forgets the name.
+func (c *Controller) deleteAll(ctx context.Context, ns, name string, existing []*discovery.EndpointSlice, gone bool) error {
+	if gone {
+		c.tracker.DeleteService(ns, name)
+	}
 	var errs []error
 	for _, s := range existing {
 		err := c.client.DiscoveryV1().EndpointSlices(ns).Delete(ctx, s.Name, metav1.DeleteOptions{})
 		if err != nil && !apierrors.IsNotFound(err) {
 			errs = append(errs, err)
+			continue
+		}
+		if !gone {
+			c.tracker.ExpectDeletion(s)
 		}
 	}
 	return errors.Join(errs...)
