@@ -77,8 +77,9 @@ func (s *Server) run(ctx context.Context, d role.Deps) error {
 		return s.Ready()
 	})
 	memory.DefaultGCPercent(gcPercent)
-	// The executable's pages dropped after the first sync come back one
-	// by one, not 64 kB around each read (dns/README.md, "Memory").
+	// The executable's pages come back one by one, not 64 kB around each
+	// read: internal/memory registers them as the process starts
+	// (dns/README.md, "Memory"); say so when this kernel cannot.
 	if err := memory.PagesOneByOne(); err != nil {
 		d.Log.V(1).Info("the executable's pages come back 64 kB at a time", "reason", err)
 	}
