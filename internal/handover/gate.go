@@ -14,11 +14,11 @@ type Gate struct {
 	take func(ctx context.Context) error
 	done func(err error) // told the outcome of take, once
 
-	mu      sync.Mutex
-	joined  int
-	waiting int
-	open    chan struct{}
-	taking  bool
+	mu       sync.Mutex
+	expected int
+	waiting  int
+	open     chan struct{}
+	taking   bool
 }
 
 // NewGate is a gate that takes the node with take and tells done how that
@@ -31,13 +31,13 @@ func NewGate(take func(ctx context.Context) error, done func(err error)) *Gate {
 func (g *Gate) Expect(loops int) {
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	g.joined = loops
+	g.expected = loops
 }
 
 // Leave counts out a loop that will not wait.
 func (g *Gate) Leave() {
 	g.mu.Lock()
-	g.joined--
+	g.expected--
 	ready := g.ready()
 	g.mu.Unlock()
 	if ready {
@@ -65,7 +65,7 @@ func (g *Gate) Wait(ctx context.Context) bool {
 
 // ready reports, with mu held, whether the take is due and claims it.
 func (g *Gate) ready() bool {
-	if g.taking || g.waiting < g.joined || g.waiting == 0 {
+	if g.taking || g.waiting < g.expected || g.waiting == 0 {
 		return false
 	}
 	g.taking = true
