@@ -70,15 +70,13 @@ func (l *Loop) Request() { l.runner.Request() }
 // waits until that agent let go of the node: the node has one writer.
 func (l *Loop) Run(ctx context.Context, synced ...cache.DoneChecker) {
 	l.d.Checks.AddHealth(l.feature, l.Healthy)
-	if t := l.d.Takeover; t != nil {
-		if len(synced) > 0 && !role.WaitForSync(ctx, l.d, l.feature, synced...) {
+	if len(synced) > 0 && !role.WaitForSync(ctx, l.d, l.feature, synced...) {
+		if t := l.d.Takeover; t != nil {
 			t.Leave()
-			return
 		}
-		if !t.Wait(ctx) {
-			return
-		}
-	} else if len(synced) > 0 && !role.WaitForSync(ctx, l.d, l.feature, synced...) {
+		return
+	}
+	if !Await(ctx, l.d) {
 		return
 	}
 	l.d.Checks.AddReady(l.feature, l.ready)
