@@ -32,7 +32,7 @@ func dialRunning(d role.Deps) *handover.Gate {
 	}
 	d.Log.Info("another agent runs on this node: taking the node over once every view has synced", "socket", path)
 	start := time.Now()
-	return handover.NewGate(running.Take, func(err error) {
+	return handover.NewGate(running, func(err error) {
 		if err != nil {
 			d.Log.Error(err, "taking the node over: going on as its agent")
 			return
@@ -40,6 +40,11 @@ func dialRunning(d role.Deps) *handover.Gate {
 		d.Log.Info("took the node over", "after", time.Since(start).Round(time.Millisecond))
 	})
 }
+
+// claimWait bounds how long a stopping agent that let go of its node keeps
+// what the new agent did not claim: peers follow a key's removal within a
+// second (wireguard.peersFollow).
+const claimWait = 2 * time.Second
 
 // errSuccessor is /readyz's answer while a new agent gets ready to take over.
 var errSuccessor = errors.New("a new agent is starting on this node and takes it over once its views have synced")
@@ -49,14 +54,21 @@ var errSuccessor = errors.New("a new agent is starting on this node and takes it
 // a successor. The features run on a context of their own: a stop asked
 // while a successor is getting ready waits (up to handover.ReleaseTimeout)
 // for it to take over, so the node is never left without a data path.
-func runAgent(ctx context.Context, d role.Deps, fs []Feature, gate *handover.Gate) error {
+// What the features leave running in kept (their data paths) runs until
+// the successor claims it or this agent returns.
+func runAgent(ctx context.Context, d role.Deps, fs []Feature, gate *handover.Gate, kept *handover.Parcels) error {
+	defer func() {
+		if err := kept.Close(); err != nil {
+			d.Log.Error(err, "stopping what the features left running")
+		}
+	}()
 	path := d.Config.Node.AgentSocket
 	if path == "" {
 		return Run(ctx, fs)
 	}
 	fctx, stop := context.WithCancel(context.WithoutCancel(ctx))
 	defer stop()
-	a := &agent{d: d, done: make(chan error, 1), stop: stop}
+	a := &agent{d: d, done: make(chan error, 1), stop: stop, kept: kept}
 	go func() { a.done <- Run(fctx, fs) }()
 	if gate != nil {
 		select {
@@ -97,6 +109,7 @@ type agent struct {
 	d    role.Deps
 	done chan error // what the features' Run returned
 	stop context.CancelFunc
+	kept *handover.Parcels
 }
 
 // stopNow stops the features and returns what they returned.
@@ -120,11 +133,19 @@ func (a *agent) handOver(ctx context.Context, ln *handover.Listener, s *handover
 			ln.Close()
 			err := a.stopNow()
 			d.Checks.Retire()
-			if rerr := s.Release(); rerr != nil {
+			if rerr := s.Release(a.kept); rerr != nil {
 				d.Log.Error(rerr, "telling the new agent the node is its own")
 			}
 			d.Log.Info("handed the node over to the new agent; idle until stopped")
 			<-ctx.Done()
+			// Told to stop before the new agent claimed what runs of the
+			// data path here: it is served a moment longer (a new agent
+			// that runs without it claims nothing, and peers follow
+			// the change meanwhile).
+			select {
+			case <-a.kept.Claimed():
+			case <-time.After(claimWait):
+			}
 			return true, err
 		case <-s.Gone():
 			d.Log.Info("the new agent went away before taking the node over; going on")

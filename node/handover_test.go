@@ -3,6 +3,7 @@ package node
 import (
 	"context"
 	"net"
+	"os"
 	"path/filepath"
 	"strings"
 	"sync/atomic"
@@ -22,13 +23,30 @@ type writer struct {
 	d       role.Deps
 	writing *atomic.Int32
 	most    *atomic.Int32 // the most writers seen at once
+	claimed *atomic.Int32 // data paths claimed from a running agent
 }
 
+// Run leaves a data path (a pipe's end) running in the agent's keeping
+// when it stops, and claims the running agent's when it takes over.
 func (w writer) Run(ctx context.Context) error {
 	if t := w.d.Takeover; t != nil {
 		if !t.Wait(ctx) {
 			return nil
 		}
+		if f, err := t.Claim(ctx, "datapath"); err == nil && f != nil {
+			w.claimed.Add(1)
+			f.Close()
+		}
+	}
+	r, wr, err := os.Pipe()
+	if err != nil {
+		return err
+	}
+	defer r.Close()
+	if w.d.Keeper != nil {
+		defer w.d.Keeper.Keep("datapath", pipeEnd{wr})
+	} else {
+		defer wr.Close()
 	}
 	n := w.writing.Add(1)
 	for {
@@ -40,6 +58,11 @@ func (w writer) Run(ctx context.Context) error {
 	w.writing.Add(-1)
 	return nil
 }
+
+type pipeEnd struct{ f *os.File }
+
+func (p pipeEnd) Hand() (*os.File, error) { return p.f, nil }
+func (p pipeEnd) Close() error            { return p.f.Close() }
 
 func agentDeps(path string) role.Deps {
 	cfg := &v1alpha1.Configuration{Node: v1alpha1.Node{AgentSocket: path}}
@@ -57,8 +80,10 @@ func TestHandOverToANewAgent(t *testing.T) {
 	}{{"rolled with a surge", false}, {"stopped before the new one synced", true}} {
 		t.Run(tc.name, func(t *testing.T) {
 			path := filepath.Join(t.TempDir(), "agent.sock")
-			var writing, most atomic.Int32
+			var writing, most, claimed atomic.Int32
 			oldD := agentDeps(path)
+			oldKept := &handover.Parcels{}
+			oldD.Keeper = oldKept
 			if dialRunning(oldD) != nil {
 				t.Fatal("found an agent where none runs")
 			}
@@ -66,7 +91,7 @@ func TestHandOverToANewAgent(t *testing.T) {
 			defer stopOld()
 			oldDone := make(chan error, 1)
 			go func() {
-				oldDone <- runAgent(oldCtx, oldD, []Feature{writer{oldD, &writing, &most}}, nil)
+				oldDone <- runAgent(oldCtx, oldD, []Feature{writer{oldD, &writing, &most, &claimed}}, nil, oldKept)
 			}()
 			waitFor(t, "the running agent writes", func() bool { return writing.Load() == 1 })
 			waitFor(t, "its socket", func() bool { return listening(path) })
@@ -94,13 +119,14 @@ func TestHandOverToANewAgent(t *testing.T) {
 			defer stopNew()
 			newDone := make(chan error, 1)
 			go func() {
-				newDone <- runAgent(newCtx, newD, []Feature{writer{newD, &writing, &most}}, gate)
+				newDone <- runAgent(newCtx, newD, []Feature{writer{newD, &writing, &most, &claimed}}, gate, &handover.Parcels{})
 			}()
 			<-gate.Open()
 			waitFor(t, "the new agent writes", func() bool { return writing.Load() == 1 })
 			if most.Load() != 1 {
 				t.Fatalf("%d agents wrote at once", most.Load())
 			}
+			waitFor(t, "the new agent claimed the running one's data path", func() bool { return claimed.Load() == 1 })
 			if !tc.stopBefore {
 				if err := oldD.Checks.Ready(); err != nil {
 					t.Fatalf("old agent's readiness after handing over: %v; want ready (its port answers the new pod's probes too)", err)
@@ -151,11 +177,13 @@ func waitFor(t *testing.T, what string, ok func() bool) {
 // one writing, and ready again.
 func TestASuccessorThatGoesAwayLeavesTheNodeAsItWas(t *testing.T) {
 	path := filepath.Join(t.TempDir(), "agent.sock")
-	var writing, most atomic.Int32
+	var writing, most, claimed atomic.Int32
 	d := agentDeps(path)
 	ctx, stop := context.WithCancel(context.Background())
 	done := make(chan error, 1)
-	go func() { done <- runAgent(ctx, d, []Feature{writer{d, &writing, &most}}, nil) }()
+	go func() {
+		done <- runAgent(ctx, d, []Feature{writer{d, &writing, &most, &claimed}}, nil, &handover.Parcels{})
+	}()
 	waitFor(t, "the running agent writes", func() bool { return writing.Load() == 1 })
 	waitFor(t, "its socket", func() bool { return listening(path) })
 	gone, err := handover.Dial(path)

@@ -37,6 +37,7 @@ import (
 	"context"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/handover"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
@@ -106,6 +107,8 @@ func Role(d role.Deps) []role.Runnable {
 	if gate != nil {
 		d.Takeover = gate
 	}
+	kept := &handover.Parcels{}
+	d.Keeper = kept
 	fs, err := features(d)
 	if gate != nil {
 		// Each feature waits in the gate once, in its loop or in
@@ -116,7 +119,7 @@ func Role(d role.Deps) []role.Runnable {
 		if err != nil {
 			return err
 		}
-		return runAgent(ctx, d, fs, gate)
+		return runAgent(ctx, d, fs, gate, kept)
 	}}}
 }
 

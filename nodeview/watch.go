@@ -105,6 +105,9 @@ func (n *Nodes) Run(ctx context.Context) error {
 	return nil
 }
 
+// Request asks for a sync; it never blocks.
+func (n *Nodes) Request() { n.loop.Request() }
+
 // Relevant makes only the Node changes for which relevant is true request
 // a sync: old is nil for a new Node, cur nil for a deleted one. Call it
 // before Run.

@@ -4,6 +4,8 @@ import (
 	"context"
 	"fmt"
 	"net/netip"
+	"os"
+	"slices"
 	"sync"
 	"time"
 
@@ -41,6 +43,9 @@ type Feature struct {
 	guard    *nft.Programmer
 	recorder record.EventRecorder
 	rejected []Rejected // of the last sync, to warn once per node
+
+	shakes  *handshakes // permissive: the peers not yet routed, waiting for a handshake
+	waiting []string    // their nodes as last logged
 
 	mu     sync.Mutex
 	last   Plan   // of the last sync, for the metrics between syncs
@@ -116,17 +121,36 @@ func (f *Feature) Run(ctx context.Context) error {
 	var stop func()
 	f.recorder, stop = f.d.Recorder("netplane-node", f.d.Config.Node.NodeName)
 	defer stop()
-	defer func() {
-		if f.dev != nil {
-			f.dev.Close()
-		}
-	}()
+	defer f.stop()
 	go f.refresh(ctx)
+	f.shakes = newHandshakes(f.readOpened, f.nodes.Request)
+	go f.shakes.run(ctx)
 	if f.settings.ClusterCIDRsFromNodes() {
 		f.d.Log.Info("no --cluster-cidr: the pod CIDRs guarded against leaving in clear are the Nodes' only, not those of nodes yet to come")
 	}
 	return f.nodes.Run(ctx)
 }
+
+// stop lets go of the device as the feature stops. The userspace one
+// goes on running in the agent's keeping (Deps.Keeper) until the next
+// agent claims it or this one exits: a data path in this process would
+// otherwise stop between this feature's end and the next agent's first
+// sync; and a next agent that runs without encryption claims nothing, so
+// this device serves the peers that still send through it while they
+// follow the key's removal.
+func (f *Feature) stop() {
+	if f.dev == nil {
+		return
+	}
+	if u, ok := f.dev.(*UserspaceDevice); ok && f.d.Keeper != nil {
+		f.d.Keeper.Keep(parcel, u)
+		return
+	}
+	f.dev.Close()
+}
+
+// parcel is the name the userspace device is kept and claimed under.
+const parcel = "wireguard"
 
 // remove undoes encryption: first the key annotation, so that peers in
 // permissive mode send to this node by the overlay again; then the routing
@@ -188,7 +212,7 @@ func (f *Feature) sync(ctx context.Context, full bool) error {
 		return nodeview.Waiting(fmt.Sprintf("node %q has no InternalIP yet: waiting for it", self))
 	}
 	if f.dev == nil {
-		if err := f.open(me, underlay); err != nil {
+		if err := f.open(ctx, me, underlay); err != nil {
 			return err
 		}
 		full = true
@@ -223,14 +247,25 @@ func (f *Feature) publish(ctx context.Context, me nodeview.Node) error {
 	return nil
 }
 
-// open makes the device, of the node's pod MTU.
-func (f *Feature) open(me nodeview.Node, underlay netip.Addr) error {
+// open makes the device, of the node's pod MTU; or, taking the node over
+// from an agent that ran the userspace one, carries on with its TUN
+// device's file.
+func (f *Feature) open(ctx context.Context, me nodeview.Node, underlay netip.Addr) error {
 	under, err := nodeview.UnderlayMTU(nodeview.KernelUnderlay(f.h), me)
 	if err != nil {
 		return err
 	}
 	mtu, wg := f.settings.PodMTU(under, me), f.settings.WireGuard
-	dev, impl, err := Open(wg.Implementation, DeviceName, mtu, wg.Port, f.d.Log)
+	var dev Device
+	impl := Userspace
+	if handed := f.claim(ctx); handed != nil && wg.Implementation != Kernel {
+		dev, err = OpenUserspaceFrom(handed, mtu, wg.Port, f.d.Log)
+	} else {
+		if handed != nil {
+			handed.Close()
+		}
+		dev, impl, err = Open(wg.Implementation, DeviceName, mtu, wg.Port, f.d.Log)
+	}
 	if err != nil {
 		return err
 	}
@@ -241,6 +276,22 @@ func (f *Feature) open(me nodeview.Node, underlay netip.Addr) error {
 	f.opened = dev
 	f.mu.Unlock()
 	return nil
+}
+
+// claim is the running agent's userspace device's TUN file when this
+// agent took the node over from it; nil otherwise.
+func (f *Feature) claim(ctx context.Context) *os.File {
+	if f.d.Takeover == nil {
+		return nil
+	}
+	handed, err := f.d.Takeover.Claim(ctx, parcel)
+	if err != nil {
+		f.d.Log.Error(err, "claiming the running agent's WireGuard device: opening it anew")
+	}
+	if handed != nil {
+		f.d.Log.Info("carrying on with the WireGuard device the running agent handed over")
+	}
+	return handed
 }
 
 // route writes the routes into the device and, when strict, the guard
@@ -261,8 +312,66 @@ func (f *Feature) route(plan Plan, cluster, podCIDRs []netip.Prefix, full bool) 
 	if err != nil {
 		return fmt.Errorf("find %s: %w", DeviceName, err)
 	}
+	if !strict {
+		var waiting []Peer
+		if plan.Peers, waiting, err = f.handshaken(plan.Peers); err != nil {
+			return err
+		}
+		f.shakes.wait(waiting)
+		f.tellWaiting(waiting)
+	}
 	own := DeviceAddrs(podCIDRs)
 	return syncLink(f.h, l, own, Routes(plan, cluster, podCIDRs, own, strict))
+}
+
+// handshaken splits peers into those to route and those that wait for
+// their first handshake (permissive.go); the device is read only when a
+// peer's routes are not all in the table yet.
+func (f *Feature) handshaken(peers []Peer) (routed, waiting []Peer, err error) {
+	table, err := tableRoutes(f.h)
+	if err != nil {
+		return nil, nil, err
+	}
+	inTable := func(p netip.Prefix) bool { _, ok := table[p]; return ok }
+	var done func(wgtypes.Key) bool
+	handshaken := func(k wgtypes.Key) bool {
+		if done == nil {
+			done = func(wgtypes.Key) bool { return false }
+			if dev, err := f.dev.Device(); err == nil {
+				done = Handshaken(dev)
+			}
+		}
+		return done(k)
+	}
+	routed, waiting = Routed(peers, inTable, handshaken)
+	return routed, waiting, nil
+}
+
+// tellWaiting logs the peers waiting for their first handshake when they
+// change.
+func (f *Feature) tellWaiting(waiting []Peer) {
+	names := make([]string, 0, len(waiting))
+	for _, p := range waiting {
+		names = append(names, p.Node)
+	}
+	if slices.Equal(names, f.waiting) {
+		return
+	}
+	f.waiting = names
+	if len(names) > 0 {
+		f.d.Log.Info("permissive: these peers are sent to in clear until a first handshake with them (they may not know this node's key yet)", "nodes", names)
+	}
+}
+
+// readOpened reads the device once open.
+func (f *Feature) readOpened() (*wgtypes.Device, error) {
+	f.mu.Lock()
+	d := f.opened
+	f.mu.Unlock()
+	if d == nil {
+		return nil, fmt.Errorf("no WireGuard device yet")
+	}
+	return d.Device()
 }
 
 // warn writes one Warning event per node newly rejected.

@@ -49,7 +49,7 @@ func (s *Syncer) Sync(in Input, full bool) (Plan, error) {
 		cfg.Peers = Diff(s.applied, plan.Peers)
 	}
 	if s.started {
-		cfg.Peers = append(cfg.Peers, Handshake(Rekeyed(s.applied, plan.Peers))...)
+		cfg.Peers = append(cfg.Peers, Handshake(Unmet(s.applied, plan.Peers))...)
 	}
 	if !Empty(cfg) {
 		if err := s.dev.Configure(cfg); err != nil {
@@ -88,19 +88,20 @@ func StatsOf(dev *wgtypes.Device, plan Plan, now time.Time) Stats {
 	return st
 }
 
-// Rekeyed are the peers of desired whose node had another key in current:
-// a node that restarted with a new key. Its own handshakes at start went
-// out before this node knew the key and were dropped, and it retries only
-// after WireGuard's 5 s; a handshake from this side as soon as the new key
-// is known gets their traffic going at once, and crosses nothing.
-func Rekeyed(current, desired []Peer) []Peer {
-	was := make(map[string]wgtypes.Key, len(current))
+// Unmet are the peers of desired whose key current did not have: a node
+// new to this one, or one that restarted with a new key. Its own
+// handshakes went out before this node knew the key and were dropped, and
+// it retries only after WireGuard's 5 s; a handshake from this side as
+// soon as the key is known gets their traffic going at once (and, in
+// permissive mode, routes them into the device: permissive.go).
+func Unmet(current, desired []Peer) []Peer {
+	had := make(map[wgtypes.Key]bool, len(current))
 	for _, p := range current {
-		was[p.Node] = p.PublicKey
+		had[p.PublicKey] = true
 	}
 	var out []Peer
 	for _, p := range desired {
-		if k, ok := was[p.Node]; ok && p.Node != "" && k != p.PublicKey {
+		if !had[p.PublicKey] {
 			out = append(out, p)
 		}
 	}

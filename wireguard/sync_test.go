@@ -54,6 +54,7 @@ func TestSyncerWritesOnlyWhatChanged(t *testing.T) {
 		{"node loses its key", func() { in.Nodes[3].Key = "" }, false, 1},
 		{"node re-keyed", func() { in.Nodes[1].Key = uniqueKey(99).String() }, false, 4}, // old removed, new added, keepalive on, off
 		{"node deleted", func() { in.Nodes = in.Nodes[:3] }, false, 0},
+		{"node new to this one", func() { in.Nodes = append(in.Nodes, cluster(3)[3]) }, false, 3}, // added, keepalive on, off
 		{"full sync of a matching device", func() {}, true, 0},
 	}
 	for _, st := range steps {

@@ -62,6 +62,23 @@ func OpenUserspace(name string, mtu, port int, log logr.Logger) (*UserspaceDevic
 	return u, nil
 }
 
+// OpenUserspaceFrom starts wireguard-go, listening on UDP port, on the TUN
+// device whose file the running agent handed over (internal/handover):
+// what was routed into the device meanwhile waits there to be read.
+func OpenUserspaceFrom(f *os.File, mtu, port int, log logr.Logger) (*UserspaceDevice, error) {
+	t, err := tun.CreateTUNFromFile(f, mtu)
+	if err != nil {
+		f.Close()
+		return nil, fmt.Errorf("TUN device handed over for WireGuard: %w", err)
+	}
+	name, err := t.Name()
+	if err != nil {
+		t.Close()
+		return nil, fmt.Errorf("TUN device handed over for WireGuard: %w", err)
+	}
+	return newUserspace(name, t, conn.NewDefaultBind(), port, log)
+}
+
 // persist keeps the TUN device of f when its last file closes. Through the
 // raw connection: Fd would put the file in blocking mode under
 // wireguard-go's reads.
@@ -121,4 +138,24 @@ func (u *UserspaceDevice) Device() (*wgtypes.Device, error) {
 func (u *UserspaceDevice) Close() error {
 	u.dev.Close() // closes the TUN device too
 	return nil
+}
+
+// Hand stops wireguard-go and returns a file of the TUN device that stays
+// open: the device queues what is routed into it (up to its transmit
+// queue) instead of dropping it, until the file's new owner reads it.
+func (u *UserspaceDevice) Hand() (*os.File, error) {
+	rc, err := u.tun.File().SyscallConn()
+	if err != nil {
+		u.Close()
+		return nil, err
+	}
+	fd, derr := -1, error(nil)
+	if err := rc.Control(func(f uintptr) { fd, derr = unix.FcntlInt(f, unix.F_DUPFD_CLOEXEC, 0) }); err != nil {
+		derr = err
+	}
+	u.Close()
+	if derr != nil {
+		return nil, fmt.Errorf("keep TUN device %s open: %w", u.name, derr)
+	}
+	return os.NewFile(uintptr(fd), u.name), nil
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 	"time"
 
+	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 	v1 "k8s.io/api/core/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
@@ -335,10 +336,13 @@ func (c *cluster) switchModes(t *testing.T) {
 		{v1alpha1.EncryptionWireGuard, permissive},
 		{v1alpha1.EncryptionWireGuard, nil},
 	}
-	for _, st := range steps {
+	for i, st := range steps {
 		for _, n := range c.nodes {
 			c.restart(n, st.mode, st.extra...)
 			c.reachV4(t, fmt.Sprintf("after %s restarted with --encryption=%s %v", n.Name, st.mode, st.extra))
+		}
+		if i == 0 {
+			c.permissiveRoutesOnlyAfterAHandshake(t)
 		}
 		if st.mode != v1alpha1.EncryptionNone {
 			continue
@@ -369,6 +373,46 @@ func (c *cluster) switchModes(t *testing.T) {
 	}
 	c.expectReach(t)
 	c.onlyWireGuard(t, caps, true)
+}
+
+// permissiveRoutesOnlyAfterAHandshake: in permissive mode a peer that has
+// never answered a handshake (here a Node with a key and no agent: as a
+// peer that has not yet seen this node's new key) is sent to in clear, by
+// the main table, not into the device where it would be lost; the peers
+// that did answer are routed into the device.
+func (c *cluster) permissiveRoutesOnlyAfterAHandshake(t *testing.T) {
+	k, err := wgtypes.GeneratePrivateKey()
+	if err != nil {
+		t.Fatal(err)
+	}
+	silent := &v1.Node{ObjectMeta: metav1.ObjectMeta{Name: "silent", Annotations: map[string]string{wireguard.Annotation: k.PublicKey().String()}},
+		Spec: v1.NodeSpec{PodCIDR: podCIDR(9), PodCIDRs: []string{podCIDR(9)}}}
+	c.createNode(silent, "192.168.2.9")
+	defer func() {
+		if err := c.API.Client.CoreV1().Nodes().Delete(c.Ctx, "silent", metav1.DeleteOptions{}); err != nil {
+			t.Error(err)
+		}
+	}()
+	for _, n := range c.nodes {
+		framework.Eventually(t, 20*time.Second, n.Name+" telling that silent waits for a handshake", func() error {
+			if log, _ := os.ReadFile(n.Proc.Log); !strings.Contains(string(log), `["silent"]`) {
+				return errors.New("not yet")
+			}
+			return nil
+		})
+		framework.Eventually(t, 20*time.Second, n.Name+" routing the other nodes' pods into the device", func() error {
+			table := n.NS.MustExec(t, "ip", "route", "show", "table", "208")
+			for i, o := range c.nodes {
+				if o != n && !strings.Contains(table, podCIDR(i+1)) {
+					return fmt.Errorf("no route to %s's pods:\n%s", o.Name, table)
+				}
+			}
+			return nil
+		})
+		if table := n.NS.MustExec(t, "ip", "route", "show", "table", "208"); strings.Contains(table, podCIDR(9)) {
+			t.Errorf("%s routes silent's pods into the device before any handshake with it:\n%s", n.Name, table)
+		}
+	}
 }
 
 // nodeLifecycle: node3's Node deleted (its pod unreachable from pod1, and

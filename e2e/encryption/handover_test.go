@@ -20,7 +20,8 @@ import (
 // DaemonSet's surge does, takes the node over through the agent socket.
 // The running agent carries node2's WireGuard traffic until the new one
 // has synced; the TUN device is the same one throughout (persistent, not
-// made again); no new connection fails and a held one never waits long;
+// made again) and, its file handed over, drops nothing routed into it
+// while it changes hands; no new connection fails and a held one never waits long;
 // the old agent idles once it has let go, ready and healthy (its ports are
 // the new agent's too), and stops at once when told.
 func (c *cluster) handover(t *testing.T) {
@@ -36,6 +37,19 @@ func (c *cluster) handover(t *testing.T) {
 	}
 	defer conn.Close()
 	traffic := startTraffic(n1.pod.NS, conn, at(n2.pod.IP))
+
+	// pod2 sends into the device every 2 ms: none of it may be dropped
+	// for want of a reader while the device changes hands.
+	dropped := func() uint64 {
+		l, err := n2.NS.Netlink(t).LinkByName(wireguard.DeviceName)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return l.Attrs().Statistics.TxDropped
+	}
+	droppedBefore := dropped()
+	ping := n2.pod.NS.Start(t, "ping", "-q", "-i", "0.002", "-w", "60", n1.pod.IP)
+	defer ping.Stop(time.Second)
 
 	old := n2.Proc
 	health, _ := framework.ServedAddresses(t, old, 10*time.Second)
@@ -80,6 +94,10 @@ func (c *cluster) handover(t *testing.T) {
 				t.Log(l)
 			}
 		}
+	}
+	ping.Stop(time.Second)
+	if d := dropped() - droppedBefore; d > 0 {
+		t.Errorf("the device dropped %d packets routed into it across the handover; want none (its file is handed over, so they wait for the new agent)", d)
 	}
 	if after := index(); after != before {
 		t.Errorf("netplane.wg is a new device (index %s, was %s); want the same one kept", after, before)

@@ -2,6 +2,7 @@ package handover
 
 import (
 	"context"
+	"os"
 	"sync"
 )
 
@@ -11,8 +12,9 @@ import (
 // them all through. A loop that ends before it waits leaves, so that it
 // holds up no other.
 type Gate struct {
-	take func(ctx context.Context) error
-	done func(err error) // told the outcome of take, once
+	running Running
+	done    func(err error) // told the outcome of the take, once
+	taken   error           // its outcome, once open
 
 	mu       sync.Mutex
 	expected int
@@ -21,10 +23,16 @@ type Gate struct {
 	taking   bool
 }
 
-// NewGate is a gate that takes the node with take and tells done how that
-// went (a failed take still opens the gate: the node needs an agent).
-func NewGate(take func(ctx context.Context) error, done func(err error)) *Gate {
-	return &Gate{take: take, done: done, open: make(chan struct{})}
+// Running is the agent running on the node, as a Predecessor is.
+type Running interface {
+	Take(ctx context.Context) error
+	Claim(ctx context.Context, name string) (*os.File, error)
+}
+
+// NewGate is a gate that takes the node from running and tells done how
+// that went (a failed take still opens the gate: the node needs an agent).
+func NewGate(running Running, done func(err error)) *Gate {
+	return &Gate{running: running, done: done, open: make(chan struct{})}
 }
 
 // Expect sets how many loops will wait (or leave); call it before any.
@@ -73,9 +81,25 @@ func (g *Gate) ready() bool {
 }
 
 func (g *Gate) takeOver(ctx context.Context) {
-	err := g.take(ctx)
+	err := g.running.Take(ctx)
+	g.taken = err
 	g.done(err)
 	close(g.open)
+}
+
+// Claim returns, once the node is this process's, the file of the data
+// path the running agent kept under name (Parcels); nil when it kept none,
+// or when it did not release the node.
+func (g *Gate) Claim(ctx context.Context, name string) (*os.File, error) {
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	if g.taken != nil {
+		return nil, nil
+	}
+	return g.running.Claim(ctx, name)
 }
 
 // Open is closed once the node is this process's.

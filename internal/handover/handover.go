@@ -13,7 +13,8 @@
 //	dial, "hello"          ───────▶    not ready from now on (/readyz)
 //	views synced, "take"   ───────▶    stops its features
 //	                       ◀───────    "released"; idles until its SIGTERM
-//	programs the node, listens on the socket for its own successor
+//	programs the node, listens on the socket for its own successor;
+//	claims the data paths left running in the predecessor (parcels.go)
 //
 // A successor that finds no one listening, or a predecessor that goes away
 // or breaks the protocol, programs the node at once, as on a plain start.
@@ -26,6 +27,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io"
 	"net"
 	"os"
 	"strings"
@@ -70,19 +72,23 @@ func Dial(path string) (*Predecessor, error) {
 
 // Take asks the predecessor to let go of the node and returns once it has,
 // or has gone away; an error says it broke the protocol or did not answer
-// within ReleaseTimeout. Either way the node is the caller's afterwards.
+// within ReleaseTimeout. Either way the node is the caller's afterwards;
+// the connection stays open for Claim only when it was released.
 func (p *Predecessor) Take(ctx context.Context) error {
-	defer p.conn.Close()
 	_ = p.conn.SetDeadline(time.Now().Add(ReleaseTimeout))
 	stop := context.AfterFunc(ctx, func() { _ = p.conn.SetDeadline(time.Now()) })
 	defer stop()
 	if _, err := fmt.Fprintln(p.conn, take); err != nil {
+		p.conn.Close()
 		return nil // gone already
 	}
 	line, err := p.r.ReadString('\n')
-	switch {
-	case strings.TrimSpace(line) == released:
+	if strings.TrimSpace(line) == released {
+		_ = p.conn.SetDeadline(time.Time{})
 		return nil
+	}
+	p.conn.Close()
+	switch {
 	case errors.Is(err, os.ErrDeadlineExceeded):
 		if ctx.Err() != nil {
 			return ctx.Err()
@@ -94,5 +100,21 @@ func (p *Predecessor) Take(ctx context.Context) error {
 	return fmt.Errorf("the running agent answered %q to %q", strings.TrimSpace(line), take)
 }
 
-// Close drops the connection without taking over: the predecessor goes on.
+// Claim asks the predecessor, once it released the node, for the data
+// path it keeps under name (Parcels): its file, or nil when it keeps none
+// or is gone.
+func (p *Predecessor) Claim(ctx context.Context, name string) (*os.File, error) {
+	_ = p.conn.SetDeadline(time.Now().Add(ReleaseTimeout))
+	defer p.conn.SetDeadline(time.Time{})
+	stop := context.AfterFunc(ctx, func() { _ = p.conn.SetDeadline(time.Now()) })
+	defer stop()
+	f, err := claimFrom(p.conn.(*net.UnixConn), name)
+	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)) {
+		return nil, nil // gone: it keeps nothing any more
+	}
+	return f, err
+}
+
+// Close drops the connection: before Take, without taking over (the
+// predecessor goes on); after it, claiming nothing more.
 func (p *Predecessor) Close() error { return p.conn.Close() }

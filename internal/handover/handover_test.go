@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"os"
 	"path/filepath"
 	"sync/atomic"
 	"testing"
@@ -30,17 +31,7 @@ func TestDialFindsNoOne(t *testing.T) {
 }
 
 func TestTakeOver(t *testing.T) {
-	path := socket(t)
-	ln, err := Listen(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	p, err := Dial(path)
-	if err != nil || p == nil {
-		t.Fatalf("Dial = %v, %v", p, err)
-	}
-	s := <-ln.Successors()
+	p, s := pair(t)
 	select {
 	case <-s.Taking():
 		t.Fatal("taking before it asked")
@@ -54,7 +45,7 @@ func TestTakeOver(t *testing.T) {
 		t.Fatalf("Take returned (%v) before the release", err)
 	case <-time.After(50 * time.Millisecond):
 	}
-	if err := s.Release(); err != nil {
+	if err := s.Release(&Parcels{}); err != nil {
 		t.Fatal(err)
 	}
 	if err := <-took; err != nil {
@@ -143,7 +134,7 @@ func TestGateTakesOnceEveryLoopWaits(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var takes atomic.Int32
-			g := NewGate(func(context.Context) error { takes.Add(1); return nil }, func(error) {})
+			g := NewGate(taker(func() error { takes.Add(1); return nil }), func(error) {})
 			g.Expect(tc.join)
 			ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 			defer cancel()
@@ -168,7 +159,7 @@ func TestGateTakesOnceEveryLoopWaits(t *testing.T) {
 
 func TestAFailedTakeStillOpens(t *testing.T) {
 	var told error
-	g := NewGate(func(context.Context) error { return errors.New("stuck") }, func(err error) { told = err })
+	g := NewGate(taker(func() error { return errors.New("stuck") }), func(err error) { told = err })
 	g.Expect(1)
 	if !g.Wait(context.Background()) {
 		t.Fatal("gate stayed shut")
@@ -176,4 +167,15 @@ func TestAFailedTakeStillOpens(t *testing.T) {
 	if told == nil {
 		t.Fatal("the failure was not told")
 	}
+	if f, err := g.Claim(context.Background(), "wireguard"); f != nil || err != nil {
+		t.Fatalf("Claim after a failed take = %v, %v; want nothing", f, err)
+	}
+}
+
+// taker is a running agent whose take is fn and which keeps no parcel.
+type taker func() error
+
+func (t taker) Take(context.Context) error { return t() }
+func (t taker) Claim(context.Context, string) (*os.File, error) {
+	panic("claimed from an agent that did not release the node")
 }

@@ -104,11 +104,15 @@ func (s *Successor) Taking() <-chan struct{} { return s.taking }
 func (s *Successor) Gone() <-chan struct{} { return s.gone }
 
 // Release tells the successor the node is its own; call it once nothing
-// of this agent writes to the node any more.
-func (s *Successor) Release() error {
-	defer s.conn.Close()
-	_, err := fmt.Fprintln(s.conn, released)
-	return err
+// of this agent writes to the node any more. The successor may then claim
+// the data paths kept in ps, until it hangs up.
+func (s *Successor) Release(ps *Parcels) error {
+	if _, err := fmt.Fprintln(s.conn, released); err != nil {
+		s.conn.Close()
+		return err
+	}
+	go serveClaims(s.conn.(*net.UnixConn), ps)
+	return nil
 }
 
 // Drop hangs up on the successor without releasing: it programs the node

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"net/http"
+	"os"
 	"sync/atomic"
 
 	"github.com/go-logr/logr"
@@ -52,12 +53,30 @@ type Deps struct {
 	// the node (internal/handover); one that stops before leaves it. Nil:
 	// write at once.
 	Takeover Takeover
+	// Keeper keeps what a node feature's process runs of the data path
+	// (wireguard-go) running after the feature stopped, until the next
+	// agent claims it (Takeover.Claim) or this one exits. Nil: a feature
+	// stops its data path with itself.
+	Keeper Keeper
 }
 
 // Takeover holds the first writes of a role's features (internal/handover.Gate).
 type Takeover interface {
 	Leave()
 	Wait(ctx context.Context) bool
+	// Claim returns, once the node is this agent's, the file of the data
+	// path the running agent kept under name; nil when there is none.
+	Claim(ctx context.Context, name string) (*os.File, error)
+}
+
+// Keeper takes a stopped feature's data path into the agent's keeping
+// (internal/handover.Parcels): Hand stops it and returns the file that
+// carries it on, Close stops it for good.
+type Keeper interface {
+	Keep(name string, p interface {
+		Hand() (*os.File, error)
+		Close() error
+	})
 }
 
 // Source is where the process's configuration came from.

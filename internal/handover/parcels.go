@@ -1,0 +1,182 @@
+package handover
+
+import (
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// A data path that runs in the agent's process (wireguard-go on its TUN
+// device) would stop for the time between the predecessor's release and
+// the successor's first sync. So a feature does not close such a thing
+// when it stops: it leaves it running in the agent's Parcels, and the
+// agent hands it over when the successor claims it by name:
+//
+//	successor                          predecessor (idle, its data path running)
+//	"claim wireguard"      ───────▶    stops it, keeps its file open
+//	                       ◀───────    "parcel wireguard" with the file (SCM_RIGHTS)
+//
+// A TUN device whose file stays open queues what is routed into it instead
+// of dropping it, so the successor reads what came meanwhile. A successor
+// that claims nothing (it runs without that feature) leaves the data path
+// running until the predecessor exits: peers that still send through it
+// are served while they follow the change.
+
+// Parcel is a data path a stopped feature left running. Hand stops it and
+// returns the file that carries it on (the caller's to close); Close stops
+// it for good. An alias, so that role.Keeper names the same type without
+// either package importing the other.
+type Parcel = interface {
+	Hand() (*os.File, error)
+	Close() error
+}
+
+// Parcels are the data paths in an agent's keeping, by name.
+type Parcels struct {
+	mu      sync.Mutex
+	kept    map[string]Parcel
+	claimed chan struct{} // closed while nothing is kept
+}
+
+// Claimed is closed once nothing is kept (any more): what an agent that
+// stops right after letting go waits for, so that a successor's claim
+// does not find its data path stopped.
+func (ps *Parcels) Claimed() <-chan struct{} {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.claimed == nil {
+		ps.claimed = make(chan struct{})
+	}
+	if len(ps.kept) == 0 {
+		select {
+		case <-ps.claimed:
+		default:
+			close(ps.claimed)
+		}
+	}
+	return ps.claimed
+}
+
+// Keep takes p into the agent's keeping under name; one kept there before
+// under that name is closed.
+func (ps *Parcels) Keep(name string, p Parcel) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if ps.kept == nil {
+		ps.kept = map[string]Parcel{}
+	}
+	if old := ps.kept[name]; old != nil {
+		old.Close()
+	}
+	ps.kept[name] = p
+	if ps.claimed != nil {
+		select {
+		case <-ps.claimed:
+			ps.claimed = make(chan struct{})
+		default:
+		}
+	}
+}
+
+// hand stops the parcel name and returns its file; nil when none is kept.
+func (ps *Parcels) hand(name string) (*os.File, error) {
+	ps.mu.Lock()
+	p := ps.kept[name]
+	delete(ps.kept, name)
+	ps.mu.Unlock()
+	if p == nil {
+		return nil, nil
+	}
+	defer ps.Claimed()
+	return p.Hand()
+}
+
+// Close stops every parcel kept: the agent is exiting.
+func (ps *Parcels) Close() error {
+	ps.mu.Lock()
+	kept := ps.kept
+	ps.kept = nil
+	ps.mu.Unlock()
+	var errs []error
+	for name, p := range kept {
+		if err := p.Close(); err != nil {
+			errs = append(errs, fmt.Errorf("%s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// The claim protocol's lines.
+const (
+	claim  = "claim"
+	parcel = "parcel"
+	none   = "none"
+)
+
+// serveClaims answers the successor's claims on conn from ps until it
+// hangs up.
+func serveClaims(conn *net.UnixConn, ps *Parcels) {
+	defer conn.Close()
+	buf := make([]byte, 256)
+	for {
+		n, err := conn.Read(buf)
+		if err != nil {
+			return
+		}
+		verb, name, _ := strings.Cut(strings.TrimSpace(string(buf[:n])), " ")
+		if verb != claim || name == "" {
+			return
+		}
+		f, err := ps.hand(name)
+		if err != nil || f == nil {
+			// Without its file the successor opens the device anew.
+			if _, err := fmt.Fprintf(conn, "%s %s\n", none, name); err != nil {
+				return
+			}
+			continue
+		}
+		_, _, err = conn.WriteMsgUnix([]byte(parcel+" "+name+"\n"), unix.UnixRights(int(f.Fd())), nil)
+		f.Close()
+		if err != nil {
+			return
+		}
+	}
+}
+
+// claimFrom asks the predecessor on conn for its parcel name: its file, or
+// nil when it has none.
+func claimFrom(conn *net.UnixConn, name string) (*os.File, error) {
+	if _, err := fmt.Fprintf(conn, "%s %s\n", claim, name); err != nil {
+		return nil, err
+	}
+	buf, oob := make([]byte, 256), make([]byte, unix.CmsgSpace(4))
+	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
+	if err != nil {
+		return nil, err
+	}
+	var fds []int
+	if msgs, perr := unix.ParseSocketControlMessage(oob[:oobn]); perr == nil {
+		for _, m := range msgs {
+			if rights, rerr := unix.ParseUnixRights(&m); rerr == nil {
+				fds = append(fds, rights...)
+			}
+		}
+	}
+	line := strings.TrimSpace(string(buf[:n]))
+	switch {
+	case line == parcel+" "+name && len(fds) == 1:
+		unix.CloseOnExec(fds[0])
+		return os.NewFile(uintptr(fds[0]), name), nil
+	case line == none+" "+name && len(fds) == 0:
+		return nil, nil
+	}
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
+	return nil, fmt.Errorf("the running agent answered %q with %d files to %q", line, len(fds), claim+" "+name)
+}
