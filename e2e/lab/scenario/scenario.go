@@ -32,7 +32,8 @@ var Blocked = map[string]string{
 		"a node agent's replacement hands wireguard-go's TUN device over (docs/upgrade.md), but its sessions die with " +
 		"the old process, so what peers send with them in the 20-60 ms until the new device's handshake is lost; and a " +
 		"held NodePort connection to a backend on the other node is reset in about half the runs as a node's path to " +
-		"its peer moves between VXLAN and WireGuard (the backend pod sends the reset; cause not found): in 15 runs in " +
+		"its peer moves between VXLAN and WireGuard (its conntrack entry on the NodePort's node is destroyed; by what is not " +
+		"known): in 15 runs in " +
 		"the lab, 4 lost nothing, the others 1-4 of about 4,500 requests, 1-3 of 1,500 DNS queries and one of three " +
 		"held connections (docs/encryption.md); the kernel implementation keeps its sessions, but this machine has no " +
 		"WireGuard module",
