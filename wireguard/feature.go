@@ -312,26 +312,25 @@ func (f *Feature) route(plan Plan, cluster, podCIDRs []netip.Prefix, full bool) 
 	if err != nil {
 		return fmt.Errorf("find %s: %w", DeviceName, err)
 	}
+	table, err := tableRoutes(f.h)
+	if err != nil {
+		return err
+	}
 	if !strict {
 		var waiting []Peer
-		if plan.Peers, waiting, err = f.handshaken(plan.Peers); err != nil {
-			return err
-		}
+		plan.Peers, waiting = f.handshaken(plan.Peers, table)
 		f.shakes.wait(waiting)
 		f.tellWaiting(waiting)
 	}
 	own := DeviceAddrs(podCIDRs)
-	return syncLink(f.h, l, own, Routes(plan, cluster, podCIDRs, own, strict))
+	return syncLink(f.h, l, own, table, Routes(plan, cluster, podCIDRs, own, strict))
 }
 
 // handshaken splits peers into those to route and those that wait for
-// their first handshake (permissive.go); the device is read only when a
-// peer's routes are not all in the table yet.
-func (f *Feature) handshaken(peers []Peer) (routed, waiting []Peer, err error) {
-	table, err := tableRoutes(f.h)
-	if err != nil {
-		return nil, nil, err
-	}
+// their first handshake (permissive.go), table being the routes in the
+// table now; the device is read only when a peer's routes are not all in
+// the table yet.
+func (f *Feature) handshaken(peers []Peer, table map[netip.Prefix]netlink.Route) (routed, waiting []Peer) {
 	inTable := func(p netip.Prefix) bool { _, ok := table[p]; return ok }
 	var done func(wgtypes.Key) bool
 	handshaken := func(k wgtypes.Key) bool {
@@ -343,8 +342,7 @@ func (f *Feature) handshaken(peers []Peer) (routed, waiting []Peer, err error) {
 		}
 		return done(k)
 	}
-	routed, waiting = Routed(peers, inTable, handshaken)
-	return routed, waiting, nil
+	return Routed(peers, inTable, handshaken)
 }
 
 // tellWaiting logs the peers waiting for their first handshake when they

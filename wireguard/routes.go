@@ -90,14 +90,11 @@ func DeviceAddrs(podCIDRs []netip.Prefix) []netip.Addr {
 }
 
 // syncLink puts exactly addrs (as host addresses) on the device's link,
-// makes the table exactly want, and the rules that look it up. A route
-// that differs is replaced in place, so a prefix never goes without one.
-func syncLink(h *netlink.Handle, l netlink.Link, addrs []netip.Addr, want []Route) error {
+// makes the table, whose routes are have (tableRoutes; syncLink takes them
+// over), exactly want, and the rules that look it up. A route that
+// differs is replaced in place, so a prefix never goes without one.
+func syncLink(h *netlink.Handle, l netlink.Link, addrs []netip.Addr, have map[netip.Prefix]netlink.Route, want []Route) error {
 	if err := syncAddrs(h, l, addrs); err != nil {
-		return err
-	}
-	have, err := tableRoutes(h)
-	if err != nil {
 		return err
 	}
 	var errs []error

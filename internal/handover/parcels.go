@@ -3,6 +3,7 @@ package handover
 import (
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"os"
 	"strings"
@@ -40,73 +41,70 @@ type Parcel = interface {
 type Parcels struct {
 	mu      sync.Mutex
 	kept    map[string]Parcel
-	claimed chan struct{} // closed while nothing is kept
+	emptied chan struct{} // closed when the last one kept is handed over or closed
 }
 
-// Claimed is closed once nothing is kept (any more): what an agent that
-// stops right after letting go waits for, so that a successor's claim
-// does not find its data path stopped.
+// Claimed is closed once nothing is kept any more (each parcel handed over
+// and sent, or closed): what an agent that stops right after letting go
+// waits for, so that a successor's claim does not find its data path
+// stopped.
 func (ps *Parcels) Claimed() <-chan struct{} {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if ps.claimed == nil {
-		ps.claimed = make(chan struct{})
-	}
 	if len(ps.kept) == 0 {
-		select {
-		case <-ps.claimed:
-		default:
-			close(ps.claimed)
-		}
+		return closed
 	}
-	return ps.claimed
+	return ps.emptied
 }
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Keep takes p into the agent's keeping under name; one kept there before
 // under that name is closed.
 func (ps *Parcels) Keep(name string, p Parcel) {
 	ps.mu.Lock()
 	defer ps.mu.Unlock()
-	if ps.kept == nil {
-		ps.kept = map[string]Parcel{}
+	if len(ps.kept) == 0 {
+		ps.kept, ps.emptied = map[string]Parcel{}, make(chan struct{})
 	}
 	if old := ps.kept[name]; old != nil {
 		old.Close()
 	}
 	ps.kept[name] = p
-	if ps.claimed != nil {
-		select {
-		case <-ps.claimed:
-			ps.claimed = make(chan struct{})
-		default:
-		}
-	}
 }
 
-// hand stops the parcel name and returns its file; nil when none is kept.
-func (ps *Parcels) hand(name string) (*os.File, error) {
+// take removes the parcel name from the keeping; nil when none is kept.
+// Call gone once what was taken is dealt with.
+func (ps *Parcels) take(name string) Parcel {
 	ps.mu.Lock()
-	p := ps.kept[name]
-	delete(ps.kept, name)
-	ps.mu.Unlock()
-	if p == nil {
-		return nil, nil
+	defer ps.mu.Unlock()
+	return ps.kept[name]
+}
+
+// gone drops name from the keeping, closing Claimed when it was the last.
+func (ps *Parcels) gone(name string) {
+	ps.mu.Lock()
+	defer ps.mu.Unlock()
+	if _, ok := ps.kept[name]; !ok {
+		return
 	}
-	defer ps.Claimed()
-	return p.Hand()
+	delete(ps.kept, name)
+	if len(ps.kept) == 0 {
+		close(ps.emptied)
+	}
 }
 
 // Close stops every parcel kept: the agent is exiting.
 func (ps *Parcels) Close() error {
 	ps.mu.Lock()
-	kept := ps.kept
-	ps.kept = nil
+	kept := maps.Clone(ps.kept)
 	ps.mu.Unlock()
 	var errs []error
 	for name, p := range kept {
 		if err := p.Close(); err != nil {
 			errs = append(errs, fmt.Errorf("%s: %w", name, err))
 		}
+		ps.gone(name)
 	}
 	return errors.Join(errs...)
 }
@@ -132,20 +130,28 @@ func serveClaims(conn *net.UnixConn, ps *Parcels) {
 		if verb != claim || name == "" {
 			return
 		}
-		f, err := ps.hand(name)
-		if err != nil || f == nil {
-			// Without its file the successor opens the device anew.
-			if _, err := fmt.Fprintf(conn, "%s %s\n", none, name); err != nil {
-				return
-			}
-			continue
-		}
-		_, _, err = conn.WriteMsgUnix([]byte(parcel+" "+name+"\n"), unix.UnixRights(int(f.Fd())), nil)
-		f.Close()
-		if err != nil {
+		if err := handTo(conn, ps, name); err != nil {
 			return
 		}
 	}
+}
+
+// handTo stops the parcel name and sends its file on conn, or says there
+// is none; only then is it gone from ps.
+func handTo(conn *net.UnixConn, ps *Parcels, name string) error {
+	var f *os.File
+	if p := ps.take(name); p != nil {
+		defer ps.gone(name)
+		f, _ = p.Hand()
+	}
+	if f == nil {
+		// Without its file the successor opens the device anew.
+		_, err := fmt.Fprintf(conn, "%s %s\n", none, name)
+		return err
+	}
+	defer f.Close()
+	_, _, err := conn.WriteMsgUnix([]byte(parcel+" "+name+"\n"), unix.UnixRights(int(f.Fd())), nil)
+	return err
 }
 
 // claimFrom asks the predecessor on conn for its parcel name: its file, or
