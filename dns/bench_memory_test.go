@@ -20,7 +20,8 @@ import (
 // netplane binary, run as netplane-before in turn with this one,
 // NETPLANE_DNS_BENCH_RUNS times each (default 1), for an A/B in the same
 // conditions. NETPLANE_DNS_BENCH_PROFILE names a folder that gets each
-// netplane's smaps, heap profile and Go metrics after the load.
+// netplane's smaps, heap profile and Go metrics after the load, and a
+// CPU profile of a second run of the search-path mix.
 func memoryOnly(b *testing.B, dnsperf, netplane, coredns string, api *framework.APIServer, upstream, resolv, dir, probe string, nSvc int) {
 	profile := os.Getenv("NETPLANE_DNS_BENCH_PROFILE")
 	before := os.Getenv("NETPLANE_DNS_BENCH_BEFORE")
@@ -60,12 +61,38 @@ func memoryOnly(b *testing.B, dnsperf, netplane, coredns string, api *framework.
 		b.Logf("%s: RSS %.1f MB (anonymous %.1f, file %.1f), load %s", s.name, s.rssMB, s.anonMB, s.fileMB, framework.LoadAverage())
 		if profile != "" && s.pprof != "" {
 			saveProfile(b, s, profile)
+			cpuProfileOfMix(b, dnsperf, s, mix, profile)
 		}
 	}
 	c := servers[len(servers)-1]
 	for _, s := range servers {
 		b.Logf("%-20s RSS %5.1f MB (anonymous %4.1f, file %4.1f) ×%.3f %s, QPS %.0f / %.0f",
 			s.name, s.rssMB, s.anonMB, s.fileMB, s.rssMB/c.rssMB, c.name, s.qpsCluster, s.qpsMix)
+	}
+}
+
+// cpuProfileOfMix runs the search-path mix at full speed once more, with
+// a CPU profile of s taken meanwhile, into dir.
+func cpuProfileOfMix(b *testing.B, dnsperf string, s *benchServer, mix, dir string) {
+	got := make(chan []byte, 1)
+	go func() {
+		resp, err := http.Get(fmt.Sprintf("http://%s/debug/pprof/profile?seconds=%d", s.pprof, dnsperfSeconds-2))
+		if err != nil {
+			got <- nil
+			return
+		}
+		data, _ := io.ReadAll(resp.Body)
+		resp.Body.Close()
+		got <- data
+	}()
+	qps := runDNSPerf(b, dnsperf, s, mix)
+	data := <-got
+	if data == nil {
+		b.Fatalf("no CPU profile from %s", s.pprof)
+	}
+	b.Logf("%s: search-mix QPS %.0f with a CPU profile taken", s.name, qps)
+	if err := os.WriteFile(filepath.Join(dir, s.name+".mix.cpu.pb.gz"), data, 0o644); err != nil {
+		b.Fatal(err)
 	}
 }
 

@@ -13,7 +13,6 @@ import (
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/util/validation/field"
-	"k8s.io/apimachinery/pkg/watch"
 	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/scheme"
 	typedcorev1 "k8s.io/client-go/kubernetes/typed/core/v1"
@@ -21,6 +20,7 @@ import (
 	"k8s.io/client-go/tools/record"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/internal/informer"
 )
 
 // The kube-dns ConfigMap's keys, as Kubernetes documents them for clusters
@@ -85,7 +85,7 @@ func merge(file, cm forwarding, resolv []string) forwarding {
 
 // configMapWatch follows one ConfigMap through a watch selecting it by name,
 // so the server reads no other ConfigMap and needs the right to read only
-// that one.
+// that one. It is the sink of that watch.
 type configMapWatch struct {
 	ns, name string
 	apply    func(data map[string]string) error
@@ -93,39 +93,53 @@ type configMapWatch struct {
 	log      logr.Logger
 	synced   cache.DoneChecker    // set by followKubeDNS
 	recorder record.EventRecorder // set by followKubeDNS
+	// version is the resourceVersion last handed to apply, "" while none
+	// is: a relist after an API server outage that finds the ConfigMap
+	// unchanged applies nothing.
+	version string
 }
 
 // followKubeDNS applies the ConfigMap ns/name through apply on every
 // change until ctx ends; a deleted ConfigMap applies as empty. A ConfigMap
 // apply refuses is reported where its author looks (a Warning event on
-// it), in the log and in a metric, and the last good one stays in force.
-func followKubeDNS(ctx context.Context, client kubernetes.Interface, w *configMapWatch) {
-	byName := fields.OneTermEqualSelector("metadata.name", w.name).String()
-	cms := client.CoreV1().ConfigMaps(w.ns)
-	lw := &cache.ListWatch{
-		ListWithContextFunc: func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) {
-			o.FieldSelector = byName
-			return cms.List(ctx, o)
-		},
-		WatchFuncWithContext: func(ctx context.Context, o metav1.ListOptions) (watch.Interface, error) {
-			o.FieldSelector = byName
-			return cms.Watch(ctx, o)
-		},
-	}
-	_, ctrl := cache.NewInformerWithOptions(cache.InformerOptions{ListerWatcher: lw, ObjectType: &corev1.ConfigMap{},
-		Handler: cache.ResourceEventHandlerFuncs{
-			AddFunc:    func(obj any) { w.changed(obj, false) },
-			UpdateFunc: func(_, obj any) { w.changed(obj, false) },
-			DeleteFunc: func(obj any) { w.changed(obj, true) },
-		}})
-	w.synced = ctrl.HasSyncedChecker()
-	events := record.NewBroadcaster(record.WithContext(ctx))
-	events.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: client.CoreV1().Events("")})
-	w.recorder = events.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "netplane-dns"})
+// it, written through events), in the log and in a metric, and the last
+// good one stays in force. The watch is one of f's readers, so through an
+// API server outage it waits at f's gate as every informer of the process
+// does, rather than asking every second.
+func followKubeDNS(ctx context.Context, f *informer.Factory, events kubernetes.Interface, w *configMapWatch) {
+	cms := f.Client().CoreV1().ConfigMaps(w.ns)
+	b := record.NewBroadcaster(record.WithContext(ctx))
+	b.StartRecordingToSink(&typedcorev1.EventSinkImpl{Interface: events.CoreV1().Events("")})
+	w.recorder = b.NewRecorder(scheme.Scheme, corev1.EventSource{Component: "netplane-dns"})
+	w.synced = f.RunCustom(ctx, informer.Custom{Kind: "configmaps", Name: "dns", Example: &corev1.ConfigMap{}, Client: cms,
+		List:   func(ctx context.Context, o metav1.ListOptions) (runtime.Object, error) { return cms.List(ctx, o) },
+		Watch:  cms.Watch,
+		Fields: fields.OneTermEqualSelector("metadata.name", w.name),
+		Record: func(o runtime.Object) any { return o },
+		Sink:   w})
 	go func() {
-		ctrl.RunWithContext(ctx)
-		events.Shutdown()
+		<-ctx.Done()
+		b.Shutdown()
 	}()
+}
+
+func (w *configMapWatch) Add(obj any) error    { w.changed(obj, false); return nil }
+func (w *configMapWatch) Update(obj any) error { w.changed(obj, false); return nil }
+func (w *configMapWatch) Delete(obj any) error { w.changed(obj, true); return nil }
+func (w *configMapWatch) Resync() error        { return nil }
+
+// Replace is a (re)list: the ConfigMap it holds, or a deletion of the one
+// applied when it holds none.
+func (w *configMapWatch) Replace(list []any, _ string) error {
+	switch {
+	case len(list) > 0: // the selector lets one through at most
+		if cm, ok := list[0].(*corev1.ConfigMap); ok && cm.ResourceVersion != w.version {
+			w.changed(cm, false)
+		}
+	case w.version != "":
+		w.changed(&corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: w.ns, Name: w.name}}, true)
+	}
+	return nil
 }
 
 func (w *configMapWatch) changed(obj any, deleted bool) {
@@ -138,6 +152,10 @@ func (w *configMapWatch) changed(obj any, deleted bool) {
 		data = nil
 	}
 	err := w.apply(data)
+	w.version = cm.ResourceVersion
+	if deleted {
+		w.version = ""
+	}
 	if err == nil {
 		w.log.Info("applied the kube-dns ConfigMap", "configMap", w.ns+"/"+w.name, "resourceVersion", cm.ResourceVersion, "deleted", deleted)
 		return

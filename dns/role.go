@@ -219,7 +219,7 @@ func (s *Server) Serve(ctx context.Context, l *Listeners) {
 		}
 	}()
 	if s.kubeDNS != nil {
-		followKubeDNS(ctx, s.client, s.kubeDNS)
+		followKubeDNS(ctx, s.watch.factory, s.client, s.kubeDNS)
 	}
 	if s.source.File != "" {
 		if err := followFile(ctx, s.source, s.config, s.reconfig, s.metrics, s.log.WithName("config-file")); err != nil {

@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -180,21 +181,27 @@ func (r *roles) rules() string {
 }
 
 // requests sums, over the processes, the requests client-go sent (failed
-// ones too) and the readiness probes among them.
-func (r *roles) requests(t *testing.T) (requests, probes int) {
+// ones too) and the readiness probes among them; by counts them by method
+// and result, to tell where a budget went.
+func (r *roles) requests(t *testing.T) (requests, probes int, by map[string]int) {
 	t.Helper()
+	by = map[string]int{}
 	for _, m := range r.metrics {
 		code, body, err := m.get("/metrics")
 		if err != nil || code != http.StatusOK {
 			t.Fatalf("metrics of %s: %d %v", m.addr, code, err)
 		}
-		requests += sumMetric(body, "rest_client_requests_total")
-		probes += sumMetric(body, "netplane_apiserver_probes_total")
+		requests += sumMetric(body, "rest_client_requests_total", by)
+		probes += sumMetric(body, "netplane_apiserver_probes_total", nil)
 	}
-	return requests, probes
+	return requests, probes, by
 }
 
-func sumMetric(body, name string) int {
+var methodAndCode = regexp.MustCompile(`(?:code|method)="([^"]*)"`)
+
+// sumMetric sums the samples of name; by, if not nil, gets them by their
+// code and method labels.
+func sumMetric(body, name string, by map[string]int) int {
 	total := 0.0
 	for _, line := range strings.Split(body, "\n") {
 		if !strings.HasPrefix(line, name+" ") && !strings.HasPrefix(line, name+"{") {
@@ -203,8 +210,31 @@ func sumMetric(body, name string) int {
 		f := strings.Fields(line)
 		v, _ := strconv.ParseFloat(f[len(f)-1], 64)
 		total += v
+		if by != nil {
+			var key []string
+			for _, m := range methodAndCode.FindAllStringSubmatch(line, -1) {
+				key = append(key, m[1])
+			}
+			by[strings.Join(key, " ")] += int(v)
+		}
 	}
 	return int(total)
+}
+
+// grew lists what grew from before to after, largest first.
+func grew(before, after map[string]int) string {
+	var out []string
+	for k, v := range after {
+		if d := v - before[k]; d > 0 {
+			out = append(out, fmt.Sprintf("%d %s", d, k))
+		}
+	}
+	slices.SortFunc(out, func(a, b string) int {
+		x, _ := strconv.Atoi(strings.Fields(a)[0])
+		y, _ := strconv.Atoi(strings.Fields(b)[0])
+		return y - x
+	})
+	return strings.Join(out, ", ")
 }
 
 // ready checks every process still answers /readyz 200: an outage does not
