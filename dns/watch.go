@@ -156,8 +156,30 @@ func (w *watcher) run(ctx context.Context) error {
 			w.log.Info("caches synced, answering for the cluster zone")
 		}
 	}()
+	go w.settle(ctx)
 	w.runner.Run(ctx)
 	return nil
+}
+
+// settleEvery is how often the memory bound looks at the steady state
+// between index changes: the query path's caches fill without one.
+const settleEvery = 10 * time.Second
+
+// settle raises the memory bound as the steady state grows, except while
+// an API server outage, and the relist that ends it, is under way.
+func (w *watcher) settle(ctx context.Context) {
+	t := time.NewTicker(settleEvery)
+	defer t.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+			if !w.factory.Gate().Away() {
+				w.bound.grown()
+			}
+		}
+	}
 }
 
 // sameVersion reports whether two records of one object carry the same
@@ -264,7 +286,7 @@ func (w *watcher) apply(p pending) {
 		// is left is the steady state the next relist is bounded by.
 		memory.ReleaseStartup()
 		w.bound.listed()
-	} else {
+	} else if !w.factory.Gate().Away() {
 		w.bound.grown()
 	}
 	for _, t := range p.triggers {

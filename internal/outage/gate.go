@@ -117,6 +117,14 @@ func (g *Gate) closed() bool {
 	return g.cur != nil && !isClosed(g.cur.back)
 }
 
+// Away reports whether an outage is on: from the first failed request to
+// the last waiting member's relist.
+func (g *Gate) Away() bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	return g.cur != nil
+}
+
 // Closed reports whether the member should not send a request now: an
 // outage is on and no probe has found the API server back yet.
 func (m *Member) Closed() bool { return m.g.closed() }
