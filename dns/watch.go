@@ -11,6 +11,7 @@ import (
 	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
+	"k8s.io/apimachinery/pkg/util/wait"
 	"k8s.io/client-go/tools/cache"
 
 	"github.com/netplane/netplane/internal/informer"
@@ -168,18 +169,11 @@ const settleEvery = 10 * time.Second
 // settle raises the memory bound as the steady state grows, except while
 // an API server outage, and the relist that ends it, is under way.
 func (w *watcher) settle(ctx context.Context) {
-	t := time.NewTicker(settleEvery)
-	defer t.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-t.C:
-			if !w.factory.Gate().Away() {
-				w.bound.grown()
-			}
+	wait.UntilWithContext(ctx, func(context.Context) {
+		if !w.factory.Gate().Away() {
+			w.bound.grown()
 		}
-	}
+	}, settleEvery)
 }
 
 // sameVersion reports whether two records of one object carry the same
