@@ -168,3 +168,61 @@ func TestTheKubeDNSConfigMapReroutesWithin2sWithoutAFailedQuery(t *testing.T) {
 		t.Error(err)
 	}
 }
+
+// TestARelistAppliesTheKubeDNSConfigMapOnlyWhenItChanged: after an API
+// server outage the watch lists again; the ConfigMap it finds unchanged
+// is not applied again (nor, when invalid, reported again), one changed
+// or gone is.
+func TestARelistAppliesTheKubeDNSConfigMapOnlyWhenItChanged(t *testing.T) {
+	cm := func(rv string) *corev1.ConfigMap {
+		return &corev1.ConfigMap{ObjectMeta: metav1.ObjectMeta{Namespace: "kube-system", Name: "kube-dns", ResourceVersion: rv},
+			Data: map[string]string{"upstreamNameservers": `["10.0.0.` + rv + `"]`}}
+	}
+	for _, tc := range []struct {
+		name  string
+		steps func(w *configMapWatch)
+		want  []string // what apply was handed, "deleted" for nil
+	}{
+		{"absent at the first list", func(w *configMapWatch) { _ = w.Replace(nil, "") }, nil},
+		{"listed", func(w *configMapWatch) { _ = w.Replace([]any{cm("1")}, "") }, []string{"10.0.0.1"}},
+		{"relisted unchanged", func(w *configMapWatch) {
+			_ = w.Replace([]any{cm("1")}, "")
+			_ = w.Replace([]any{cm("1")}, "")
+		}, []string{"10.0.0.1"}},
+		{"relisted changed", func(w *configMapWatch) {
+			_ = w.Replace([]any{cm("1")}, "")
+			_ = w.Replace([]any{cm("2")}, "")
+		}, []string{"10.0.0.1", "10.0.0.2"}},
+		{"gone at the relist", func(w *configMapWatch) {
+			_ = w.Replace([]any{cm("1")}, "")
+			_ = w.Replace(nil, "")
+			_ = w.Replace(nil, "")
+		}, []string{"10.0.0.1", "deleted"}},
+		{"watched, then relisted unchanged", func(w *configMapWatch) {
+			_ = w.Add(cm("1"))
+			_ = w.Update(cm("3"))
+			_ = w.Replace([]any{cm("3")}, "")
+		}, []string{"10.0.0.1", "10.0.0.3"}},
+		{"deleted, then absent at the relist", func(w *configMapWatch) {
+			_ = w.Add(cm("1"))
+			_ = w.Delete(cm("1"))
+			_ = w.Replace(nil, "")
+		}, []string{"10.0.0.1", "deleted"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			w := &configMapWatch{ns: "kube-system", name: "kube-dns", apply: func(data map[string]string) error {
+				if data == nil {
+					got = append(got, "deleted")
+				} else {
+					got = append(got, strings.Trim(data["upstreamNameservers"], `[]"`))
+				}
+				return nil
+			}}
+			tc.steps(w)
+			if fmt.Sprint(got) != fmt.Sprint(tc.want) {
+				t.Errorf("applied %v, want %v", got, tc.want)
+			}
+		})
+	}
+}
