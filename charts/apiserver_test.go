@@ -93,6 +93,7 @@ func TestEveryRenderedObjectIsAcceptedByTheAPIServer(t *testing.T) {
 			"dns": map[string]any{"config": map[string]any{"clusterDomain": "corp.internal", "upstreamServers": []any{"192.0.2.53"}}, "service": map[string]any{"name": "kube-dns", "clusterIP": "10.96.0.53"}},
 		}},
 		{"encryption with WireGuard", wireguardValues},
+		{"pod relays", relayValues},
 		{"private image and extra flags", map[string]any{
 			"image":            map[string]any{"repository": "registry.example/netplane", "tag": "v9", "pullPolicy": "Always"},
 			"imagePullSecrets": []any{map[string]any{"name": "regcred"}},
@@ -121,7 +122,7 @@ func (a access) String() string {
 
 func TestEachRoleMayDoExactlyWhatItNeeds(t *testing.T) {
 	s := sharedAPIServer(t)
-	apply(t, s, render(t, nil), false)
+	apply(t, s, render(t, relayValues), false)
 	const ns = namespace
 	cases := []struct {
 		role    string
@@ -166,6 +167,16 @@ func TestEachRoleMayDoExactlyWhatItNeeds(t *testing.T) {
 				// No other CRD, nor every CRD, nor a change to its own.
 				{"watch", "apiextensions.k8s.io", "customresourcedefinitions", ""}, {"list", "apiextensions.k8s.io", "customresourcedefinitions:gateways.gateway.networking.k8s.io", ""},
 				{"update", "apiextensions.k8s.io", "customresourcedefinitions:" + cnpCRD, ""}, {"delete", "apiextensions.k8s.io", "customresourcedefinitions:" + cnpCRD, ""},
+			}},
+		{"relay",
+			[]access{
+				{"list", "", "pods", ""}, {"watch", "", "pods", ""},
+				// Asking who may read pods from it.
+				{"create", "authentication.k8s.io", "tokenreviews", ""}, {"create", "authorization.k8s.io", "subjectaccessreviews", ""},
+			},
+			[]access{
+				{"get", "", "secrets", ns}, {"update", "", "pods", "default"}, {"create", "", "pods/exec", "default"},
+				{"list", "", "nodes", ""}, {"list", "", "services", ""}, {"create", "", "serviceaccounts/token", ns},
 			}},
 	}
 	for _, c := range cases {

@@ -37,6 +37,7 @@ func AddFlags(fs *pflag.FlagSet) []flag {
 	f.controller(d.Controller)
 	f.dns(d.DNS)
 	f.node(d.Node)
+	f.relay(d.Relay)
 	return f.table
 }
 
@@ -79,7 +80,7 @@ func (f *flags) dur(name, key string, def time.Duration, usage string) {
 // health and metrics servers.
 func (f *flags) process(d *v1alpha1.Configuration) {
 	f.fs.String(ConfigFlag, "", "Path to a Configuration YAML file (apiVersion netplane.io/v1alpha1). Flags and NETPLANE_* variables override it.")
-	f.strs("role", "roles", nil, "Roles to run, comma-separated: controller, dns, node.")
+	f.strs("role", "roles", nil, "Roles to run, comma-separated: controller, dns, node, relay.")
 
 	f.str("kubeconfig", "clientConnection.kubeconfig", "", "Path to a kubeconfig. Empty: $KUBECONFIG, then the in-cluster config.")
 	f.str("control-plane-endpoint", "clientConnection.controlPlaneEndpoint", "", "API server URL (https://host:port) overriding the kubeconfig's; the node role needs it where the kubernetes Service VIP is not yet programmed.")
@@ -155,6 +156,15 @@ func (f *flags) node(o v1alpha1.Node) {
 	f.str("wireguard-implementation", "node.encryption.implementation", o.Encryption.Implementation, "WireGuard implementation: auto (the kernel's when it has it, else in-process), kernel, userspace.")
 	f.boolean("wireguard-permissive", "node.encryption.permissive", o.Encryption.Permissive, "For rolling encryption in or out of a running cluster: send to nodes without a valid WireGuard key in clear by the overlay instead of dropping, and keep the overlay.")
 	f.str("wireguard-private-key-file", "node.encryption.privateKeyFile", o.Encryption.PrivateKeyFile, "This node's WireGuard private key; made on first start (mode 0600), kept across restarts; delete it to rotate the key.")
+	f.str("pod-relay", "node.podRelay.service", "", "namespace/name of the Service of pod relays (--role=relay) to read pods from instead of the API server; \"\" reads them from the API server.")
+	f.str("pod-relay-ca-file", "node.podRelay.caFile", "", "Certificate authority of the pod relays' serving certificates (which name the Service: name.namespace.svc).")
 	f.fs.Bool(CleanupFlag, false, "Remove what the node role made on this node (its nftables tables, bridge, VXLAN and WireGuard devices, routes and rules, CNI conflist and plugin, IPAM store, WireGuard key) and exit, as kube-proxy --cleanup does; with --role=node and the node's settings.")
 	f.fs.Bool(CleanupKeepIPAMFlag, false, "With --cleanup, keep the CNI plugin's IPAM store.")
+}
+
+// relay registers the relay role's flags.
+func (f *flags) relay(r v1alpha1.Relay) {
+	f.str("relay-bind-address", "relay.bindAddress", r.BindAddress, "host:port the pod relay serves node roles on, over HTTPS.")
+	f.str("relay-tls-cert-file", "relay.tlsCertFile", r.TLSCertFile, "The pod relay's serving certificate (PEM), naming its Service.")
+	f.str("relay-tls-key-file", "relay.tlsKeyFile", r.TLSKeyFile, "The key of --relay-tls-cert-file.")
 }

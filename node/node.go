@@ -38,6 +38,8 @@ import (
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/handover"
+	"github.com/netplane/netplane/internal/informer"
+	"github.com/netplane/netplane/internal/podrelay"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/overlay"
@@ -109,7 +111,11 @@ func Role(d role.Deps) []role.Runnable {
 	}
 	kept := &handover.Parcels{}
 	d.Keeper = kept
-	fs, err := features(d)
+	err := readPodsFromRelays(d)
+	var fs []Feature
+	if err == nil {
+		fs, err = features(d)
+	}
 	if gate != nil {
 		// Each feature waits in the gate once, in its loop or in
 		// nodeview.Await.
@@ -121,6 +127,22 @@ func Role(d role.Deps) []role.Runnable {
 		}
 		return runAgent(ctx, d, fs, gate, kept)
 	}}}
+}
+
+// readPodsFromRelays has the process's pods read from the pod relays of
+// --pod-relay, when it names them (docs/scale.md: the watch fan-out).
+func readPodsFromRelays(d role.Deps) error {
+	pr := d.Config.Node.PodRelay
+	if pr.Service == "" || d.Factory == nil || d.RestConfig == nil {
+		return nil
+	}
+	c, err := podrelay.Client(d.Factory.Client(), d.RestConfig, pr.Service, pr.CAFile, d.Config.Node.NodeName)
+	if err != nil {
+		return err
+	}
+	d.Factory.Source(informer.Pods, c)
+	d.Log.Info("reading pods from the pod relays", "service", pr.Service)
+	return nil
 }
 
 // Run runs the features side by side until ctx ends or one fails, which

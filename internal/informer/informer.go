@@ -69,6 +69,7 @@ type Factory struct {
 
 	mu        sync.Mutex
 	resources map[Kind]*resource
+	sources   map[Kind]kubernetes.Interface // resources read elsewhere than client
 }
 
 // resource is one watched resource and the views reading it.
@@ -117,6 +118,24 @@ func (f *Factory) Gate() *outage.Gate { return f.gate }
 // behave as the factory's informers do through an outage.
 func (f *Factory) Client() kubernetes.Interface { return f.client }
 
+// Source has the factory list and watch resource k through c instead of
+// its client: a node role reading pods from pod relays, which serve pods
+// as the API server does but never as a streamed list. Call it before
+// Start. Requests still pass the factory's gate.
+func (f *Factory) Source(k Kind, c kubernetes.Interface) {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.sources == nil {
+		f.sources = map[Kind]kubernetes.Interface{}
+	}
+	f.sources[k] = listedOnly{c}
+}
+
+// listedOnly is a client whose server cannot stream a first list.
+type listedOnly struct{ kubernetes.Interface }
+
+func (listedOnly) IsWatchListSemanticsUnSupported() bool { return true }
+
 // Register adds a view. Every view of a resource must be registered before
 // the factory starts that resource (Start); registering one later is a
 // programming error and panics, as its records could not be made.
@@ -156,18 +175,22 @@ func (f *Factory) Start(ctx context.Context) {
 func (f *Factory) start(ctx context.Context, r *resource) {
 	k := r.def
 	m := f.gate.Member(ctx, string(r.kind))
-	list, watchFn := k.calls(f.client)
+	var client kubernetes.Interface = f.client
+	if c, ok := f.sources[r.kind]; ok {
+		client = c
+	}
+	list, watchFn := k.calls(client)
 	if len(r.views) == 1 {
 		h := r.views[0]
 		h.alone = true
 		v := h.view
 		if v.Sink != nil {
 			h.setSynced(runSink(ctx, h, m, func(stream *sinkStore) cache.ListerWatcher {
-				return listWatch(f.client, m, list, watchFn, v.Labels, v.Fields, h.record, stream)
+				return listWatch(client, m, list, watchFn, v.Labels, v.Fields, h.record, stream)
 			}))
 			return
 		}
-		lw := listWatch(f.client, m, list, watchFn, v.Labels, v.Fields, h.record, nil)
+		lw := listWatch(client, m, list, watchFn, v.Labels, v.Fields, h.record, nil)
 		inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: h.indexers()})
 		_ = inf.SetTransform(transformFunc(k.example, h.record)) // cannot fail before Run
 		_ = inf.SetWatchErrorHandlerWithContext(resume(m))
@@ -177,7 +200,7 @@ func (f *Factory) start(ctx context.Context, r *resource) {
 		return
 	}
 	r.shared = true
-	lw := listWatch(f.client, m, list, watchFn, nil, nil, r.entryOf, nil)
+	lw := listWatch(client, m, list, watchFn, nil, nil, r.entryOf, nil)
 	inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: r.indexers()})
 	_ = inf.SetTransform(transformFunc(k.example, r.entryOf))
 	_ = inf.SetWatchErrorHandlerWithContext(resume(m))

@@ -205,12 +205,6 @@ func TestStreamedListAppliesEachPageBeforeAskingForTheNext(t *testing.T) {
 	}
 }
 
-// noWatchList is a client that says it cannot watch-list: a reflector
-// then lists.
-type noWatchList struct{ kubernetes.Interface }
-
-func (noWatchList) IsWatchListSemanticsUnSupported() bool { return true }
-
 // midList runs once, on the first response to a list or to a watch-list
 // of pods: a change made then is made while the pods are listed.
 type midList struct {
@@ -290,7 +284,7 @@ func TestPodsCreatedAndDeletedWhileListedAreNeitherLostNorResurrected(t *testing
 			cfg.Wrap(func(next http.RoundTripper) http.RoundTripper { rt.next = next; return rt })
 			var client kubernetes.Interface = kubernetes.NewForConfigOrDie(cfg)
 			if !tc.watchList {
-				client = noWatchList{client}
+				client = listedOnly{client}
 			}
 			sink := newListSink()
 			f := New(client)

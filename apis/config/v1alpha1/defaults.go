@@ -70,5 +70,6 @@ func Default() *Configuration {
 			Encryption: Encryption{Mode: EncryptionNone, WireGuardPort: 51820, Implementation: WireGuardAuto,
 				PrivateKeyFile: "/var/lib/netplane/wireguard/private.key"},
 		},
+		Relay: Relay{BindAddress: "0.0.0.0:10292"},
 	}
 }

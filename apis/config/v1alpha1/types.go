@@ -22,16 +22,17 @@ const (
 	RoleController = "controller"
 	RoleDNS        = "dns"
 	RoleNode       = "node"
+	RoleRelay      = "relay"
 )
 
 // Roles lists every valid role in the order they are started.
-var Roles = []string{RoleController, RoleDNS, RoleNode}
+var Roles = []string{RoleController, RoleDNS, RoleNode, RoleRelay}
 
 // Configuration is the whole configuration of one netplane process.
 type Configuration struct {
 	metav1.TypeMeta `json:",inline"`
 
-	// Roles this process runs: any of controller, dns, node.
+	// Roles this process runs: any of controller, dns, node, relay.
 	Roles []string `json:"roles,omitempty"`
 	// ClientConnection says how to reach the Kubernetes API server.
 	ClientConnection ClientConnection `json:"clientConnection"`
@@ -49,6 +50,7 @@ type Configuration struct {
 	Controller Controller `json:"controller"`
 	DNS        DNS        `json:"dns"`
 	Node       Node       `json:"node"`
+	Relay      Relay      `json:"relay"`
 }
 
 // ClientConnection configures the Kubernetes client.
@@ -131,6 +133,17 @@ type DNS struct {
 	Lameduck metav1.Duration `json:"lameduck"`
 }
 
+// Relay configures the pod relay role, which watches every pod once and
+// serves node roles the part of each their rules read, so that the API
+// server has one watch of every pod per relay instead of one per node.
+type Relay struct {
+	// BindAddress is host:port the relay serves node roles on (HTTPS).
+	BindAddress string `json:"bindAddress"`
+	// TLSCertFile and TLSKeyFile are its serving certificate and key.
+	TLSCertFile string `json:"tlsCertFile"`
+	TLSKeyFile  string `json:"tlsKeyFile"`
+}
+
 // Node configures the node agent: service proxy and pod networking.
 type Node struct {
 	NodeName string `json:"nodeName"`
@@ -178,6 +191,9 @@ type Node struct {
 	Conntrack Conntrack `json:"conntrack"`
 	// NetworkPolicy configures the enforcement of NetworkPolicies.
 	NetworkPolicy NetworkPolicy `json:"networkPolicy"`
+	// PodRelay reads the cluster's pods from pod relays instead of the
+	// API server.
+	PodRelay PodRelay `json:"podRelay"`
 	// Overlay configures how pod traffic reaches other nodes.
 	Overlay Overlay `json:"overlay"`
 	// Encryption configures the encryption of pod traffic between nodes.
@@ -202,6 +218,20 @@ type NetworkPolicy struct {
 	// LogDenied logs one line per denied connection (rate-limited), with
 	// its source, destination, port and the pod the policy protects.
 	LogDenied bool `json:"logDenied"`
+}
+
+// PodRelay is where a node role reads pods: from the ready endpoints of a
+// Service of pod relays (the relay role), chosen by the node's name, the
+// next one when one fails. Its EndpointSlices are read from the API
+// server at each connection, so the relays' addresses need no Service
+// network, which this role programs.
+type PodRelay struct {
+	// Service is namespace/name of the relays' Service; "" reads pods
+	// from the API server.
+	Service string `json:"service,omitempty"`
+	// CAFile holds the certificate authority of the relays' serving
+	// certificates, which name the Service (name.namespace.svc).
+	CAFile string `json:"caFile,omitempty"`
 }
 
 // Overlay modes: how pod traffic reaches another node.

@@ -40,7 +40,34 @@ func (c *Configuration) Validate() field.ErrorList {
 	v.controller(c.Controller)
 	v.dns(c)
 	v.node(c)
+	v.relay(c)
 	return v.errs
+}
+
+// relay checks the relay role's settings and a node role's reading of
+// relays. Either reads pods on its own: beside another role of the same
+// process, which reads pods whole, the relay's view would be shared.
+func (v *validator) relay(c *Configuration) {
+	r, p := c.Relay, field.NewPath("relay")
+	if slices.Contains(c.Roles, RoleRelay) {
+		if len(c.Roles) > 1 {
+			v.errs = append(v.errs, field.Invalid(field.NewPath("roles"), field.OmitValueType{}, "the relay role runs alone in its process"))
+		}
+		v.hostPort(p.Child("bindAddress"), r.BindAddress, false)
+		v.nonEmpty(p.Child("tlsCertFile"), r.TLSCertFile)
+		v.nonEmpty(p.Child("tlsKeyFile"), r.TLSKeyFile)
+	}
+	pr, pp := c.Node.PodRelay, field.NewPath("node", "podRelay")
+	if pr.Service == "" {
+		return
+	}
+	if ns, name, ok := strings.Cut(pr.Service, "/"); !ok || ns == "" || name == "" {
+		v.invalid(pp.Child("service"), pr.Service, `must be namespace/name like kube-system/netplane-relay, or "" to read pods from the API server`)
+	}
+	v.nonEmpty(pp.Child("caFile"), pr.CAFile)
+	if len(c.Roles) != 1 || c.Roles[0] != RoleNode {
+		v.invalid(pp.Child("service"), pr.Service, "pods are read from relays by a process running the node role alone")
+	}
 }
 
 func (v *validator) controller(ct Controller) {

@@ -67,8 +67,18 @@ pods' grace period (30 s) covers it. */}}
 {{/* The node agent sees the host's CNI folders under /host; the plugin ships in the image. */}}
 {{- define "netplane.nodeConfig" -}}
 {{- $fixed := dict "cniBinDir" "/host/opt/cni/bin" "cniConfDir" "/host/etc/cni/net.d" "ipamStateDir" (printf "%s/ipam" .Values.node.stateDir) "cniPluginPath" "/usr/local/bin/netplane-cni" "procSysDir" "/host/proc/sys" "agentSocket" (printf "%s/agent.sock" .Values.node.stateDir) "networkPolicy" .Values.networkPolicy "overlay" .Values.overlay "encryption" (include "netplane.encryption" . | fromYaml) }}
+{{- if .Values.relay.enabled }}
+{{- $_ := set $fixed "podRelay" (dict "service" (printf "%s/netplane-relay" .Release.Namespace) "caFile" "/etc/netplane-relay/ca.crt") }}
+{{- end }}
 {{- /* Metrics on kube-proxy's port: tools and upstream's tests ask 127.0.0.1:10249/proxyMode. */}}
 {{- include "netplane.config" (dict "root" . "role" "node" "section" "node" "values" (merge $fixed (deepCopy .Values.node.config)) "health" "0.0.0.0:10290" "metrics" "0.0.0.0:10249" "shutdown" "25s") }}
+{{- end -}}
+
+{{/* The relays' health and metrics on ports of their own: they share the host network
+with the node agent, whose ports are shared (SO_REUSEPORT) between its own processes. */}}
+{{- define "netplane.relayConfig" -}}
+{{- $fixed := dict "bindAddress" (printf "0.0.0.0:%v" .Values.relay.port) "tlsCertFile" "/etc/netplane-relay/tls.crt" "tlsKeyFile" "/etc/netplane-relay/tls.key" }}
+{{- include "netplane.config" (dict "root" . "role" "relay" "section" "relay" "values" $fixed "health" "0.0.0.0:10293" "metrics" "0.0.0.0:10294") }}
 {{- end -}}
 
 {{/* The node section's encryption: the chart's values, the key file in keyDir. */}}

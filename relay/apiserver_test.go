@@ -1,0 +1,266 @@
+package relay
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/go-logr/logr/testr"
+	"github.com/prometheus/client_golang/prometheus"
+	authnv1 "k8s.io/api/authentication/v1"
+	v1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	rbacv1 "k8s.io/api/rbac/v1"
+	apierrors "k8s.io/apimachinery/pkg/api/errors"
+	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
+	"k8s.io/client-go/kubernetes"
+	"k8s.io/client-go/rest"
+	"k8s.io/client-go/tools/cache"
+	"k8s.io/utils/ptr"
+
+	"github.com/netplane/netplane/apis/config/v1alpha1"
+	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/internal/informer"
+	"github.com/netplane/netplane/internal/podrelay"
+	"github.com/netplane/netplane/internal/role"
+)
+
+// One API server serves the package's tests that need one.
+func TestMain(m *testing.M) { framework.RunShared(m) }
+
+const relayNS = "relay-test"
+
+// certificates writes an authority and the relay's serving certificate for
+// name, returning the paths of the authority, the certificate and its key.
+func certificates(t *testing.T, name string) (ca, crt, key string) {
+	t.Helper()
+	dir := t.TempDir()
+	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "relay-ca"}, IsCA: true, BasicConstraintsValid: true,
+		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
+		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
+	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, caTmpl, &leafKey.PublicKey, caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	keyDER, _ := x509.MarshalECPrivateKey(leafKey)
+	write := func(name, typ string, der []byte) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	return write("ca.crt", "CERTIFICATE", caDER), write("tls.crt", "CERTIFICATE", leafDER), write("tls.key", "EC PRIVATE KEY", keyDER)
+}
+
+// serviceAccount makes a service account, lets it watch every pod when
+// watch is set, and returns a token of it.
+func serviceAccount(t *testing.T, c kubernetes.Interface, name string, watch bool) string {
+	t.Helper()
+	ctx := framework.Ctx(t)
+	if _, err := c.CoreV1().ServiceAccounts(relayNS).Create(ctx, &v1.ServiceAccount{ObjectMeta: metav1.ObjectMeta{Name: name}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	if watch {
+		if _, err := c.RbacV1().ClusterRoles().Create(ctx, &rbacv1.ClusterRole{ObjectMeta: metav1.ObjectMeta{Name: "relay-test-" + name},
+			Rules: []rbacv1.PolicyRule{{APIGroups: []string{""}, Resources: []string{"pods"}, Verbs: []string{"list", "watch"}}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := c.RbacV1().ClusterRoleBindings().Create(ctx, &rbacv1.ClusterRoleBinding{ObjectMeta: metav1.ObjectMeta{Name: "relay-test-" + name},
+			RoleRef:  rbacv1.RoleRef{APIGroup: rbacv1.GroupName, Kind: "ClusterRole", Name: "relay-test-" + name},
+			Subjects: []rbacv1.Subject{{Kind: "ServiceAccount", Name: name, Namespace: relayNS}}}, metav1.CreateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tr, err := c.CoreV1().ServiceAccounts(relayNS).CreateToken(ctx, name, &authnv1.TokenRequest{Spec: authnv1.TokenRequestSpec{ExpirationSeconds: ptr.To(int64(3600))}}, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr.Status.Token
+}
+
+// testPod is a running pod with its status, as a kubelet would leave it.
+func createRunning(t *testing.T, c kubernetes.Interface, name, ip string, labels map[string]string) {
+	t.Helper()
+	ctx := framework.Ctx(t)
+	p := &v1.Pod{ObjectMeta: metav1.ObjectMeta{Namespace: relayNS, Name: name, Labels: labels},
+		Spec: v1.PodSpec{NodeName: "node-1", Containers: []v1.Container{{Name: "c", Image: "pause", Ports: []v1.ContainerPort{{Name: "http", ContainerPort: 8080}}}}}}
+	p, err := c.CoreV1().Pods(relayNS).Create(ctx, p, metav1.CreateOptions{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.Status = v1.PodStatus{Phase: v1.PodRunning, PodIP: ip, PodIPs: []v1.PodIP{{IP: ip}},
+		Conditions: []v1.PodCondition{{Type: v1.PodReady, Status: v1.ConditionTrue}}}
+	if _, err := c.CoreV1().Pods(relayNS).UpdateStatus(ctx, p, metav1.UpdateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// TestNodeRolesReadThePodsThroughARelay runs the relay role against a real
+// API server, and reads it as a node role does: through a factory whose
+// pods come from the relays behind a Service, with a service account's
+// token.
+func TestNodeRolesReadThePodsThroughARelay(t *testing.T) {
+	api := framework.SharedAPIServer(t, framework.Options{})
+	c, ctx := api.Client, framework.Ctx(t)
+	if _, err := c.CoreV1().Namespaces().Create(ctx, &v1.Namespace{ObjectMeta: metav1.ObjectMeta{Name: relayNS}}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+	for i := range 20 {
+		createRunning(t, c, fmt.Sprint("p", i), fmt.Sprintf("10.8.0.%d", i+1), map[string]string{"app": "web"})
+	}
+
+	// The relay, in this process, on a free port, with a certificate of
+	// its Service's name.
+	ports, err := framework.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	ca, crt, key := certificates(t, "netplane-relay."+relayNS+".svc")
+	cfg := v1alpha1.Default()
+	cfg.Roles = []string{v1alpha1.RoleRelay}
+	cfg.Relay = v1alpha1.Relay{BindAddress: fmt.Sprint("127.0.0.1:", ports[0]), TLSCertFile: crt, TLSKeyFile: key}
+	reg := prometheus.NewRegistry()
+	d := role.Deps{Role: v1alpha1.RoleRelay, Config: cfg, Client: c, Factory: informer.New(c), Checks: role.NewChecks(), Metrics: reg, Log: testr.New(t)}
+	relayCtx, stopRelay := context.WithCancel(ctx)
+	done := make(chan error, 1)
+	go func() { done <- Role(d)[0].Run(relayCtx) }()
+	t.Cleanup(func() {
+		stopRelay()
+		if err := <-done; err != nil {
+			t.Errorf("the relay stopped with %v", err)
+		}
+	})
+
+	// Its Service and EndpointSlice, as the chart and the EndpointSlice
+	// controller would make them.
+	if _, err := c.CoreV1().Services(relayNS).Create(ctx, &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "netplane-relay"},
+		Spec: v1.ServiceSpec{ClusterIP: v1.ClusterIPNone, Ports: []v1.ServicePort{{Name: podrelay.PortName, Port: int32(ports[0])}}}}, metav1.CreateOptions{}); err != nil { //nolint:gosec // a port
+		t.Fatal(err)
+	}
+	if _, err := c.DiscoveryV1().EndpointSlices(relayNS).Create(ctx, &discoveryv1.EndpointSlice{
+		ObjectMeta:  metav1.ObjectMeta{Name: "netplane-relay-1", Labels: map[string]string{discoveryv1.LabelServiceName: "netplane-relay"}},
+		AddressType: discoveryv1.AddressTypeIPv4,
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(podrelay.PortName), Port: ptr.To(int32(ports[0]))}}, //nolint:gosec // a port
+		// The API server refuses loopback addresses in EndpointSlices: an
+		// address of documentation's, which the readers' dialer takes to
+		// the relay on loopback.
+		Endpoints: []discoveryv1.Endpoint{{Addresses: []string{"192.0.2.1"}}},
+	}, metav1.CreateOptions{}); err != nil {
+		t.Fatal(err)
+	}
+
+	relayConfig := func(token string) *rest.Config {
+		rc := rest.CopyConfig(api.RestConfig)
+		rc.BearerToken, rc.BearerTokenFile = token, ""
+		rc.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
+			if addr == fmt.Sprint("192.0.2.1:", ports[0]) {
+				addr = fmt.Sprint("127.0.0.1:", ports[0])
+			}
+			return (&net.Dialer{}).DialContext(ctx, network, addr)
+		}
+		return rc
+	}
+	read := func(token string) (cache.Indexer, *atomic.Int64, chan string, *informer.Factory) {
+		rc := relayConfig(token)
+		pc, err := podrelay.Client(c, rc, relayNS+"/netplane-relay", ca, "node-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		f := informer.New(c)
+		f.Source(informer.Pods, pc)
+		h := f.Register(informer.View{Kind: informer.Pods, Name: "node"})
+		var updates atomic.Int64
+		changed := make(chan string, 100)
+		f.Start(ctx)
+		if _, err := h.AddEventHandler(cache.ResourceEventHandlerFuncs{
+			UpdateFunc: func(_, cur any) { updates.Add(1); changed <- cur.(*v1.Pod).Name },
+		}); err != nil {
+			t.Fatal(err)
+		}
+		return h.Indexer(), &updates, changed, f
+	}
+
+	t.Run("every pod, as its digest", func(t *testing.T) {
+		pods, updates, changed, f := read(serviceAccount(t, c, "node", true))
+		_ = f
+		err := framework.Poll(ctx, 20*time.Millisecond, 30*time.Second, "the node's view of the pods", func(context.Context) error {
+			if n := len(pods.List()); n != 20 {
+				return fmt.Errorf("%d pods", n)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, _, _ := pods.GetByKey(relayNS + "/p3")
+		p := o.(*v1.Pod)
+		if p.Status.PodIP != "10.8.0.4" || p.Labels["app"] != "web" || p.Spec.Containers[0].Ports[0].Name != "http" || len(p.Status.Conditions) != 0 || p.Spec.Containers[0].Image != "" {
+			t.Errorf("p3 read as %+v, want its digest", p)
+		}
+
+		// Readiness flips, which no node's rules read, then a label.
+		got, _ := c.CoreV1().Pods(relayNS).Get(ctx, "p1", metav1.GetOptions{})
+		got.Status.Conditions[0].Status = v1.ConditionFalse
+		if _, err := c.CoreV1().Pods(relayNS).UpdateStatus(ctx, got, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		got, _ = c.CoreV1().Pods(relayNS).Get(ctx, "p2", metav1.GetOptions{})
+		got.Labels["app"] = "db"
+		if _, err := c.CoreV1().Pods(relayNS).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case name := <-changed:
+			if name != "p2" {
+				t.Errorf("the first change the node read was %s's; p1's readiness is no change to a node", name)
+			}
+		case <-time.After(30 * time.Second):
+			t.Fatal("p2's new label never reached the node")
+		}
+		if n := updates.Load(); n != 1 {
+			t.Errorf("%d updates reached the node, want 1", n)
+		}
+	})
+
+	t.Run("no one the API server would not let watch pods", func(t *testing.T) {
+		rc := relayConfig(serviceAccount(t, c, "app", false))
+		pc, err := podrelay.Client(c, rc, relayNS+"/netplane-relay", ca, "node-1")
+		if err != nil {
+			t.Fatal(err)
+		}
+		err = framework.Poll(ctx, 100*time.Millisecond, 30*time.Second, "the relay's answer", func(ctx context.Context) error {
+			_, err := pc.CoreV1().Pods("").List(ctx, metav1.ListOptions{Limit: 1})
+			if apierrors.IsServiceUnavailable(err) {
+				return err // not listed yet
+			}
+			if !apierrors.IsForbidden(err) {
+				t.Fatalf("a service account without access to pods listed them from the relay: %v", err)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+}
