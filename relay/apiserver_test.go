@@ -2,17 +2,8 @@ package relay
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
-	"math/big"
 	"net"
-	"os"
-	"path/filepath"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -41,37 +32,6 @@ import (
 func TestMain(m *testing.M) { framework.RunShared(m) }
 
 const relayNS = "relay-test"
-
-// certificates writes an authority and the relay's serving certificate for
-// name, returning the paths of the authority, the certificate and its key.
-func certificates(t *testing.T, name string) (ca, crt, key string) {
-	t.Helper()
-	dir := t.TempDir()
-	caKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	caTmpl := &x509.Certificate{SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: "relay-ca"}, IsCA: true, BasicConstraintsValid: true,
-		KeyUsage: x509.KeyUsageCertSign, NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	caDER, err := x509.CreateCertificate(rand.Reader, caTmpl, caTmpl, &caKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	leafKey, _ := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	leaf := &x509.Certificate{SerialNumber: big.NewInt(2), Subject: pkix.Name{CommonName: name}, DNSNames: []string{name},
-		ExtKeyUsage: []x509.ExtKeyUsage{x509.ExtKeyUsageServerAuth}, KeyUsage: x509.KeyUsageDigitalSignature,
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour)}
-	leafDER, err := x509.CreateCertificate(rand.Reader, leaf, caTmpl, &leafKey.PublicKey, caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	keyDER, _ := x509.MarshalECPrivateKey(leafKey)
-	write := func(name, typ string, der []byte) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, pem.EncodeToMemory(&pem.Block{Type: typ, Bytes: der}), 0o600); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	return write("ca.crt", "CERTIFICATE", caDER), write("tls.crt", "CERTIFICATE", leafDER), write("tls.key", "EC PRIVATE KEY", keyDER)
-}
 
 // serviceAccount makes a service account, lets it watch every pod when
 // watch is set, and returns a token of it.
@@ -136,7 +96,7 @@ func TestNodeRolesReadThePodsThroughARelay(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	ca, crt, key := certificates(t, "netplane-relay."+relayNS+".svc")
+	ca, crt, key := framework.ServingCert(t, "netplane-relay."+relayNS+".svc")
 	cfg := v1alpha1.Default()
 	cfg.Roles = []string{v1alpha1.RoleRelay}
 	cfg.Relay = v1alpha1.Relay{BindAddress: fmt.Sprint("127.0.0.1:", ports[0]), TLSCertFile: crt, TLSKeyFile: key}

@@ -1,10 +1,15 @@
 package relay
 
 import (
+	"bytes"
+	"compress/gzip"
 	"context"
 	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -256,6 +261,94 @@ func TestAWatchFromAVersionTheRelayNoLongerKeepsIsTooOld(t *testing.T) {
 		isGone := first.Type == watch.Error && apierrors.IsResourceExpired(apierrors.FromObject(first.Object))
 		if isGone != tc.gone {
 			t.Errorf("watch from %s: first event %v %v, want too old: %v", tc.from, first.Type, first.Object, tc.gone)
+		}
+	}
+}
+
+func TestALargePageGoesCompressedToAReaderThatTakesGzip(t *testing.T) {
+	s := NewStore()
+	var pods []*v1.Pod
+	for i := range 3000 {
+		pods = append(pods, apiPod(fmt.Sprintf("p%04d", i), 10+i, fmt.Sprintf("10.2.%d.%d", i/250, i%250+1), map[string]string{"app": "a"}))
+	}
+	relist(s, 5000, pods...)
+	for _, tc := range []struct {
+		accept, limit string
+		gzip          bool
+	}{
+		{"gzip", "0", true},
+		{"", "0", false},
+		{"gzip", "10", false}, // a small page is not worth it
+	} {
+		req := httptest.NewRequest(http.MethodGet, Path+"?limit="+tc.limit, nil)
+		req.Header.Set("Accept-Encoding", tc.accept)
+		rec := httptest.NewRecorder()
+		(&Server{Store: s}).ServeHTTP(rec, req)
+		body := rec.Body.Bytes()
+		if got := rec.Header().Get("Content-Encoding") == "gzip"; got != tc.gzip {
+			t.Fatalf("accept %q, limit %s: compressed %v, want %v", tc.accept, tc.limit, got, tc.gzip)
+		}
+		if tc.gzip {
+			zr, err := gzip.NewReader(bytes.NewReader(body))
+			if err != nil {
+				t.Fatal(err)
+			}
+			if body, err = io.ReadAll(zr); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if !bytes.Equal(body, listBody(mustPage(s, tc.limit))) {
+			t.Errorf("accept %q, limit %s: the body is not the page", tc.accept, tc.limit)
+		}
+	}
+}
+
+func mustPage(s *Store, limit string) ([][]byte, uint64, string) {
+	n, _ := strconv.Atoi(limit)
+	items, rv, next := s.Page("", n)
+	if next != "" {
+		next = writeContinue(rv, next)
+	}
+	return items, rv, next
+}
+
+func TestPagesFollowAddsDeletionsAndRelists(t *testing.T) {
+	s := NewStore()
+	relist(s, 10, apiPod("c", 1, "10.0.0.3", nil), apiPod("a", 2, "10.0.0.1", nil), apiPod("e", 3, "10.0.0.5", nil))
+	names := func() []string {
+		var out []string
+		after := ""
+		for {
+			items, _, next := s.Page(after, 2)
+			for _, it := range items {
+				p := &v1.Pod{}
+				if err := p.Unmarshal(it); err != nil {
+					t.Fatal(err)
+				}
+				out = append(out, p.Name)
+			}
+			if next == "" {
+				return out
+			}
+			after = next
+		}
+	}
+	steps := []struct {
+		name string
+		do   func()
+		want string
+	}{
+		{"listed", func() {}, "a c e"},
+		{"added", func() { add(s, apiPod("b", 11, "10.0.0.2", nil)); add(s, apiPod("f", 12, "10.0.0.6", nil)) }, "a b c e f"},
+		{"deleted", func() { _ = s.Delete(Digest(apiPod("c", 13, "", nil))) }, "a b e f"},
+		{"relisted without a and f, with d", func() {
+			relist(s, 20, apiPod("b", 11, "10.0.0.2", nil), apiPod("d", 14, "10.0.0.4", nil), apiPod("e", 3, "10.0.0.5", nil))
+		}, "b d e"},
+	}
+	for _, st := range steps {
+		st.do()
+		if got := strings.Join(names(), " "); got != st.want {
+			t.Errorf("%s: pages name %q, want %q", st.name, got, st.want)
 		}
 	}
 }

@@ -1,6 +1,8 @@
 package relay
 
 import (
+	"bytes"
+	"compress/gzip"
 	"encoding/base64"
 	"fmt"
 	"net/http"
@@ -95,9 +97,22 @@ func (s *Server) list(w http.ResponseWriter, r *http.Request) {
 	}
 	body := listBody(items, at, token)
 	w.Header().Set("Content-Type", protobufType)
+	if len(body) >= compressFrom && strings.Contains(r.Header.Get("Accept-Encoding"), "gzip") {
+		var z bytes.Buffer
+		zw, _ := gzip.NewWriterLevel(&z, gzip.BestSpeed) // a valid level
+		_, _ = zw.Write(body)
+		_ = zw.Close()
+		body = z.Bytes()
+		w.Header().Set("Content-Encoding", "gzip")
+	}
 	_, _ = w.Write(body)
 	s.Metrics.listed(len(body))
 }
+
+// compressFrom is the size from which a page is sent compressed, as the
+// API server compresses its responses (a page of 500 digests is about
+// 150 kB, a third of that compressed).
+const compressFrom = 128 << 10
 
 func writeContinue(rv uint64, after string) string {
 	return base64.RawURLEncoding.EncodeToString([]byte(strconv.FormatUint(rv, 10) + "/" + after))

@@ -33,7 +33,7 @@ type Store struct {
 
 	mu      sync.Mutex
 	objs    map[string]*entry
-	sorted  []string // the keys in order, for paged lists; nil: to be made again
+	sorted  []string // the keys in order, for paged lists
 	log     []change
 	seq     uint64 // the sequence number of log[0]
 	floor   uint64 // a watch may resume from any version from here on
@@ -81,7 +81,7 @@ func (s *Store) Delete(obj any) error {
 		return nil
 	}
 	delete(s.objs, k)
-	s.sorted = nil
+	s.unsort(k)
 	s.record(version(p.ResourceVersion), watch.Deleted, p)
 	return nil
 }
@@ -103,7 +103,8 @@ func (s *Store) upsert(p *v1.Pod) {
 		return
 	}
 	if !ok {
-		s.sorted = nil
+		i, _ := slices.BinarySearch(s.sorted, k)
+		s.sorted = slices.Insert(s.sorted, i, k)
 	}
 	s.objs[k] = &entry{same: same, pod: mustMarshal(p)}
 	t := watch.Modified
@@ -136,6 +137,15 @@ func (s *Store) publish(cs ...change) {
 	s.wake = make(chan struct{})
 }
 
+// unsort takes k out of the sorted keys: a move of the keys after it, some
+// hundred microseconds at 150,000 pods, where sorting them all again for
+// the next page would take tens of milliseconds.
+func (s *Store) unsort(k string) {
+	if i, ok := slices.BinarySearch(s.sorted, k); ok {
+		s.sorted = slices.Delete(s.sorted, i, i+1)
+	}
+}
+
 func (s *Store) advance(rv uint64) {
 	if rv > s.rv {
 		s.rv = rv
@@ -157,10 +167,14 @@ func (s *Store) EndList(resourceVersion string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	at := version(resourceVersion)
+	if len(s.objs) > len(s.listing) {
+		// Pods gone while the relay did not watch, any number of them:
+		// the keys are filtered once.
+		s.sorted = slices.DeleteFunc(s.sorted, func(k string) bool { return !s.listing[k] })
+	}
 	for k, e := range s.objs {
 		if !s.listing[k] {
 			delete(s.objs, k)
-			s.sorted = nil
 			last := &v1.Pod{}
 			_ = last.Unmarshal(e.pod) // its own bytes
 			last.ResourceVersion = resourceVersion
@@ -220,13 +234,6 @@ func (s *Store) Len() int {
 func (s *Store) Page(after string, limit int) (items [][]byte, rv uint64, next string) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.sorted == nil {
-		s.sorted = make([]string, 0, len(s.objs))
-		for k := range s.objs {
-			s.sorted = append(s.sorted, k)
-		}
-		sort.Strings(s.sorted)
-	}
 	i := 0
 	if after != "" {
 		i = sort.SearchStrings(s.sorted, after)

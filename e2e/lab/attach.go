@@ -15,7 +15,7 @@ import (
 func (l *Lab) recordRunning() {
 	l.state.update(func(s *state) {
 		s.Kubeconfig, s.APIAddress, s.External, s.BinDir = l.Kubeconfig, l.APIAddress, l.External.Name, l.bin.dir
-		s.Underlay, s.Subnets, s.Encryption = l.Underlay.Name, l.Config.Subnets, l.Config.Encryption
+		s.Underlay, s.Subnets, s.Encryption, s.PodRelay = l.Underlay.Name, l.Config.Subnets, l.Config.Encryption, l.Config.PodRelay
 		s.Family, s.Stack = l.Config.Family, l.Config.Stack
 		s.Nodes = nil
 		for _, n := range l.Nodes {
@@ -36,7 +36,7 @@ func Attach(stateDir string) (*Lab, error) {
 		return nil, fmt.Errorf("the lab in %s is not up (yet)", stateDir)
 	}
 	l := &Lab{Config: Config{StateDir: stateDir, Nodes: len(st.Nodes), Subnets: max(st.Subnets, 1), Encryption: st.Encryption,
-		Family: st.Family, Stack: st.Stack, Log: func(string, ...any) {}},
+		PodRelay: st.PodRelay, Family: st.Family, Stack: st.Stack, Log: func(string, ...any) {}},
 		Kubeconfig: st.Kubeconfig, APIAddress: st.APIAddress, closed: true}
 	l.bin = binaries{dir: st.BinDir, testimage: filepath.Join(st.BinDir, "testimage")}
 	l.External = nsByName(st.External)

@@ -43,6 +43,9 @@ func NetplaneImage() (string, error) {
 	return "", fmt.Errorf("%s/Chart.yaml has no appVersion", ChartDir())
 }
 
+// RelayDeployment is the chart's Deployment of pod relays.
+const RelayDeployment = "netplane-relay"
+
 // labValues are the chart values where the lab differs from a cluster: the
 // image is loaded into each node's containerd, not pulled; the node agent
 // reaches the API server at its address, not through the kubernetes
@@ -50,7 +53,7 @@ func NetplaneImage() (string, error) {
 // chart's default.
 func labValues(c Config, image string) map[string]any {
 	repo, tag, _ := strings.Cut(image, ":")
-	return map[string]any{
+	values := map[string]any{
 		"image": map[string]any{"repository": repo, "tag": tag, "pullPolicy": "Never"},
 		"node": map[string]any{
 			"controlPlaneEndpoint": c.APIServerURL(),
@@ -61,6 +64,12 @@ func labValues(c Config, image string) map[string]any {
 		},
 		"dns": map[string]any{"service": map[string]any{"clusterIP": c.DNSServiceIP()}},
 	}
+	if c.PodRelay {
+		// One relay a node (host ports), on two nodes: an agent moves to
+		// the other when its own goes.
+		values["relay"] = map[string]any{"enabled": true, "replicas": min(c.Nodes, 2)}
+	}
+	return values
 }
 
 // valuesPath is the lab's values file, as the last install or upgrade
@@ -132,7 +141,11 @@ func (l *Lab) WaitRolledOut(ctx context.Context, timeout time.Duration) error {
 		if s.ObservedGeneration < ds.Generation || s.UpdatedNumberScheduled != s.DesiredNumberScheduled || s.NumberAvailable != s.DesiredNumberScheduled || s.NumberUnavailable != 0 {
 			return fmt.Errorf("DaemonSet %s: %d of %d updated, %d available", ds.Name, s.UpdatedNumberScheduled, s.DesiredNumberScheduled, s.NumberAvailable)
 		}
-		for _, name := range []string{ControllerWorkload, DNSDeployment} {
+		names := []string{ControllerWorkload, DNSDeployment}
+		if l.PodRelay {
+			names = append(names, RelayDeployment)
+		}
+		for _, name := range names {
 			if err := l.deploymentRolledOut(ctx, name); err != nil {
 				return err
 			}

@@ -116,6 +116,9 @@ type Config struct {
 	// rollout of the chart's README; default $NETPLANE_LAB_ENCRYPTION,
 	// else none.
 	Encryption string
+	// PodRelay runs the chart's pod relays (relay.enabled), from which the
+	// node agents read pods; default $NETPLANE_LAB_POD_RELAY=1.
+	PodRelay bool
 	// Family is the cluster's address family: FamilyDual (the default),
 	// FamilyIPv4 or FamilyIPv6 (family.go); default $NETPLANE_LAB_IP_FAMILY.
 	Family string
@@ -205,6 +208,9 @@ func (c *Config) complete() (tools []string, err error) {
 	}
 	if c.Encryption == "" {
 		c.Encryption = os.Getenv("NETPLANE_LAB_ENCRYPTION")
+	}
+	if !c.PodRelay {
+		c.PodRelay = os.Getenv("NETPLANE_LAB_POD_RELAY") == "1"
 	}
 	if err := c.completeFamily(); err != nil {
 		return nil, err

@@ -29,6 +29,7 @@ type state struct {
 	Underlay   string     `json:"underlay,omitempty"`
 	Subnets    int        `json:"subnets,omitempty"`
 	Encryption string     `json:"encryption,omitempty"`
+	PodRelay   bool       `json:"podRelay,omitempty"`
 	Family     string     `json:"family,omitempty"`
 	Stack      string     `json:"stack,omitempty"`
 	BinDir     string     `json:"binDir,omitempty"`
