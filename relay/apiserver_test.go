@@ -141,7 +141,7 @@ func TestNodeRolesReadThePodsThroughARelay(t *testing.T) {
 		}
 		return rc
 	}
-	read := func(token string) (cache.Indexer, *atomic.Int64, chan string, *informer.Factory) {
+	read := func(token string) (cache.Indexer, *atomic.Int64, chan string) {
 		rc := relayConfig(token)
 		pc, err := podrelay.Client(c, rc, relayNS+"/netplane-relay", ca, "node-1")
 		if err != nil {
@@ -158,12 +158,11 @@ func TestNodeRolesReadThePodsThroughARelay(t *testing.T) {
 		}); err != nil {
 			t.Fatal(err)
 		}
-		return h.Indexer(), &updates, changed, f
+		return h.Indexer(), &updates, changed
 	}
 
+	pods, updates, changed := read(serviceAccount(t, c, "node", true))
 	t.Run("every pod, as its digest", func(t *testing.T) {
-		pods, updates, changed, f := read(serviceAccount(t, c, "node", true))
-		_ = f
 		err := framework.Poll(ctx, 20*time.Millisecond, 30*time.Second, "the node's view of the pods", func(context.Context) error {
 			if n := len(pods.List()); n != 20 {
 				return fmt.Errorf("%d pods", n)
@@ -221,6 +220,50 @@ func TestNodeRolesReadThePodsThroughARelay(t *testing.T) {
 		})
 		if err != nil {
 			t.Fatal(err)
+		}
+	})
+
+	t.Run("an API server restart reaches the node as changes, not as a list", func(t *testing.T) {
+		listed := func() float64 {
+			mfs, _ := reg.Gather()
+			for _, mf := range mfs {
+				if mf.GetName() == "netplane_relay_sent_bytes_total" {
+					for _, m := range mf.GetMetric() {
+						if m.GetLabel()[0].GetValue() == "list" {
+							return m.GetCounter().GetValue()
+						}
+					}
+				}
+			}
+			return 0
+		}
+		before := listed()
+		api.KillAPIServer()
+		if _, err := api.RestartAPIServer(time.Minute); err != nil {
+			t.Fatal(err)
+		}
+		for len(changed) > 0 {
+			<-changed
+		}
+		got, err := c.CoreV1().Pods(relayNS).Get(ctx, "p4", metav1.GetOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.Labels["app"] = "cache"
+		if _, err := c.CoreV1().Pods(relayNS).Update(ctx, got, metav1.UpdateOptions{}); err != nil {
+			t.Fatal(err)
+		}
+		deadline := time.After(60 * time.Second)
+		for seen := false; !seen; {
+			select {
+			case name := <-changed:
+				seen = name == "p4"
+			case <-deadline:
+				t.Fatal("p4's new label never reached the node after the API server's restart")
+			}
+		}
+		if after := listed(); after != before {
+			t.Errorf("the node listed the relay again (%.0f bytes of lists): the relay's own relist must reach it as changes", after-before)
 		}
 	})
 }
