@@ -29,6 +29,10 @@ func TestRelayValuesRenderTheRelaysAndPointTheAgentsAtThem(t *testing.T) {
 	} {
 		find(t, objs, want.kind, want.name)
 	}
+	dep := find(t, objs, "Deployment", "netplane-relay")
+	if st := fmt.Sprint(dep.Object["spec"].(map[string]any)["strategy"]); !strings.Contains(st, "maxSurge:0") || !strings.Contains(st, "maxUnavailable:1") {
+		t.Errorf("relay strategy %s: with a host port a node, a surge pod finds no node where every node has a relay, and the rollout stops", st)
+	}
 	nodeConfig(t, objs, relayValues, []string{"  podRelay:", "    caFile: /etc/netplane-relay/ca.crt", "    service: kube-system/netplane-relay"})
 	ds := find(t, objs, "DaemonSet", "netplane-node")
 	cs, _, _ := unstructured.NestedSlice(ds.Object, "spec", "template", "spec", "containers")
