@@ -23,6 +23,8 @@ import (
 	"github.com/netplane/netplane/e2e/nftwatch"
 )
 
+var viaRelay = flag.Bool("relay", false, "have the node role read pods from a pod relay (netplane --role=relay, in the namespace beside the node's) instead of the API server")
+
 var full = flag.Bool("full", false, "fill the cluster to Kubernetes' published limits (5,000 Nodes, 150,000 pods, 10,000 Services, 10,000 NetworkPolicies) instead of a tenth of them")
 
 // Rounds of each measure.
@@ -102,7 +104,13 @@ type nodeResult struct {
 }
 
 func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s Sizes, bin string) (r nodeResult) {
-	ns := nodeNS(b)
+	ns, peer := nodeAndPeer(b)
+	var relayArgs []string
+	var relay relayRun
+	if *viaRelay {
+		relay = startRelay(b, api, peer, peerIP, bin)
+		relayArgs = []string{"--pod-relay=kube-system/netplane-relay", "--pod-relay-ca-file=" + relay.ca}
+	}
 	var received atomic.Int64
 	fwd := ns.ForwardCounted(b, "127.0.0.1:0", strings.TrimPrefix(api.URL, "https://"), &received)
 	kc, tmp := filepath.Join(b.TempDir(), "kubeconfig"), b.TempDir()
@@ -110,10 +118,11 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 		b.Fatal(err)
 	}
 	t0 := time.Now()
-	p := ns.Start(b, bin, "--role=node", "--v=2", "--kubeconfig="+kc, "--node-name="+NodeName(0), "--cluster-cidr="+ClusterCIDR,
-		"--health-bind-address="+healthAddr, "--metrics-bind-address="+metricsAddr, "--proxy-healthz-bind-address=127.0.0.1:10256",
+	args := append([]string{"--role=node", "--v=2", "--kubeconfig=" + kc, "--node-name=" + NodeName(0), "--cluster-cidr=" + ClusterCIDR,
+		"--health-bind-address=" + healthAddr, "--metrics-bind-address=" + metricsAddr, "--proxy-healthz-bind-address=127.0.0.1:10256",
 		"--conntrack-tcp-timeout-established=0", "--conntrack-tcp-timeout-close-wait=0",
-		"--cni-conf-dir="+tmp, "--cni-bin-dir="+tmp, "--ipam-state-dir="+tmp, "--bridge="+bridge, "--pprof-bind-address="+pprofAddr)
+		"--cni-conf-dir=" + tmp, "--cni-bin-dir=" + tmp, "--ipam-state-dir=" + tmp, "--bridge=" + bridge, "--pprof-bind-address=" + pprofAddr}, relayArgs...)
+	p := ns.Start(b, bin, args...)
 	defer p.Stop(10 * time.Second)
 
 	proxyAt, proxyLine := waitLog(b, p, 20*time.Minute, `"synced"`, `type="full"`, "building=")
@@ -151,6 +160,12 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 	r.idleBytesPerSec, r.churnBytesPerSec, r.churn = churn(b, w, s, &received)
 	r.cpu = float64(framework.CPUTime(p.Cmd.Process.Pid)-cpu0) / float64(time.Since(at0))
 	r.rssPeak = framework.StatusKiB(p.Cmd.Process.Pid, "VmHWM")
+	if relay.p != nil {
+		body, _ := get(peer, "http://127.0.0.1:10294/metrics")
+		sent, _ := metric(body, `netplane_relay_sent_bytes_total{request="watch"}`)
+		b.Logf("the relay: %d MiB resident, %d MiB at its peak; %.0f bytes sent to the node role's watch in all; %.1f MB received from the API server",
+			framework.StatusKiB(relay.p.Cmd.Process.Pid, "VmRSS")/1024, framework.StatusKiB(relay.p.Cmd.Process.Pid, "VmHWM")/1024, sent, float64(relay.received.Load())/1e6)
+	}
 	saveHeap(b, ns, "churned")
 	if p.Exited() {
 		b.Fatalf("node role exited:\n%s", p.Tail(30))

@@ -24,6 +24,7 @@ import (
 	"k8s.io/utils/ptr"
 
 	"github.com/netplane/netplane/e2e/framework"
+	"github.com/netplane/netplane/e2e/netns"
 	"github.com/netplane/netplane/internal/podrelay"
 	"github.com/netplane/netplane/internal/role"
 )
@@ -55,25 +56,8 @@ func BenchmarkPodRelayFanOut(b *testing.B) {
 		b.Fatal(err)
 	}
 	ns := nodeNS(b)
-	relayAddr := NodeIP(0).String() + ":10292"
-	var relayIn atomic.Int64
-	fwd := ns.ForwardCounted(b, "127.0.0.1:0", strings.TrimPrefix(api.URL, "https://"), &relayIn)
-	kc := filepath.Join(b.TempDir(), "kubeconfig")
-	if err := api.WriteKubeconfig(kc, "https://"+fwd, api.Token); err != nil {
-		b.Fatal(err)
-	}
-	ca, crt, key := framework.ServingCert(b, "netplane-relay.kube-system.svc")
-	p := ns.Start(b, bin, "--role=relay", "--kubeconfig="+kc, "--relay-bind-address="+relayAddr,
-		"--relay-tls-cert-file="+crt, "--relay-tls-key-file="+key, "--health-bind-address=127.0.0.1:10293", "--metrics-bind-address=127.0.0.1:10294")
-	defer p.Stop(5 * time.Second)
-	publishRelay(b, api.Client, NodeIP(0).String())
-	if err := framework.Poll(benchCtx(b), 50*time.Millisecond, 10*time.Minute, "the relay ready", func(context.Context) error {
-		_, err := get(ns, "http://127.0.0.1:10293/readyz")
-		return err
-	}); err != nil {
-		b.Fatalf("%v\n%s", err, p.Tail(20))
-	}
-
+	r := startRelay(b, api, ns, NodeIP(0).String(), bin)
+	relayIn, p, ca := r.received, r.p, r.ca
 	for b.Loop() {
 		direct := startReaders(b, func(d dialFunc) kubernetes.Interface {
 			c, err := kubernetes.NewForConfig(withDial(role.ProtobufConfig(api.RestConfig), d))
@@ -250,6 +234,40 @@ func podChurn(b *testing.B, w kubernetes.Interface, s Sizes, kind string) int {
 	wg.Wait()
 	time.Sleep(time.Second) // the last changes' watch events still on their way
 	return int(done.Load())
+}
+
+// relayRun is a relay process started for a benchmark.
+type relayRun struct {
+	p        *framework.Process
+	ca       string        // the authority of its certificate
+	received *atomic.Int64 // what it received from the API server
+}
+
+// relayPort is where the benchmarks' relay serves.
+const relayPort = "10292"
+
+// startRelay runs a relay in host, on addr, against api, published as the
+// Service kube-system/netplane-relay, and waits until it is ready.
+func startRelay(b *testing.B, api *framework.APIServer, host *netns.NS, addr, bin string) relayRun {
+	r := relayRun{received: &atomic.Int64{}}
+	fwd := host.ForwardCounted(b, "127.0.0.1:0", strings.TrimPrefix(api.URL, "https://"), r.received)
+	kc := filepath.Join(b.TempDir(), "relay-kubeconfig")
+	if err := api.WriteKubeconfig(kc, "https://"+fwd, api.Token); err != nil {
+		b.Fatal(err)
+	}
+	ca, crt, key := framework.ServingCert(b, "netplane-relay.kube-system.svc")
+	r.ca = ca
+	r.p = host.Start(b, bin, "--role=relay", "--kubeconfig="+kc, "--relay-bind-address="+net.JoinHostPort(addr, relayPort),
+		"--relay-tls-cert-file="+crt, "--relay-tls-key-file="+key, "--health-bind-address=127.0.0.1:10293", "--metrics-bind-address=127.0.0.1:10294")
+	b.Cleanup(func() { r.p.Stop(5 * time.Second) })
+	publishRelay(b, api.Client, addr)
+	if err := framework.Poll(benchCtx(b), 50*time.Millisecond, 20*time.Minute, "the relay ready", func(context.Context) error {
+		_, err := get(host, "http://127.0.0.1:10293/readyz")
+		return err
+	}); err != nil {
+		b.Fatalf("%v\n%s", err, r.p.Tail(20))
+	}
+	return r
 }
 
 // publishRelay makes the relay's Service and EndpointSlice, as the chart

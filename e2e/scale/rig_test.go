@@ -53,15 +53,24 @@ func benchPods(s Sizes) []*v1.Pod {
 	return []*v1.Pod{server, client}
 }
 
+// peerIP is the address of the namespace on the other end of Node 0's
+// eth0: its default gateway, and where a relay runs beside it.
+const peerIP = "192.168.255.254"
+
 // nodeNS is Node 0's namespace: eth0 with its address in the Nodes' subnet
 // and a default route to a peer namespace.
 func nodeNS(b *testing.B) *netns.NS {
-	ns, peer := netns.New(b, "field"), netns.New(b, "field-peer")
-	netns.Veth(b, ns, "eth0", peer, "eth0")
-	peer.Addr(b, "eth0", "192.168.255.254/16")
-	ns.Addr(b, "eth0", NodeIP(0).String()+"/16")
-	ns.Route(b, "default", "via", "192.168.255.254")
+	ns, _ := nodeAndPeer(b)
 	return ns
+}
+
+func nodeAndPeer(b *testing.B) (node, peer *netns.NS) {
+	node, peer = netns.New(b, "field"), netns.New(b, "field-peer")
+	netns.Veth(b, node, "eth0", peer, "eth0")
+	peer.Addr(b, "eth0", peerIP+"/16")
+	node.Addr(b, "eth0", NodeIP(0).String()+"/16")
+	node.Route(b, "default", "via", peerIP)
+	return node, peer
 }
 
 // podNS is a pod of Node 0: its own namespace on the node's bridge.
