@@ -1,5 +1,5 @@
 // Package role is the contract between the netplane process and its roles
-// (controller, dns, node): what each role is handed, and how it runs. The
+// (controller, dns, node, relay): what each role is handed, and how it runs. The
 // process (internal/process) runs the parts of every role as Runnables on
 // controller-runtime's manager; this package does not import the manager,
 // so a role's own tests run without it.
