@@ -28,12 +28,19 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/informer"
 	"github.com/netplane/netplane/internal/listen"
+	"github.com/netplane/netplane/internal/memory"
 	"github.com/netplane/netplane/internal/role"
 )
+
+// gcPercent is the relay's GOGC unless $GOGC is set, as the node role's:
+// its store of every pod's digest is a large, long-lived heap, which Go's
+// default would let double before each collection.
+const gcPercent = 50
 
 // Role is the relay role as the process builds it: its view of every pod,
 // kept as digests in a store, and the server of that store.
 func Role(d role.Deps) []role.Runnable {
+	memory.DefaultGCPercent(gcPercent)
 	store := NewStore()
 	h := d.Factory.Register(informer.View{Kind: informer.Pods, Name: v1alpha1.RoleRelay, Sink: store,
 		Record: func(o runtime.Object) any { return Digest(o.(*v1.Pod)) }})
@@ -63,7 +70,11 @@ func run(ctx context.Context, d role.Deps, store *Store, h *informer.Handle) err
 	go func() { served <- srv.ServeTLS(ln, "", "") }()
 	d.Log.Info("serving pods to node roles", "address", ln.Addr().String())
 	d.Factory.Start(ctx)
-	role.WaitForSync(ctx, d, v1alpha1.RoleRelay, h.Synced())
+	if role.WaitForSync(ctx, d, v1alpha1.RoleRelay, h.Synced()) {
+		// The first list's garbage (every pod decoded whole, a page at a
+		// time) back now rather than over the next minutes.
+		memory.ReleaseStartup()
+	}
 	select {
 	case <-ctx.Done():
 	case err := <-served:
