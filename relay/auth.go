@@ -57,7 +57,7 @@ func (a *Reviews) Admit(ctx context.Context, token string) error {
 	if ok && now().Before(v.until) {
 		return v.err
 	}
-	err, keep := a.review(ctx, token)
+	keep, err := a.review(ctx, token)
 	if keep {
 		a.mu.Lock()
 		if a.verdicts == nil || len(a.verdicts) > 100_000 {
@@ -75,13 +75,13 @@ func (a *Reviews) Admit(ctx context.Context, token string) error {
 
 // review asks the API server; keep is false when it could not answer, so
 // the next request asks again.
-func (a *Reviews) review(ctx context.Context, token string) (err error, keep bool) {
+func (a *Reviews) review(ctx context.Context, token string) (keep bool, err error) {
 	tr, err := a.Client.AuthenticationV1().TokenReviews().Create(ctx, &authnv1.TokenReview{Spec: authnv1.TokenReviewSpec{Token: token}}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("reviewing the token: %w", err), false
+		return false, fmt.Errorf("reviewing the token: %w", err)
 	}
 	if !tr.Status.Authenticated {
-		return errors.New("the token is not valid"), true
+		return true, errors.New("the token is not valid")
 	}
 	u := tr.Status.User
 	extra := map[string]authzv1.ExtraValue{}
@@ -93,10 +93,10 @@ func (a *Reviews) review(ctx context.Context, token string) (err error, keep boo
 		ResourceAttributes: &authzv1.ResourceAttributes{Verb: "watch", Resource: "pods", Version: "v1"},
 	}}, metav1.CreateOptions{})
 	if err != nil {
-		return fmt.Errorf("reviewing %s's access: %w", u.Username, err), false
+		return false, fmt.Errorf("reviewing %s's access: %w", u.Username, err)
 	}
 	if !sar.Status.Allowed {
-		return fmt.Errorf("%s may not watch pods in all namespaces", u.Username), true
+		return true, fmt.Errorf("%s may not watch pods in all namespaces", u.Username)
 	}
-	return nil, true
+	return true, nil
 }

@@ -133,6 +133,11 @@ func (s *Store) publish(cs ...change) {
 		s.seq += uint64(over)
 		s.log = slices.Clone(s.log[over:])
 	}
+	s.notify()
+}
+
+// notify wakes every watch waiting for a change.
+func (s *Store) notify() {
 	close(s.wake)
 	s.wake = make(chan struct{})
 }
@@ -149,8 +154,7 @@ func (s *Store) unsort(k string) {
 func (s *Store) advance(rv uint64) {
 	if rv > s.rv {
 		s.rv = rv
-		close(s.wake)
-		s.wake = make(chan struct{})
+		s.notify()
 	}
 }
 

@@ -61,23 +61,7 @@ const (
 // of its own (NETPLANE_BENCH_NO_KUBEPROXY=1 leaves it out; it is given 20
 // minutes).
 func BenchmarkNodeAtFieldSizes(b *testing.B) {
-	framework.RequireRoot(b)
-	bin := filepath.Join(framework.NetplaneBinaries(b), "netplane")
-	sizes := Tenth
-	if *full {
-		sizes = Field
-	}
-	api := framework.StartAPIServer(b, framework.Options{ServiceCIDRs: "10.96.0.0/16"})
-	w, err := Writer(api.RestConfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	start := time.Now()
-	if err := Fill(benchCtx(b), w, sizes, benchPods(sizes), b.Logf); err != nil {
-		b.Fatal(err)
-	}
-	b.Logf("cluster of %d Nodes, %d pods, %d Services, %d NetworkPolicies written in %v; load %s",
-		sizes.Nodes, sizes.Pods, sizes.Services, sizes.Policies, time.Since(start).Round(time.Second), framework.LoadAverage())
+	bin, sizes, api, w := filledCluster(b, benchPods)
 	for b.Loop() {
 		np := runNode(b, api, w, sizes, bin)
 		var kp kubeProxyResult

@@ -41,20 +41,7 @@ const readersEach = 10
 // readiness flip (which none does: most of a rollout's pod updates), and
 // the pod watches the API server serves.
 func BenchmarkPodRelayFanOut(b *testing.B) {
-	framework.RequireRoot(b)
-	bin := filepath.Join(framework.NetplaneBinaries(b), "netplane")
-	sizes := Tenth
-	if *full {
-		sizes = Field
-	}
-	api := framework.StartAPIServer(b, framework.Options{ServiceCIDRs: "10.96.0.0/16"})
-	w, err := Writer(api.RestConfig)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := Fill(benchCtx(b), w, sizes, nil, b.Logf); err != nil {
-		b.Fatal(err)
-	}
+	bin, sizes, api, w := filledCluster(b, nil)
 	ns := nodeNS(b)
 	r := startRelay(b, api, ns, NodeIP(0).String(), bin)
 	relayIn, p, ca := r.received, r.p, r.ca

@@ -53,6 +53,35 @@ func benchPods(s Sizes) []*v1.Pod {
 	return []*v1.Pod{server, client}
 }
 
+// filledCluster starts an API server and fills it to the benchmark's
+// sizes (-full: the published limits), with the pods extra makes of them
+// (nil: none), and returns the netplane binary, the sizes, the API server
+// and its writer.
+func filledCluster(b *testing.B, extra func(Sizes) []*v1.Pod) (bin string, sizes Sizes, api *framework.APIServer, w kubernetes.Interface) {
+	framework.RequireRoot(b)
+	bin = filepath.Join(framework.NetplaneBinaries(b), "netplane")
+	sizes = Tenth
+	if *full {
+		sizes = Field
+	}
+	api = framework.StartAPIServer(b, framework.Options{ServiceCIDRs: "10.96.0.0/16"})
+	w, err := Writer(api.RestConfig)
+	if err != nil {
+		b.Fatal(err)
+	}
+	var pods []*v1.Pod
+	if extra != nil {
+		pods = extra(sizes)
+	}
+	start := time.Now()
+	if err := Fill(benchCtx(b), w, sizes, pods, b.Logf); err != nil {
+		b.Fatal(err)
+	}
+	b.Logf("cluster of %d Nodes, %d pods, %d Services, %d NetworkPolicies written in %v; load %s",
+		sizes.Nodes, sizes.Pods, sizes.Services, sizes.Policies, time.Since(start).Round(time.Second), framework.LoadAverage())
+	return bin, sizes, api, w
+}
+
 // peerIP is the address of the namespace on the other end of Node 0's
 // eth0: its default gateway, and where a relay runs beside it.
 const peerIP = "192.168.255.254"
