@@ -369,6 +369,29 @@ func (r *RuleBuilder) Masquerade(fullyRandom bool) *RuleBuilder {
 	return r.Add(text, &expr.Masq{FullyRandom: fullyRandom})
 }
 
+// SNATTo: "snat ip to 10.244.1.0", with "fully-random" when asked.
+func (r *RuleBuilder) SNATTo(a netip.Addr, fullyRandom bool) *RuleBuilder {
+	text := fmt.Sprintf("snat %s to %s", r.IPWord(), a)
+	if fullyRandom {
+		text += " fully-random"
+	}
+	fam := uint32(unix.NFPROTO_IPV4)
+	if a.Is6() {
+		fam = unix.NFPROTO_IPV6
+	}
+	return r.Add(text, &expr.Immediate{Register: Reg, Data: a.AsSlice()},
+		&expr.NAT{Type: expr.NATTypeSourceNAT, Family: fam, RegAddrMin: Reg, FullyRandom: fullyRandom})
+}
+
+// Oifname: `oifname "name"`.
+func (r *RuleBuilder) Oifname(name string) *RuleBuilder {
+	data := make([]byte, unix.IFNAMSIZ)
+	copy(data, name)
+	return r.Add(`oifname "`+name+`"`,
+		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: Reg},
+		&expr.Cmp{Op: expr.CmpOpEq, Register: Reg, Data: data})
+}
+
 // Verdict: "jump c", "goto c", "drop", "accept", "return".
 func (r *RuleBuilder) Verdict(kind expr.VerdictKind, chain string) *RuleBuilder {
 	v := &expr.Verdict{Kind: kind, Chain: chain}

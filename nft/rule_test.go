@@ -84,14 +84,17 @@ func TestStatementsReadBackAsTheyAreWritten(t *testing.T) {
 		}{
 			{start().L4Proto(unix.IPPROTO_TCP).DNATTo(netip.AddrPortFrom(netip.MustParseAddr(addr("10.0.0.7", "fd00::7")), 8080)), ""},
 			{start().Masquerade(true), ""},
+			{start().Oifname("eth9").SNATTo(netip.MustParseAddr(addr("10.0.0.9", "fd00::9")), true), ""},
 		}
 		if fam != nftables.TableFamilyINet {
 			// Within its own family's table nft leaves the family out.
 			natRules[0].nft = "meta l4proto tcp dnat to " + addr("10.0.0.7:8080", "[fd00::7]:8080")
+			natRules[2].nft = `oifname "eth9" snat to ` + addr("10.0.0.9", "fd00::9") + " fully-random"
 		}
 		want.AddRule("nat", natRules[0].rule.Rule())
 		want.Chain("masq", &Hook{Type: nftables.ChainTypeNAT, Hook: *nftables.ChainHookPostrouting, Priority: 100})
 		want.AddRule("masq", natRules[1].rule.Rule())
+		want.AddRule("masq", natRules[2].rule.Rule())
 		p := NewProgrammer(dial, want.ID())
 		defer p.Close()
 		if _, err := p.Sync(want, true); err != nil {

@@ -65,8 +65,8 @@ const (
 
 // Device names, per underlay family. Anything else is never touched.
 const (
-	DeviceV4 = "netplane.vxlan"
-	DeviceV6 = "netplane.vxlan6"
+	DeviceV4 = nodeview.VXLANDeviceV4
+	DeviceV6 = nodeview.VXLANDeviceV6
 )
 
 // RouteProtocol marks the routes this package owns (rtnetlink protocol

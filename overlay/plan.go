@@ -203,11 +203,8 @@ func (b *builder) addDevices() {
 		}
 		d := Device{Name: DeviceName(f), Family: f, VNI: b.in.Config.VNI, Port: b.in.Config.Port,
 			Underlay: u.Index, Local: u.Addr.Unmap(), MAC: MAC(u.Addr), MTU: u.MTU - nodeview.VXLANOverhead(f)}
-		for _, c := range b.self.PodCIDRs {
-			if nodeview.FamilyOf(c.Addr()) == f {
-				d.Addr = netip.PrefixFrom(c.Addr(), c.Addr().BitLen())
-				break
-			}
+		if a, ok := nodeview.TunnelAddr(b.self.PodCIDRs, f); ok {
+			d.Addr = netip.PrefixFrom(a, a.BitLen())
 		}
 		b.macs[d.MAC.String()] = b.self.Name
 		b.plan.Devices = append(b.plan.Devices, d)

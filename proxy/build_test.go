@@ -31,6 +31,7 @@ var testNode = NodeFacts{
 	ClusterCIDRs: []netip.Prefix{netip.MustParsePrefix("10.0.0.0/8"), netip.MustParsePrefix("fd00:10::/64")},
 	ServiceCIDRs: []netip.Prefix{netip.MustParsePrefix("172.30.0.0/16"), netip.MustParsePrefix("fd00:10:96::/112")},
 	NodePortIPs:  []netip.Addr{netip.MustParseAddr("192.168.0.2"), netip.MustParseAddr("2001:db8::1")},
+	PodCIDRs:     []netip.Prefix{netip.MustParsePrefix("10.180.0.0/24"), netip.MustParsePrefix("fd00:10:180::/64")},
 }
 
 func svc(ns, name string, mut func(*v1.Service)) *v1.Service {

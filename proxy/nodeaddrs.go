@@ -36,6 +36,9 @@ type NodeFacts struct {
 	// address of its family when --nodeport-addresses matches them all.
 	HealthCheckIPs []netip.Addr
 	MasqueradeAll  bool
+	// PodCIDRs are this node's: traffic masqueraded into a tunnel device
+	// takes their address on it (nodeview.TunnelAddr) by SNAT.
+	PodCIDRs []netip.Prefix
 }
 
 // thisNode reads this node's facts from the flags, the node's settings and
@@ -65,6 +68,7 @@ func (n thisNode) facts() NodeFacts {
 		return nf
 	}
 	nf.Zone = node.Labels[v1.LabelTopologyZone]
+	nf.PodCIDRs = node.PodCIDRs
 	nf.NodePortIPs = nodePortIPs(n.cfg.NodePortAddresses, node.PrimaryIPs(), localAddrs)
 	nf.HealthCheckIPs = healthCheckIPs(n.cfg.NodePortAddresses, nf.NodePortIPs)
 	return nf

@@ -123,6 +123,15 @@ func baseRules(t *nft.Table, f nodeview.Family, n NodeFacts) {
 		t.AddRule(chClusterIPsCheck, nft.NewRule(t.Family).MatchPrefixes(nft.Daddr, cidrs, false).Drop().Rule())
 	}
 	t.AddRule(chReject, nft.NewRule(t.Family).Reject().Rule())
+	// Into a tunnel device, SNAT to the address each of them holds: the
+	// kernel ends a masqueraded connection whose output device changes
+	// (nf_nat_oif_changed), and a connection moves between the VXLAN
+	// device and WireGuard's as encryption is rolled in or out.
+	if a, ok := nodeview.TunnelAddr(n.PodCIDRs, f); ok {
+		for _, dev := range nodeview.TunnelDevices(f) {
+			t.AddRule(chMasquerading, nft.NewRule(t.Family).MarkHas(masqBit).Oifname(dev).MarkClear(masqBit).SNATTo(a, true).Rule())
+		}
+	}
 	// Clearing the mark keeps a re-used skb (VXLAN) from being masqueraded twice.
 	t.AddRule(chMasquerading, nft.NewRule(t.Family).MarkHas(masqBit).MarkClear(masqBit).Masquerade(true).Rule())
 	t.AddRule(chMasquerading, nft.NewRule(t.Family).Lookup(setHairpin, nft.Saddr, nft.Daddr).Masquerade(true).Rule())

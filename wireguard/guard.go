@@ -4,8 +4,6 @@ import (
 	"net/netip"
 
 	"github.com/google/nftables"
-	"github.com/google/nftables/expr"
-	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/nft"
 )
@@ -47,7 +45,7 @@ func Guard(drop, cluster []netip.Prefix, bridge string) *nft.Table {
 		}
 	}
 	for _, name := range []string{DeviceName, bridge, "lo"} {
-		t.AddRule(ChainClear, oifname(nft.NewRule(t.Family), name).Return().Rule())
+		t.AddRule(ChainClear, nft.NewRule(t.Family).Oifname(name).Return().Rule())
 	}
 	for _, v6 := range []bool{false, true} {
 		if ps := ofFamily(cluster, v6); len(ps) > 0 {
@@ -55,15 +53,6 @@ func Guard(drop, cluster []netip.Prefix, bridge string) *nft.Table {
 		}
 	}
 	return t
-}
-
-// oifname: `oifname "name"`.
-func oifname(r *nft.RuleBuilder, name string) *nft.RuleBuilder {
-	data := make([]byte, unix.IFNAMSIZ)
-	copy(data, name)
-	return r.Add(`oifname "`+name+`"`,
-		&expr.Meta{Key: expr.MetaKeyOIFNAME, Register: nft.Reg},
-		&expr.Cmp{Op: expr.CmpOpEq, Register: nft.Reg, Data: data})
 }
 
 func ofFamily(ps []netip.Prefix, v6 bool) []netip.Prefix {

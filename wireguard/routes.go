@@ -12,6 +12,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/netplane/netplane/link"
+	"github.com/netplane/netplane/nodeview"
 	"github.com/netplane/netplane/sweep"
 )
 
@@ -81,9 +82,9 @@ func Routes(plan Plan, cluster, mine []netip.Prefix, own []netip.Addr, strict bo
 // network's order of start.
 func DeviceAddrs(podCIDRs []netip.Prefix) []netip.Addr {
 	var out []netip.Addr
-	for _, p := range podCIDRs {
-		if !slices.ContainsFunc(out, func(a netip.Addr) bool { return a.Is4() == p.Addr().Is4() }) {
-			out = append(out, p.Masked().Addr())
+	for _, f := range nodeview.Families {
+		if a, ok := nodeview.TunnelAddr(podCIDRs, f); ok {
+			out = append(out, a)
 		}
 	}
 	return out

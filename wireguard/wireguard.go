@@ -28,10 +28,12 @@ import (
 	"net/netip"
 
 	v1 "k8s.io/api/core/v1"
+
+	"github.com/netplane/netplane/nodeview"
 )
 
 // DeviceName is the WireGuard device of every node.
-const DeviceName = "netplane.wg"
+const DeviceName = nodeview.WireGuardDevice
 
 // DefaultPort is WireGuard's customary UDP port.
 const DefaultPort = 51820

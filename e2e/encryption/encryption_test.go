@@ -325,8 +325,14 @@ func (c *cluster) reachV4(t *testing.T, when string) {
 // after each node's restart. Off, the device, its routing table and the
 // guard table are gone and the overlay carries the traffic; on again,
 // only WireGuard crosses the router.
+//
+// Throughout, a connection from outside to node1's NodePort, whose one
+// backend is node2's pod, is held and asked every few milliseconds: it is
+// masqueraded into whichever tunnel device carries node1's path to node2
+// and must outlive every move between them.
 func (c *cluster) switchModes(t *testing.T) {
 	permissive := []string{"--wireguard-permissive"}
+	held := c.heldNodePort(t)
 	steps := []struct {
 		mode  string
 		extra []string
@@ -339,7 +345,11 @@ func (c *cluster) switchModes(t *testing.T) {
 	for i, st := range steps {
 		for _, n := range c.nodes {
 			c.restart(n, st.mode, st.extra...)
-			c.reachV4(t, fmt.Sprintf("after %s restarted with --encryption=%s %v", n.Name, st.mode, st.extra))
+			when := fmt.Sprintf("after %s restarted with --encryption=%s %v", n.Name, st.mode, st.extra)
+			c.reachV4(t, when)
+			if err := held.now().heldErr; err != nil {
+				t.Fatalf("the held NodePort connection %s: %v", when, err)
+			}
 		}
 		if i == 0 {
 			c.permissiveRoutesOnlyAfterAHandshake(t)
@@ -365,6 +375,7 @@ func (c *cluster) switchModes(t *testing.T) {
 			})
 		}
 	}
+	t.Logf("through the switches: %v", held.stop())
 	caps := c.captures(t)
 	for _, n := range c.nodes {
 		if out, _ := n.NS.Exec("ip", "-d", "link"); strings.Contains(out, "vxlan") {

@@ -3,6 +3,7 @@ package encryption
 import (
 	"context"
 	"fmt"
+	"io"
 	"net"
 	"net/http"
 	"os"
@@ -114,6 +115,8 @@ func (c *cluster) handover(t *testing.T) {
 // every 20 ms, until stop.
 type traffic struct {
 	stopc chan struct{}
+	once  sync.Once
+	held  io.Closer // closed by stop when set
 	wg    sync.WaitGroup
 	mu    sync.Mutex
 	t     tally
@@ -176,9 +179,19 @@ func startTraffic(from interface {
 	return tr
 }
 
+// now is the tally so far.
+func (tr *traffic) now() tally {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	return tr.t
+}
+
 func (tr *traffic) stop() tally {
-	close(tr.stopc)
+	tr.once.Do(func() { close(tr.stopc) })
 	tr.wg.Wait()
+	if tr.held != nil {
+		_ = tr.held.Close()
+	}
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	return tr.t

@@ -82,3 +82,24 @@ func (c *cluster) policyThroughTheTunnel(t *testing.T) {
 		return err
 	})
 }
+
+// heldNodePort makes a NodePort Service whose one backend is node2's pod,
+// holds a connection from the router to node1's NodePort and starts
+// asking over it (startTraffic, which also opens new connections there);
+// stop closes it.
+func (c *cluster) heldNodePort(t *testing.T) *traffic {
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "held"},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, Ports: []v1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}}}
+	svc = c.AddService(t, svc, discoveryv1.EndpointPort{Name: ptr.To("tcp"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)},
+		testcluster.Endpoint(c.nodes[1].pod.Pod, testcluster.Ready))
+	nodePort := net.JoinHostPort(c.nodes[0].IP, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
+	var conn *netns.EchoConn
+	framework.Eventually(t, 20*time.Second, "a connection to node1's NodePort", func() (err error) {
+		conn, err = c.Router.DialEcho(nodePort, 10*time.Second)
+		return err
+	})
+	tr := startTraffic(c.Router, conn, nodePort)
+	tr.held = conn
+	t.Cleanup(func() { tr.stop() })
+	return tr
+}

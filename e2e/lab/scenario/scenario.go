@@ -30,11 +30,8 @@ func (s Skipped) Error() string { return "skipped: " + s.Why }
 var Blocked = map[string]string{
 	"12": "with the userspace WireGuard implementation an encryption rollout under load still loses a little: " +
 		"a node agent's replacement hands wireguard-go's TUN device over (docs/upgrade.md), but its sessions die with " +
-		"the old process, so what peers send with them in the 20-60 ms until the new device's handshake is lost; and a " +
-		"held NodePort connection to a backend on the other node is reset in about half the runs as a node's path to " +
-		"its peer moves between VXLAN and WireGuard (its conntrack entry on the NodePort's node is destroyed; by what is not " +
-		"known): in 15 runs in " +
-		"the lab, 4 lost nothing, the others 1-4 of about 4,500 requests, 1-3 of 1,500 DNS queries and one of three " +
-		"held connections (docs/encryption.md); the kernel implementation keeps its sessions, but this machine has no " +
-		"WireGuard module",
+		"the old process, so what peers send with them in the 20-60 ms until the new device's handshake is lost: " +
+		"in three runs in the lab, one lost nothing, the others 2 of about 4,800 requests and 2 of 1,600 DNS queries, " +
+		"every held connection kept (docs/encryption.md); the kernel implementation keeps its sessions, but this " +
+		"machine has no WireGuard module",
 }
