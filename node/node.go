@@ -39,6 +39,7 @@ import (
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/handover"
 	"github.com/netplane/netplane/internal/informer"
+	"github.com/netplane/netplane/internal/memory"
 	"github.com/netplane/netplane/internal/podrelay"
 	"github.com/netplane/netplane/internal/role"
 	"github.com/netplane/netplane/nodeview"
@@ -111,6 +112,7 @@ func Role(d role.Deps) []role.Runnable {
 	}
 	kept := &handover.Parcels{}
 	d.Keeper = kept
+	d.Started = role.NewStarted(memory.ReleaseStartup)
 	err := readPodsFromRelays(d)
 	var fs []Feature
 	if err == nil {

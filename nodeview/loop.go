@@ -32,6 +32,8 @@ type Loop struct {
 	runner  *runner.Runner
 	metrics syncMetrics
 
+	started func() // the end of its start (role.Deps.Started): the first sync that converged
+
 	mu    sync.Mutex
 	state error // readiness: nil once the last sync converged
 }
@@ -53,7 +55,7 @@ func NewLoop(d role.Deps, feature string, sync func(ctx context.Context, full bo
 	if err != nil {
 		return nil, err
 	}
-	l := &Loop{d: d, feature: feature, sync: sync, metrics: m, state: errNotSynced}
+	l := &Loop{d: d, feature: feature, sync: sync, metrics: m, state: errNotSynced, started: d.Started.Begin()}
 	n := d.Config.Node
 	l.runner = runner.New(l.Sync, runner.Options{MinInterval: n.MinSyncPeriod.Duration, FullInterval: n.SyncPeriod.Duration})
 	return l, nil
@@ -145,6 +147,9 @@ func (l *Loop) report(err error) {
 	was := l.state
 	l.state = err
 	l.mu.Unlock()
+	if err == nil {
+		l.started()
+	}
 	if errString(err) == errString(was) {
 		return
 	}

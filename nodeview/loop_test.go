@@ -18,7 +18,8 @@ import (
 // judged in one place. A wait is not a failure (nothing retried, no error
 // counted) but not ready; a failure is counted and not ready; each
 // outcome is logged once however often it repeats; only a converged sync
-// moves the last-sync time.
+// moves the last-sync time, and the first one ends the feature's start
+// (role.Started).
 func TestTheLoopOwnsReadinessLogsAndMetrics(t *testing.T) {
 	boom := errors.New("boom")
 	for _, tc := range []struct {
@@ -35,12 +36,15 @@ func TestTheLoopOwnsReadinessLogsAndMetrics(t *testing.T) {
 		{"failed, twice: one line, two errors", []error{boom, boom}, boom, "boom", 2, false, 1},
 		{"failed then converged: said again", []error{nil, boom, nil}, nil, "", 1, true, 3},
 		{"waiting then converged", []error{Waiting("no Node yet"), nil}, nil, "", 0, true, 2},
+		{"failed then waiting", []error{boom, Waiting("no Node yet")}, nil, "no Node yet", 1, false, 2},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			reg := prometheus.NewRegistry()
 			var logs []string
+			started := 0
 			d := role.Deps{Config: &v1alpha1.Configuration{}, Checks: role.NewChecks(), Metrics: reg,
-				Log: funcr.New(func(_, args string) { logs = append(logs, args) }, funcr.Options{})}
+				Log:     funcr.New(func(_, args string) { logs = append(logs, args) }, funcr.Options{}),
+				Started: role.NewStarted(func() { started++ })}
 			i := 0
 			l, err := NewLoop(d, "podnet", func(context.Context, bool) error { i++; return tc.outcomes[i-1] })
 			if err != nil {
@@ -64,6 +68,9 @@ func TestTheLoopOwnsReadinessLogsAndMetrics(t *testing.T) {
 			}
 			if synced := testutil.ToFloat64(l.metrics.last.WithLabelValues("podnet")) > 0; synced != tc.wantSynced {
 				t.Errorf("last sync set %v, want %v", synced, tc.wantSynced)
+			}
+			if want := map[bool]int{true: 1}[tc.wantSynced]; started != want {
+				t.Errorf("the start ended %d times, want %d", started, want)
 			}
 			if len(logs) != tc.wantLogs {
 				t.Errorf("logged %d lines, want %d: %s", len(logs), tc.wantLogs, strings.Join(logs, "\n"))

@@ -13,8 +13,9 @@ import (
 // garbage collector's headroom for the initial lists (memory.StartupHeadroom,
 // set by the role) ends when the first sync ends, well or not. After the
 // first sync that worked, the conntrack timeouts are set (the table's ct
-// expressions have loaded nf_conntrack, so its sysctls exist) and the
-// start's garbage is returned to the system.
+// expressions have loaded nf_conntrack, so its sysctls exist). The node
+// role gives the start's garbage back once every feature has synced
+// (role.Started).
 type startup struct {
 	log  logr.Logger
 	cfg  v1alpha1.Node
@@ -30,8 +31,5 @@ func (s *startup) synced() {
 		if err := setConntrackTimeouts(s.cfg.ProcSysDir, s.cfg.Conntrack); err != nil {
 			s.log.Error(err, "setting conntrack timeouts")
 		}
-		// The initial lists' and the first build's garbage, back now
-		// rather than over the next minutes.
-		memory.ReleaseStartup()
 	})
 }

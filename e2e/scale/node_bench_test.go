@@ -124,6 +124,15 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 	r.proxy, r.policy, r.overlay = proxyAt.Sub(proxyLists), policyAt.Sub(policyLists), overlayAt.Sub(overlayLists)
 	r.proxyTook, r.policyTook = took(proxyLine), took(policyLine)
 	r.rssSynced = framework.StatusKiB(p.Cmd.Process.Pid, "VmRSS")
+	// The peak so far, after each phase: which one sets the run's peak.
+	peakBy := func(phase string) {
+		body, _ := get(ns, "http://"+metricsAddr+"/metrics")
+		mib := func(name string) float64 { v, _ := metric(body, name); return v / (1 << 20) }
+		b.Logf("node role's peak resident memory by the end of %s: %d MiB (now %d MiB: Go heap in use %.0f MiB, next collection at %.0f, idle %.0f of which released %.0f; runtime in all %.0f MiB)",
+			phase, framework.StatusKiB(p.Cmd.Process.Pid, "VmHWM")/1024, framework.StatusKiB(p.Cmd.Process.Pid, "VmRSS")/1024,
+			mib("go_memstats_heap_inuse_bytes"), mib("go_memstats_next_gc_bytes"), mib("go_memstats_heap_idle_bytes"), mib("go_memstats_heap_released_bytes"), mib("go_memstats_sys_bytes"))
+	}
+	peakBy("the first sync")
 	saveHeap(b, ns, "synced")
 	b.Logf("node role: first full sync %v from its first lists (%v from start); from each feature's lists: proxy %v (took %v), NetworkPolicy %v (took %v), overlay %v; VmRSS %d MiB; load %s",
 		r.fromLists.Round(time.Millisecond), r.fromStart.Round(time.Millisecond), r.proxy.Round(time.Millisecond), r.proxyTook,
@@ -131,18 +140,22 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 
 	waitReady(b, ns, p)
 	r.packetNone, r.packetNoneP99, r.packetTable, r.packetTableP99 = firstPackets(b, ns)
+	peakBy("the first packets")
 	mon := nftwatch.New(b, ns)
 	defer mon.Close()
 	before := received.Load()
 	r.endpointP50, r.endpointP99 = endpointChanges(b, w, mon, s)
 	r.bytesPerSlice = float64(received.Load()-before) / changes
+	peakBy("the endpoint changes")
 	before = received.Load()
 	r.policyP50, r.policyP99 = policyChanges(b, w, mon, s)
 	r.bytesPerPolicy = float64(received.Load()-before) / changes
+	peakBy("the policy changes")
 	mon.Close() // its notifications would cost the churn below
 	cpu0, at0 := framework.CPUTime(p.Cmd.Process.Pid), time.Now()
 	r.idleBytesPerSec, r.churnBytesPerSec, r.churn = churn(b, w, s, &received)
 	r.cpu = float64(framework.CPUTime(p.Cmd.Process.Pid)-cpu0) / float64(time.Since(at0))
+	peakBy("the churn")
 	r.rssPeak = framework.StatusKiB(p.Cmd.Process.Pid, "VmHWM")
 	if relay.p != nil {
 		body, _ := get(peer, "http://127.0.0.1:10294/metrics")

@@ -58,6 +58,10 @@ type Deps struct {
 	// agent claims it (Takeover.Claim) or this one exits. Nil: a feature
 	// stops its data path with itself.
 	Keeper Keeper
+	// Started, when set, counts the role's parts to the end of their start
+	// (a node feature's first converged sync, nodeview.Loop). Nil: none
+	// counted.
+	Started *Started
 }
 
 // Takeover holds the first writes of a role's features (internal/handover.Gate).
