@@ -24,6 +24,7 @@ import (
 
 	v1 "k8s.io/api/core/v1"
 	"k8s.io/apimachinery/pkg/runtime"
+	"sigs.k8s.io/controller-runtime/pkg/certwatcher"
 
 	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/internal/informer"
@@ -51,17 +52,24 @@ func Role(d role.Deps) []role.Runnable {
 
 func run(ctx context.Context, d role.Deps, store *Store, h *informer.Handle) error {
 	cfg := d.Config.Relay
-	cert, err := tls.LoadX509KeyPair(cfg.TLSCertFile, cfg.TLSKeyFile)
+	// The certificate is read again when its files change (a renewed
+	// Secret under the pod), without a restart; open watches keep theirs.
+	certs, err := certwatcher.New(cfg.TLSCertFile, cfg.TLSKeyFile)
 	if err != nil {
 		return fmt.Errorf("the relay's serving certificate: %w", err)
 	}
+	go func() {
+		if err := certs.Start(ctx); err != nil {
+			d.Log.Error(err, "watching the serving certificate's files; serving the one read at start")
+		}
+	}()
 	ln, err := listen.Shared("tcp", cfg.BindAddress)
 	if err != nil {
 		return fmt.Errorf("relay: %w", err)
 	}
 	srv := &http.Server{
 		Handler:           &Server{Store: store, Auth: &Reviews{Client: d.Client}, Metrics: NewMetrics(d.Metrics, store)},
-		TLSConfig:         &tls.Config{Certificates: []tls.Certificate{cert}, MinVersion: tls.VersionTLS12},
+		TLSConfig:         &tls.Config{GetCertificate: certs.GetCertificate, MinVersion: tls.VersionTLS12},
 		ReadHeaderTimeout: 10 * time.Second,
 		// Watches end with ctx, so the stop does not wait for them.
 		BaseContext: func(net.Listener) context.Context { return ctx },
