@@ -80,6 +80,31 @@ func createRunning(t *testing.T, c kubernetes.Interface, name, ip string, labels
 // API server, and reads it as a node role does: through a factory whose
 // pods come from the relays behind a Service, with a service account's
 // token.
+// runRelay runs the relay role in this process on a free port of loopback,
+// serving crt and key, until the test ends; it returns the port and the
+// registry of its metrics.
+func runRelay(t *testing.T, c kubernetes.Interface, crt, key string) (int, *prometheus.Registry) {
+	ports, err := framework.FreePorts(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cfg := v1alpha1.Default()
+	cfg.Roles = []string{v1alpha1.RoleRelay}
+	cfg.Relay = v1alpha1.Relay{BindAddress: fmt.Sprint("127.0.0.1:", ports[0]), TLSCertFile: crt, TLSKeyFile: key}
+	reg := prometheus.NewRegistry()
+	d := role.Deps{Role: v1alpha1.RoleRelay, Config: cfg, Client: c, Factory: informer.New(c), Checks: role.NewChecks(), Metrics: reg, Log: testr.New(t)}
+	ctx, stop := context.WithCancel(framework.Ctx(t))
+	done := make(chan error, 1)
+	go func() { done <- Role(d)[0].Run(ctx) }()
+	t.Cleanup(func() {
+		stop()
+		if err := <-done; err != nil {
+			t.Errorf("the relay stopped with %v", err)
+		}
+	})
+	return ports[0], reg
+}
+
 func TestNodeRolesReadThePodsThroughARelay(t *testing.T) {
 	api := framework.SharedAPIServer(t, framework.Options{})
 	c, ctx := api.Client, framework.Ctx(t)
@@ -92,36 +117,19 @@ func TestNodeRolesReadThePodsThroughARelay(t *testing.T) {
 
 	// The relay, in this process, on a free port, with a certificate of
 	// its Service's name.
-	ports, err := framework.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
 	ca, crt, key := framework.ServingCert(t, "netplane-relay."+relayNS+".svc")
-	cfg := v1alpha1.Default()
-	cfg.Roles = []string{v1alpha1.RoleRelay}
-	cfg.Relay = v1alpha1.Relay{BindAddress: fmt.Sprint("127.0.0.1:", ports[0]), TLSCertFile: crt, TLSKeyFile: key}
-	reg := prometheus.NewRegistry()
-	d := role.Deps{Role: v1alpha1.RoleRelay, Config: cfg, Client: c, Factory: informer.New(c), Checks: role.NewChecks(), Metrics: reg, Log: testr.New(t)}
-	relayCtx, stopRelay := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- Role(d)[0].Run(relayCtx) }()
-	t.Cleanup(func() {
-		stopRelay()
-		if err := <-done; err != nil {
-			t.Errorf("the relay stopped with %v", err)
-		}
-	})
+	port, reg := runRelay(t, c, crt, key)
 
 	// Its Service and EndpointSlice, as the chart and the EndpointSlice
 	// controller would make them.
 	if _, err := c.CoreV1().Services(relayNS).Create(ctx, &v1.Service{ObjectMeta: metav1.ObjectMeta{Name: "netplane-relay"},
-		Spec: v1.ServiceSpec{ClusterIP: v1.ClusterIPNone, Ports: []v1.ServicePort{{Name: podrelay.PortName, Port: int32(ports[0])}}}}, metav1.CreateOptions{}); err != nil { //nolint:gosec // a port
+		Spec: v1.ServiceSpec{ClusterIP: v1.ClusterIPNone, Ports: []v1.ServicePort{{Name: podrelay.PortName, Port: int32(port)}}}}, metav1.CreateOptions{}); err != nil { //nolint:gosec // a port
 		t.Fatal(err)
 	}
 	if _, err := c.DiscoveryV1().EndpointSlices(relayNS).Create(ctx, &discoveryv1.EndpointSlice{
 		ObjectMeta:  metav1.ObjectMeta{Name: "netplane-relay-1", Labels: map[string]string{discoveryv1.LabelServiceName: "netplane-relay"}},
 		AddressType: discoveryv1.AddressTypeIPv4,
-		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(podrelay.PortName), Port: ptr.To(int32(ports[0]))}}, //nolint:gosec // a port
+		Ports:       []discoveryv1.EndpointPort{{Name: ptr.To(podrelay.PortName), Port: ptr.To(int32(port))}}, //nolint:gosec // a port
 		// The API server refuses loopback addresses in EndpointSlices: an
 		// address of documentation's, which the readers' dialer takes to
 		// the relay on loopback.
@@ -134,8 +142,8 @@ func TestNodeRolesReadThePodsThroughARelay(t *testing.T) {
 		rc := rest.CopyConfig(api.RestConfig)
 		rc.BearerToken, rc.BearerTokenFile = token, ""
 		rc.Dial = func(ctx context.Context, network, addr string) (net.Conn, error) {
-			if addr == fmt.Sprint("192.0.2.1:", ports[0]) {
-				addr = fmt.Sprint("127.0.0.1:", ports[0])
+			if addr == fmt.Sprint("192.0.2.1:", port) {
+				addr = fmt.Sprint("127.0.0.1:", port)
 			}
 			return (&net.Dialer{}).DialContext(ctx, network, addr)
 		}

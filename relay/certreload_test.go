@@ -10,13 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/go-logr/logr/testr"
-	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/netplane/netplane/apis/config/v1alpha1"
 	"github.com/netplane/netplane/e2e/framework"
-	"github.com/netplane/netplane/internal/informer"
-	"github.com/netplane/netplane/internal/role"
 )
 
 // TestARenewedServingCertificateIsServedWithoutARestart: the relay reads
@@ -25,21 +19,9 @@ import (
 func TestARenewedServingCertificateIsServedWithoutARestart(t *testing.T) {
 	api := framework.SharedAPIServer(t, framework.Options{})
 	ctx := framework.Ctx(t)
-	ports, err := framework.FreePorts(1)
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := fmt.Sprint("127.0.0.1:", ports[0])
 	_, crt, key := framework.ServingCert(t, "netplane-relay.kube-system.svc")
-	cfg := v1alpha1.Default()
-	cfg.Roles = []string{v1alpha1.RoleRelay}
-	cfg.Relay = v1alpha1.Relay{BindAddress: addr, TLSCertFile: crt, TLSKeyFile: key}
-	d := role.Deps{Role: v1alpha1.RoleRelay, Config: cfg, Client: api.Client, Factory: informer.New(api.Client),
-		Checks: role.NewChecks(), Metrics: prometheus.NewRegistry(), Log: testr.New(t)}
-	relayCtx, stop := context.WithCancel(ctx)
-	done := make(chan error, 1)
-	go func() { done <- Role(d)[0].Run(relayCtx) }()
-	t.Cleanup(func() { stop(); <-done })
+	port, _ := runRelay(t, api.Client, crt, key)
+	addr := fmt.Sprint("127.0.0.1:", port)
 
 	served := func() ([]byte, error) {
 		conn, err := tls.Dial("tcp", addr, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // reads the certificate served

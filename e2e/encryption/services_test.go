@@ -25,14 +25,9 @@ import (
 // itself, and on node1's NodePort from outside (the router): node1
 // forwards into the tunnel from an address node2 accepts.
 func (c *cluster) servicesThroughTheTunnel(t *testing.T) {
-	backend := c.nodes[1].pod
-	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "echo"},
-		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, Ports: []v1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}}}
-	svc = c.AddService(t, svc, discoveryv1.EndpointPort{Name: ptr.To("tcp"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)},
-		testcluster.Endpoint(backend.Pod, testcluster.Ready))
-	n1 := c.nodes[0]
+	backend, n1 := c.nodes[1].pod, c.nodes[0]
+	svc, nodePort := c.nodePortToPod2(t, "echo")
 	cip := net.JoinHostPort(svc.Spec.ClusterIP, "80")
-	nodePort := net.JoinHostPort(n1.IP, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
 	for _, probe := range []struct {
 		what string
 		from *netns.NS
@@ -88,11 +83,7 @@ func (c *cluster) policyThroughTheTunnel(t *testing.T) {
 // asking over it (startTraffic, which also opens new connections there);
 // stop closes it.
 func (c *cluster) heldNodePort(t *testing.T) *traffic {
-	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: "held"},
-		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, Ports: []v1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}}}
-	svc = c.AddService(t, svc, discoveryv1.EndpointPort{Name: ptr.To("tcp"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)},
-		testcluster.Endpoint(c.nodes[1].pod.Pod, testcluster.Ready))
-	nodePort := net.JoinHostPort(c.nodes[0].IP, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
+	_, nodePort := c.nodePortToPod2(t, "held")
 	var conn *netns.EchoConn
 	framework.Eventually(t, 20*time.Second, "a connection to node1's NodePort", func() (err error) {
 		conn, err = c.Router.DialEcho(nodePort, 10*time.Second)
@@ -102,4 +93,15 @@ func (c *cluster) heldNodePort(t *testing.T) *traffic {
 	tr.held = conn
 	t.Cleanup(func() { tr.stop() })
 	return tr
+}
+
+// nodePortToPod2 makes the NodePort Service name, port 80, whose one
+// backend is node2's pod on 8080, and returns it with node1's NodePort
+// address.
+func (c *cluster) nodePortToPod2(t *testing.T, name string) (*v1.Service, string) {
+	svc := &v1.Service{ObjectMeta: metav1.ObjectMeta{Namespace: "default", Name: name},
+		Spec: v1.ServiceSpec{Type: v1.ServiceTypeNodePort, Ports: []v1.ServicePort{{Name: "tcp", Port: 80, TargetPort: intstr.FromInt32(8080), Protocol: v1.ProtocolTCP}}}}
+	svc = c.AddService(t, svc, discoveryv1.EndpointPort{Name: ptr.To("tcp"), Port: ptr.To[int32](8080), Protocol: ptr.To(v1.ProtocolTCP)},
+		testcluster.Endpoint(c.nodes[1].pod.Pod, testcluster.Ready))
+	return svc, net.JoinHostPort(c.nodes[0].IP, strconv.Itoa(int(svc.Spec.Ports[0].NodePort)))
 }
