@@ -184,13 +184,13 @@ func checkPolicy(k Kernel, want *policy.Table, addrs map[netip.Addr]bool, out *K
 				id := policy.ElementID(s, e)
 				if s.Has(e) {
 					out.Checked = append(out.Checked, fmt.Sprintf("inet %s %s: %s", policy.TableName, name, s.ElementText(e)))
-					if hs == nil || hs.Elements[id] == 0 {
+					if hs == nil || hs.Value(id) == 0 {
 						out.Differences = append(out.Differences, fmt.Sprintf("table inet %s, %s: lacks %s", policy.TableName, name, s.ElementText(e)))
 					}
 					if s.Kind == policy.AddrVerdictMap && have.Chains[e.Chain] == nil {
 						out.Differences = append(out.Differences, fmt.Sprintf("table inet %s: chain %s is missing", policy.TableName, e.Chain))
 					}
-				} else if hs != nil && hs.Elements[id] > 0 {
+				} else if hs != nil && hs.Value(id) > 0 {
 					out.Differences = append(out.Differences, fmt.Sprintf("table inet %s, %s: holds %s, which the model does not", policy.TableName, name, s.ElementText(e)))
 				}
 			}
@@ -229,16 +229,16 @@ func checkService(k Kernel, want map[nodeview.Family]*nft.Table, svc string, out
 				continue // affinity sets: the kernel's own
 			}
 			missing := 0
-			for id := range s.Elements {
-				if hs == nil || hs.Elements[id] == 0 {
+			for id := range s.All() {
+				if hs == nil || hs.Value(id) == 0 {
 					missing++
 				}
 			}
-			if len(s.Elements) > 0 {
-				out.Checked = append(out.Checked, fmt.Sprintf("%s %s: %d elements of Service %s", t.ID(), name, len(s.Elements), svc))
+			if s.Len() > 0 {
+				out.Checked = append(out.Checked, fmt.Sprintf("%s %s: %d elements of Service %s", t.ID(), name, s.Len(), svc))
 			}
 			if missing > 0 {
-				out.Differences = append(out.Differences, fmt.Sprintf("table %s, %s: lacks %d of the %d elements of Service %s", t.ID(), name, missing, len(s.Elements), svc))
+				out.Differences = append(out.Differences, fmt.Sprintf("table %s, %s: lacks %d of the %d elements of Service %s", t.ID(), name, missing, s.Len(), svc))
 			}
 		}
 	}

@@ -65,8 +65,8 @@ func (t *Table) Dump() string {
 	}
 	for _, name := range sortedKeys(t.Sets) {
 		s := t.Sets[name]
-		texts := make([]string, 0, len(s.Elements))
-		for id := range s.Elements {
+		texts := make([]string, 0, s.Len())
+		for id := range s.All() {
 			texts = append(texts, ElementText(id, s.Spec))
 		}
 		sort.Strings(texts)

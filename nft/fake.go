@@ -75,7 +75,7 @@ func (f *Fake) Edit(fn func(t *Table) *Table) {
 		if old != nil && old.sets[name] != nil && sameSpec(old.sets[name].spec, s.Spec) {
 			fs.size = old.sets[name].size
 		}
-		for id := range s.Elements {
+		for id := range s.All() {
 			fs.elems[ElementKey(id)] = id
 		}
 		k.t.sets[name] = fs
@@ -186,10 +186,11 @@ func (k *fakeKernel) readBack(TableID) (*kernelTable, error) {
 		kt.chains[name] = &kernelChain{base: c.base, rules: fps}
 	}
 	for kname, s := range k.t.sets {
-		ks := &kernelSet{spec: s.spec, elems: map[string]uint32{}, name: kname, size: s.size}
+		ks := &kernelSet{spec: s.spec, name: kname, size: s.size}
 		if !s.spec.Dynamic {
+			ks.elems.m = make(map[string]uint32, len(s.elems))
 			for _, id := range s.elems {
-				ks.elems[id] = 1
+				ks.elems.m[id] = 1
 			}
 		}
 		kt.addReadSet(ks)

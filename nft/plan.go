@@ -197,7 +197,7 @@ func (p *plan) setSteps(have *kernelTable, want *Table, changes map[string]*setC
 	for _, name := range sortedKeys(want.Sets) {
 		s, ks, c := want.Sets[name], have.sets[name], changes[name]
 		if ks != nil && sameSpec(ks.spec, s.Spec) {
-			if s.Spec.Dynamic || !outgrown(ks.size, len(p.applied.sets[name].elems), len(c.d.add), len(s.Elements), whole) {
+			if s.Spec.Dynamic || !outgrown(ks.size, p.applied.sets[name].elems.len(), len(c.d.add), s.Len(), whole) {
 				continue
 			}
 		}
@@ -217,8 +217,8 @@ func (p *plan) setSteps(have *kernelTable, want *Table, changes map[string]*setC
 			stale = append(stale, ks.name)
 		}
 		if !s.Spec.Dynamic {
-			size = sizeFor(len(s.Elements))
-			c.d, c.replaced = diffElements(s.Elements, nil), true
+			size = sizeFor(s.Len())
+			c.d, c.replaced = diffElements(s.elems(), elems{}), true
 		}
 		if kname != name {
 			p.names[name] = kname
@@ -227,7 +227,7 @@ func (p *plan) setSteps(have *kernelTable, want *Table, changes map[string]*setC
 		}
 		sets = append(sets, step{op: opAddSet, name: kname, spec: &s.Spec, size: size, messages: 1, weight: 1})
 		p.onSuccess(func(k *kernelTable) {
-			k.sets[name] = &kernelSet{spec: s.Spec, elems: map[string]uint32{}, name: kname, size: size}
+			k.sets[name] = &kernelSet{spec: s.Spec, name: kname, size: size}
 		})
 	}
 	return sets, stale, nil
@@ -288,11 +288,11 @@ func elementChanges(have *kernelTable, want *Table) map[string]*setChange {
 		if s.Spec.Dynamic {
 			continue
 		}
-		var old map[string]uint32
+		var old elems
 		if ks := have.sets[name]; ks != nil && sameSpec(ks.spec, s.Spec) {
 			old = ks.elems
 		}
-		out[name] = &setChange{name: name, spec: s.Spec, d: diffElements(s.Elements, old)}
+		out[name] = &setChange{name: name, spec: s.Spec, d: diffElements(s.elems(), old)}
 	}
 	return out
 }
@@ -346,23 +346,23 @@ type elementDiff struct {
 	add, replaceOld, replaceNew, del []string
 }
 
-func diffElements(want, have map[string]uint32) elementDiff {
-	if len(have) == 0 { // a new set: every element is added
-		add := make([]string, 0, len(want))
-		for id := range want {
+func diffElements(want, have elems) elementDiff {
+	if have.len() == 0 { // a new set: every element is added
+		add := make([]string, 0, want.len())
+		for id := range want.all() {
 			add = append(add, id)
 		}
 		return elementDiff{add: add}
 	}
 	gone := map[string]string{} // key → element id, of elements to remove
-	for id := range have {
-		if _, ok := want[id]; !ok {
+	for id := range have.all() {
+		if _, ok := want.get(id); !ok {
 			gone[ElementKey(id)] = id
 		}
 	}
 	var add, replaceOld, replaceNew []string
-	for id := range want {
-		if _, ok := have[id]; ok {
+	for id := range want.all() {
+		if _, ok := have.get(id); ok {
 			continue
 		}
 		if len(gone) == 0 {

@@ -74,9 +74,9 @@ type kernelChain struct {
 
 type kernelSet struct {
 	spec SetSpec
-	// elems are the ids in the kernel, by key only. After a sync it is the
-	// desired set's own map, shared read-only (adopt).
-	elems map[string]uint32
+	// elems are the ids in the kernel. After a sync they are the desired
+	// set's own, shared read-only (adopt).
+	elems elems
 	name  string // the kernel's name for it: the desired set's, or another (sized.go)
 	size  uint32 // the kernel's cap; 0: none
 }
@@ -89,7 +89,7 @@ func (k *kernelTable) only(tc *Touched) *kernelTable {
 	copyNamed(out.sets, k.sets, tc.Sets)
 	for name, ids := range tc.Elems {
 		if s := k.sets[name]; s != nil {
-			out.sets[name] = &kernelSet{spec: s.spec, elems: pick(s.elems, ids), name: s.name, size: s.size}
+			out.sets[name] = &kernelSet{spec: s.spec, elems: elems{m: s.elems.pick(ids)}, name: s.name, size: s.size}
 		}
 	}
 	return out
@@ -228,14 +228,14 @@ func (p *Programmer) sync(want *Table, full bool, touched *Touched) (Stats, erro
 	return st, nil
 }
 
-// adopt makes want's element maps the record's after a successful sync,
+// adopt makes want's elements the record's after a successful sync,
 // instead of a copy: the kernel now holds every element of want (a partial
 // sync sent the touched ones, and its caller changed no other). The sets
-// are marked adopted, so Set.Mutable copies a map before it changes.
+// are marked adopted, so Set.Mutable copies them before they change.
 func (p *Programmer) adopt(want *Table) {
 	for name, s := range want.Sets {
 		if ks := p.applied.sets[name]; ks != nil && !s.Spec.Dynamic {
-			ks.elems, s.adopted = s.Elements, true
+			ks.elems = s.adopt()
 		}
 	}
 }

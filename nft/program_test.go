@@ -132,7 +132,7 @@ func TestProgrammerConvergesTheKernelAndTheFakeAlike(t *testing.T) {
 	s.addrs = 5
 	touched := NewTouched()
 	want := s.table(b.name)
-	for id := range want.Sets["addrs"].Elements {
+	for id := range want.Sets["addrs"].All() {
 		touched.Elem("addrs", id)
 	}
 	if st := b.sync("two elements more, a partial sync", want, false, touched); st.Messages != 1 {

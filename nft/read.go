@@ -27,7 +27,7 @@ func ReadTable(d Dialer, id TableID) (*Table, error) {
 		}
 	}
 	for name, ks := range kt.sets {
-		t.Sets[name] = &Set{Name: name, Spec: ks.spec, Elements: ks.elems}
+		t.Sets[name] = &Set{Name: name, Spec: ks.spec, Elements: ks.elems.m, packed: ks.elems.p}
 	}
 	return t, nil
 }

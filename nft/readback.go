@@ -239,7 +239,7 @@ func (k *netlinkKernel) readBack(id TableID) (*kernelTable, error) {
 		if s.Anonymous || strings.HasPrefix(s.Name, "__") {
 			continue
 		}
-		ks := &kernelSet{spec: SetSpec{Dynamic: s.Dynamic, Timeout: s.Timeout}, elems: map[string]uint32{}, name: s.Name, size: s.Size}
+		ks := &kernelSet{spec: SetSpec{Dynamic: s.Dynamic, Timeout: s.Timeout}, name: s.Name, size: s.Size}
 		if s.IsMap {
 			// The library reports a verdict map's data type as its key
 			// type and leaves DataType empty; a data map's is decoded.
@@ -256,12 +256,12 @@ func (k *netlinkKernel) readBack(id TableID) (*kernelTable, error) {
 			static = append(static, ks.name)
 		}
 	}
-	elems, err := dump.setElementIDs(static)
+	byName, err := dump.setElementIDs(static)
 	if err != nil {
 		return nil, err
 	}
-	for kname, ids := range elems {
-		kt.sets[logicalName(kname)].elems = ids
+	for kname, ids := range byName {
+		kt.sets[logicalName(kname)].elems = elems{m: ids}
 	}
 	return kt, nil
 }

@@ -21,6 +21,7 @@
 package nft
 
 import (
+	"iter"
 	"maps"
 	"time"
 
@@ -112,31 +113,66 @@ func sameSpec(a, b SetSpec) bool {
 
 // Set is a named set or map with its elements by id (element.go). Only ids
 // are kept, one allocation per element: the proxy's sets hold over 200,000
-// at 10,000 Services. The programmer reads only the keys of Elements; the
-// value is the table builder's own (the proxy counts the Services adding
-// each element). A dynamic set's elements are the packet path's: the
-// programmer creates the set and leaves them alone.
+// at 10,000 Services. The programmer reads only the keys; the value is the
+// table builder's own (the proxy counts the Services adding each element).
+// A dynamic set's elements are the packet path's: the programmer creates
+// the set and leaves them alone.
 //
-// After a successful sync the programmer keeps Elements as its record of
-// the kernel instead of a copy (at 10,000 Services a copy was a seventh of
-// the proxy's live heap), and marks the set adopted. From then on Elements
-// may be read freely but changed only through Mutable, which first gives
-// the set a copy of its own: a record sharing a changed map would believe
-// the kernel already had the change.
+// After a successful sync the programmer keeps the elements as its record
+// of the kernel instead of a copy (at 10,000 Services a copy was a seventh
+// of the proxy's live heap), and marks the set adopted. A set adopted
+// unchanged since the sync before is packed (packed.go): Elements is then
+// nil. So the elements are read through Len, Value and All, and changed
+// only through Mutable, which first gives the set a map of its own: a
+// record sharing a changed map would believe the kernel already had the
+// change. A table builder may fill Elements of a set it has just made.
 type Set struct {
 	Name     string
 	Spec     SetSpec
 	Elements map[string]uint32
+	packed   *packed
 	adopted  bool
+	changed  bool // Mutable was called since the last adoption
 }
 
-// Mutable is the set's Elements, to be changed in place: copied first if
-// a programmer adopted them (see Set).
+// Mutable is the set's elements as a map to be changed in place: copied
+// first if a programmer adopted them (see Set).
 func (s *Set) Mutable() map[string]uint32 {
-	if s.adopted {
-		s.Elements, s.adopted = maps.Clone(s.Elements), false
+	switch {
+	case s.packed != nil:
+		s.Elements, s.packed = s.packed.thaw(), nil
+	case s.adopted:
+		s.Elements = maps.Clone(s.Elements)
+	}
+	s.adopted, s.changed = false, true
+	if s.Elements == nil {
+		s.Elements = map[string]uint32{}
 	}
 	return s.Elements
+}
+
+// Len is the number of elements.
+func (s *Set) Len() int { return s.elems().len() }
+
+// Value is the value of element id, 0 if the set lacks it.
+func (s *Set) Value(id string) uint32 {
+	v, _ := s.elems().get(id)
+	return v
+}
+
+// All is every element with its value.
+func (s *Set) All() iter.Seq2[string, uint32] { return s.elems().all() }
+
+func (s *Set) elems() elems { return elems{m: s.Elements, p: s.packed} }
+
+// adopt marks the set's elements as the programmer's record and returns
+// them, packed if no change came between this sync and the one before.
+func (s *Set) adopt() elems {
+	if !s.changed && s.packed == nil && len(s.Elements) > 0 {
+		s.packed, s.Elements = pack(s.Elements), nil
+	}
+	s.adopted, s.changed = true, false
+	return s.elems()
 }
 
 // Set is the named set, declared with spec if it is not there yet.
@@ -199,15 +235,9 @@ func (t *Table) only(tc *Touched) *Table {
 	copyNamed(out.Sets, t.Sets, tc.Sets)
 	for name, ids := range tc.Elems {
 		if s := t.Sets[name]; s != nil {
-			out.Sets[name] = &Set{Name: s.Name, Spec: s.Spec, Elements: pick(s.Elements, ids)}
+			out.Sets[name] = &Set{Name: s.Name, Spec: s.Spec, Elements: s.elems().pick(ids)}
 		}
 	}
-	return out
-}
-
-func pick(elems map[string]uint32, ids map[string]bool) map[string]uint32 {
-	out := make(map[string]uint32, len(ids))
-	copyNamed(out, elems, ids)
 	return out
 }
 

@@ -22,7 +22,7 @@ func BenchmarkModelHeap(b *testing.B) {
 		held += int(liveHeap() - before)
 		elems = 0
 		for _, set := range t.Sets {
-			elems += len(set.Elements)
+			elems += set.Len()
 		}
 		runtime.KeepAlive(t)
 		runtime.KeepAlive(m)

@@ -151,7 +151,7 @@ func renderedState(t *nft.Table) renderState {
 	for name, set := range t.Sets {
 		s.sets[name] = set.Spec.Key.Name + ":" + set.Spec.Data.Name
 		s.elems[name] = map[string]bool{}
-		for id := range set.Elements {
+		for id := range set.All() {
 			s.elems[name][id] = true
 		}
 	}

@@ -63,7 +63,7 @@ func fullSyncs(b *testing.B, s *scale, kernel func() nft.Syncer) {
 	b.ReportMetric(float64(program.Milliseconds())/n, "program-ms")
 	elems := 0
 	for _, set := range t.Sets {
-		elems += len(set.Elements)
+		elems += set.Len()
 	}
 	b.ReportMetric(float64(len(t.Chains)), "chains")
 	b.ReportMetric(float64(len(t.Sets)), "sets")

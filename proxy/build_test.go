@@ -305,7 +305,7 @@ func TestHairpinSetHoldsEndpointsThatCanComeBackHere(t *testing.T) {
 				slice("ns/s", "s-a", map[string]int32{"p": 8080}, v1.ProtocolTCP, ep{ip: "10.9.0.1", node: c.node}, ep{ip: "10.9.0.2", node: "node-a"}))
 			a := netip.MustParseAddr("10.9.0.1")
 			hp := Build(in).Tables[nodeview.IPv4].Sets[setHairpin]
-			if got := hp != nil && hp.Elements[hairpinID(a)] != 0; got != c.want {
+			if got := hp != nil && hp.Value(hairpinID(a)) != 0; got != c.want {
 				t.Errorf("10.9.0.1 in the hairpin set: %v, want %v", got, c.want)
 			}
 		})

@@ -455,7 +455,7 @@ func TestOutgrownSetIsFilledBeforeItsReadersSwitch(t *testing.T) {
 		s.Spec.Ports = []v1.ServicePort{tcp("p", 80)}
 	})))
 	after := Build(in).Tables[nodeview.IPv4]
-	full := uint32(len(before.Sets[setClusterIPs].Elements))
+	full := uint32(before.Sets[setClusterIPs].Len())
 	steps := planSteps(t, before, after, map[string]uint32{setClusterIPs: full})
 	at := func(what string) int {
 		i := slices.Index(steps, what)

@@ -259,7 +259,8 @@ func (m *Model) reserve(frags []*fragment) {
 		t.Chains = grown(t.Chains, chains)
 		for name, n := range elems { // shared sets only
 			s := t.Set(name, sharedSets[fam][name])
-			s.Elements = grown(s.Mutable(), len(s.Elements)+n)
+			m := s.Mutable()
+			s.Elements = grown(m, len(m)+n)
 		}
 	}
 }
