@@ -138,7 +138,7 @@ func buildIndex(t testing.TB, o fixtureObjects) *Index {
 		var sls []*discoveryv1.EndpointSlice
 		for _, sl := range o.slices {
 			if sl.Namespace == s.Namespace && sl.Labels[discoveryv1.LabelServiceName] == s.Name {
-				sls = append(sls, slimSlice(sl))
+				sls = append(sls, sl)
 			}
 		}
 		c.SetService(svcKey{s.Namespace, s.Name}, buildService(s, sls))

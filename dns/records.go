@@ -52,7 +52,11 @@ type service struct {
 // EndpointSlices labelled with its name, whoever manages them. It returns
 // nil for a nil Service.
 func buildService(svc *corev1.Service, sls []*discoveryv1.EndpointSlice) *service {
-	return serviceSpec(svc).withEndpoints(sls)
+	infos := make([]*sliceInfo, len(sls))
+	for i, sl := range sls {
+		infos[i] = sliceOf(sl)
+	}
+	return serviceSpec(svc).withEndpoints(infos)
 }
 
 // serviceSpec is what a Service says of itself, without endpoints: all the
@@ -82,11 +86,11 @@ func serviceSpec(svc *corev1.Service) *service {
 // withEndpoints is the spec s with the ready endpoints of its slices; an
 // ExternalName Service has none. The spec and its slices are shared, never
 // changed.
-func (s *service) withEndpoints(sls []*discoveryv1.EndpointSlice) *service {
+func (s *service) withEndpoints(sls []*sliceInfo) *service {
 	if s == nil || s.kind == kindExternalName {
 		return s
 	}
-	eps := readyEndpoints(sls)
+	eps := mergeEndpoints(sls)
 	if len(eps) == 0 {
 		return s
 	}
@@ -107,6 +111,34 @@ func clusterIPs(svc *corev1.Service) []netip.Addr {
 		}
 	}
 	return out
+}
+
+// mergeEndpoints merges the endpoints of a Service's slices, one per
+// address, by the rules of readyEndpoints; one slice's are shared as they
+// are.
+func mergeEndpoints(sls []*sliceInfo) []endpoint {
+	if len(sls) == 1 {
+		return sls[0].eps
+	}
+	sls = slices.Clone(sls)
+	slices.SortFunc(sls, func(a, b *sliceInfo) int { return strings.Compare(a.name, b.name) })
+	byAddr := map[netip.Addr]int{}
+	var eps []endpoint
+	for _, sl := range sls {
+		for _, e := range sl.eps {
+			if i, ok := byAddr[e.addr]; ok {
+				eps[i].ports = mergePorts(eps[i].ports, e.ports)
+				if dashed := dashedIP(e.addr); eps[i].host == dashed && e.host != dashed {
+					eps[i].host = e.host
+				}
+				continue
+			}
+			byAddr[e.addr] = len(eps)
+			eps = append(eps, e)
+		}
+	}
+	slices.SortFunc(eps, func(a, b endpoint) int { return a.addr.Compare(b.addr) })
+	return eps
 }
 
 // readyEndpoints merges the ready endpoints of all slices, one per address:

@@ -8,7 +8,6 @@ import (
 
 	"github.com/go-logr/logr"
 	corev1 "k8s.io/api/core/v1"
-	discoveryv1 "k8s.io/api/discovery/v1"
 	metav1 "k8s.io/apimachinery/pkg/apis/meta/v1"
 	"k8s.io/apimachinery/pkg/fields"
 	"k8s.io/apimachinery/pkg/util/wait"
@@ -193,11 +192,11 @@ func sameVersion(old, cur any) bool {
 }
 
 func sliceService(obj any) ([]string, error) {
-	sl, ok := obj.(*discoveryv1.EndpointSlice)
-	if !ok || sl.Labels[discoveryv1.LabelServiceName] == "" {
+	sl, ok := obj.(*sliceInfo)
+	if !ok || sl.service == "" {
 		return nil, nil
 	}
-	return []string{sl.Namespace + "/" + sl.Labels[discoveryv1.LabelServiceName]}, nil
+	return []string{sl.namespace + "/" + sl.service}, nil
 }
 
 func unwrap(obj any) any {
@@ -221,12 +220,12 @@ func (w *watcher) noteService(obj any, _ bool) {
 }
 
 func (w *watcher) noteSlice(obj any, fresh bool) {
-	sl, ok := unwrap(obj).(*discoveryv1.EndpointSlice)
-	if !ok || sl.Labels[discoveryv1.LabelServiceName] == "" {
+	sl, ok := unwrap(obj).(*sliceInfo)
+	if !ok || sl.service == "" {
 		return
 	}
-	k := svcKey{sl.Namespace, sl.Labels[discoveryv1.LabelServiceName]}
-	at, err := time.Parse(time.RFC3339, sl.Annotations[triggerTimeAnnotation])
+	k := svcKey{sl.namespace, sl.service}
+	at, err := time.Parse(time.RFC3339, sl.trigger)
 	w.note(func(p *pending) {
 		p.svcs[k] = struct{}{}
 		// Only changes after the first sync: the initial list replays
@@ -299,9 +298,9 @@ func (w *watcher) build(k svcKey) *service {
 		return nil
 	}
 	objs, _ := w.slices.Indexer().ByIndex(byService, k.ns+"/"+k.name)
-	sls := make([]*discoveryv1.EndpointSlice, 0, len(objs))
+	sls := make([]*sliceInfo, 0, len(objs))
 	for _, o := range objs {
-		if sl, ok := o.(*discoveryv1.EndpointSlice); ok {
+		if sl, ok := o.(*sliceInfo); ok {
 			sls = append(sls, sl)
 		}
 	}

@@ -1,0 +1,77 @@
+package dns
+
+import (
+	"fmt"
+	"testing"
+
+	corev1 "k8s.io/api/core/v1"
+	discoveryv1 "k8s.io/api/discovery/v1"
+	"k8s.io/utils/ptr"
+)
+
+// TestEndpointsOfSeveralSlicesMerge: a Service's slices are read in the
+// order of their names, and an address in two of them is one endpoint
+// with both slices' ports and the first hostname any of them gives.
+func TestEndpointsOfSeveralSlicesMerge(t *testing.T) {
+	dns := []discoveryv1.EndpointPort{{Name: ptr.To("dns"), Protocol: ptr.To(corev1.ProtocolUDP), Port: ptr.To[int32](53)}}
+	v4 := discoveryv1.AddressTypeIPv4
+	for _, c := range []struct {
+		name   string
+		slices []*discoveryv1.EndpointSlice
+		want   string // each endpoint as host@addr:ports
+	}{
+		{"one address in two slices has both slices' ports",
+			[]*discoveryv1.EndpointSlice{
+				slice("ns", "b", "svc", v4, dns, ep{addr: "10.0.0.1", ready: true}),
+				slice("ns", "a", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.1", ready: true}, ep{addr: "10.0.0.2", ready: true}),
+			},
+			"[10-0-0-1@10.0.0.1:[http/tcp/80 dns/udp/53] 10-0-0-2@10.0.0.2:[http/tcp/80]]"},
+		{"a later slice's hostname names an address the first left unnamed",
+			[]*discoveryv1.EndpointSlice{
+				slice("ns", "a", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.1", ready: true}),
+				slice("ns", "b", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.1", host: "web-0", ready: true}),
+			},
+			"[web-0@10.0.0.1:[http/tcp/80]]"},
+		{"the first slice's hostname is kept",
+			[]*discoveryv1.EndpointSlice{
+				slice("ns", "b", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.1", host: "web-1", ready: true}),
+				slice("ns", "a", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.1", host: "web-0", ready: true}),
+				slice("ns", "c", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.1", ready: true}),
+			},
+			"[web-0@10.0.0.1:[http/tcp/80]]"},
+		{"unready endpoints and bad addresses are left out",
+			[]*discoveryv1.EndpointSlice{
+				slice("ns", "a", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.1"}, ep{addr: "not-an-address", ready: true}, ep{addr: "10.0.0.3", ready: true}),
+			},
+			"[10-0-0-3@10.0.0.3:[http/tcp/80]]"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := buildService(headlessService("ns", "svc", httpPort()), c.slices)
+			if got := endpointsText(s.eps); got != c.want {
+				t.Errorf("endpoints %s, want %s", got, c.want)
+			}
+		})
+	}
+}
+
+// TestAServiceOfOneSliceSharesItsEndpoints: the index holds a slice's
+// endpoints once, in the slice's record.
+func TestAServiceOfOneSliceSharesItsEndpoints(t *testing.T) {
+	sl := sliceOf(slice("ns", "a", "svc", discoveryv1.AddressTypeIPv4, httpSlicePorts(), ep{addr: "10.0.0.1", ready: true}))
+	s := serviceSpec(headlessService("ns", "svc", httpPort())).withEndpoints([]*sliceInfo{sl})
+	if len(s.eps) != 1 || &s.eps[0] != &sl.eps[0] {
+		t.Error("the Service's endpoints are a copy of its only slice's")
+	}
+}
+
+func endpointsText(eps []endpoint) string {
+	out := make([]string, len(eps))
+	for i, e := range eps {
+		ports := make([]string, len(e.ports))
+		for j, p := range e.ports {
+			ports[j] = fmt.Sprintf("%s/%s/%d", p.name, p.proto, p.port)
+		}
+		out[i] = fmt.Sprintf("%s@%s:%v", e.host, e.addr, ports)
+	}
+	return fmt.Sprint(out)
+}
