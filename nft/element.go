@@ -123,6 +123,15 @@ func (w IDBuilder) String() string {
 	return string(w.b)
 }
 
+// Bytes is the id in the caller's buffer, its key ended if EndKey was not
+// called: valid until the buffer is written again.
+func (w IDBuilder) Bytes() []byte {
+	if w.b[0] == 0 {
+		w = w.EndKey()
+	}
+	return w.b
+}
+
 // ElementKey is the key part of an element id.
 func ElementKey(id string) string { return id[:1+int(id[0])] }
 

@@ -35,22 +35,69 @@ func pack(m map[string]uint32) *packed {
 	if vals {
 		size += 4 * len(m)
 	}
-	p := &packed{data: make([]byte, 0, size), index: make([]uint32, indexSize(len(m))), n: len(m), vals: vals}
-	mask := len(p.index) - 1
+	p := &packed{data: make([]byte, 0, size), index: make([]uint32, indexSize(len(m))), vals: vals}
 	for id, v := range m {
-		off := len(p.data)
-		p.data = binary.AppendUvarint(p.data, uint64(len(id)))
-		p.data = append(p.data, id...)
-		if vals {
-			p.data = binary.LittleEndian.AppendUint32(p.data, v)
-		}
-		i := int(maphash.String(packSeed, id)) & mask
-		for p.index[i] != 0 {
-			i = (i + 1) & mask
-		}
-		p.index[i] = uint32(off + 1)
+		p.insert(id, v)
 	}
 	return p
+}
+
+// PackedSet is a new set, packed from the start, of the ids each gives to
+// add (copied, so the caller may reuse its buffer; an id given twice is
+// kept once); n is about how many it gives. A table builder rendering a
+// large set whole makes it so, without a map and a string per element in
+// between.
+func PackedSet(name string, spec SetSpec, n int, each func(add func(id []byte))) *Set {
+	p := &packed{data: make([]byte, 0, 8*n), index: make([]uint32, indexSize(n))}
+	each(func(id []byte) {
+		if _, ok := p.get(unsafe.String(unsafe.SliceData(id), len(id))); ok {
+			return
+		}
+		if 3*len(p.index) < 4*(p.n+1) {
+			p.grow()
+		}
+		p.insert(unsafe.String(unsafe.SliceData(id), len(id)), 1)
+	})
+	if cap(p.data)-len(p.data) > len(p.data)/8 {
+		p.data = append(make([]byte, 0, len(p.data)), p.data...)
+	}
+	s := &Set{Name: name, Spec: spec}
+	if p.n > 0 {
+		s.packed = p
+	}
+	return s
+}
+
+// insert appends id to p's bytes and indexes it; the index has room.
+func (p *packed) insert(id string, v uint32) {
+	off := len(p.data)
+	p.data = binary.AppendUvarint(p.data, uint64(len(id)))
+	p.data = append(p.data, id...)
+	if p.vals {
+		p.data = binary.LittleEndian.AppendUint32(p.data, v)
+	}
+	p.place(id, uint32(off+1))
+	p.n++
+}
+
+// place puts an element's offset (plus one) in the index.
+func (p *packed) place(id string, ref uint32) {
+	mask := len(p.index) - 1
+	i := int(maphash.String(packSeed, id)) & mask
+	for p.index[i] != 0 {
+		i = (i + 1) & mask
+	}
+	p.index[i] = ref
+}
+
+// grow doubles the index and places every element again.
+func (p *packed) grow() {
+	p.index = make([]uint32, 2*len(p.index))
+	for off := 0; off < len(p.data); {
+		id, _, next := p.at(off)
+		p.place(id, uint32(off+1))
+		off = next
+	}
 }
 
 // indexSize is the smallest power of two that holds n at a load of at most

@@ -74,6 +74,37 @@ func TestPackedElementsAreTheMapTheyCameFrom(t *testing.T) {
 	}
 }
 
+// TestAPackedSetBuiltWholeHoldsEachIDOnce: built from ids given one by
+// one (each twice, from a reused buffer, with too small a size hint, so
+// that the index grows), it is the set of those ids.
+func TestAPackedSetBuiltWholeHoldsEachIDOnce(t *testing.T) {
+	for _, n := range []int{0, 1, 7, 10000} {
+		want := map[string]uint32{}
+		for i := range n {
+			want[v4ID(i)] = 1
+		}
+		s := PackedSet("s", SetSpec{}, n/10, func(add func([]byte)) {
+			buf := make([]byte, 0, MaxIDLen)
+			for range 2 {
+				for id := range want {
+					buf = append(buf[:0], id...)
+					add(buf)
+				}
+			}
+		})
+		got := maps.Collect(s.All())
+		if s.Len() != n || !maps.Equal(got, want) {
+			t.Errorf("%d ids: the set holds %d (%d distinct), not the ids given", n, s.Len(), len(got))
+		}
+		for id := range want {
+			if s.Value(id) != 1 {
+				t.Errorf("%d ids: %q not found", n, id)
+				break
+			}
+		}
+	}
+}
+
 // TestPackedAddressesTakeAThirdOfAMap: the NetworkPolicy feature's sets
 // are mostly addresses; as a map each took 37 bytes.
 func TestPackedAddressesTakeAThirdOfAMap(t *testing.T) {

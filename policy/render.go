@@ -109,11 +109,12 @@ func (r *renderer) set(s *Set) *nft.Set {
 	if s.Kind == RangeSet {
 		return nil
 	}
-	ns := &nft.Set{Name: s.Name, Spec: setSpec(s), Elements: make(map[string]uint32, s.sizeHint())}
-	for e := range s.All() {
-		ns.Elements[elementID(s.Kind, e)] = 1
-	}
-	return ns
+	return nft.PackedSet(s.Name, setSpec(s), s.sizeHint(), func(add func([]byte)) {
+		var buf [nft.MaxVerdictIDLen]byte
+		for e := range s.All() {
+			add(appendElementID(buf[:0], s.Kind, e))
+		}
+	})
 }
 
 func setSpec(s *Set) nft.SetSpec {
@@ -133,14 +134,19 @@ func setSpec(s *Set) nft.SetSpec {
 // elementID is the driver's id of an element of a set of kind.
 func elementID(kind SetKind, e Element) string {
 	var buf [nft.MaxVerdictIDLen]byte
-	w := nft.NewID(buf[:0]).Addr(e.Addr)
+	return string(appendElementID(buf[:0], kind, e))
+}
+
+// appendElementID builds the id of an element of a set of kind in buf.
+func appendElementID(buf []byte, kind SetKind, e Element) []byte {
+	w := nft.NewID(buf).Addr(e.Addr)
 	switch kind {
 	case AddrProtoPortSet:
 		w = w.Proto(e.Proto).Port(e.Port)
 	case AddrVerdictMap:
 		w = w.EndKey().Verdict(expr.VerdictJump, e.Chain)
 	}
-	return w.String()
+	return w.Bytes()
 }
 
 var hooks = map[string]*nftables.ChainHook{"forward": nftables.ChainHookForward, "input": nftables.ChainHookInput}
