@@ -23,9 +23,32 @@ import (
 // the role uses come back on first touch without I/O while cached.
 func ReleaseStartup() {
 	EndStartupHeadroom()
+	gcMu.Lock()
+	serving := servingGOGC
+	gcMu.Unlock()
+	if serving > 0 {
+		DefaultGCPercent(serving)
+	}
 	debug.FreeOSMemory()
 	DropExecutablePages()
 }
+
+// ServingGCPercent sets the collector's GOGC to percent from the next
+// ReleaseStartup on (as DefaultGCPercent: the lowest asked for, and never
+// over an operator's $GOGC). A role whose start-up allocates fast and
+// whose serving holds a large state and makes little garbage (the node
+// role at a cluster's published limits) starts at its default and keeps
+// its heap closer to what is live once it serves.
+func ServingGCPercent(percent int) {
+	gcMu.Lock()
+	defer gcMu.Unlock()
+	if servingGOGC == 0 || percent < servingGOGC {
+		servingGOGC = percent
+	}
+}
+
+// servingGOGC is the GOGC ReleaseStartup sets; 0: none.
+var servingGOGC int
 
 // EndStartupHeadroom restores the GOGC StartupHeadroom raised: after the
 // first big piece of work even when it failed, or the raised percentage

@@ -90,3 +90,45 @@ func TestDefaultGCPercentKeepsTheLowestAndYieldsToGOGC(t *testing.T) {
 		})
 	}
 }
+
+func TestServingGCPercentAppliesWhenStartUpIsReleased(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	defer func() { servingGOGC = 0 }()
+	for _, c := range []struct {
+		name   string
+		gogc   string // "" means unset
+		before int    // the role's default, set at start
+		asked  []int
+		want   int // after ReleaseStartup
+	}{
+		{"lowered once start-up is over", "", 50, []int{25}, 25},
+		{"the lowest asked for", "", 50, []int{40, 25, 30}, 25},
+		{"never raised over the default", "", 20, []int{25}, 20},
+		{"the operator's GOGC wins", "80", 50, []int{25}, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			debug.SetGCPercent(100)
+			servingGOGC = 0
+			t.Setenv("GOGC", c.gogc)
+			if c.gogc == "" {
+				os.Unsetenv("GOGC")
+			}
+			DefaultGCPercent(c.before)
+			for _, p := range c.asked {
+				ServingGCPercent(p)
+			}
+			if c.gogc == "" {
+				got := debug.SetGCPercent(-1)
+				debug.SetGCPercent(got)
+				if got != c.before {
+					t.Errorf("GOGC %d before start-up was released, want %d", got, c.before)
+				}
+			}
+			ReleaseStartup()
+			if got := debug.SetGCPercent(100); got != c.want {
+				t.Errorf("GC percent = %d, want %d", got, c.want)
+			}
+		})
+	}
+}
