@@ -105,9 +105,10 @@ func mtu(s nodeview.Settings) any {
 // servingGCPercent is the node role's GOGC once every feature's first sync
 // has converged (the proxy's 50 before, for a fast start), unless $GOGC is
 // set. What it holds then is nearly all long-lived (at 150,000 pods and
-// 10,000 NetworkPolicies about 190 MB of pod records, policy sets and
-// Service records) and serving makes little garbage (0.1 CPU at 100 pod
-// changes a second), so at 50 the heap's headroom alone was 95 MB.
+// 10,000 NetworkPolicies about 150 MB of pod records, policy sets and
+// Service records) and serving makes little garbage (0.08 CPUs at 100 pod
+// changes a second), while at 50 the heap grows half as large again as
+// what is live before each collection (docs/scale.md).
 const servingGCPercent = 25
 
 // Role is the node role as the process builds it: one part, on every node.
