@@ -120,9 +120,9 @@ func sameSpec(a, b SetSpec) bool {
 //
 // After a successful sync the programmer keeps the elements as its record
 // of the kernel instead of a copy (at 10,000 Services a copy was a seventh
-// of the proxy's live heap), and marks the set adopted. A set adopted
-// unchanged since the sync before is packed (packed.go): Elements is then
-// nil. So the elements are read through Len, Value and All, and changed
+// of the proxy's live heap), and marks the set adopted. A set not changed
+// through Mutable since the sync before (or made whole by its builder for
+// this one) is packed then (packed.go): Elements is nil. So the elements are read through Len, Value and All, and changed
 // only through Mutable, which first gives the set a map of its own: a
 // record sharing a changed map would believe the kernel already had the
 // change. A table builder may fill Elements of a set it has just made.
@@ -166,7 +166,7 @@ func (s *Set) All() iter.Seq2[string, uint32] { return s.elems().all() }
 func (s *Set) elems() elems { return elems{m: s.Elements, p: s.packed} }
 
 // adopt marks the set's elements as the programmer's record and returns
-// them, packed if no change came between this sync and the one before.
+// them, packed unless Mutable changed them since the sync before.
 func (s *Set) adopt() elems {
 	if !s.changed && s.packed == nil && len(s.Elements) > 0 {
 		s.packed, s.Elements = pack(s.Elements), nil
