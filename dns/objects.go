@@ -81,5 +81,5 @@ func (s *sliceInfo) DeepCopyObject() runtime.Object {
 
 func sliceOf(o *discoveryv1.EndpointSlice) *sliceInfo {
 	return &sliceInfo{objMeta: metaOf(o.ObjectMeta), service: o.Labels[discoveryv1.LabelServiceName],
-		trigger: o.Annotations[triggerTimeAnnotation], eps: readyEndpoints([]*discoveryv1.EndpointSlice{o})}
+		trigger: o.Annotations[triggerTimeAnnotation], eps: readyEndpoints(o)}
 }

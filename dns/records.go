@@ -113,74 +113,64 @@ func clusterIPs(svc *corev1.Service) []netip.Addr {
 	return out
 }
 
-// mergeEndpoints merges the endpoints of a Service's slices, one per
-// address, by the rules of readyEndpoints; one slice's are shared as they
-// are.
+// mergeEndpoints merges the endpoints of a Service's slices, in the order
+// of the slices' names; one slice's are shared as they are.
 func mergeEndpoints(sls []*sliceInfo) []endpoint {
 	if len(sls) == 1 {
 		return sls[0].eps
 	}
 	sls = slices.Clone(sls)
 	slices.SortFunc(sls, func(a, b *sliceInfo) int { return strings.Compare(a.name, b.name) })
-	byAddr := map[netip.Addr]int{}
-	var eps []endpoint
+	var all []endpoint
 	for _, sl := range sls {
-		for _, e := range sl.eps {
-			if i, ok := byAddr[e.addr]; ok {
-				eps[i].ports = mergePorts(eps[i].ports, e.ports)
-				if dashed := dashedIP(e.addr); eps[i].host == dashed && e.host != dashed {
-					eps[i].host = e.host
-				}
-				continue
-			}
-			byAddr[e.addr] = len(eps)
-			eps = append(eps, e)
-		}
+		all = append(all, sl.eps...)
 	}
-	slices.SortFunc(eps, func(a, b endpoint) int { return a.addr.Compare(b.addr) })
-	return eps
+	return oneByAddress(all)
 }
 
-// readyEndpoints merges the ready endpoints of all slices, one per address:
-// the same address in two slices (two managers, or a slice being split) is
-// one endpoint whose ports are the union, named by the first hostname seen.
-func readyEndpoints(sls []*discoveryv1.EndpointSlice) []endpoint {
-	sls = slices.Clone(sls)
-	slices.SortFunc(sls, func(a, b *discoveryv1.EndpointSlice) int { return strings.Compare(a.Name, b.Name) })
-	byAddr := map[netip.Addr]int{}
+// readyEndpoints are a slice's ready endpoints, one per address.
+func readyEndpoints(sl *discoveryv1.EndpointSlice) []endpoint {
+	if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
+		return nil
+	}
+	ports := slicePorts(sl)
 	var eps []endpoint
-	for _, sl := range sls {
-		if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
+	for _, e := range sl.Endpoints {
+		if e.Conditions.Ready != nil && !*e.Conditions.Ready {
 			continue
 		}
-		ports := slicePorts(sl)
-		for _, e := range sl.Endpoints {
-			if e.Conditions.Ready != nil && !*e.Conditions.Ready {
+		for _, s := range e.Addresses {
+			a, err := netip.ParseAddr(s)
+			if err != nil {
 				continue
 			}
-			for _, s := range e.Addresses {
-				a, err := netip.ParseAddr(s)
-				if err != nil {
-					continue
-				}
-				a = a.Unmap()
-				host := ""
-				if e.Hostname != nil {
-					host = strings.ToLower(*e.Hostname)
-				}
-				if i, ok := byAddr[a]; ok {
-					eps[i].ports = mergePorts(eps[i].ports, ports)
-					if eps[i].host == dashedIP(a) && host != "" {
-						eps[i].host = host
-					}
-					continue
-				}
-				if host == "" {
-					host = dashedIP(a)
-				}
-				byAddr[a] = len(eps)
-				eps = append(eps, endpoint{host: host, addr: a, ports: ports})
+			a = a.Unmap()
+			host := dashedIP(a)
+			if e.Hostname != nil && *e.Hostname != "" {
+				host = strings.ToLower(*e.Hostname)
 			}
+			eps = append(eps, endpoint{host: host, addr: a, ports: ports})
+		}
+	}
+	return oneByAddress(eps)
+}
+
+// oneByAddress merges endpoints of one address, in order: the same address
+// twice (two managers, or a slice being split) is one endpoint whose ports
+// are the union, named by the first hostname given, sorted by address.
+func oneByAddress(in []endpoint) []endpoint {
+	byAddr := map[netip.Addr]int{}
+	var eps []endpoint
+	for _, e := range in {
+		i, ok := byAddr[e.addr]
+		if !ok {
+			byAddr[e.addr] = len(eps)
+			eps = append(eps, e)
+			continue
+		}
+		eps[i].ports = mergePorts(eps[i].ports, e.ports)
+		if dashed := dashedIP(e.addr); eps[i].host == dashed && e.host != dashed {
+			eps[i].host = e.host
 		}
 	}
 	slices.SortFunc(eps, func(a, b endpoint) int { return a.addr.Compare(b.addr) })
