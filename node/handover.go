@@ -42,8 +42,9 @@ func dialRunning(d role.Deps) *handover.Gate {
 }
 
 // claimWait bounds how long a stopping agent that let go of its node keeps
-// what the new agent did not claim: peers follow a key's removal within a
-// second (wireguard.peersFollow).
+// what the new agent did not claim (peers follow a key's removal within a
+// second, wireguard.peersFollow), or serves what it handed over (the old
+// WireGuard sessions, 1.5 s).
 const claimWait = 2 * time.Second
 
 // errSuccessor is /readyz's answer while a new agent gets ready to take over.

@@ -33,9 +33,11 @@ func (w writer) Run(ctx context.Context) error {
 		if !t.Wait(ctx) {
 			return nil
 		}
-		if f, err := t.Claim(ctx, "datapath"); err == nil && f != nil {
+		if fs, err := t.Claim(ctx, "datapath"); err == nil && len(fs) > 0 {
 			w.claimed.Add(1)
-			f.Close()
+			for _, f := range fs {
+				f.Close()
+			}
 		}
 	}
 	r, wr, err := os.Pipe()
@@ -61,8 +63,8 @@ func (w writer) Run(ctx context.Context) error {
 
 type pipeEnd struct{ f *os.File }
 
-func (p pipeEnd) Hand() (*os.File, error) { return p.f, nil }
-func (p pipeEnd) Close() error            { return p.f.Close() }
+func (p pipeEnd) Hand() ([]*os.File, error) { return []*os.File{p.f}, nil }
+func (p pipeEnd) Close() error              { return p.f.Close() }
 
 func agentDeps(path string) role.Deps {
 	cfg := &v1alpha1.Configuration{Node: v1alpha1.Node{AgentSocket: path}}

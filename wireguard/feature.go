@@ -258,11 +258,11 @@ func (f *Feature) open(ctx context.Context, me nodeview.Node, underlay netip.Add
 	mtu, wg := f.settings.PodMTU(under, me), f.settings.WireGuard
 	var dev Device
 	impl := Userspace
-	if handed := f.claim(ctx); handed != nil && wg.Implementation != Kernel {
+	if handed := f.claim(ctx); len(handed) > 0 && wg.Implementation != Kernel {
 		dev, err = OpenUserspaceFrom(handed, mtu, wg.Port, f.d.Log)
 	} else {
-		if handed != nil {
-			handed.Close()
+		for _, h := range handed {
+			h.Close()
 		}
 		dev, impl, err = Open(wg.Implementation, DeviceName, mtu, wg.Port, f.d.Log)
 	}
@@ -278,9 +278,9 @@ func (f *Feature) open(ctx context.Context, me nodeview.Node, underlay netip.Add
 	return nil
 }
 
-// claim is the running agent's userspace device's TUN file when this
-// agent took the node over from it; nil otherwise.
-func (f *Feature) claim(ctx context.Context) *os.File {
+// claim is the running agent's userspace device (its TUN file and relay)
+// when this agent took the node over from it; nil otherwise.
+func (f *Feature) claim(ctx context.Context) []*os.File {
 	if f.d.Takeover == nil {
 		return nil
 	}

@@ -54,6 +54,9 @@ func (b *silentBind) ParseEndpoint(s string) (conn.Endpoint, error) {
 // userspace device speaks it, without root.
 func silentUserspace(t testing.TB) *UserspaceDevice {
 	u, err := newUserspace(DeviceName, tuntest.NewChannelTUN().TUN(), &silentBind{}, DefaultPort, logr.Discard())
+	if err == nil {
+		err = u.up()
+	}
 	if err != nil {
 		t.Fatal(err)
 	}

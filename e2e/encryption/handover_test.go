@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"os"
+	"regexp"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -24,7 +26,10 @@ import (
 // made again) and, its file handed over, drops nothing routed into it
 // while it changes hands; no new connection fails and a held one never waits long;
 // the old agent idles once it has let go, ready and healthy (its ports are
-// the new agent's too), and stops at once when told.
+// the new agent's too), and stops at once when told. What peers send with
+// the old agent's sessions is decrypted by it until they have taken the
+// new agent's handshake: pings every 2 ms both ways lose at most what
+// reaches the port in the millisecond or two it has no owner.
 func (c *cluster) handover(t *testing.T) {
 	n1, n2 := c.nodes[0], c.nodes[1]
 	index := func() string {
@@ -51,6 +56,10 @@ func (c *cluster) handover(t *testing.T) {
 	droppedBefore := dropped()
 	ping := n2.pod.NS.Start(t, "ping", "-q", "-i", "0.002", "-w", "60", n1.pod.IP)
 	defer ping.Stop(time.Second)
+	// And pod1 pings pod2: each request reaches node2 with whichever
+	// session node1 has.
+	pingIn := n1.pod.NS.Start(t, "ping", "-q", "-i", "0.002", "-w", "60", n2.pod.IP)
+	defer pingIn.Stop(time.Second)
 
 	old := n2.Proc
 	health, _ := framework.ServedAddresses(t, old, 10*time.Second)
@@ -91,12 +100,23 @@ func (c *cluster) handover(t *testing.T) {
 	for _, p := range []*framework.Process{old, n2.Proc} {
 		log, _ := os.ReadFile(p.Log)
 		for _, l := range strings.Split(string(log), "\n") {
-			if strings.Contains(l, "handover.go") || strings.Contains(l, "WireGuard device up") || strings.Contains(l, "took the node") {
+			if strings.Contains(l, "handover.go") || strings.Contains(l, "WireGuard device up") || strings.Contains(l, "took the node") || strings.Contains(l, "WireGuard port") {
 				t.Log(l)
 			}
 		}
 	}
-	ping.Stop(time.Second)
+	lostBoth := 0
+	for _, p := range []struct {
+		what string
+		ping *framework.Process
+	}{{"pod2 to pod1 (replies into node2)", ping}, {"pod1 to pod2 (requests into node2)", pingIn}} {
+		sent, lost := pingLoss(t, p.ping)
+		t.Logf("ping %s every 2 ms across the handover: %d sent, %d lost", p.what, sent, lost)
+		lostBoth += lost
+	}
+	if lostBoth > 2 {
+		t.Errorf("pings lost %d across the handover; want at most 2 (the port's change of owner): the rest came with the old agent's sessions, which it decrypts until peers switch", lostBoth)
+	}
 	if d := dropped() - droppedBefore; d > 0 {
 		t.Errorf("the device dropped %d packets routed into it across the handover; want none (its file is handed over, so they wait for the new agent)", d)
 	}
@@ -109,6 +129,23 @@ func (c *cluster) handover(t *testing.T) {
 	if _, err := n1.pod.NS.SeenTCP(at(n2.pod.IP)); err != nil {
 		t.Errorf("pod1 to pod2 after the old agent stopped: %v", err)
 	}
+}
+
+// pingLoss interrupts ping, which then prints what it sent and received.
+func pingLoss(t *testing.T, p *framework.Process) (sent, lost int) {
+	t.Helper()
+	_ = p.Cmd.Process.Signal(os.Interrupt)
+	if _, ok := p.Wait(5 * time.Second); !ok {
+		t.Fatalf("ping did not end on SIGINT:\n%s", p.Tail(5))
+	}
+	log, _ := os.ReadFile(p.Log)
+	m := regexp.MustCompile(`(\d+) packets transmitted, (\d+) received`).FindStringSubmatch(string(log))
+	if m == nil {
+		t.Fatalf("no summary from ping:\n%s", p.Tail(5))
+	}
+	sent, _ = strconv.Atoi(m[1])
+	received, _ := strconv.Atoi(m[2])
+	return sent, sent - received
 }
 
 // traffic is a held connection asked every 5 ms and a new connection

@@ -26,7 +26,7 @@ type Gate struct {
 // Running is the agent running on the node, as a Predecessor is.
 type Running interface {
 	Take(ctx context.Context) error
-	Claim(ctx context.Context, name string) (*os.File, error)
+	Claim(ctx context.Context, name string) ([]*os.File, error)
 }
 
 // NewGate is a gate that takes the node from running and tells done how
@@ -87,10 +87,10 @@ func (g *Gate) takeOver(ctx context.Context) {
 	close(g.open)
 }
 
-// Claim returns, once the node is this process's, the file of the data
-// path the running agent kept under name (Parcels); nil when it kept none,
-// or when it did not release the node.
-func (g *Gate) Claim(ctx context.Context, name string) (*os.File, error) {
+// Claim returns, once the node is this process's, the files of the data
+// path the running agent kept under name (Parcels); none when it kept
+// none, or when it did not release the node.
+func (g *Gate) Claim(ctx context.Context, name string) ([]*os.File, error) {
 	select {
 	case <-g.open:
 	case <-ctx.Done():

@@ -101,18 +101,18 @@ func (p *Predecessor) Take(ctx context.Context) error {
 }
 
 // Claim asks the predecessor, once it released the node, for the data
-// path it keeps under name (Parcels): its file, or nil when it keeps none
-// or is gone.
-func (p *Predecessor) Claim(ctx context.Context, name string) (*os.File, error) {
+// path it keeps under name (Parcels): its files, or none when it keeps
+// none or is gone.
+func (p *Predecessor) Claim(ctx context.Context, name string) ([]*os.File, error) {
 	_ = p.conn.SetDeadline(time.Now().Add(ReleaseTimeout))
 	defer p.conn.SetDeadline(time.Time{})
 	stop := context.AfterFunc(ctx, func() { _ = p.conn.SetDeadline(time.Now()) })
 	defer stop()
-	f, err := claimFrom(p.conn.(*net.UnixConn), name)
+	fs, err := claimFrom(p.conn.(*net.UnixConn), name)
 	if err != nil && (errors.Is(err, io.EOF) || errors.Is(err, syscall.EPIPE) || errors.Is(err, syscall.ECONNRESET)) {
 		return nil, nil // gone: it keeps nothing any more
 	}
-	return f, err
+	return fs, err
 }
 
 // Close drops the connection: before Take, without taking over (the

@@ -167,7 +167,7 @@ func TestAFailedTakeStillOpens(t *testing.T) {
 	if told == nil {
 		t.Fatal("the failure was not told")
 	}
-	if f, err := g.Claim(context.Background(), "wireguard"); f != nil || err != nil {
+	if f, err := g.Claim(context.Background(), "wireguard"); len(f) != 0 || err != nil {
 		t.Fatalf("Claim after a failed take = %v, %v; want nothing", f, err)
 	}
 }
@@ -176,6 +176,6 @@ func TestAFailedTakeStillOpens(t *testing.T) {
 type taker func() error
 
 func (t taker) Take(context.Context) error { return t() }
-func (t taker) Claim(context.Context, string) (*os.File, error) {
+func (t taker) Claim(context.Context, string) ([]*os.File, error) {
 	panic("claimed from an agent that did not release the node")
 }

@@ -19,22 +19,30 @@ import (
 // agent hands it over when the successor claims it by name:
 //
 //	successor                          predecessor (idle, its data path running)
-//	"claim wireguard"      ───────▶    stops it, keeps its file open
-//	                       ◀───────    "parcel wireguard" with the file (SCM_RIGHTS)
+//	"claim wireguard"      ───────▶    hands it over
+//	                       ◀───────    "parcel wireguard" with its files (SCM_RIGHTS)
 //
 // A TUN device whose file stays open queues what is routed into it instead
-// of dropping it, so the successor reads what came meanwhile. A successor
+// of dropping it, so the successor reads what came meanwhile; the files
+// may carry more than the device (wireguard's relay of its sessions). A successor
 // that claims nothing (it runs without that feature) leaves the data path
 // running until the predecessor exits: peers that still send through it
 // are served while they follow the change.
 
-// Parcel is a data path a stopped feature left running. Hand stops it and
-// returns the file that carries it on (the caller's to close); Close stops
-// it for good. An alias, so that role.Keeper names the same type without
-// either package importing the other.
+// Parcel is a data path a stopped feature left running. Hand gives it up
+// and returns the files that carry it on (the caller's to close); Close
+// stops it for good. An alias, so that role.Keeper names the same type
+// without either package importing the other.
 type Parcel = interface {
-	Hand() (*os.File, error)
+	Hand() ([]*os.File, error)
 	Close() error
+}
+
+// Releaser is a Parcel that goes on serving for a while after it was
+// handed over (wireguard's sessions): Released is closed when it is done,
+// and only then is it gone from the agent's keeping (Parcels.Claimed).
+type Releaser interface {
+	Released() <-chan struct{}
 }
 
 // Parcels are the data paths in an agent's keeping, by name.
@@ -45,7 +53,7 @@ type Parcels struct {
 }
 
 // Claimed is closed once nothing is kept any more (each parcel handed over
-// and sent, or closed): what an agent that stops right after letting go
+// and sent, and released, or closed): what an agent that stops right after letting go
 // waits for, so that a successor's claim does not find its data path
 // stopped.
 func (ps *Parcels) Claimed() <-chan struct{} {
@@ -136,31 +144,44 @@ func serveClaims(conn *net.UnixConn, ps *Parcels) {
 	}
 }
 
-// handTo stops the parcel name and sends its file on conn, or says there
-// is none; only then is it gone from ps.
+// handTo hands the parcel name over and sends its files on conn, or says
+// there is none; only then (and once a Releaser is released) is it gone
+// from ps.
 func handTo(conn *net.UnixConn, ps *Parcels, name string) error {
-	var f *os.File
-	if p := ps.take(name); p != nil {
-		defer ps.gone(name)
-		f, _ = p.Hand()
+	var fs []*os.File
+	p := ps.take(name)
+	if p != nil {
+		fs, _ = p.Hand()
+		if r, ok := p.(Releaser); ok && len(fs) > 0 {
+			go func() { <-r.Released(); ps.gone(name) }()
+		} else {
+			defer ps.gone(name)
+		}
 	}
-	if f == nil {
+	if len(fs) == 0 {
 		// Without its file the successor opens the device anew.
 		_, err := fmt.Fprintf(conn, "%s %s\n", none, name)
 		return err
 	}
-	defer f.Close()
-	_, _, err := conn.WriteMsgUnix([]byte(parcel+" "+name+"\n"), unix.UnixRights(int(f.Fd())), nil)
+	fds := make([]int, len(fs))
+	for i, f := range fs {
+		defer f.Close()
+		fds[i] = int(f.Fd())
+	}
+	_, _, err := conn.WriteMsgUnix([]byte(parcel+" "+name+"\n"), unix.UnixRights(fds...), nil)
 	return err
 }
 
-// claimFrom asks the predecessor on conn for its parcel name: its file, or
-// nil when it has none.
-func claimFrom(conn *net.UnixConn, name string) (*os.File, error) {
+// maxFiles is how many files a parcel may carry.
+const maxFiles = 4
+
+// claimFrom asks the predecessor on conn for its parcel name: its files,
+// or none when it has none.
+func claimFrom(conn *net.UnixConn, name string) ([]*os.File, error) {
 	if _, err := fmt.Fprintf(conn, "%s %s\n", claim, name); err != nil {
 		return nil, err
 	}
-	buf, oob := make([]byte, 256), make([]byte, unix.CmsgSpace(4))
+	buf, oob := make([]byte, 256), make([]byte, unix.CmsgSpace(4*maxFiles))
 	n, oobn, _, _, err := conn.ReadMsgUnix(buf, oob)
 	if err != nil {
 		return nil, err
@@ -175,9 +196,13 @@ func claimFrom(conn *net.UnixConn, name string) (*os.File, error) {
 	}
 	line := strings.TrimSpace(string(buf[:n]))
 	switch {
-	case line == parcel+" "+name && len(fds) == 1:
-		unix.CloseOnExec(fds[0])
-		return os.NewFile(uintptr(fds[0]), name), nil
+	case line == parcel+" "+name && len(fds) > 0:
+		fs := make([]*os.File, len(fds))
+		for i, fd := range fds {
+			unix.CloseOnExec(fd)
+			fs[i] = os.NewFile(uintptr(fd), name)
+		}
+		return fs, nil
 	case line == none+" "+name && len(fds) == 0:
 		return nil, nil
 	}

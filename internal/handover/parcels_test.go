@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"strconv"
 	"testing"
 )
 
@@ -16,13 +17,27 @@ type pipeParcel struct {
 	handErr        error
 }
 
-func (p *pipeParcel) Hand() (*os.File, error) {
+func (p *pipeParcel) Hand() ([]*os.File, error) {
 	p.handed++
 	if p.handErr != nil {
 		return nil, p.handErr
 	}
-	return p.w, nil
+	// Twice the same file: a parcel may carry several, in order.
+	dup, err := os.OpenFile("/proc/self/fd/"+strconv.Itoa(int(p.w.Fd())), os.O_WRONLY, 0)
+	if err != nil {
+		return nil, err
+	}
+	return []*os.File{p.w, dup}, nil
 }
+
+// releasing is a parcel that serves on after it was handed over, until
+// release is closed.
+type releasing struct {
+	pipeParcel
+	release chan struct{}
+}
+
+func (r *releasing) Released() <-chan struct{} { return r.release }
 
 func (p *pipeParcel) Close() error { p.closed++; return p.w.Close() }
 
@@ -86,25 +101,28 @@ func TestClaims(t *testing.T) {
 				ps.Keep("wireguard", pp)
 			}
 			p := releasedWith(t, ps)
-			f, err := p.Claim(ctx, tc.claim)
-			if (err != nil) != tc.err || (f != nil) != tc.handed {
-				t.Fatalf("Claim(%q) = %v, %v; want a file %v, an error %v", tc.claim, f, err, tc.handed, tc.err)
+			fs, err := p.Claim(ctx, tc.claim)
+			if (err != nil) != tc.err || (len(fs) == 2) != tc.handed || (!tc.handed && len(fs) != 0) {
+				t.Fatalf("Claim(%q) = %v, %v; want two files %v, an error %v", tc.claim, fs, err, tc.handed, tc.err)
 			}
-			if f == nil {
+			if len(fs) == 0 {
 				return
 			}
-			defer f.Close()
-			if _, err := f.Write([]byte("through")); err != nil {
-				t.Fatal(err)
-			}
-			buf := make([]byte, 16)
-			n, _ := r.Read(buf)
-			if string(buf[:n]) != "through" {
-				t.Fatalf("read %q at the kept file's other end; want what was written into the file handed over", buf[:n])
+			for i, f := range fs {
+				defer f.Close()
+				word := "through" + strconv.Itoa(i)
+				if _, err := f.Write([]byte(word)); err != nil {
+					t.Fatal(err)
+				}
+				buf := make([]byte, 16)
+				n, _ := r.Read(buf)
+				if string(buf[:n]) != word {
+					t.Fatalf("read %q at the kept file's other end; want %q, written into file %d handed over", buf[:n], word, i)
+				}
 			}
 			// Handed over once: a second claim finds nothing, and the
 			// predecessor's exit stops nothing more.
-			if f2, err := p.Claim(ctx, tc.claim); f2 != nil || err != nil {
+			if f2, err := p.Claim(ctx, tc.claim); len(f2) != 0 || err != nil {
 				t.Fatalf("second Claim = %v, %v; want nothing", f2, err)
 			}
 			ps.Close()
@@ -113,6 +131,33 @@ func TestClaims(t *testing.T) {
 			}
 		})
 	}
+}
+
+// A parcel that serves on after it was handed over stays in the keeping
+// until it is released: an agent told to stop waits for it.
+func TestAReleaserIsKeptUntilReleased(t *testing.T) {
+	_, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	rp := &releasing{pipeParcel: pipeParcel{w: w}, release: make(chan struct{})}
+	ps := &Parcels{}
+	ps.Keep("wireguard", rp)
+	p := releasedWith(t, ps)
+	fs, err := p.Claim(context.Background(), "wireguard")
+	if err != nil || len(fs) != 2 {
+		t.Fatalf("Claim = %v, %v; want two files", fs, err)
+	}
+	for _, f := range fs {
+		f.Close()
+	}
+	select {
+	case <-ps.Claimed():
+		t.Fatal("claimed before the parcel was released")
+	default:
+	}
+	close(rp.release)
+	<-ps.Claimed()
 }
 
 // What the successor does not claim runs until the predecessor exits.
@@ -143,7 +188,7 @@ func TestClaimFromAGonePredecessor(t *testing.T) {
 	if err := p.Take(context.Background()); err != nil {
 		t.Fatal(err)
 	}
-	if f, err := p.Claim(context.Background(), "wireguard"); f != nil || err != nil {
+	if f, err := p.Claim(context.Background(), "wireguard"); len(f) != 0 || err != nil {
 		t.Fatalf("Claim = %v, %v; want nothing", f, err)
 	}
 }

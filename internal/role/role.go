@@ -68,17 +68,17 @@ type Deps struct {
 type Takeover interface {
 	Leave()
 	Wait(ctx context.Context) bool
-	// Claim returns, once the node is this agent's, the file of the data
-	// path the running agent kept under name; nil when there is none.
-	Claim(ctx context.Context, name string) (*os.File, error)
+	// Claim returns, once the node is this agent's, the files of the data
+	// path the running agent kept under name; none when there is none.
+	Claim(ctx context.Context, name string) ([]*os.File, error)
 }
 
 // Keeper takes a stopped feature's data path into the agent's keeping
-// (internal/handover.Parcels): Hand stops it and returns the file that
-// carries it on, Close stops it for good.
+// (internal/handover.Parcels): Hand gives it up and returns the files that
+// carry it on, Close stops it for good.
 type Keeper interface {
 	Keep(name string, p interface {
-		Hand() (*os.File, error)
+		Hand() ([]*os.File, error)
 		Close() error
 	})
 }
