@@ -9,15 +9,16 @@ import (
 	"slices"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
 	"golang.zx2c4.com/wireguard/conn"
 	"golang.zx2c4.com/wireguard/tun"
 )
 
 // Handing a running userspace device to the next agent (internal/handover)
-// without losing what peers send meanwhile. wireguard-go cannot hand its
+// without losing what peers send meanwhile. The UDP sockets go to the
+// next agent and never close (portbind.go); wireguard-go cannot hand its
 // session keys over, so the predecessor's wireguard-go goes on decrypting
 // what peers still send with its sessions until they have taken the
 // successor's handshake, over a relay (a socket pair) whose one end goes
@@ -27,19 +28,18 @@ import (
 //	claim (agent socket)          ─────▶
 //	                              ◀─────  the TUN file, one end of the relay
 //	its device made, down, the TUN unread, until its first configuration
-//	(key, peers); then "take"     ─────▶  stops reading the TUN, closes its
-//	                                      UDP port (its device stays)
-//	                              ◀─────  "taken", the indices of its sessions
-//	up on the port, a handshake with every peer, reads the TUN
+//	(key, peers); then "take"     ─────▶  stops reading the TUN
+//	                              ◀─────  "taken": the indices of its
+//	                                      sessions, its UDP sockets
+//	                                      it stops reading the sockets
+//	                              ◀─────  "closed"
+//	up on those sockets, a handshake with every peer, reads the TUN
 //	a packet to one of those      ─────▶  decrypted, into the TUN
 //	                              ◀─────  a data packet it still sends
 //
 // until the predecessor's device closes, relayWindow after the take.
-// What is lost is what reaches the port between its close and the
-// successor's bind: 0.2-2 ms on a 2-core machine at load 2, up to 5 ms at
-// load 4, the time the successor takes to be scheduled. wireguard-go's
-// sockets cannot be handed over, nor shared (no SO_REUSEPORT before their
-// bind).
+// Between "closed" and the successor's first read, what peers send waits
+// in the sockets' receive buffers.
 
 // relayWindow is how long a predecessor decrypts its sessions after the
 // take: a peer takes the successor's handshake within a round trip, and
@@ -143,8 +143,8 @@ func (s *sessions) live(now time.Time) []uint32 {
 // its text) and the packet.
 const (
 	relayTake     = 't' // successor: stop reading the TUN, let go of the port
-	relayTaken    = 'i' // predecessor: its session indices follow; it closes its port
-	relayClosed   = 'c' // predecessor: its port is closed, since (unix nanoseconds)
+	relayTaken    = 'i' // predecessor: its session indices follow, its sockets come with them
+	relayClosed   = 'c' // predecessor: it no longer reads the sockets, since (unix nanoseconds)
 	relayReceived = 'r' // successor: a packet that came for one of those
 	relaySend     = 's' // predecessor: a data packet to send
 )
@@ -185,7 +185,6 @@ type handoffBind struct {
 	mu        sync.Mutex
 	relay     *net.UnixConn // predecessor, taken over: its only way in and out
 	relayOpen bool          // Open gave out the relay's receive
-	taking    bool          // successor: the next Open waits for the port
 	boundAt   time.Time     // when the sockets were last opened
 }
 
@@ -194,7 +193,7 @@ type handoffBind struct {
 type predecessor struct {
 	relay   *net.UnixConn
 	indices map[uint32]struct{}
-	closed  chan time.Time // when its port closed
+	closed  chan time.Time // when it stopped reading its sockets
 	mu      sync.Mutex     // writes on relay
 }
 
@@ -223,18 +222,8 @@ func (b *handoffBind) Open(port uint16) ([]conn.ReceiveFunc, uint16, error) {
 		b.mu.Unlock()
 		return []conn.ReceiveFunc{b.fromRelay(r)}, port, nil
 	}
-	taking := b.taking
-	b.taking = false
 	b.mu.Unlock()
 	fns, actual, err := b.Bind.Open(port)
-	if taking {
-		// The predecessor said its port closed; should the kernel not
-		// have freed it yet, try again shortly.
-		for start := time.Now(); errors.Is(err, syscall.EADDRINUSE) && time.Since(start) < time.Second; {
-			time.Sleep(100 * time.Microsecond)
-			fns, actual, err = b.Bind.Open(port)
-		}
-	}
 	if err == nil {
 		b.mu.Lock()
 		b.boundAt = time.Now()
@@ -256,16 +245,44 @@ func (b *handoffBind) Close() error {
 	return b.Bind.Close()
 }
 
+// passable sockets can go to the next agent (portBind's).
+type passable interface {
+	files() ([]*os.File, error)
+	adopt(files []*os.File)
+}
+
 // handOver answers the successor's take on relay with the indices of the
-// sessions made here, and makes the next Close of the sockets the last:
-// from then on the relay is the way in and out. Call portClosed after it.
+// sessions made here and the sockets, and makes the next Close of the
+// sockets the last here: from then on the relay is the way in and out.
+// Call portClosed after it.
 func (b *handoffBind) handOver(relay *net.UnixConn, indices []uint32) error {
 	m := make([]byte, 1, 1+4*len(indices))
 	m[0] = relayTaken
 	for _, i := range indices {
 		m = binary.LittleEndian.AppendUint32(m, i)
 	}
-	if _, err := relay.Write(m); err != nil {
+	var rights []byte
+	if p, ok := b.Bind.(passable); ok {
+		files, err := p.files()
+		if err != nil {
+			return err
+		}
+		defer closeFiles(files)
+		fds := make([]int, len(files))
+		for i, f := range files {
+			// Not Fd: it would make the socket, shared with this
+			// bind's, blocking.
+			rc, err := f.SyscallConn()
+			if err != nil {
+				return err
+			}
+			if err := rc.Control(func(fd uintptr) { fds[i] = int(fd) }); err != nil {
+				return err
+			}
+		}
+		rights = unix.UnixRights(fds...)
+	}
+	if _, _, err := relay.WriteMsgUnix(m, rights, nil); err != nil {
 		return err
 	}
 	b.mu.Lock()
@@ -387,16 +404,24 @@ func (b *handoffBind) sendFor(prev *predecessor) {
 
 // take asks the predecessor on relay to let go, and from its answer
 // passes on what comes for its sessions; it returns once the
-// predecessor's port is closed, and since when.
+// predecessor no longer reads its sockets, now this bind's to open, and
+// since when.
 func (b *handoffBind) take(relay *net.UnixConn) (time.Time, error) {
 	_ = relay.SetDeadline(time.Now().Add(2 * time.Second))
 	if _, err := relay.Write([]byte{relayTake}); err != nil {
 		return time.Time{}, err
 	}
-	m := make([]byte, maxMessage)
-	n, err := relay.Read(m)
+	m, oob := make([]byte, maxMessage), make([]byte, unix.CmsgSpace(4*4))
+	n, oobn, _, _, err := relay.ReadMsgUnix(m, oob)
 	if err != nil {
 		return time.Time{}, err
+	}
+	if files := passedFiles(oob[:oobn]); len(files) > 0 {
+		if p, ok := b.Bind.(passable); ok {
+			p.adopt(files)
+		} else {
+			closeFiles(files)
+		}
 	}
 	if n < 1 || m[0] != relayTaken || (n-1)%4 != 0 {
 		return time.Time{}, fmt.Errorf("the running agent answered %d bytes (%q) to take its WireGuard device", n, m[:min(n, 1)])
@@ -408,15 +433,32 @@ func (b *handoffBind) take(relay *net.UnixConn) (time.Time, error) {
 	}
 	b.prev.Store(prev)
 	go b.sendFor(prev)
-	b.mu.Lock()
-	b.taking = true
-	b.mu.Unlock()
 	select {
 	case at := <-prev.closed:
 		return at, nil
 	case <-time.After(2 * time.Second):
-		return time.Time{}, fmt.Errorf("the running agent did not close its WireGuard port within 2s")
+		return time.Time{}, fmt.Errorf("the running agent did not let go of its WireGuard port within 2s")
 	}
+}
+
+// passedFiles are the files of a relay message's control message.
+func passedFiles(oob []byte) []*os.File {
+	msgs, err := unix.ParseSocketControlMessage(oob)
+	if err != nil {
+		return nil
+	}
+	var out []*os.File
+	for _, m := range msgs {
+		fds, err := unix.ParseUnixRights(&m)
+		if err != nil {
+			continue
+		}
+		for _, fd := range fds {
+			unix.CloseOnExec(fd)
+			out = append(out, os.NewFile(uintptr(fd), "wireguard-port"))
+		}
+	}
+	return out
 }
 
 // bound is when the sockets were last opened.

@@ -59,7 +59,7 @@ func OpenUserspace(name string, mtu, port int, log logr.Logger) (*UserspaceDevic
 		t.Close()
 		return nil, fmt.Errorf("make TUN device %s persistent: %w", name, err)
 	}
-	u, err := newUserspace(name, t, conn.NewDefaultBind(), port, log)
+	u, err := newUserspace(name, t, newPortBind(), port, log)
 	if err == nil {
 		err = u.up()
 	}
@@ -100,7 +100,7 @@ func OpenUserspaceFrom(files []*os.File, mtu, port int, log logr.Logger) (*Users
 	if err == nil {
 		var name string
 		if name, err = t.Name(); err == nil {
-			u, err := newUserspace(name, t, conn.NewDefaultBind(), port, log)
+			u, err := newUserspace(name, t, newPortBind(), port, log)
 			if err != nil || relay == nil {
 				if err == nil {
 					err = u.up()
@@ -190,7 +190,7 @@ func (u *UserspaceDevice) takeOver() error {
 	}
 	// Up with each peer's keepalive on sends each a keepalive, and so a
 	// handshake: peers switch to this device's sessions at once. Set
-	// before the take, so that the port changes owner in as little time
+	// before the take, so that the sockets go unread for as little time
 	// as the two processes take to say so.
 	shake := Handshake(peers)
 	on, off := shake[:len(peers)], shake[len(peers):]
@@ -213,7 +213,7 @@ func (u *UserspaceDevice) takeOver() error {
 		// Gone, or its device was closed: its port was free.
 		u.log.Error(took, "the running agent's wireguard-go did not answer: up without its sessions")
 	} else if !closed.IsZero() {
-		u.log.Info("took the WireGuard port over; the running agent decrypts its sessions a moment longer", "portFreeFor", max(0, u.bind.bound().Sub(closed)).Round(time.Microsecond))
+		u.log.Info("took the WireGuard port over; the running agent decrypts its sessions a moment longer", "unreadFor", max(0, u.bind.bound().Sub(closed)).Round(time.Microsecond))
 	}
 	u.down = false
 	u.tun.start()
@@ -303,7 +303,7 @@ func (u *UserspaceDevice) awaitTake(relay *net.UnixConn) { u.down, u.relay = tru
 func (u *UserspaceDevice) Released() <-chan struct{} { return u.released }
 
 // serveTake answers the next agent's take on relay: the TUN device is no
-// longer read here and the port is let go of, and the sessions made here
+// longer read here and the sockets go to that agent, and the sessions made here
 // are decrypted relayWindow longer.
 func (u *UserspaceDevice) serveTake(relay *net.UnixConn) {
 	defer close(u.released)
@@ -320,7 +320,7 @@ func (u *UserspaceDevice) serveTake(relay *net.UnixConn) {
 		return
 	}
 	u.tun.halt()
-	// The port closes, the relay opens.
+	// The sockets, the new agent's now, close here; the relay opens.
 	if err := u.dev.BindUpdate(); err != nil {
 		u.log.Error(err, "letting go of the WireGuard port")
 	}
