@@ -95,7 +95,15 @@ func applyPeer(d *wgtypes.Device, pc wgtypes.PeerConfig) error {
 		if bits == 0 || (bits == 32) != (n.IP.To4() != nil) {
 			return fmt.Errorf("allowed IP %s: invalid argument", n.String())
 		}
-		p.AllowedIPs = append(p.AllowedIPs, net.IPNet{IP: n.IP.Mask(n.Mask), Mask: net.CIDRMask(ones, bits)})
+		ip := net.IPNet{IP: n.IP.Mask(n.Mask), Mask: net.CIDRMask(ones, bits)}
+		// As in WireGuard, a prefix another peer has moves to this one.
+		for j := range d.Peers {
+			if j != i {
+				d.Peers[j].AllowedIPs = slices.DeleteFunc(d.Peers[j].AllowedIPs, func(o net.IPNet) bool { return o.String() == ip.String() })
+			}
+		}
+		p = &d.Peers[i]
+		p.AllowedIPs = append(p.AllowedIPs, ip)
 	}
 	return nil
 }

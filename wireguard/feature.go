@@ -219,11 +219,10 @@ func (f *Feature) sync(ctx context.Context, full bool) error {
 	}
 	cluster := f.settings.ClusterCIDRs(all)
 	in := Input{Self: self, Underlay: underlay, Nodes: Facts(all)}
-	plan, err := f.syncer.Sync(in, full)
+	plan, err := f.syncer.SyncRouted(in, full, func(plan Plan) error {
+		return f.route(plan, cluster, me.PodCIDRs, full)
+	})
 	f.warn(plan)
-	if err == nil {
-		err = f.route(plan, cluster, me.PodCIDRs, full)
-	}
 	f.observe(plan)
 	if err != nil {
 		return fmt.Errorf("WireGuard sync: %w", err)

@@ -1,6 +1,7 @@
 package wireguard
 
 import (
+	"errors"
 	"fmt"
 	"time"
 
@@ -30,7 +31,15 @@ func NewSyncer(dev Device, key wgtypes.Key, port int) *Syncer {
 // Sync plans the peers of in and writes them to the device; full reads
 // the device back first and heals it. The plan is returned also on error,
 // for reporting.
-func (s *Syncer) Sync(in Input, full bool) (Plan, error) {
+func (s *Syncer) Sync(in Input, full bool) (Plan, error) { return s.SyncRouted(in, full, nil) }
+
+// SyncRouted is Sync with route called on the plan between the peers'
+// additions and changes and their removals: a peer that left the plan
+// stays in the device until route has taken the routes to it away, so
+// that a packet routed into the device meanwhile still finds its peer
+// (a node turning encryption off, in permissive mode, is sent to by the
+// overlay from then on). A peer comes before the routes to it.
+func (s *Syncer) SyncRouted(in Input, full bool, route func(Plan) error) (Plan, error) {
 	in.PublicKey = s.key.PublicKey()
 	in.Port = s.port
 	plan := Desired(in)
@@ -51,6 +60,10 @@ func (s *Syncer) Sync(in Input, full bool) (Plan, error) {
 	if s.started {
 		cfg.Peers = append(cfg.Peers, Handshake(Unmet(s.applied, plan.Peers))...)
 	}
+	var gone []wgtypes.PeerConfig
+	if route != nil {
+		cfg.Peers, gone = removals(cfg.Peers)
+	}
 	if !Empty(cfg) {
 		if err := s.dev.Configure(cfg); err != nil {
 			s.valid = false
@@ -58,7 +71,29 @@ func (s *Syncer) Sync(in Input, full bool) (Plan, error) {
 		}
 	}
 	s.applied, s.valid, s.started = plan.Peers, true, true
-	return plan, nil
+	if route == nil {
+		return plan, nil
+	}
+	err := route(plan)
+	if len(gone) > 0 {
+		if cerr := s.dev.Configure(wgtypes.Config{Peers: gone}); cerr != nil {
+			s.valid = false
+			err = errors.Join(err, fmt.Errorf("remove %d peers: %w", len(gone), cerr))
+		}
+	}
+	return plan, err
+}
+
+// removals splits the removals off peers.
+func removals(peers []wgtypes.PeerConfig) (rest, gone []wgtypes.PeerConfig) {
+	for _, p := range peers {
+		if p.Remove {
+			gone = append(gone, p)
+		} else {
+			rest = append(rest, p)
+		}
+	}
+	return rest, gone
 }
 
 // Fresh is how recent a handshake must be for a peer to count as up:

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"net/netip"
+	"slices"
 	"testing"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
@@ -136,6 +137,56 @@ func TestFakeRefusesWhatTheKernelRefuses(t *testing.T) {
 			}
 			if d, _ := f.Device(); len(d.Peers) != 0 || d.PrivateKey != (wgtypes.Key{}) {
 				t.Errorf("a refused configuration was applied in part: %+v", d)
+			}
+		})
+	}
+}
+
+// A peer that leaves stays in the device until the routes to it are gone:
+// what was routed into the device meanwhile still finds it. A new one is
+// there before its routes.
+func TestAPeerLeavesTheDeviceAfterItsRoutes(t *testing.T) {
+	nodes := cluster(3)
+	cases := []struct {
+		name   string
+		edit   func(in *Input)
+		gone   []wgtypes.Key // left the plan: in the device while routing, not after
+		joined []wgtypes.Key // new: in the device while routing
+	}{
+		{"node deleted", func(in *Input) { in.Nodes = in.Nodes[:3] }, []wgtypes.Key{uniqueKey(3)}, nil},
+		{"node turns encryption off", func(in *Input) { in.Nodes[2].Key = "" }, []wgtypes.Key{uniqueKey(2)}, nil},
+		{"node re-keyed", func(in *Input) { in.Nodes[1].Key = uniqueKey(99).String() }, []wgtypes.Key{uniqueKey(1)}, []wgtypes.Key{uniqueKey(99)}},
+	}
+	for _, c := range cases {
+		t.Run(c.name, func(t *testing.T) {
+			s, f := syncer(t)
+			in := Input{Self: "self", Underlay: v4, Nodes: slices.Clone(nodes)}
+			if _, err := s.Sync(in, true); err != nil {
+				t.Fatal(err)
+			}
+			c.edit(&in)
+			routed := false
+			plan, err := s.SyncRouted(in, false, func(Plan) error {
+				routed = true
+				d, _ := f.Device()
+				for _, k := range append(slices.Clone(c.gone), c.joined...) {
+					if !slices.ContainsFunc(d.Peers, func(p wgtypes.Peer) bool { return p.PublicKey == k }) {
+						t.Errorf("peer %s is not in the device while the routes are written", k)
+					}
+				}
+				return nil
+			})
+			if err != nil || !routed {
+				t.Fatalf("sync: %v, routed %v", err, routed)
+			}
+			d, _ := f.Device()
+			for _, k := range c.gone {
+				if slices.ContainsFunc(d.Peers, func(p wgtypes.Peer) bool { return p.PublicKey == k }) {
+					t.Errorf("peer %s is still in the device after the routes", k)
+				}
+			}
+			if len(d.Peers) != len(plan.Peers) {
+				t.Errorf("device has %d peers, plan %d", len(d.Peers), len(plan.Peers))
 			}
 		})
 	}
