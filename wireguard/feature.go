@@ -45,6 +45,7 @@ type Feature struct {
 	rejected []Rejected // of the last sync, to warn once per node
 
 	shakes  *handshakes // permissive: the peers not yet routed, waiting for a handshake
+	leaving *time.Timer // asks for the sync that removes peers whose Linger is over
 	waiting []string    // their nodes as last logged
 
 	mu     sync.Mutex
@@ -125,6 +126,9 @@ func (f *Feature) Run(ctx context.Context) error {
 	go f.refresh(ctx)
 	f.shakes = newHandshakes(f.readOpened, f.nodes.Request)
 	go f.shakes.run(ctx)
+	f.leaving = time.AfterFunc(time.Hour, f.nodes.Request)
+	f.leaving.Stop()
+	defer f.leaving.Stop()
 	if f.settings.ClusterCIDRsFromNodes() {
 		f.d.Log.Info("no --cluster-cidr: the pod CIDRs guarded against leaving in clear are the Nodes' only, not those of nodes yet to come")
 	}
@@ -198,6 +202,12 @@ func (f *Feature) unpublish(ctx context.Context) bool {
 // node's key annotation: a Node watch event and one sync.
 const peersFollow = time.Second
 
+// peerLinger is how long a peer stays in the device after it left the
+// plan: what its node sent through the tunnel before it saw the change
+// itself is still taken. Its node's own removal waits peersFollow; twice
+// that covers a loaded node's sync.
+const peerLinger = 2 * peersFollow
+
 // sync converges to the Node cache: the device's peers (Syncer: in full
 // at start and every --sync-period, else only what changed), this node's
 // annotation, the routes into the device and the guard table.
@@ -222,6 +232,9 @@ func (f *Feature) sync(ctx context.Context, full bool) error {
 	plan, err := f.syncer.SyncRouted(in, full, func(plan Plan) error {
 		return f.route(plan, cluster, me.PodCIDRs, full)
 	})
+	if at, ok := f.syncer.Leaving(); ok {
+		f.leaving.Reset(time.Until(at))
+	}
 	f.warn(plan)
 	f.observe(plan)
 	if err != nil {
@@ -271,6 +284,7 @@ func (f *Feature) open(ctx context.Context, me nodeview.Node, underlay netip.Add
 	f.d.Log.Info("WireGuard device up", "device", DeviceName, "implementation", impl, "mtu", mtu, "port", wg.Port, "underlay", underlay)
 	f.metrics.Running(impl)
 	f.dev, f.syncer = dev, NewSyncer(dev, f.key, wg.Port)
+	f.syncer.Linger = peerLinger
 	f.mu.Lock()
 	f.opened = dev
 	f.mu.Unlock()

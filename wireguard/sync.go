@@ -21,11 +21,19 @@ type Syncer struct {
 	started bool   // the first sync, which makes a handshake with every peer, is done
 	applied []Peer // the peers as last written
 	valid   bool   // applied is what the device holds; false: the next sync is full
+
+	// Linger keeps a peer that left the plan in the device this long after
+	// the routes to it went (SyncRouted): its node sends through the
+	// tunnel until it has seen the change itself, and a node that turns
+	// encryption off stops only once it has removed its own routes.
+	Linger  time.Duration
+	leaving map[wgtypes.Key]time.Time // left the plan, in the device until
+	now     func() time.Time
 }
 
 // NewSyncer drives dev as this node's device with its private key and port.
 func NewSyncer(dev Device, key wgtypes.Key, port int) *Syncer {
-	return &Syncer{dev: dev, key: key, port: port}
+	return &Syncer{dev: dev, key: key, port: port, leaving: map[wgtypes.Key]time.Time{}, now: time.Now}
 }
 
 // Sync plans the peers of in and writes them to the device; full reads
@@ -38,7 +46,8 @@ func (s *Syncer) Sync(in Input, full bool) (Plan, error) { return s.SyncRouted(i
 // stays in the device until route has taken the routes to it away, so
 // that a packet routed into the device meanwhile still finds its peer
 // (a node turning encryption off, in permissive mode, is sent to by the
-// overlay from then on). A peer comes before the routes to it.
+// overlay from then on), and Linger longer (Leaving says until when). A
+// peer comes before the routes to it.
 func (s *Syncer) SyncRouted(in Input, full bool, route func(Plan) error) (Plan, error) {
 	in.PublicKey = s.key.PublicKey()
 	in.Port = s.port
@@ -75,13 +84,49 @@ func (s *Syncer) SyncRouted(in Input, full bool, route func(Plan) error) (Plan, 
 		return plan, nil
 	}
 	err := route(plan)
-	if len(gone) > 0 {
-		if cerr := s.dev.Configure(wgtypes.Config{Peers: gone}); cerr != nil {
+	if due := s.due(gone, plan); len(due) > 0 {
+		if cerr := s.dev.Configure(wgtypes.Config{Peers: due}); cerr != nil {
 			s.valid = false
-			err = errors.Join(err, fmt.Errorf("remove %d peers: %w", len(gone), cerr))
+			return plan, errors.Join(err, fmt.Errorf("remove %d peers: %w", len(due), cerr))
+		}
+		for _, p := range due {
+			delete(s.leaving, p.PublicKey)
 		}
 	}
 	return plan, err
+}
+
+// due are the removals whose Linger is over, gone being those of this
+// sync; a peer back in the plan no longer leaves.
+func (s *Syncer) due(gone []wgtypes.PeerConfig, plan Plan) []wgtypes.PeerConfig {
+	now := s.now()
+	for _, g := range gone {
+		if _, ok := s.leaving[g.PublicKey]; !ok {
+			s.leaving[g.PublicKey] = now.Add(s.Linger)
+		}
+	}
+	for _, p := range plan.Peers {
+		delete(s.leaving, p.PublicKey)
+	}
+	var out []wgtypes.PeerConfig
+	for k, until := range s.leaving {
+		if !now.Before(until) {
+			out = append(out, wgtypes.PeerConfig{PublicKey: k, Remove: true})
+		}
+	}
+	return out
+}
+
+// Leaving is when the next peer that left the plan is due to go: a sync
+// then removes it.
+func (s *Syncer) Leaving() (time.Time, bool) {
+	var next time.Time
+	for _, until := range s.leaving {
+		if next.IsZero() || until.Before(next) {
+			next = until
+		}
+	}
+	return next, !next.IsZero()
 }
 
 // removals splits the removals off peers.

@@ -6,6 +6,7 @@ import (
 	"net/netip"
 	"slices"
 	"testing"
+	"time"
 
 	"golang.zx2c4.com/wireguard/wgctrl/wgtypes"
 )
@@ -189,5 +190,57 @@ func TestAPeerLeavesTheDeviceAfterItsRoutes(t *testing.T) {
 				t.Errorf("device has %d peers, plan %d", len(d.Peers), len(plan.Peers))
 			}
 		})
+	}
+}
+
+// A peer that left stays Linger longer, for what its node still sends
+// through the tunnel before it sees the change itself; one that comes back
+// meanwhile stays for good.
+func TestAPeerThatLeftLingers(t *testing.T) {
+	has := func(f *Fake, k wgtypes.Key) bool {
+		d, _ := f.Device()
+		return slices.ContainsFunc(d.Peers, func(p wgtypes.Peer) bool { return p.PublicKey == k })
+	}
+	noRoutes := func(Plan) error { return nil }
+	steps := []struct {
+		name    string
+		after   time.Duration // since the start
+		key     bool          // node 2 has its key
+		present bool          // its peer is in the device after the sync
+		leaving bool          // a removal is due later
+	}{
+		{"node 2 turns encryption off", 0, false, true, true},
+		{"a sync before its linger ends", time.Second, false, true, true},
+		{"the sync when it ends", 2 * time.Second, false, false, false},
+		{"node 2 turns encryption on again", 3 * time.Second, true, true, false},
+		{"and off", 4 * time.Second, false, true, true},
+		{"and on before its linger ends", 5 * time.Second, true, true, false},
+		{"a sync after that linger would have ended", 7 * time.Second, true, true, false},
+	}
+	s, f := syncer(t)
+	s.Linger = 2 * time.Second
+	start := time.Unix(1_800_000_000, 0)
+	clock := start
+	s.now = func() time.Time { return clock }
+	nodes := cluster(3)
+	k2, _ := wgtypes.ParseKey(nodes[2].Key)
+	if _, err := s.SyncRouted(Input{Self: "self", Underlay: v4, Nodes: nodes}, true, noRoutes); err != nil {
+		t.Fatal(err)
+	}
+	for _, st := range steps {
+		clock = start.Add(st.after)
+		in := Input{Self: "self", Underlay: v4, Nodes: slices.Clone(nodes)}
+		if !st.key {
+			in.Nodes[2].Key = ""
+		}
+		if _, err := s.SyncRouted(in, false, noRoutes); err != nil {
+			t.Fatalf("%s: %v", st.name, err)
+		}
+		if got := has(f, k2); got != st.present {
+			t.Errorf("%s: peer in the device %v, want %v", st.name, got, st.present)
+		}
+		if _, got := s.Leaving(); got != st.leaving {
+			t.Errorf("%s: a removal due %v, want %v", st.name, got, st.leaving)
+		}
 	}
 }
