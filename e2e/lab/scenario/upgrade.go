@@ -410,6 +410,7 @@ func EncryptionRollout(ctx context.Context, l *lab.Lab, logf func(string, ...any
 	disrupt := func(ctx context.Context) (string, error) {
 		start := time.Now()
 		step := func(mode string, permissive bool) error {
+			logf("%s helm upgrade: encryption %s, permissive %v", time.Now().Format("15:04:05.000"), mode, permissive)
 			return l.UpgradeNetplane(ctx, map[string]any{"encryption": map[string]any{
 				"mode": mode, "implementation": "userspace", "permissive": permissive}})
 		}
