@@ -167,11 +167,16 @@ func (k *fakeKernel) view(logical bool) *Table {
 
 func (k *fakeKernel) connect() (bool, error) { return false, nil }
 
-func (k *fakeKernel) changed(TableID) bool {
+func (k *fakeKernel) changed(TableID) *foreign {
 	c := k.foreign
 	k.foreign = false
-	return c
+	if !c {
+		return nil
+	}
+	return &foreign{all: true} // Edit may change anything
 }
+
+func (k *fakeKernel) reread(TableID, *kernelTable, *foreign) (int, error) { return 0, nil }
 
 func (k *fakeKernel) readBack(TableID) (*kernelTable, error) {
 	if k.t == nil {

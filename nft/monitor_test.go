@@ -1,7 +1,10 @@
 package nft
 
 import (
+	"fmt"
+	"maps"
 	"slices"
+	"strings"
 	"sync"
 	"testing"
 
@@ -68,10 +71,10 @@ func TestWatchAwayCountsCommitsByGeneration(t *testing.T) {
 		if err := w.away(bw, s.fn); err != nil {
 			t.Fatalf("%s: %v", s.name, err)
 		}
-		if got := w.changed(ip4); got != s.ip {
+		if got := w.changed(ip4).some(); got != s.ip {
 			t.Errorf("%s: ip changed %v, want %v", s.name, got, s.ip)
 		}
-		if got := w.changed(ip6); got != s.ip6 {
+		if got := w.changed(ip6).some(); got != s.ip6 {
 			t.Errorf("%s: ip6 changed %v, want %v", s.name, got, s.ip6)
 		}
 	}
@@ -79,7 +82,8 @@ func TestWatchAwayCountsCommitsByGeneration(t *testing.T) {
 
 // TestMonitorWatchesOnlyItsTables: a monitor counts changes to the tables
 // it was given, of any family, and ignores other tables, even of the same
-// name in another family.
+// name in another family; rules and elements count against their chain
+// and set alone, anything else against the whole table.
 func TestMonitorWatchesOnlyItsTables(t *testing.T) {
 	ns, dial := kernelNS(t)
 	pods := TableID{nftables.TableFamilyINet, "pods"}
@@ -89,20 +93,50 @@ func TestMonitorWatchesOnlyItsTables(t *testing.T) {
 	w.changed(pods)
 	for _, c := range []struct {
 		nft     string
-		changed bool
+		changed string
 	}{
-		{"add table ip pods", false},
-		{"add table inet other", false},
-		{"add table inet pods", true},
-		{"add chain ip pods c", false},
-		{"add chain inet pods c", true},
-		{"flush ruleset", true},
+		{"add table ip pods", ""},
+		{"add table inet other", ""},
+		{"add table inet pods", "all"},
+		{"add chain ip pods c", ""},
+		{"add chain inet pods c", "all"},
+		{"add chain inet pods d", "all"},
+		{"add set inet pods s { type ipv4_addr; }", "all"},
+		{"add rule inet pods c accept", "chains [c]"},
+		{"insert rule inet pods d drop", "chains [d]"},
+		{"add element inet pods s { 10.0.0.1, 10.0.0.2 }", "sets [s]"},
+		{"delete element inet pods s { 10.0.0.1 }", "sets [s]"},
+		{"add chain inet other c; add rule inet other c accept", ""},
+		{"flush chain inet pods c", "chains [c]"},
+		{"add rule inet pods c accept; add element inet pods s { 10.0.0.3 }", "chains [c] sets [s]"},
+		{"add rule inet pods c accept; add chain inet pods e", "all"},
+		{"flush ruleset", "all"},
 	} {
 		ns.MustExec(t, "nft", c.nft)
-		if got := w.changed(pods); got != c.changed {
-			t.Errorf("after nft %s: changed %v, want %v", c.nft, got, c.changed)
+		if got := describe(w.changed(pods)); got != c.changed {
+			t.Errorf("after nft %s: changed %q, want %q", c.nft, got, c.changed)
 		}
 	}
+}
+
+// describe says what others changed, as the monitor tests expect it.
+func describe(f *foreign) string {
+	switch {
+	case !f.some():
+		return ""
+	case f.all:
+		return "all"
+	}
+	var out []string
+	for _, part := range []struct {
+		what  string
+		names map[string]bool
+	}{{"chains", f.chains}, {"sets", f.sets}} {
+		if len(part.names) > 0 {
+			out = append(out, fmt.Sprintf("%s %v", part.what, slices.Sorted(maps.Keys(part.names))))
+		}
+	}
+	return strings.Join(out, " ")
 }
 
 // TestProgrammersOfTheOwnNamespaceShareOneMonitor: the node role builds the
@@ -119,7 +153,7 @@ func TestProgrammersOfTheOwnNamespaceShareOneMonitor(t *testing.T) {
 	own.mu.Lock()
 	defer own.mu.Unlock()
 	for _, id := range []TableID{a.id, b.id} {
-		if !slices.Contains(own.tables, id) || !own.dirty[id] {
+		if !slices.Contains(own.tables, id) || own.dirty[id] == nil || !own.dirty[id].all {
 			t.Errorf("the shared monitor watches %v (changed: %v); want it to watch %s and count it changed", own.tables, own.dirty, id)
 		}
 	}
@@ -169,4 +203,63 @@ func TestProgrammersSharingAMonitorSyncSideBySide(t *testing.T) {
 				p.id, st.ReadBack, st.Messages, err, ns.MustExec(t, "nft", "list", "ruleset"))
 		}
 	}
+}
+
+// TestAFullSyncReadsBackOnlyWhatOthersChanged: after others changed rules
+// of one chain and elements of one set, a full sync reads those back alone
+// and repairs them; after they made a chain it reads the whole table back.
+func TestAFullSyncReadsBackOnlyWhatOthersChanged(t *testing.T) {
+	ns, dial := kernelNS(t)
+	p := NewProgrammer(dial, TableID{nftables.TableFamilyIPv4, testName})
+	t.Cleanup(p.Close)
+	want := base.table(testName)
+	if _, err := p.Sync(want, true); err != nil {
+		t.Fatal(err)
+	}
+	clean := ns.MustExec(t, "nft", "list", "table", "ip", testName)
+	for _, s := range []struct {
+		name     string
+		nft      string
+		reread   int
+		readBack bool
+	}{
+		{"untouched", "", 0, false},
+		{"a rule inserted", "insert rule ip " + testName + " a accept", 1, false},
+		{"a rule of ours deleted, an element added", "flush chain ip " + testName + " b; add element ip " + testName + " addrs { 10.7.7.7 }", 2, false},
+		{"elements of ours deleted, a set of the kernel's own changed", "delete element ip " + testName + " addrs { 10.1.0.1 }; add element ip " + testName + " clients { 10.8.8.8 }", 1, false},
+		{"a chain made", "add chain ip " + testName + " stray", 0, true},
+	} {
+		if s.nft != "" {
+			ns.MustExec(t, "nft", s.nft)
+		}
+		st, err := p.Sync(want, true)
+		if err != nil {
+			t.Fatalf("%s: %v", s.name, err)
+		}
+		if st.Reread != s.reread || st.ReadBack != s.readBack {
+			t.Errorf("%s: full sync reread %d parts, read the table back %v; want %d, %v", s.name, st.Reread, st.ReadBack, s.reread, s.readBack)
+		}
+		if got := ns.MustExec(t, "nft", "list", "table", "ip", testName); withoutClients(got) != withoutClients(clean) {
+			t.Errorf("%s: the table was not repaired:\n%s\nwant\n%s", s.name, got, clean)
+		}
+	}
+}
+
+// withoutClients is a listing without the elements of the dynamic set
+// "clients", which the kernel's own and nobody repairs.
+func withoutClients(listing string) string {
+	var out []string
+	inClients := false
+	for _, l := range strings.Split(listing, "\n") {
+		switch {
+		case strings.Contains(l, "set clients"):
+			inClients = true
+		case inClients && strings.TrimSpace(l) == "}":
+			inClients = false
+		case inClients && strings.Contains(l, "elements"):
+			continue
+		}
+		out = append(out, l)
+	}
+	return strings.Join(out, "\n")
 }

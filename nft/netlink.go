@@ -100,7 +100,7 @@ func (k *netlinkKernel) dial() (*nftables.Conn, *batchWriter, error) {
 	return c, w, nil
 }
 
-func (k *netlinkKernel) changed(t TableID) bool { return k.mon.changed(t) }
+func (k *netlinkKernel) changed(t TableID) *foreign { return k.mon.changed(t) }
 
 // send sends the plan with the monitor away from the multicast group.
 func (k *netlinkKernel) send(p *plan) (Stats, error) {

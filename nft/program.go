@@ -33,6 +33,9 @@ type Stats struct {
 	Messages     int
 	Transactions int
 	ReadBack     bool // the table was read back from the kernel first
+	// Reread counts the chains and sets read back first, those alone
+	// that others changed.
+	Reread int
 }
 
 // Dialer opens netlink sockets in one network namespace.
@@ -101,11 +104,14 @@ type kernel interface {
 	// connect makes sure there is a connection; fresh says it is new, so
 	// whatever the programmer remembers may be stale.
 	connect() (fresh bool, err error)
-	// changed reports, once, whether others changed table since the last
-	// call, or may have.
-	changed(table TableID) bool
+	// changed reports, once, what others changed in table since the last
+	// call, or may have; nil if nothing.
+	changed(table TableID) *foreign
 	// readBack lists table as a record; nil if there is no such table.
 	readBack(table TableID) (*kernelTable, error)
+	// reread reads back into k the chains and sets of table that f names
+	// and k holds (f.all aside), and returns how many.
+	reread(table TableID, k *kernelTable, f *foreign) (int, error)
 	// send runs the plan's steps in transactions.
 	send(p *plan) (Stats, error)
 	// packets reads the counters of the table's chains (Packets).
@@ -191,8 +197,17 @@ func (p *Programmer) sync(want *Table, full bool, touched *Touched) (Stats, erro
 	if fresh {
 		p.applied = nil
 	}
-	foreign := (full || p.applied == nil) && p.k.changed(p.id)
-	created, readBack := false, p.applied == nil || (full && foreign)
+	var others *foreign
+	if full || p.applied == nil {
+		others = p.k.changed(p.id)
+	}
+	created, readBack := false, p.applied == nil || (full && others != nil && others.all)
+	reread := 0
+	if !readBack && full && others.some() {
+		if reread, err = p.k.reread(p.id, p.applied, others); err != nil {
+			return Stats{}, fmt.Errorf("reading back what others changed in table %s: %w", p.id, err)
+		}
+	}
 	if readBack {
 		k, err := p.k.readBack(p.id)
 		if err != nil {
@@ -217,7 +232,7 @@ func (p *Programmer) sync(want *Table, full bool, touched *Touched) (Stats, erro
 		return Stats{}, err
 	}
 	st, err := p.k.send(pl)
-	st.ReadBack = readBack
+	st.ReadBack, st.Reread = readBack, reread
 	if err != nil {
 		return st, err
 	}

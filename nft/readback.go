@@ -280,3 +280,46 @@ func (k *kernelTable) addReadSet(ks *kernelSet) {
 	}
 	k.sets[name] = ks
 }
+
+// reread reads back into kt the rules of the chains and the elements of
+// the sets that f names, of those kt holds: what others changed, when
+// they changed nothing else. A chain or set that others made or deleted
+// is more than that (f.all), and reads the whole table back instead.
+func (k *netlinkKernel) reread(id TableID, kt *kernelTable, f *foreign) (int, error) {
+	var chains, sets []string
+	for name := range f.chains {
+		if kt.chains[name] != nil {
+			chains = append(chains, name)
+		}
+	}
+	byKernel := map[string]*kernelSet{}
+	for _, ks := range kt.sets {
+		if f.sets[ks.name] && !ks.spec.Dynamic {
+			byKernel[ks.name] = ks
+			sets = append(sets, ks.name)
+		}
+	}
+	if len(chains)+len(sets) == 0 {
+		return 0, nil
+	}
+	dump, err := k.dialer.dumper(id)
+	if err != nil {
+		return 0, err
+	}
+	defer dump.close()
+	fps, err := dump.ruleFingerprints(chains)
+	if err != nil {
+		return 0, err
+	}
+	ids, err := dump.setElementIDs(sets)
+	if err != nil {
+		return 0, err
+	}
+	for name, rules := range fps {
+		kt.chains[name].rules = rules
+	}
+	for kname, m := range ids {
+		byKernel[kname].elems = elems{m: m} // the adopted ones stay the desired set's
+	}
+	return len(chains) + len(sets), nil
+}
