@@ -190,9 +190,11 @@ func (f *Factory) start(ctx context.Context, r *resource) {
 			}))
 			return
 		}
-		lw := listWatch(client, m, list, watchFn, v.Labels, v.Fields, h.record, nil)
-		inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: h.indexers()})
-		_ = inf.SetTransform(transformFunc(k.example, h.record)) // cannot fail before Run
+		var inf cache.SharedIndexInformer
+		keep := unchanged(func() cache.Store { return inf.GetIndexer() }, h.record)
+		lw := listWatch(client, m, list, watchFn, v.Labels, v.Fields, keep, nil)
+		inf = cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: h.indexers()})
+		_ = inf.SetTransform(transformFunc(k.example, keep)) // cannot fail before Run
 		_ = inf.SetWatchErrorHandlerWithContext(resume(m))
 		r.informer = inf
 		h.setSynced(inf.HasSyncedChecker())
@@ -200,9 +202,11 @@ func (f *Factory) start(ctx context.Context, r *resource) {
 		return
 	}
 	r.shared = true
-	lw := listWatch(client, m, list, watchFn, nil, nil, r.entryOf, nil)
-	inf := cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: r.indexers()})
-	_ = inf.SetTransform(transformFunc(k.example, r.entryOf))
+	var inf cache.SharedIndexInformer
+	keep := unchanged(func() cache.Store { return inf.GetIndexer() }, r.entryOf)
+	lw := listWatch(client, m, list, watchFn, nil, nil, keep, nil)
+	inf = cache.NewSharedIndexInformerWithOptions(lw, k.example, cache.SharedIndexInformerOptions{Indexers: r.indexers()})
+	_ = inf.SetTransform(transformFunc(k.example, keep))
 	_ = inf.SetWatchErrorHandlerWithContext(resume(m))
 	r.informer = inf
 	for _, h := range r.views {
@@ -288,6 +292,31 @@ func (h *Handle) AddEventHandler(handler cache.ResourceEventHandler) (cache.Reso
 		return h.res.informer.AddEventHandler(handler)
 	}
 	return h.res.informer.AddEventHandler(viewHandler{h: h, next: handler})
+}
+
+// unchanged is make, except that an object the store holds at the same
+// resource version gets the stored record back. A relist (after an API
+// server restart every object is handed over again) then holds the stored
+// records a second time, not a second copy of each beside the store until
+// the store takes the list; records are never changed once made, and a
+// view's record depends on the object alone.
+func unchanged(store func() cache.Store, make func(runtime.Object) any) func(runtime.Object) any {
+	return func(obj runtime.Object) any {
+		m, err := metaOf(obj)
+		if err != nil || m.GetResourceVersion() == "" {
+			return make(obj)
+		}
+		key := m.GetName()
+		if ns := m.GetNamespace(); ns != "" {
+			key = ns + "/" + key
+		}
+		if old, ok, _ := store().GetByKey(key); ok {
+			if om, err := metaOf(old); err == nil && om.GetResourceVersion() == m.GetResourceVersion() {
+				return old
+			}
+		}
+		return make(obj)
+	}
 }
 
 // transformFunc applies make to objects of the example's type and passes

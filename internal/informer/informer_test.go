@@ -33,7 +33,7 @@ func (n *name) GetObjectMeta() metav1.Object { return &n.meta }
 func tagged(tag string) func(runtime.Object) any {
 	return func(o runtime.Object) any {
 		s := o.(*corev1.Service)
-		return &name{meta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name}, tag: tag}
+		return &name{meta: metav1.ObjectMeta{Namespace: s.Namespace, Name: s.Name, ResourceVersion: s.ResourceVersion}, tag: tag}
 	}
 }
 
@@ -344,5 +344,75 @@ func TestAFieldSelectorIsAppliedHereForASharedResource(t *testing.T) {
 	}
 	if got := keys(all.Indexer().List()); !slices.Equal(got, []string{"ns/done", "ns/running"}) {
 		t.Errorf("the other view holds %v, want both pods", got)
+	}
+}
+
+// expireFirstWatch makes the client's first watch of resource end at once
+// as expired, as after an API server restart: the reflector lists again.
+// The channel is closed when the second list has been answered.
+func expireFirstWatch(c *fake.Clientset, resource string) <-chan struct{} {
+	var mu sync.Mutex
+	watches, lists := 0, 0
+	relisted := make(chan struct{})
+	c.PrependWatchReactor(resource, func(a k8stesting.Action) (bool, watch.Interface, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if watches++; watches > 1 {
+			return false, nil, nil
+		}
+		w := watch.NewFakeWithChanSize(1, false)
+		w.Error(&metav1.Status{Status: metav1.StatusFailure, Code: 410, Reason: metav1.StatusReasonExpired})
+		return true, w, nil
+	})
+	c.PrependReactor("list", resource, func(k8stesting.Action) (bool, runtime.Object, error) {
+		mu.Lock()
+		defer mu.Unlock()
+		if lists++; lists == 2 {
+			close(relisted)
+		}
+		return false, nil, nil
+	})
+	return relisted
+}
+
+func TestARelistKeepsTheRecordOfAnObjectOfTheSameVersion(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) {
+			x, y := svc("a", "x", nil), svc("a", "y", nil)
+			x.ResourceVersion, y.ResourceVersion = "5", "5"
+			c := fake.NewClientset(x, y)
+			relisted := expireFirstWatch(c, "services")
+			f := New(c)
+			h := f.Register(View{Kind: Services, Name: "dns", Record: tagged("dns")})
+			if shared {
+				f.Register(View{Kind: Services, Name: "controller"})
+			}
+			var ev events
+			start(t, f, h)
+			before := map[string]any{}
+			for _, k := range []string{"a/x", "a/y"} {
+				before[k], _, _ = h.Indexer().GetByKey(k)
+			}
+			// y changes: the relist, or the watch after it, brings it.
+			y = y.DeepCopy()
+			y.ResourceVersion, y.Spec.ClusterIP = "6", "10.0.0.6"
+			if err := c.Tracker().Update(corev1.SchemeGroupVersion.WithResource("services"), y, "a"); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := h.AddEventHandler(ev.handler()); err != nil {
+				t.Fatal(err)
+			}
+			<-relisted
+			if err := wait.PollUntilContextTimeout(context.Background(), 10*time.Millisecond, 10*time.Second, true,
+				func(context.Context) (bool, error) {
+					now, _, _ := h.Indexer().GetByKey("a/y")
+					return now != before["a/y"], nil
+				}); err != nil {
+				t.Fatal("the relist's changed y never reached the store")
+			}
+			if now, _, _ := h.Indexer().GetByKey("a/x"); now != before["a/x"] {
+				t.Errorf("x, listed again at the same version, has a new record %p; want the stored %p", now, before["a/x"])
+			}
+		})
 	}
 }
