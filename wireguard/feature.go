@@ -126,9 +126,11 @@ func (f *Feature) Run(ctx context.Context) error {
 	go f.refresh(ctx)
 	f.shakes = newHandshakes(f.readOpened, f.nodes.Request)
 	go f.shakes.run(ctx)
-	f.leaving = time.AfterFunc(time.Hour, f.nodes.Request)
-	f.leaving.Stop()
-	defer f.leaving.Stop()
+	defer func() {
+		if f.leaving != nil {
+			f.leaving.Stop()
+		}
+	}()
 	if f.settings.ClusterCIDRsFromNodes() {
 		f.d.Log.Info("no --cluster-cidr: the pod CIDRs guarded against leaving in clear are the Nodes' only, not those of nodes yet to come")
 	}
@@ -233,7 +235,7 @@ func (f *Feature) sync(ctx context.Context, full bool) error {
 		return f.route(plan, cluster, me.PodCIDRs, full)
 	})
 	if at, ok := f.syncer.Leaving(); ok {
-		f.leaving.Reset(time.Until(at))
+		f.remindAt(at)
 	}
 	f.warn(plan)
 	f.observe(plan)
@@ -444,4 +446,13 @@ func Facts(nodes []nodeview.Node) []Node {
 		out = append(out, Node{Name: n.Name, IPs: n.IPs, PodCIDRs: n.PodCIDRs, Key: n.Annotations[Annotation]})
 	}
 	return out
+}
+
+// remindAt asks for a sync at at, when a peer's Linger is over.
+func (f *Feature) remindAt(at time.Time) {
+	if f.leaving == nil {
+		f.leaving = time.AfterFunc(time.Until(at), f.nodes.Request)
+		return
+	}
+	f.leaving.Reset(time.Until(at))
 }

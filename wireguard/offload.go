@@ -5,7 +5,6 @@ import (
 	"net"
 	"net/netip"
 	"sync"
-	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/net/ipv4"
@@ -132,18 +131,16 @@ var sendBatches = sync.Pool{New: func() any {
 	return b
 }}
 
-var gsoOff atomic.Bool // a send of joined datagrams failed: the path cannot split them
-
 func (s *udpSocket) send(bufs [][]byte, dst netip.AddrPort) error {
 	b := sendBatches.Get().(*sendBatch)
 	defer sendBatches.Put(b)
 	addr := net.UDPAddrFromAddrPort(dst)
-	n := b.fill(bufs, addr, s.gso && !gsoOff.Load())
+	n := b.fill(bufs, addr, s.gso.Load())
 	err := s.write(b.ms[:n])
 	if err != nil && n < len(bufs) && errors.Is(err, unix.EIO) {
 		// A device on the way that cannot checksum joined datagrams;
 		// from now on each goes on its own.
-		gsoOff.Store(true)
+		s.gso.Store(false)
 		n = b.fill(bufs, addr, false)
 		err = s.write(b.ms[:n])
 	}

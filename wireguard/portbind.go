@@ -9,6 +9,7 @@ import (
 	"os"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 
 	"golang.org/x/net/ipv4"
@@ -38,8 +39,10 @@ type udpSocket struct {
 	pc   batchConn
 	v6   bool
 	port uint16
-	gso  bool // the kernel takes a batch of equal datagrams as one send
-	gro  bool // and hands what it joined as one receive
+	// gso: the kernel takes a batch of equal datagrams as one send, until
+	// a send of joined ones fails (the path cannot split them).
+	gso atomic.Bool
+	gro bool // and hands what it joined as one receive
 }
 
 // batchConn is x/net's batched I/O, alike for both families.
@@ -193,7 +196,9 @@ func newSocket(c *net.UDPConn) *udpSocket {
 	} else {
 		s.pc = ipv4.NewPacketConn(c)
 	}
-	s.gso, s.gro = enableOffload(c)
+	gso, gro := enableOffload(c)
+	s.gso.Store(gso)
+	s.gro = gro
 	return s
 }
 
