@@ -13,7 +13,8 @@
 // Lists are paged and slimmed page by page (list.go), so a first list never
 // holds every object of a large cluster decoded at once; a lone view whose
 // sink takes lists as they arrive (ListSink) never holds even every record
-// at once. Every informer
+// at once, and a relist hands the store its own record of every object
+// whose version did not change, not a second copy. Every informer
 // goes through the factory's outage gate, so after an API server outage
 // all of them are back within seconds (resume.go).
 package informer
