@@ -36,6 +36,7 @@ func init() {
 		{"10 encryption (NETPLANE_LAB_ENCRYPTION=wireguard): no pod payload crosses the router in clear", Encrypted},
 		{"11 helm upgrade under load: every netplane pod replaced, no request, query or held connection lost", Upgrade},
 		{"12 encryption rolled in (permissive, strict) and out under load by helm upgrade: nothing in clear, nothing lost", EncryptionRollout},
+		{"13 pod relays (helm upgrade relay.enabled): every agent reads pods from one, labels reach the policy tables, also after a relay is deleted", PodRelays},
 	}
 }
 
