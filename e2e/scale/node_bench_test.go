@@ -128,9 +128,14 @@ func runNode(b *testing.B, api *framework.APIServer, w kubernetes.Interface, s S
 	peakBy := func(phase string) {
 		body, _ := get(ns, "http://"+metricsAddr+"/metrics")
 		mib := func(name string) float64 { v, _ := metric(body, name); return v / (1 << 20) }
-		b.Logf("node role's peak resident memory by the end of %s: %d MiB (now %d MiB: Go heap in use %.0f MiB, next collection at %.0f, idle %.0f of which released %.0f; runtime in all %.0f MiB)",
+		full := func(what string) float64 {
+			v, _ := metric(body, `netplane_node_sync_duration_seconds_`+what+`{feature="network-policy",type="full"}`)
+			return v
+		}
+		b.Logf("node role's peak resident memory by the end of %s: %d MiB (now %d MiB: Go heap in use %.0f MiB, next collection at %.0f, idle %.0f of which released %.0f; runtime in all %.0f MiB); NetworkPolicy's full syncs so far: %.0f, %.2f s in all",
 			phase, framework.StatusKiB(p.Cmd.Process.Pid, "VmHWM")/1024, framework.StatusKiB(p.Cmd.Process.Pid, "VmRSS")/1024,
-			mib("go_memstats_heap_inuse_bytes"), mib("go_memstats_next_gc_bytes"), mib("go_memstats_heap_idle_bytes"), mib("go_memstats_heap_released_bytes"), mib("go_memstats_sys_bytes"))
+			mib("go_memstats_heap_inuse_bytes"), mib("go_memstats_next_gc_bytes"), mib("go_memstats_heap_idle_bytes"), mib("go_memstats_heap_released_bytes"), mib("go_memstats_sys_bytes"),
+			full("count"), full("sum"))
 	}
 	peakBy("the first sync")
 	saveHeap(b, ns, "synced")
@@ -312,7 +317,11 @@ func policyChanges(b *testing.B, w kubernetes.Interface, mon *nftwatch.Monitor, 
 		if _, err := c.Update(ctx, next, metav1.UpdateOptions{}); err != nil {
 			b.Fatal(err)
 		}
-		took = append(took, waitSeen(b, seen, t0, "policy block 172.16."+fmt.Sprint(i)+".0/24"))
+		d := waitSeen(b, seen, t0, "policy block 172.16."+fmt.Sprint(i)+".0/24")
+		if d > 100*time.Millisecond {
+			b.Logf("policy change %d took %v (sent %s)", i, d.Round(time.Millisecond), t0.Format("15:04:05.000"))
+		}
+		took = append(took, d)
 		time.Sleep(100 * time.Millisecond)
 	}
 	return percentiles(took)
