@@ -28,9 +28,9 @@ import (
 // What others changed is kept per table as far as a notification says:
 // rules added or deleted name their chain, elements their set, so a full
 // sync reads back only those (an nft insert into the policy table's
-// forward chain: one chain of rules, where reading back a table of 10,000
-// policies over 150,000 pods took most of 2 s, every change waiting
-// behind it). Anything else (a chain, set or the table itself made or
+// forward chain: one chain, 40 ms, where reading back the whole table of
+// 10,000 policies over 150,000 pods took 0.9 s, every policy change
+// waiting behind it). Anything else (a chain, set or the table itself made or
 // deleted, a notification that cannot be read, notifications lost) reads
 // the whole table back.
 

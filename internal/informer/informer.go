@@ -307,9 +307,9 @@ func unchanged(store func() cache.Store, make func(runtime.Object) any) func(run
 		if err != nil || m.GetResourceVersion() == "" {
 			return make(obj)
 		}
-		key := m.GetName()
-		if ns := m.GetNamespace(); ns != "" {
-			key = ns + "/" + key
+		key, err := cache.MetaNamespaceKeyFunc(obj)
+		if err != nil {
+			return make(obj)
 		}
 		if old, ok, _ := store().GetByKey(key); ok {
 			if om, err := metaOf(old); err == nil && om.GetResourceVersion() == m.GetResourceVersion() {
