@@ -307,10 +307,7 @@ func unchanged(store func() cache.Store, make func(runtime.Object) any) func(run
 		if err != nil || m.GetResourceVersion() == "" {
 			return make(obj)
 		}
-		key, err := cache.MetaNamespaceKeyFunc(obj)
-		if err != nil {
-			return make(obj)
-		}
+		key := cache.NewObjectName(m.GetNamespace(), m.GetName()).String() // the store's key
 		if old, ok, _ := store().GetByKey(key); ok {
 			if om, err := metaOf(old); err == nil && om.GetResourceVersion() == m.GetResourceVersion() {
 				return old

@@ -46,26 +46,11 @@ func NetworkPolicy(ctx context.Context, l *lab.Lab, logf func(string, ...any)) e
 	if err := explainPolicy(ctx, l, logf); err != nil {
 		return err
 	}
-	if err := setAccess(ctx, l, "client-other", "true"); err != nil {
-		return err
-	}
-	start := time.Now()
-	if err := within(ctx, 10*time.Second, func() error { _, err := getIn(ctx, l, policyNS, "client-other", url); return err }); err != nil {
-		return fmt.Errorf("client-other, labelled access=true: %w", err)
-	}
-	logf("client-other labelled access=true: admitted %v after the label", time.Since(start).Round(time.Millisecond))
-	if err := setAccess(ctx, l, "client-other", ""); err != nil {
-		return err
-	}
-	if err := within(ctx, 10*time.Second, func() error {
-		if _, err := getIn(ctx, l, policyNS, "client-other", url); err == nil {
-			return fmt.Errorf("still admitted")
+	for _, label := range []string{"true", ""} {
+		if err := accessFollows(ctx, l, label, logf); err != nil {
+			return err
 		}
-		return nil
-	}); err != nil {
-		return fmt.Errorf("client-other, label removed: %w", err)
 	}
-	logf("client-other without the label: denied again")
 	return lockedNamespace(ctx, l, logf)
 }
 
@@ -139,4 +124,27 @@ func running(ctx context.Context, l *lab.Lab, namespace, pod string) error {
 		}
 		return err
 	})
+}
+
+// accessFollows sets client-other's access label (or with "" removes it)
+// and waits up to 10 s for nginx to admit it (or to deny it) by name.
+func accessFollows(ctx context.Context, l *lab.Lab, label string, logf func(string, ...any)) error {
+	if err := setAccess(ctx, l, "client-other", label); err != nil {
+		return err
+	}
+	admit, start := label == "true", time.Now()
+	if err := within(ctx, 10*time.Second, func() error {
+		_, err := getIn(ctx, l, policyNS, "client-other", "http://nginx:8080/")
+		switch {
+		case admit && err != nil:
+			return err
+		case !admit && err == nil:
+			return fmt.Errorf("still admitted")
+		}
+		return nil
+	}); err != nil {
+		return fmt.Errorf("client-other, access label %q: %w", label, err)
+	}
+	logf("client-other, access label %q: admitted %v after %v", label, admit, time.Since(start).Round(time.Millisecond))
+	return nil
 }
