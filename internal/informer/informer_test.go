@@ -165,7 +165,14 @@ func TestViewsOfOneResourceShareOneListAndWatch(t *testing.T) {
 	whole := f.Register(View{Kind: Services, Name: "controller"})
 	proxy := f.Register(View{Kind: Services, Name: "proxy", Labels: sel, Record: tagged("proxy")})
 	dns := f.Register(View{Kind: Services, Name: "dns", Record: tagged("dns")})
+	watched := watching(c, "services")
 	start(t, f, whole, proxy, dns)
+	// The views sync after the list; the watch starts just after that.
+	select {
+	case <-watched:
+	case <-time.After(10 * time.Second):
+		t.Fatal("services never watched")
+	}
 	if got := listsAndWatches(c); got["list services"] != 1 || got["watch services"] != 1 {
 		t.Errorf("calls %v, want one list and one watch of services", got)
 	}
