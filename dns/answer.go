@@ -168,8 +168,8 @@ func (l *lookup) serviceAddrs(s *service) []netip.Addr {
 	if s.kind == kindClusterIP {
 		return s.ips
 	}
-	out := make([]netip.Addr, 0, len(s.eps))
-	for _, e := range s.eps {
+	out := make([]netip.Addr, 0, s.eps.count())
+	for e := range s.eps.all() {
 		out = append(out, e.addr)
 	}
 	return out
@@ -203,7 +203,7 @@ func (l *lookup) addrRR(name string, a netip.Addr) dns.RR {
 
 func (l *lookup) endpoint(s *service, host string) Result {
 	var addrs []netip.Addr
-	for _, e := range s.eps {
+	for e := range s.eps.all() {
 		if e.host == host {
 			addrs = append(addrs, e.addr)
 		}
@@ -223,7 +223,7 @@ func (l *lookup) namedPort(s *service, name, proto string) Result {
 	for _, p := range s.ports {
 		found = found || match(p)
 	}
-	for _, e := range s.eps {
+	for e := range s.eps.all() {
 		for _, p := range e.ports {
 			found = found || match(p)
 		}
@@ -256,7 +256,7 @@ func (l *lookup) srv(s *service, match func(port) bool) Result {
 			}
 		}
 	} else {
-		for _, e := range s.eps {
+		for e := range s.eps.all() {
 			for _, p := range e.ports {
 				if match(p) {
 					ts = append(ts, target{e.host + "." + base, p.port, []netip.Addr{e.addr}})
@@ -369,13 +369,19 @@ func (z *Zone) Reverse(ix *Index, q dns.Question) (r Result, ok bool) {
 		return Result{}, false
 	}
 	seen := map[string]bool{}
-	for _, o := range owners {
-		if seen[o.target] {
+	for _, k := range owners {
+		s := ix.service(k.ns, k.name)
+		if s == nil {
 			continue
 		}
-		seen[o.target] = true
-		hdr := dns.RR_Header{Name: q.Name, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: z.TTL}
-		r.Answer = append(r.Answer, &dns.PTR{Hdr: hdr, Ptr: o.target + "." + z.Origin})
+		for _, name := range s.ptrNames(a) {
+			if seen[name] {
+				continue
+			}
+			seen[name] = true
+			hdr := dns.RR_Header{Name: q.Name, Rrtype: dns.TypePTR, Class: dns.ClassINET, Ttl: z.TTL}
+			r.Answer = append(r.Answer, &dns.PTR{Hdr: hdr, Ptr: name + "." + z.Origin})
+		}
 	}
 	return r, true
 }

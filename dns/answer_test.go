@@ -1,6 +1,8 @@
 package dns
 
 import (
+	"net/netip"
+	"slices"
 	"testing"
 
 	"github.com/miekg/dns"
@@ -316,5 +318,20 @@ func TestServiceUpdatesMoveReverseEntries(t *testing.T) {
 	}
 	if c := next.Edit(); c.Done(1) != next {
 		t.Error("an empty change made a new index")
+	}
+	// The reverse map names only the Services that still hold an address:
+	// once the last one lets it go, the question goes upstream.
+	a := netip.MustParseAddr("172.16.0.1")
+	if owners, _ := next.reverse.get(a); !slices.Equal(owners, []svcKey{{"other", "svc1"}}) {
+		t.Errorf("172.16.0.1 is named by %v, want only other/svc1", owners)
+	}
+	c = next.Edit()
+	c.SetService(svcKey{"other", "svc1"}, nil)
+	last := c.Done(next.serial + 1)
+	if got, ok := z.Reverse(last, dns.Question{Name: "1.0.16.172.in-addr.arpa.", Qtype: dns.TypePTR}); ok {
+		t.Errorf("an address no Service holds is answered: %v", got.Answer)
+	}
+	if owners, _ := next.reverse.get(a); len(owners) != 1 {
+		t.Errorf("the previous index's reverse entry changed to %v", owners)
 	}
 }

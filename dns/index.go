@@ -61,13 +61,6 @@ func (e *cowEditor[K, V]) del(k K) {
 	}
 }
 
-// ptrOwner is one name an address has in reverse lookups, and the Service
-// that gave it (so the Service's next change can take it back).
-type ptrOwner struct {
-	svc    svcKey
-	target string // relative to the zone, like "web-0.db.prod.svc"
-}
-
 // Index is one immutable snapshot of everything the cluster zone answers
 // from. The server reads the current one through an atomic pointer; the
 // watcher derives the next one from it and swaps it in, so a query never
@@ -77,7 +70,7 @@ type Index struct {
 	serial     uint32 // unix time of the last change a query could see
 	services   *cowMap[svcKey, *service]
 	namespaces *cowMap[string, struct{}]
-	reverse    *cowMap[netip.Addr, []ptrOwner]
+	reverse    *cowMap[netip.Addr, []svcKey] // the Services that name an address, in the order they came
 	pods       podTable
 }
 
@@ -86,7 +79,7 @@ func NewIndex() *Index {
 	return &Index{
 		services:   &cowMap[svcKey, *service]{},
 		namespaces: &cowMap[string, struct{}]{},
-		reverse:    &cowMap[netip.Addr, []ptrOwner]{},
+		reverse:    &cowMap[netip.Addr, []svcKey]{},
 		pods:       newPodTable(),
 	}
 }
@@ -114,7 +107,7 @@ type Change struct {
 	base       *Index
 	services   *cowEditor[svcKey, *service]
 	namespaces *cowEditor[string, struct{}]
-	reverse    *cowEditor[netip.Addr, []ptrOwner]
+	reverse    *cowEditor[netip.Addr, []svcKey]
 	pods       *podTableEditor
 	changed    bool
 	synced     bool
@@ -134,15 +127,19 @@ func (ix *Index) Edit() *Change {
 
 // SetService replaces the records of the Service k (nil removes them) and
 // its reverse entries. It reports whether anything a query sees changed.
+// The reverse map names the Service, not the names it gives (made per
+// query from the Service's records), so only addresses the Service gains
+// or loses change it.
 func (c *Change) SetService(k svcKey, s *service) bool {
 	old, _ := c.services.get(k)
 	if old.equal(s) {
 		return false
 	}
-	if old != nil {
-		for a := range old.ptrTargets() {
+	was, is := old.addrs(), s.addrs()
+	for _, a := range was {
+		if _, keep := slices.BinarySearchFunc(is, a, netip.Addr.Compare); !keep {
 			owners, _ := c.reverse.get(a)
-			owners = slices.DeleteFunc(slices.Clone(owners), func(o ptrOwner) bool { return o.svc == k })
+			owners = slices.DeleteFunc(slices.Clone(owners), func(o svcKey) bool { return o == k })
 			if len(owners) == 0 {
 				c.reverse.del(a)
 			} else {
@@ -150,18 +147,16 @@ func (c *Change) SetService(k svcKey, s *service) bool {
 			}
 		}
 	}
+	for _, a := range is {
+		if _, had := slices.BinarySearchFunc(was, a, netip.Addr.Compare); !had {
+			owners, _ := c.reverse.get(a)
+			c.reverse.set(a, append(slices.Clip(owners), k))
+		}
+	}
 	if s == nil {
 		c.services.del(k)
 	} else {
 		c.services.set(k, s)
-		for a, targets := range s.ptrTargets() {
-			owners, _ := c.reverse.get(a)
-			owners = slices.Clone(owners)
-			for _, t := range targets {
-				owners = append(owners, ptrOwner{k, t})
-			}
-			c.reverse.set(a, owners)
-		}
 	}
 	c.changed = true
 	return true

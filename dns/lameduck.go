@@ -33,7 +33,7 @@ func stillServing(ix *Index, svc svcKey, own []netip.Addr) bool {
 	if s == nil {
 		return false
 	}
-	for _, e := range s.eps {
+	for e := range s.eps.all() {
 		for _, a := range own {
 			if e.addr == a {
 				return true

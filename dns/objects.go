@@ -23,9 +23,19 @@ func slim(obj runtime.Object) any {
 	case *discoveryv1.EndpointSlice:
 		return sliceOf(o)
 	case *corev1.Namespace:
-		return &corev1.Namespace{ObjectMeta: slimMeta(o.ObjectMeta)}
+		return &nsInfo{metaOf(o.ObjectMeta)}
 	}
 	return obj
+}
+
+// nsInfo is what the Namespace view keeps: that the namespace exists.
+// A slimmed corev1.Namespace, its metadata's empty fields and all, was
+// 400 bytes: 4 MB at 10,000 namespaces.
+type nsInfo struct{ objMeta }
+
+func (n *nsInfo) DeepCopyObject() runtime.Object {
+	c := *n
+	return &c
 }
 
 // svcInfo is what the Service view keeps: the key, the resource version
@@ -54,10 +64,6 @@ func (m *objMeta) GetObjectMeta() metav1.Object {
 }
 
 func (m *objMeta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectKind }
-
-func slimMeta(m metav1.ObjectMeta) metav1.ObjectMeta {
-	return metav1.ObjectMeta{Name: m.Name, Namespace: m.Namespace, ResourceVersion: m.ResourceVersion}
-}
 
 // sliceInfo is what the EndpointSlice view keeps: the key, the Service
 // it belongs to, its trigger time, and its ready endpoints as the records

@@ -1,6 +1,7 @@
 package dns
 
 import (
+	"iter"
 	"net/netip"
 	"slices"
 	"strings"
@@ -45,7 +46,44 @@ type service struct {
 	ips      []netip.Addr // ClusterIPs, kindClusterIP only
 	external string       // lowercase FQDN, kindExternalName only
 	ports    []port
-	eps      []endpoint // ready only, one per address, sorted by address
+	eps      endpoints // ready only, one per address
+}
+
+// endpoints are a Service's ready endpoints: the lists of its slices, each
+// sorted by address and shared with the slice's record, in the order of the
+// slices' names. When an address is in two slices (two managers, a slice
+// being split) they are one merged list instead. No list is empty.
+type endpoints [][]endpoint
+
+// all yields every endpoint, list by list.
+func (es endpoints) all() iter.Seq[endpoint] {
+	return func(yield func(endpoint) bool) {
+		for _, l := range es {
+			for _, e := range l {
+				if !yield(e) {
+					return
+				}
+			}
+		}
+	}
+}
+
+// at is the endpoint of address a, if there is one.
+func (es endpoints) at(a netip.Addr) (endpoint, bool) {
+	for _, l := range es {
+		if i, ok := slices.BinarySearchFunc(l, a, func(e endpoint, a netip.Addr) int { return e.addr.Compare(a) }); ok {
+			return l[i], true
+		}
+	}
+	return endpoint{}, false
+}
+
+func (es endpoints) count() int {
+	n := 0
+	for _, l := range es {
+		n += len(l)
+	}
+	return n
 }
 
 // buildService computes a Service's records from the Service and the
@@ -113,19 +151,47 @@ func clusterIPs(svc *corev1.Service) []netip.Addr {
 	return out
 }
 
-// mergeEndpoints merges the endpoints of a Service's slices, in the order
-// of the slices' names; one slice's are shared as they are.
-func mergeEndpoints(sls []*sliceInfo) []endpoint {
-	if len(sls) == 1 {
-		return sls[0].eps
+// mergeEndpoints gathers the endpoints of a Service's slices. Each slice's
+// list is shared as it is unless an address is in two of them: a merged
+// copy of every endpoint of a Service of three 100-endpoint slices was as
+// large as the slices' own lists.
+func mergeEndpoints(sls []*sliceInfo) endpoints {
+	var out endpoints
+	if len(sls) > 1 {
+		sls = slices.Clone(sls)
+		slices.SortFunc(sls, func(a, b *sliceInfo) int { return strings.Compare(a.name, b.name) })
 	}
-	sls = slices.Clone(sls)
-	slices.SortFunc(sls, func(a, b *sliceInfo) int { return strings.Compare(a.name, b.name) })
-	var all []endpoint
+	n := 0
 	for _, sl := range sls {
-		all = append(all, sl.eps...)
+		if len(sl.eps) > 0 {
+			out = append(out, sl.eps)
+			n += len(sl.eps)
+		}
 	}
-	return oneByAddress(all)
+	if len(out) <= 1 || distinctAddresses(out, n) {
+		return slices.Clip(out)
+	}
+	all := make([]endpoint, 0, n)
+	for _, l := range out {
+		all = append(all, l...)
+	}
+	return endpoints{oneByAddress(all)}
+}
+
+// distinctAddresses reports whether no address is in two of the n
+// endpoints of es.
+func distinctAddresses(es endpoints, n int) bool {
+	addrs := make([]netip.Addr, 0, n)
+	for e := range es.all() {
+		addrs = append(addrs, e.addr)
+	}
+	slices.SortFunc(addrs, netip.Addr.Compare)
+	for i := 1; i < len(addrs); i++ {
+		if addrs[i] == addrs[i-1] {
+			return false
+		}
+	}
+	return true
 }
 
 // readyEndpoints are a slice's ready endpoints, one per address.
@@ -134,7 +200,7 @@ func readyEndpoints(sl *discoveryv1.EndpointSlice) []endpoint {
 		return nil
 	}
 	ports := slicePorts(sl)
-	var eps []endpoint
+	eps := make([]endpoint, 0, len(sl.Endpoints))
 	for _, e := range sl.Endpoints {
 		if e.Conditions.Ready != nil && !*e.Conditions.Ready {
 			continue
@@ -157,10 +223,14 @@ func readyEndpoints(sl *discoveryv1.EndpointSlice) []endpoint {
 
 // oneByAddress merges endpoints of one address, in order: the same address
 // twice (two managers, or a slice being split) is one endpoint whose ports
-// are the union, named by the first hostname given, sorted by address.
+// are the union, named by the first hostname given, sorted by address. The
+// result is kept: it is allocated at the size it needs.
 func oneByAddress(in []endpoint) []endpoint {
-	byAddr := map[netip.Addr]int{}
-	var eps []endpoint
+	if len(in) == 0 {
+		return nil
+	}
+	byAddr := make(map[netip.Addr]int, len(in))
+	eps := make([]endpoint, 0, len(in))
 	for _, e := range in {
 		i, ok := byAddr[e.addr]
 		if !ok {
@@ -232,20 +302,33 @@ func parseDashedIP(label string) (netip.Addr, bool) {
 	return a, true
 }
 
-// ptrTargets lists what a Service contributes to reverse lookups: each
-// ClusterIP names the Service, each endpoint address names the endpoint.
-// Names are relative to the zone, like "web-0.db.prod.svc".
-func (s *service) ptrTargets() map[netip.Addr][]string {
-	out := map[netip.Addr][]string{}
-	base := s.key.name + "." + s.key.ns + ".svc"
-	for _, ip := range s.ips {
-		out[ip] = append(out[ip], base)
+// addrs are the addresses a Service gives names in reverse lookups, its
+// ClusterIPs and its endpoints', sorted, each once; none for nil.
+func (s *service) addrs() []netip.Addr {
+	if s == nil {
+		return nil
 	}
-	for _, e := range s.eps {
-		t := e.host + "." + base
-		if !slices.Contains(out[e.addr], t) {
-			out[e.addr] = append(out[e.addr], t)
-		}
+	out := make([]netip.Addr, 0, len(s.ips)+s.eps.count())
+	out = append(out, s.ips...)
+	for e := range s.eps.all() {
+		out = append(out, e.addr)
+	}
+	slices.SortFunc(out, netip.Addr.Compare)
+	return slices.Compact(out)
+}
+
+// ptrNames are the names a has in s's reverse lookups, relative to the
+// zone: a ClusterIP names the Service ("db.prod.svc"), an endpoint's
+// address the endpoint ("web-0.db.prod.svc"). They are made per query
+// rather than kept, a string an endpoint.
+func (s *service) ptrNames(a netip.Addr) []string {
+	base := s.key.name + "." + s.key.ns + ".svc"
+	var out []string
+	if slices.Contains(s.ips, a) {
+		out = append(out, base)
+	}
+	if e, ok := s.eps.at(a); ok {
+		out = append(out, e.host+"."+base)
 	}
 	return out
 }
@@ -258,7 +341,9 @@ func (s *service) equal(o *service) bool {
 	}
 	return s.key == o.key && s.kind == o.kind && s.external == o.external &&
 		slices.Equal(s.ips, o.ips) && slices.Equal(s.ports, o.ports) &&
-		slices.EqualFunc(s.eps, o.eps, func(a, b endpoint) bool {
-			return a.host == b.host && a.addr == b.addr && slices.Equal(a.ports, b.ports)
+		slices.EqualFunc(s.eps, o.eps, func(a, b []endpoint) bool {
+			return slices.EqualFunc(a, b, func(a, b endpoint) bool {
+				return a.host == b.host && a.addr == b.addr && slices.Equal(a.ports, b.ports)
+			})
 		})
 }

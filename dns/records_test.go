@@ -2,6 +2,7 @@ package dns
 
 import (
 	"fmt"
+	"slices"
 	"testing"
 
 	corev1 "k8s.io/api/core/v1"
@@ -39,6 +40,12 @@ func TestEndpointsOfSeveralSlicesMerge(t *testing.T) {
 				slice("ns", "c", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.1", ready: true}),
 			},
 			"[web-0@10.0.0.1:[http/tcp/80]]"},
+		{"slices of distinct addresses are read in the order of their names",
+			[]*discoveryv1.EndpointSlice{
+				slice("ns", "b", "svc", v4, dns, ep{addr: "10.0.0.1", ready: true}),
+				slice("ns", "a", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.3", ready: true}, ep{addr: "10.0.0.2", ready: true}),
+			},
+			"[10-0-0-2@10.0.0.2:[http/tcp/80] 10-0-0-3@10.0.0.3:[http/tcp/80] 10-0-0-1@10.0.0.1:[dns/udp/53]]"},
 		{"unready endpoints and bad addresses are left out",
 			[]*discoveryv1.EndpointSlice{
 				slice("ns", "a", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.1"}, ep{addr: "not-an-address", ready: true}, ep{addr: "10.0.0.3", ready: true}),
@@ -54,24 +61,45 @@ func TestEndpointsOfSeveralSlicesMerge(t *testing.T) {
 	}
 }
 
-// TestAServiceOfOneSliceSharesItsEndpoints: the index holds a slice's
-// endpoints once, in the slice's record.
-func TestAServiceOfOneSliceSharesItsEndpoints(t *testing.T) {
-	sl := sliceOf(slice("ns", "a", "svc", discoveryv1.AddressTypeIPv4, httpSlicePorts(), ep{addr: "10.0.0.1", ready: true}))
-	s := serviceSpec(headlessService("ns", "svc", httpPort())).withEndpoints([]*sliceInfo{sl})
-	if len(s.eps) != 1 || &s.eps[0] != &sl.eps[0] {
-		t.Error("the Service's endpoints are a copy of its only slice's")
+// TestAServiceSharesItsSlicesEndpoints: the index holds a slice's
+// endpoints once, in the slice's record, unless the Service's slices share
+// an address.
+func TestAServiceSharesItsSlicesEndpoints(t *testing.T) {
+	v4 := discoveryv1.AddressTypeIPv4
+	a := sliceOf(slice("ns", "a", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.1", ready: true}))
+	b := sliceOf(slice("ns", "b", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.2", ready: true}, ep{addr: "10.0.0.3", ready: true}))
+	empty := sliceOf(slice("ns", "c", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.4"}))
+	spec := serviceSpec(headlessService("ns", "svc", httpPort()))
+	for _, c := range []struct {
+		name   string
+		slices []*sliceInfo
+		shared bool
+	}{
+		{"one slice", []*sliceInfo{a}, true},
+		{"two slices of distinct addresses and one without ready endpoints", []*sliceInfo{empty, b, a}, true},
+		{"two slices of one address", []*sliceInfo{a, sliceOf(slice("ns", "d", "svc", v4, httpSlicePorts(), ep{addr: "10.0.0.1", ready: true}))}, false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s := spec.withEndpoints(c.slices)
+			shared := len(s.eps) > 0
+			for _, l := range s.eps {
+				shared = shared && len(l) > 0 && slices.ContainsFunc(c.slices, func(sl *sliceInfo) bool { return len(sl.eps) > 0 && &sl.eps[0] == &l[0] })
+			}
+			if shared != c.shared {
+				t.Errorf("the Service's endpoint lists are the slices' own: %v, want %v", shared, c.shared)
+			}
+		})
 	}
 }
 
-func endpointsText(eps []endpoint) string {
-	out := make([]string, len(eps))
-	for i, e := range eps {
+func endpointsText(eps endpoints) string {
+	var out []string
+	for e := range eps.all() {
 		ports := make([]string, len(e.ports))
 		for j, p := range e.ports {
 			ports[j] = fmt.Sprintf("%s/%s/%d", p.name, p.proto, p.port)
 		}
-		out[i] = fmt.Sprintf("%s@%s:%v", e.host, e.addr, ports)
+		out = append(out, fmt.Sprintf("%s@%s:%v", e.host, e.addr, ports))
 	}
 	return fmt.Sprint(out)
 }

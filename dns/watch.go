@@ -237,8 +237,8 @@ func (w *watcher) noteSlice(obj any, fresh bool) {
 }
 
 func (w *watcher) noteNamespace(obj any, _ bool) {
-	if n, ok := unwrap(obj).(*corev1.Namespace); ok {
-		w.note(func(p *pending) { p.nss[n.Name] = struct{}{} })
+	if n, ok := unwrap(obj).(*nsInfo); ok {
+		w.note(func(p *pending) { p.nss[n.name] = struct{}{} })
 	}
 }
 
