@@ -202,9 +202,13 @@ func (l *lookup) addrRR(name string, a netip.Addr) dns.RR {
 }
 
 func (l *lookup) endpoint(s *service, host string) Result {
+	// A label in an endpoint's dashed form names an endpoint without a
+	// hostname that has that address.
+	dashed, isDashed := parseDashedIP(host)
+	isDashed = isDashed && dashedIP(dashed) == host
 	var addrs []netip.Addr
 	for e := range s.eps.all() {
-		if e.host == host {
+		if e.host == host || isDashed && e.host == "" && e.addr == dashed {
 			addrs = append(addrs, e.addr)
 		}
 	}
@@ -259,7 +263,7 @@ func (l *lookup) srv(s *service, match func(port) bool) Result {
 		for e := range s.eps.all() {
 			for _, p := range e.ports {
 				if match(p) {
-					ts = append(ts, target{e.host + "." + base, p.port, []netip.Addr{e.addr}})
+					ts = append(ts, target{e.name() + "." + base, p.port, []netip.Addr{e.addr}})
 				}
 			}
 		}

@@ -120,6 +120,8 @@ var answerCases = []answerCase{
 		answer: []string{"5678-abcd--1.hdls1.testns.svc.cluster.local. 5 IN AAAA 5678:abcd::1"}},
 	nodata("endpoint name of the other family", "5678-abcd--1.hdls1.testns.svc.cluster.local.", dns.TypeA),
 	nxdomain("23 bogus endpoint", "bogusendpoint.hdls1.testns.svc.cluster.local.", dns.TypeA),
+	nxdomain("a v6 endpoint's address not in its dashed form", "5678-abcd-0-0-0-0-0-1.hdls1.testns.svc.cluster.local.", dns.TypeAAAA),
+	nxdomain("a dashed address of an endpoint that has a hostname", "172-16-0-1.svc1.testns.svc.cluster.local.", dns.TypeA),
 	nxdomain("unready endpoint name", "172-16-0-9.hdls1.testns.svc.cluster.local.", dns.TypeA),
 	{name: "24 portless headless A", qname: "hdlsprtls.testns.svc.cluster.local.", qtype: dns.TypeA,
 		answer: []string{"hdlsprtls.testns.svc.cluster.local. 5 IN A 172.16.0.20"}},

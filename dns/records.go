@@ -29,9 +29,18 @@ type port struct {
 
 // endpoint is one ready address of a Service, merged across its slices.
 type endpoint struct {
-	host  string // the endpoint's name label: slice hostname or dashed IP
+	host  string // the slice's hostname, lowercase; none for most endpoints
 	addr  netip.Addr
 	ports []port
+}
+
+// name is the endpoint's label: its hostname, else its dashed address,
+// made when asked rather than kept (a string an endpoint).
+func (e endpoint) name() string {
+	if e.host != "" {
+		return e.host
+	}
+	return dashedIP(e.addr)
 }
 
 // svcKey names a Service; lookups build it from query labels without
@@ -211,8 +220,8 @@ func readyEndpoints(sl *discoveryv1.EndpointSlice) []endpoint {
 				continue
 			}
 			a = a.Unmap()
-			host := dashedIP(a)
-			if e.Hostname != nil && *e.Hostname != "" {
+			var host string
+			if e.Hostname != nil {
 				host = strings.ToLower(*e.Hostname)
 			}
 			eps = append(eps, endpoint{host: host, addr: a, ports: ports})
@@ -239,7 +248,7 @@ func oneByAddress(in []endpoint) []endpoint {
 			continue
 		}
 		eps[i].ports = mergePorts(eps[i].ports, e.ports)
-		if dashed := dashedIP(e.addr); eps[i].host == dashed && e.host != dashed {
+		if eps[i].host == "" {
 			eps[i].host = e.host
 		}
 	}
@@ -328,7 +337,7 @@ func (s *service) ptrNames(a netip.Addr) []string {
 		out = append(out, base)
 	}
 	if e, ok := s.eps.at(a); ok {
-		out = append(out, e.host+"."+base)
+		out = append(out, e.name()+"."+base)
 	}
 	return out
 }

@@ -99,7 +99,7 @@ func endpointsText(eps endpoints) string {
 		for j, p := range e.ports {
 			ports[j] = fmt.Sprintf("%s/%s/%d", p.name, p.proto, p.port)
 		}
-		out = append(out, fmt.Sprintf("%s@%s:%v", e.host, e.addr, ports))
+		out = append(out, fmt.Sprintf("%s@%s:%v", e.name(), e.addr, ports))
 	}
 	return fmt.Sprint(out)
 }
