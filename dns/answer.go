@@ -368,7 +368,7 @@ func (z *Zone) Reverse(ix *Index, q dns.Question) (r Result, ok bool) {
 	if !ok || !ix.synced {
 		return Result{}, false
 	}
-	owners, _ := ix.reverse.get(a)
+	owners := ix.reverse.namers(a)
 	if len(owners) == 0 {
 		return Result{}, false
 	}

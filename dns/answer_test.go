@@ -324,7 +324,7 @@ func TestServiceUpdatesMoveReverseEntries(t *testing.T) {
 	// The reverse map names only the Services that still hold an address:
 	// once the last one lets it go, the question goes upstream.
 	a := netip.MustParseAddr("172.16.0.1")
-	if owners, _ := next.reverse.get(a); !slices.Equal(owners, []svcKey{{"other", "svc1"}}) {
+	if owners := next.reverse.namers(a); !slices.Equal(owners, []svcKey{{"other", "svc1"}}) {
 		t.Errorf("172.16.0.1 is named by %v, want only other/svc1", owners)
 	}
 	c = next.Edit()
@@ -333,7 +333,7 @@ func TestServiceUpdatesMoveReverseEntries(t *testing.T) {
 	if got, ok := z.Reverse(last, dns.Question{Name: "1.0.16.172.in-addr.arpa.", Qtype: dns.TypePTR}); ok {
 		t.Errorf("an address no Service holds is answered: %v", got.Answer)
 	}
-	if owners, _ := next.reverse.get(a); len(owners) != 1 {
+	if owners := next.reverse.namers(a); len(owners) != 1 {
 		t.Errorf("the previous index's reverse entry changed to %v", owners)
 	}
 }

@@ -70,7 +70,7 @@ type Index struct {
 	serial     uint32 // unix time of the last change a query could see
 	services   *cowMap[svcKey, *service]
 	namespaces *cowMap[string, struct{}]
-	reverse    *cowMap[netip.Addr, []svcKey] // the Services that name an address, in the order they came
+	reverse    ptrIndex
 	pods       podTable
 }
 
@@ -79,7 +79,7 @@ func NewIndex() *Index {
 	return &Index{
 		services:   &cowMap[svcKey, *service]{},
 		namespaces: &cowMap[string, struct{}]{},
-		reverse:    &cowMap[netip.Addr, []svcKey]{},
+		reverse:    newPtrIndex(),
 		pods:       newPodTable(),
 	}
 }
@@ -107,7 +107,7 @@ type Change struct {
 	base       *Index
 	services   *cowEditor[svcKey, *service]
 	namespaces *cowEditor[string, struct{}]
-	reverse    *cowEditor[netip.Addr, []svcKey]
+	reverse    ptrEditor
 	pods       *podTableEditor
 	changed    bool
 	synced     bool
@@ -119,7 +119,7 @@ func (ix *Index) Edit() *Change {
 		base:       ix,
 		services:   edit(ix.services),
 		namespaces: edit(ix.namespaces),
-		reverse:    edit(ix.reverse),
+		reverse:    ix.reverse.edit(),
 		pods:       ix.pods.edit(),
 		synced:     ix.synced,
 	}
@@ -138,19 +138,12 @@ func (c *Change) SetService(k svcKey, s *service) bool {
 	was, is := old.addrs(), s.addrs()
 	for _, a := range was {
 		if _, keep := slices.BinarySearchFunc(is, a, netip.Addr.Compare); !keep {
-			owners, _ := c.reverse.get(a)
-			owners = slices.DeleteFunc(slices.Clone(owners), func(o svcKey) bool { return o == k })
-			if len(owners) == 0 {
-				c.reverse.del(a)
-			} else {
-				c.reverse.set(a, owners)
-			}
+			c.reverse.remove(a, k)
 		}
 	}
 	for _, a := range is {
 		if _, had := slices.BinarySearchFunc(was, a, netip.Addr.Compare); !had {
-			owners, _ := c.reverse.get(a)
-			c.reverse.set(a, append(slices.Clip(owners), k))
+			c.reverse.add(a, k)
 		}
 	}
 	if s == nil {
@@ -213,7 +206,7 @@ func (c *Change) Done(serial uint32) *Index {
 		serial:     serial,
 		services:   c.services.m,
 		namespaces: c.namespaces.m,
-		reverse:    c.reverse.m,
+		reverse:    c.reverse.done(),
 		pods:       c.pods.done(),
 	}
 }
