@@ -67,8 +67,8 @@ func (m *objMeta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectK
 
 // sliceInfo is what the EndpointSlice view keeps: the key, the Service
 // it belongs to, its trigger time, and its ready endpoints as the records
-// DNS answers from. A Service of one slice (most of them) shares the
-// slice's endpoints instead of a merged copy. Kept as a slimmed
+// DNS answers from. The Service's records share the slice's list
+// (records.go). Kept as a slimmed
 // discoveryv1.EndpointSlice, a slice's endpoints took about 140 bytes
 // each beside the Service's copy; now one copy of 64 and its name.
 type sliceInfo struct {

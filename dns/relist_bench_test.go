@@ -324,14 +324,15 @@ func populateRelist(b *testing.B, api *framework.APIServer, size relistSize) {
 	})
 }
 
-// headlessSlices are the EndpointSlices of the i-th Service, headless.
+// headlessSlices are the EndpointSlices of the i-th Service, headless;
+// every endpoint has an address of its own, apart from the pods'.
 func headlessSlices(svc *corev1.Service, i int) []*discoveryv1.EndpointSlice {
 	var out []*discoveryv1.EndpointSlice
 	for first := 0; first < headlessEndpoints; first += 100 {
 		sl := slice(svc.Namespace, fmt.Sprintf("%s-%d", svc.Name, first/100), svc.Name, discoveryv1.AddressTypeIPv4, httpSlicePorts())
 		for j := first; j < min(first+100, headlessEndpoints); j++ {
 			sl.Endpoints = append(sl.Endpoints, discoveryv1.Endpoint{
-				Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", 200+i>>16, i>>8&255, j)},
+				Addresses:  []string{fmt.Sprintf("10.%d.%d.%d", 200+i>>8, i&255, j)},
 				Conditions: discoveryv1.EndpointConditions{Ready: ptr.To(true)},
 				Hostname:   ptr.To(fmt.Sprintf("web-%d", j)),
 				NodeName:   ptr.To(fmt.Sprintf("node-%d", j%100)),
