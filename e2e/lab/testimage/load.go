@@ -12,6 +12,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/miekg/dns"
@@ -45,6 +46,7 @@ type TargetResult struct {
 type LoadResult struct {
 	Started time.Time      `json:"started"`
 	Seconds float64        `json:"seconds"`
+	Stopped string         `json:"stopped"` // "stop-file", or "max" when --max ended it
 	Targets []TargetResult `json:"targets"`
 	Held    []HeldResult   `json:"held"`
 }
@@ -74,9 +76,11 @@ func load(args []string) error {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *maxTime)
 	defer cancel()
+	var sawStop atomic.Bool
 	go func() {
 		for ctx.Err() == nil {
 			if _, err := os.Stat(*stopFile); err == nil {
+				sawStop.Store(true)
 				cancel()
 			}
 			time.Sleep(50 * time.Millisecond)
@@ -114,8 +118,13 @@ func load(args []string) error {
 		h := held{url: u, interval: 200 * time.Millisecond, timeout: *timeout, dial: (&net.Dialer{Timeout: *timeout}).DialContext}
 		go func() { defer wg.Done(); res.Held[i] = h.run(ctx, answered.Done) }()
 	}
+	<-ctx.Done()
 	wg.Wait()
 	res.Seconds = time.Since(start).Seconds()
+	res.Stopped = "max"
+	if sawStop.Load() {
+		res.Stopped = "stop-file"
+	}
 	return json.NewEncoder(os.Stdout).Encode(res)
 }
 

@@ -1,0 +1,61 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+	"os"
+	"path/filepath"
+	"testing"
+)
+
+// TestALoadSaysWhatStoppedIt: the upgrade scenario takes a load that
+// stopped by its stop file as one that ran across the disruption.
+func TestALoadSaysWhatStoppedIt(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		stop bool
+		max  string
+		want string
+	}{
+		{"the stop file", true, "1m", "stop-file"},
+		{"--max", false, "200ms", "max"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			dir := t.TempDir()
+			stop := filepath.Join(dir, "stop")
+			if c.stop {
+				if err := os.WriteFile(stop, nil, 0o644); err != nil {
+					t.Fatal(err)
+				}
+			}
+			out := captureStdout(t, func() error {
+				return load([]string{"--stop-file=" + stop, "--started-file=" + filepath.Join(dir, "started"), "--max=" + c.max})
+			})
+			var r LoadResult
+			if err := json.Unmarshal(out, &r); err != nil {
+				t.Fatalf("%v: %s", err, out)
+			}
+			if r.Stopped != c.want {
+				t.Errorf("stopped by %q, want %q", r.Stopped, c.want)
+			}
+		})
+	}
+}
+
+func captureStdout(t *testing.T, f func() error) []byte {
+	t.Helper()
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	saved := os.Stdout
+	os.Stdout = w
+	ferr := f()
+	os.Stdout = saved
+	w.Close()
+	out, _ := io.ReadAll(r)
+	if ferr != nil {
+		t.Fatal(ferr)
+	}
+	return out
+}
