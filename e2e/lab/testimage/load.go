@@ -58,6 +58,14 @@ type LoadResult struct {
 // --stop-file exists (or --max has passed); then it prints a LoadResult.
 // Once every target has answered it makes --started-file.
 func load(args []string) error {
+	res, err := runLoad(args)
+	if err != nil {
+		return err
+	}
+	return json.NewEncoder(os.Stdout).Encode(res)
+}
+
+func runLoad(args []string) (LoadResult, error) {
 	fs := flag.NewFlagSet("load", flag.ExitOnError)
 	var gets, lookups, holds listFlag
 	fs.Var(&gets, "get", "URL to GET on a new connection at the rate (repeatable)")
@@ -72,7 +80,7 @@ func load(args []string) error {
 	fs.Parse(args)
 	server, err := nameserver()
 	if len(lookups) > 0 && err != nil {
-		return err
+		return LoadResult{}, err
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), *maxTime)
 	defer cancel()
@@ -125,7 +133,7 @@ func load(args []string) error {
 	if sawStop.Load() {
 		res.Stopped = "stop-file"
 	}
-	return json.NewEncoder(os.Stdout).Encode(res)
+	return res, nil
 }
 
 // atRate starts req every 1/rate s, each in its own goroutine so a slow

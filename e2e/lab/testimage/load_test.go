@@ -1,8 +1,6 @@
 package main
 
 import (
-	"encoding/json"
-	"io"
 	"os"
 	"path/filepath"
 	"testing"
@@ -28,34 +26,13 @@ func TestALoadSaysWhatStoppedIt(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			out := captureStdout(t, func() error {
-				return load([]string{"--stop-file=" + stop, "--started-file=" + filepath.Join(dir, "started"), "--max=" + c.max})
-			})
-			var r LoadResult
-			if err := json.Unmarshal(out, &r); err != nil {
-				t.Fatalf("%v: %s", err, out)
+			r, err := runLoad([]string{"--stop-file=" + stop, "--started-file=" + filepath.Join(dir, "started"), "--max=" + c.max})
+			if err != nil {
+				t.Fatal(err)
 			}
 			if r.Stopped != c.want {
 				t.Errorf("stopped by %q, want %q", r.Stopped, c.want)
 			}
 		})
 	}
-}
-
-func captureStdout(t *testing.T, f func() error) []byte {
-	t.Helper()
-	r, w, err := os.Pipe()
-	if err != nil {
-		t.Fatal(err)
-	}
-	saved := os.Stdout
-	os.Stdout = w
-	ferr := f()
-	os.Stdout = saved
-	w.Close()
-	out, _ := io.ReadAll(r)
-	if ferr != nil {
-		t.Fatal(ferr)
-	}
-	return out
 }
