@@ -21,15 +21,8 @@ import (
 // it arrives (informer.ListSink), so a relist holds no list of every pod;
 // only the moves of the pods whose addresses changed wait for its end.
 type podSink struct {
-	mu sync.Mutex
-	// pods are the pods holding addresses, by podKey. Neither key nor entry
-	// holds a pointer: the collector never scans the map, and a pod costs
-	// its 40-byte slot, not its name (130 bytes a pod with the name).
-	pods map[uint64]podEntry
-	nss  namespaceIDs
-	// epoch numbers the lists: each listed pod is marked with its list's,
-	// and at the list's end the pods still marked with an older one are gone.
-	epoch uint32
+	mu   sync.Mutex
+	pods podStore
 	// listing: a list is open; its moves wait in held until it ends, so
 	// that the index is rebuilt once for the whole list, as it is once for
 	// a watch event.
@@ -48,14 +41,6 @@ type podSink struct {
 // its chunk.
 const listChunk = 1000
 
-// podEntry is a pod's namespace, addresses, and the list that last named
-// the pod.
-type podEntry struct {
-	ns    uint32
-	addrs packedAddrs
-	epoch uint32
-}
-
 // podMove is a pod of namespace ns giving back the addresses old and
 // taking cur.
 type podMove struct {
@@ -64,7 +49,7 @@ type podMove struct {
 }
 
 func newPodSink(moves func([]podMove)) *podSink {
-	return &podSink{pods: map[uint64]podEntry{}, nss: newNamespaceIDs(), moves: moves}
+	return &podSink{pods: newPodStore(), moves: moves}
 }
 
 // podSeed seeds podKey. Two pods of 150,000 share a key with odds of one
@@ -99,14 +84,10 @@ func (s *podSink) set(obj any, exists bool) error {
 	}
 	s.mu.Lock()
 	k := podKey(p.ns, p.name)
-	old := s.pods[k]
-	if cur.n() == 0 {
-		delete(s.pods, k)
-	} else {
-		s.pods[k] = podEntry{s.nss.id(p.ns), cur, s.epoch}
-	}
-	if old.addrs != cur {
-		s.move(podMove{p.ns, old.addrs.unpack(), cur.unpack()})
+	_, old := s.pods.get(k)
+	s.pods.put(k, p.ns, cur)
+	if old != cur {
+		s.move(podMove{p.ns, old.unpack(), cur.unpack()})
 	}
 	full := false
 	if s.listing {
@@ -141,7 +122,7 @@ func (s *podSink) move(m podMove) {
 // its epoch.
 func (s *podSink) BeginList() {
 	s.mu.Lock()
-	s.epoch++
+	s.pods.begin()
 	s.listing, s.inChunk = true, 0
 	s.mu.Unlock()
 	s.tellChunk()
@@ -152,12 +133,9 @@ func (s *podSink) BeginList() {
 func (s *podSink) EndList(string) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for k, e := range s.pods {
-		if e.epoch != s.epoch {
-			s.held = append(s.held, podMove{s.nss.name(e.ns), e.addrs.unpack(), nil})
-			delete(s.pods, k)
-		}
-	}
+	s.pods.sweep(func(ns string, addrs packedAddrs) {
+		s.held = append(s.held, podMove{ns, addrs.unpack(), nil})
+	})
 	moves := s.held
 	s.held, s.listing = nil, false
 	s.moves(moves)

@@ -128,28 +128,32 @@ func TestPodSinkHandsOnWhatEachPodGaveBackAndTook(t *testing.T) {
 // node's address; one leaving must not take the address from the others,
 // even from another pod of its own namespace.
 func TestPodMovesKeepEveryPodOfASharedAddress(t *testing.T) {
-	ip := netip.MustParseAddr("192.0.2.1")
-	on := []netip.Addr{ip}
-	c := NewIndex().Edit()
-	c.SetPod("kube-system", nil, on)
-	c.SetPod("monitoring", nil, on)
-	c.SetPod("monitoring", nil, on)
-	c.SetPod("kube-system", on, nil)
-	c.SetPod("monitoring", on, nil)
-	ix := c.Done(1)
-	if ns, ok := ix.podNamespace(ip); !ok || ns != "monitoring" {
-		t.Errorf("namespace of the shared address: %q, %v; want monitoring", ns, ok)
-	}
-	if !ix.podIn(ip, "monitoring") {
-		t.Error("the pod that stayed lost the address")
-	}
-	if ix.podIn(ip, "kube-system") {
-		t.Error("the pod that left still holds the address")
-	}
-	c = ix.Edit()
-	c.SetPod("monitoring", on, nil)
-	if _, ok := c.Done(2).podNamespace(ip); ok {
-		t.Error("the address is still a pod's after the last one left")
+	for _, addr := range []string{"192.0.2.1", "2001:db8::1", "::ffff:192.0.2.1"} {
+		t.Run(addr, func(t *testing.T) {
+			ip := netip.MustParseAddr(addr)
+			on := []netip.Addr{ip}
+			c := NewIndex().Edit()
+			c.SetPod("kube-system", nil, on)
+			c.SetPod("monitoring", nil, on)
+			c.SetPod("monitoring", nil, on)
+			c.SetPod("kube-system", on, nil)
+			c.SetPod("monitoring", on, nil)
+			ix := c.Done(1)
+			if ns, ok := ix.podNamespace(ip.Unmap()); !ok || ns != "monitoring" {
+				t.Errorf("namespace of the shared address: %q, %v; want monitoring", ns, ok)
+			}
+			if !ix.podIn(ip, "monitoring") {
+				t.Error("the pod that stayed lost the address")
+			}
+			if ix.podIn(ip, "kube-system") {
+				t.Error("the pod that left still holds the address")
+			}
+			c = ix.Edit()
+			c.SetPod("monitoring", on, nil)
+			if _, ok := c.Done(2).podNamespace(ip); ok {
+				t.Error("the address is still a pod's after the last one left")
+			}
+		})
 	}
 }
 
