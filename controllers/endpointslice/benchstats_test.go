@@ -40,7 +40,7 @@ func (w *sliceWatch) tailSummary(p99 time.Duration) string {
 		} else {
 			rest = append(rest, d)
 		}
-		if d.Round(time.Millisecond) >= p99 {
+		if d.Round(flipUnit) >= p99 {
 			tail++
 			if isBig {
 				bigTail++
@@ -98,6 +98,10 @@ func countAtLeast(d []time.Duration, floor time.Duration) int {
 }
 
 func percentile(d []time.Duration, p int) time.Duration { return percentileTo(d, p, time.Millisecond) }
+
+// flipUnit is what a churn's p50 and p99, and the ratios of them, are
+// rounded to.
+const flipUnit = 100 * time.Microsecond
 
 // percentileTo is the p-th percentile of d rounded to unit.
 func percentileTo(d []time.Duration, p int, unit time.Duration) time.Duration {

@@ -6,6 +6,7 @@ package endpointslice
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"net/netip"
 	"slices"
@@ -78,6 +79,7 @@ type Controller struct {
 	tracker    *esutil.EndpointSliceTracker
 	triggers   *esutil.TriggerTimeTracker
 	reconciler *esrec.Reconciler
+	splicer    *splicer // the reconciler's writes of narrowed syncs pass through it
 	recorder   record.EventRecorder
 	metrics    *kit.Metrics
 	queue      *kit.Queue
@@ -153,7 +155,8 @@ func New(log logr.Logger, client kubernetes.Interface, src kit.Sources, recorder
 		Budget: opts.Budget, Sync: func(_ context.Context, key string) error { return c.syncService(key) },
 		Keys: src.Services.Indexer().ListKeys}
 	c.client = kit.CountWrites(client, m, opts.Budget, log)
-	c.reconciler = esrec.NewReconciler(c.client, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, c.topology, recorder,
+	c.splicer = newSplicer()
+	c.reconciler = esrec.NewReconciler(splicingClient{c.client, c.splicer}, c.nodes, opts.MaxEndpointsPerSlice, c.tracker, c.topology, recorder,
 		ControllerName, esrec.WithPreferSameTrafficDistributionEnabled(true))
 	return c, c.addHandlers(src)
 }
@@ -250,7 +253,9 @@ func (c *Controller) syncService(key string) error {
 	// the pod changes this sync accounts for.
 	trigger := c.triggers.ComputeEndpointLastChangeTriggerTime(ns, svc, pods)
 	c.metrics.SetDesired(key, desiredEndpoints(svc, pods))
-	if err := c.plan(key, svc, pods, existing, trigger); err != nil {
+	if err := c.plan(key, svc, pods, existing, trigger); errors.Is(err, kit.ErrStaleCache) {
+		return err
+	} else if err != nil {
 		c.recorder.Eventf(svc, corev1.EventTypeWarning, "FailedToUpdateEndpointSlices",
 			"Error updating EndpointSlices for Service %s/%s: %v", ns, name, err)
 		return err
@@ -272,7 +277,19 @@ func (c *Controller) plan(key string, svc *corev1.Service, pods []*corev1.Pod, e
 	case len(n.slices) > 0:
 		// (Without slices there is nothing to plan; the planner would take
 		// it for a Service without endpoints.)
+		c.splicer.begin(svc.Namespace, svc.Name, n.cuts)
 		err = c.reconciler.Reconcile(c.log, svc, n.pods, n.slices, trigger)
+		if c.splicer.end(svc.Namespace, svc.Name, n.cuts) {
+			// Never with pods whose endpoints stay in their slices
+			// (splice.go); should it happen, a write that went through
+			// leaves the slices seen stale.
+			narrowed = false
+			if c.tracker.StaleSlices(svc, existing) {
+				c.last.set(key, nil)
+				return kit.ErrStaleCache
+			}
+			err = c.reconciler.Reconcile(c.log, svc, pods, existing, trigger)
+		}
 	}
 	switch {
 	case err != nil:

@@ -31,8 +31,11 @@ func newFakeClient(onWrite func(verb string, s *discovery.EndpointSlice)) *fake.
 	var n atomic.Int64
 	c.PrependReactor("create", "endpointslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
 		s := a.(k8stesting.CreateAction).GetObject().(*discovery.EndpointSlice)
-		if s.Name == "" && s.GenerateName != "" {
+		for s.Name == "" && s.GenerateName != "" { // the next name not taken
 			s.Name = fmt.Sprintf("%s%05d", s.GenerateName, n.Add(1))
+			if _, err := c.Tracker().Get(a.GetResource(), s.Namespace, s.Name); err == nil {
+				s.Name = ""
+			}
 		}
 		s.UID, s.Generation = types.UID(s.Name+"-uid"), 1
 		onWrite("create", s.DeepCopy())

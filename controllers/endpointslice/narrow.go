@@ -17,12 +17,15 @@ import (
 // (BenchmarkPlanSteadyState), however few of them changed. When a sync
 // finds that, since the last sync of the Service, only pods whose
 // endpoints stay in their slices changed (a readiness flip, a restart),
-// the planner gets just the slices holding those pods and the pods of
-// those slices. Its answer is then the one it would give on everything:
-// with no endpoint to add or remove, it decides each slice from that
-// slice's own endpoints (reconcileByPortMapping, step 1, and nothing
-// after it), and every other slice was already its answer for the state
-// the last sync saw, which has not changed for them.
+// the planner gets just those pods and the slices holding them, each cut
+// down to those pods' endpoints; what it writes of a cut slice is put back
+// into the whole slice (splice.go). Its answer is then the one it would
+// give on everything: with no endpoint to add or remove, it decides each
+// slice from that slice's own endpoints (reconcileByPortMapping, step 1,
+// and nothing after it), endpoint by endpoint in the slice's order, and
+// every other slice and endpoint was already its answer for the state the
+// last sync saw, which has not changed for them. Cut down, a flip in a
+// slice of 100 endpoints hashes 2 endpoints, not 200.
 
 // lastSync is what the last successful sync of a Service saw.
 type lastSync struct {
@@ -81,12 +84,21 @@ func sliceGenerations(slices []*discovery.EndpointSlice) map[types.UID]int64 {
 	return out
 }
 
-// narrowed is a sync narrowed by narrow: the planner's input, and the pods
-// that changed since the last sync (to be recorded once it succeeded).
+// narrowed is a sync narrowed by narrow: the planner's input, the whole
+// slice each of its cut slices was cut from, and the pods that changed
+// since the last sync (to be recorded once it succeeded).
 type narrowed struct {
 	pods    []*corev1.Pod
 	slices  []*discovery.EndpointSlice
+	cuts    map[string]cut // by slice name
 	changed []*corev1.Pod
+}
+
+// cut is a slice cut down to some of its endpoints: the whole slice, and
+// the place in it of each endpoint the cut holds.
+type cut struct {
+	whole *discovery.EndpointSlice
+	at    []int
 }
 
 // narrow returns the part of a sync of svc the planner has to see, given
@@ -134,30 +146,33 @@ func narrow(last *lastSync, svc *corev1.Service, nodes uint64, pods []*corev1.Po
 	}
 	members := map[string]bool{}
 	for _, s := range slices {
-		if holdsAny(s, dirty) {
-			n.slices = append(n.slices, s)
-			for _, e := range s.Endpoints {
-				if e.TargetRef != nil {
-					members[e.TargetRef.Name] = true
-				}
+		c := cut{whole: s}
+		for i, e := range s.Endpoints {
+			if e.TargetRef != nil && dirty[e.TargetRef.Name] {
+				c.at = append(c.at, i)
+				members[e.TargetRef.Name] = true
 			}
 		}
+		if len(c.at) == 0 {
+			continue
+		}
+		part := *s
+		part.Endpoints = make([]discovery.Endpoint, len(c.at))
+		for j, i := range c.at {
+			part.Endpoints[j] = s.Endpoints[i]
+		}
+		n.slices = append(n.slices, &part)
+		if n.cuts == nil {
+			n.cuts = map[string]cut{}
+		}
+		n.cuts[s.Name] = c
 	}
-	for _, p := range pods {
+	for _, p := range n.changed {
 		if members[p.Name] {
 			n.pods = append(n.pods, p)
 		}
 	}
 	return n, true
-}
-
-func holdsAny(s *discovery.EndpointSlice, pods map[string]bool) bool {
-	for _, e := range s.Endpoints {
-		if e.TargetRef != nil && pods[e.TargetRef.Name] {
-			return true
-		}
-	}
-	return false
 }
 
 // topologyHints reports whether svc asks for topology-aware hints

@@ -9,6 +9,7 @@ import (
 	corev1 "k8s.io/api/core/v1"
 	discovery "k8s.io/api/discovery/v1"
 	"k8s.io/apimachinery/pkg/types"
+	"k8s.io/apimachinery/pkg/util/intstr"
 )
 
 // narrowWorld is a Service of 250 pods in slices of 100, 100 and 50 (pods
@@ -64,15 +65,17 @@ func TestNarrow(t *testing.T) {
 		wantPods   int
 	}{
 		{name: "nothing changed leaves nothing to plan", change: func(*narrowWorld) {}, wantSlices: []string{}},
-		{name: "a flip plans only its slice, with all of that slice's pods",
-			change: func(w *narrowWorld) { w.flip(120) }, wantSlices: []string{"a-1"}, wantPods: 100},
+		{name: "a flip plans only its slice, cut to the pod's endpoint",
+			change: func(w *narrowWorld) { w.flip(120) }, wantSlices: []string{"a-1 [a-120]"}, wantPods: 1},
 		{name: "flips in two slices plan both",
-			change: func(w *narrowWorld) { w.flip(3); w.flip(220) }, wantSlices: []string{"a-0", "a-2"}, wantPods: 150},
+			change: func(w *narrowWorld) { w.flip(3); w.flip(220) }, wantSlices: []string{"a-0 [a-3]", "a-2 [a-220]"}, wantPods: 2},
+		{name: "flips in one slice plan it cut to both, in the slice's order",
+			change: func(w *narrowWorld) { w.flip(150); w.flip(101) }, wantSlices: []string{"a-1 [a-101 a-150]"}, wantPods: 2},
 		{name: "a pod without a resourceVersion counts as changed",
 			change:     func(w *narrowWorld) { w.pods[230] = w.pods[230].DeepCopy(); w.pods[230].ResourceVersion = "" },
-			wantSlices: []string{"a-2"}, wantPods: 50},
+			wantSlices: []string{"a-2 [a-230]"}, wantPods: 1},
 		{name: "a slice at a generation we wrote is as planned",
-			change: func(w *narrowWorld) { w.rewrite(0, true); w.flip(120) }, wantSlices: []string{"a-1"}, wantPods: 100},
+			change: func(w *narrowWorld) { w.rewrite(0, true); w.flip(120) }, wantSlices: []string{"a-1 [a-120]"}, wantPods: 1},
 		{name: "a slice changed by someone else plans everything", change: func(w *narrowWorld) { w.rewrite(0, false); w.flip(120) }},
 		{name: "a slice gone plans everything", change: func(w *narrowWorld) { w.slices = w.slices[:2] }},
 		{name: "a new slice we did not write plans everything", change: func(w *narrowWorld) {
@@ -119,8 +122,14 @@ func TestNarrow(t *testing.T) {
 			if !ok {
 				t.Fatalf("everything planned; want slices %v", tc.wantSlices)
 			}
-			if got := sliceNames(n.slices); !slices.Equal(got, tc.wantSlices) || len(n.pods) != tc.wantPods {
+			if got := cutNames(n.slices); !slices.Equal(got, tc.wantSlices) || len(n.pods) != tc.wantPods {
 				t.Errorf("planned slices %v with %d pods; want %v with %d", got, len(n.pods), tc.wantSlices, tc.wantPods)
+			}
+			for _, part := range n.slices {
+				whole, ok := splice(part, n.cuts[part.Name])
+				if !ok || len(whole.Endpoints) != 100 && len(whole.Endpoints) != 50 {
+					t.Errorf("slice %s does not splice back into its whole", part.Name)
+				}
 			}
 		})
 	}
@@ -130,6 +139,20 @@ func TestNarrow(t *testing.T) {
 			t.Error("narrowed without a last sync")
 		}
 	})
+}
+
+// cutNames names each slice with the pods of its endpoints, sorted by name.
+func cutNames(ss []*discovery.EndpointSlice) []string {
+	out := []string{}
+	for _, s := range ss {
+		var pods []string
+		for _, e := range s.Endpoints {
+			pods = append(pods, e.TargetRef.Name)
+		}
+		out = append(out, fmt.Sprintf("%s %v", s.Name, pods))
+	}
+	slices.Sort(out)
+	return out
 }
 
 func sliceNames(ss []*discovery.EndpointSlice) []string {
@@ -146,23 +169,35 @@ func sliceNames(ss []*discovery.EndpointSlice) []string {
 // fresh one that plans everything; the writes must be the same.
 func TestNarrowedSyncWritesWhatAFullSyncWrites(t *testing.T) {
 	terminatingPod := func(p *corev1.Pod) { terminating(p) }
+	// A pod whose container port moved: its endpoint leaves its slice for
+	// one of the new port, which a cut slice cannot answer.
+	portMoved := func(p *corev1.Pod) { p.Spec.Containers[0].Ports[0].ContainerPort = 9090 }
+	type at struct{ slice, endpoint int } // by the slices' place in name order
 	cases := []struct {
 		name string
-		// change changes the first pod of the slices it names, by their
-		// place in name order (the first sync packs pods in random order).
-		change   map[int]podOpt
-		narrowed bool
-		updates  int
+		// change changes the pods at the places it names (the first sync
+		// packs pods in random order).
+		change    map[at]podOpt
+		narrowed  bool
+		namedPort bool // the Service's targetPort is the container port's name
+		updates   int
 	}{
-		{"one flip", map[int]podOpt{1: notReady}, true, 1},
-		{"flips in two slices", map[int]podOpt{0: notReady, 2: notReady}, true, 2},
-		{"a terminating pod", map[int]podOpt{2: terminatingPod}, true, 1},
-		{"a terminal pod leaves", map[int]podOpt{2: func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }}, false, 1},
-		{"a pod without a change", map[int]podOpt{0: func(*corev1.Pod) {}}, true, 0},
+		{"one flip", map[at]podOpt{{1, 37}: notReady}, true, false, 1},
+		{"flips in two slices", map[at]podOpt{{0, 0}: notReady, {2, 49}: notReady}, true, false, 2},
+		{"two flips in one slice", map[at]podOpt{{1, 99}: notReady, {1, 3}: notReady}, true, false, 1},
+		{"a terminating pod", map[at]podOpt{{2, 20}: terminatingPod}, true, false, 1},
+		{"a terminal pod leaves", map[at]podOpt{{2, 20}: func(p *corev1.Pod) { p.Status.Phase = corev1.PodSucceeded }}, false, false, 1},
+		{"a pod without a change", map[at]podOpt{{0, 50}: func(*corev1.Pod) {}}, true, false, 0},
+		{"a named port that moved", map[at]podOpt{{1, 37}: portMoved}, true, true, 1},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			svc := newService("a", func(s *corev1.Service) { s.ResourceVersion = "10" })
+			svc := newService("a", func(s *corev1.Service) {
+				s.ResourceVersion = "10"
+				if tc.namedPort {
+					s.Spec.Ports[0].TargetPort = intstr.FromString("http")
+				}
+			})
 			warm := newFixture(t, 100)
 			warm.add(svc, newNode("node-1", "z"))
 			warm.add(newPods("a", 250)...)
@@ -182,7 +217,7 @@ func TestNarrowedSyncWritesWhatAFullSyncWrites(t *testing.T) {
 			}
 			for i, opt := range tc.change {
 				var n int
-				if _, err := fmt.Sscanf(written[i].Endpoints[0].TargetRef.Name, "a-%d", &n); err != nil {
+				if _, err := fmt.Sscanf(written[i.slice].Endpoints[i.endpoint].TargetRef.Name, "a-%d", &n); err != nil {
 					t.Fatal(err)
 				}
 				p := newPod("a", n, opt)
@@ -212,8 +247,9 @@ func TestNarrowedSyncWritesWhatAFullSyncWrites(t *testing.T) {
 	}
 }
 
-// canonicalWrites renders written slices as sorted lines, one per slice,
-// naming each endpoint with its conditions.
+// canonicalWrites renders written slices as sorted lines, one per slice:
+// its name, labels and ports, and each endpoint in order with its
+// conditions.
 func canonicalWrites(ss []*discovery.EndpointSlice) []string {
 	var out []string
 	for _, s := range ss {
@@ -221,8 +257,7 @@ func canonicalWrites(ss []*discovery.EndpointSlice) []string {
 		for _, e := range s.Endpoints {
 			eps = append(eps, fmt.Sprintf("%s r=%v s=%v t=%v", e.TargetRef.Name, *e.Conditions.Ready, *e.Conditions.Serving, *e.Conditions.Terminating))
 		}
-		slices.Sort(eps)
-		out = append(out, fmt.Sprintf("%s %v", s.Name, eps))
+		out = append(out, fmt.Sprintf("%s %v %v %v", s.Name, s.Labels, portNumbers(s), eps))
 	}
 	slices.Sort(out)
 	return out

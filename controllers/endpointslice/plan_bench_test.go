@@ -11,6 +11,7 @@ import (
 	"k8s.io/apimachinery/pkg/runtime"
 	"k8s.io/apimachinery/pkg/types"
 	"k8s.io/client-go/informers"
+	"k8s.io/client-go/kubernetes"
 	"k8s.io/client-go/kubernetes/fake"
 	k8stesting "k8s.io/client-go/testing"
 	"k8s.io/client-go/tools/record"
@@ -24,7 +25,7 @@ import (
 func BenchmarkPlanSteadyState(b *testing.B) {
 	for _, n := range []int{25, 1000, 5000} {
 		b.Run(fmt.Sprintf("pods=%d", n), func(b *testing.B) {
-			svc, pods, client, r, slices := plannedService(b, n)
+			svc, pods, client, r, slices := plannedService(b, n, nil)
 			b.ResetTimer()
 			for b.Loop() {
 				if err := r.Reconcile(logrDiscard(), svc, pods, slices, metav1.Now().Time); err != nil {
@@ -69,7 +70,8 @@ func BenchmarkPlanOneFlip(b *testing.B) {
 	for _, n := range []int{25, 1000, 5000} {
 		for _, narrowed := range []bool{false, true} {
 			b.Run(fmt.Sprintf("pods=%d/narrowed=%v", n, narrowed), func(b *testing.B) {
-				svc, pods, client, r, existing := plannedService(b, n)
+				sp := newSplicer()
+				svc, pods, client, r, existing := plannedService(b, n, sp)
 				// Answered at once, so that the figure is the planning.
 				client.PrependReactor("update", "endpointslices", func(a k8stesting.Action) (bool, runtime.Object, error) {
 					return true, a.(k8stesting.UpdateAction).GetObject(), nil
@@ -88,15 +90,26 @@ func BenchmarkPlanOneFlip(b *testing.B) {
 					flipped[i%n] = p
 					i++
 					planPods, planSlices := flipped, existing
-					if narrowed {
-						nw, ok := narrow(last, svc, 0, flipped, existing, func(*discovery.EndpointSlice) bool { return false })
-						if !ok || len(nw.slices) != 1 {
-							b.Fatalf("narrowed %v to %d slices", ok, len(nw.slices))
-						}
-						planPods, planSlices = nw.pods, nw.slices
+					var nw struct {
+						pods   []*corev1.Pod
+						slices []*discovery.EndpointSlice
+						cuts   map[string]cut
 					}
-					if err := r.Reconcile(logrDiscard(), svc, planPods, planSlices, metav1.Now().Time); err != nil {
-						b.Fatal(err)
+					if narrowed {
+						n, ok := narrow(last, svc, 0, flipped, existing, func(*discovery.EndpointSlice) bool { return false })
+						if !ok || len(n.slices) != 1 {
+							b.Fatalf("narrowed %v to %d slices", ok, len(n.slices))
+						}
+						nw.pods, nw.slices, nw.cuts = n.pods, n.slices, n.cuts
+						planPods, planSlices = nw.pods, nw.slices
+						sp.begin(svc.Namespace, svc.Name, nw.cuts)
+					}
+					err := r.Reconcile(logrDiscard(), svc, planPods, planSlices, metav1.Now().Time)
+					if err != nil || sp.end(svc.Namespace, svc.Name, nw.cuts) {
+						b.Fatalf("narrowed %v: %v", narrowed, err)
+					}
+					if u := client.Actions(); len(u) != 1 || len(u[0].(k8stesting.UpdateAction).GetObject().(*discovery.EndpointSlice).Endpoints) != min(n, 100) {
+						b.Fatalf("%d writes, want one update of a whole slice", len(u))
 					}
 					client.ClearActions()
 				}
@@ -106,15 +119,20 @@ func BenchmarkPlanOneFlip(b *testing.B) {
 }
 
 // plannedService is a Service of n pods whose slices the returned
-// reconciler created, with the fake client's actions cleared.
-func plannedService(b *testing.B, n int) (*corev1.Service, []*corev1.Pod, *fake.Clientset, *esrec.Reconciler, []*discovery.EndpointSlice) {
+// reconciler created, with the fake client's actions cleared. The
+// reconciler writes through sp, when given.
+func plannedService(b *testing.B, n int, sp *splicer) (*corev1.Service, []*corev1.Pod, *fake.Clientset, *esrec.Reconciler, []*discovery.EndpointSlice) {
 	svc, pods, nodes := benchObjects(n)
 	client := newFakeClient(func(string, *discovery.EndpointSlice) {})
 	f := informers.NewSharedInformerFactory(client, 0)
 	for _, nd := range nodes {
 		f.Core().V1().Nodes().Informer().GetIndexer().Add(nd)
 	}
-	r := esrec.NewReconciler(client, f.Core().V1().Nodes().Lister(), 100, esutil.NewEndpointSliceTracker(), nil, record.NewFakeRecorder(100), ControllerName)
+	var w kubernetes.Interface = client
+	if sp != nil {
+		w = splicingClient{client, sp}
+	}
+	r := esrec.NewReconciler(w, f.Core().V1().Nodes().Lister(), 100, esutil.NewEndpointSliceTracker(), nil, record.NewFakeRecorder(100), ControllerName)
 	if err := r.Reconcile(logrDiscard(), svc, pods, nil, metav1.Now().Time); err != nil {
 		b.Fatal(err)
 	}

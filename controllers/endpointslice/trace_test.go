@@ -142,7 +142,7 @@ func traceSummary(b *testing.B, path string, flips map[string]*flipTimes, p99 ti
 		}
 		traced++
 		floors = append(floors, floor)
-		atTail := f.shown.Sub(f.sent).Round(time.Millisecond) >= p99
+		atTail := f.shown.Sub(f.sent).Round(flipUnit) >= p99
 		if atTail {
 			tailN++
 		}
