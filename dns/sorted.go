@@ -130,8 +130,6 @@ func (e *sortedEditor[K, V]) own(k K) {
 	}
 }
 
-func (e *sortedEditor[K, V]) get(k K) (V, bool) { return e.m.get(k) }
-
 func (e *sortedEditor[K, V]) set(k K, v V) {
 	e.own(k)
 	e.m.set(k, v)
