@@ -79,11 +79,11 @@ func (t *podTable) edit() *podTableEditor {
 }
 
 func (e *podTableEditor) done() podTable {
-	return podTable{first4: e.first4.m, first6: e.first6.m, shared: e.shared.m, names: e.names, ids: e.ids}
+	return podTable{first4: e.first4.result(), first6: e.first6.m, shared: e.shared.m, names: e.names, ids: e.ids}
 }
 
 func (e *podTableEditor) first(a netip.Addr) (uint32, bool) {
-	return firstOf(e.first4.m, e.first6.m, a)
+	return firstOf(e.first4.result(), e.first6.m, a)
 }
 
 func (e *podTableEditor) setFirst(a netip.Addr, id uint32) {

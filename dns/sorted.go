@@ -108,21 +108,33 @@ func shrink[E any](s []E) []E {
 }
 
 // sortedEditor derives a new sortedMap from one that readers share,
-// copying a shard on its first write only.
+// copying a shard on its first write only. Its map is made on the first
+// write too: a sortedMap is 6 kB of shard headers, which a change of the
+// index that moves no pod need not copy.
 type sortedEditor[K cmp.Ordered, V any] struct {
-	m      *sortedMap[K, V]
-	copied [sortedShards]bool
+	base, m *sortedMap[K, V] // m is nil until the first write
+	copied  [sortedShards]bool
 }
 
 func editSorted[K cmp.Ordered, V any](base *sortedMap[K, V]) *sortedEditor[K, V] {
-	m := &sortedMap[K, V]{}
-	if base != nil {
-		m.shards = base.shards
+	if base == nil {
+		base = &sortedMap[K, V]{}
 	}
-	return &sortedEditor[K, V]{m: m}
+	return &sortedEditor[K, V]{base: base}
+}
+
+// result is the map with the editor's writes: its base if none.
+func (e *sortedEditor[K, V]) result() *sortedMap[K, V] {
+	if e.m == nil {
+		return e.base
+	}
+	return e.m
 }
 
 func (e *sortedEditor[K, V]) own(k K) {
+	if e.m == nil {
+		e.m = &sortedMap[K, V]{shards: e.base.shards}
+	}
 	if i := sortedShard(k); !e.copied[i] {
 		s := e.m.shards[i]
 		e.m.shards[i] = append(make([]entry[K, V], 0, len(s)+1), s...)
@@ -136,7 +148,7 @@ func (e *sortedEditor[K, V]) set(k K, v V) {
 }
 
 func (e *sortedEditor[K, V]) del(k K) {
-	if _, ok := e.m.get(k); ok {
+	if _, ok := e.result().get(k); ok {
 		e.own(k)
 		e.m.del(k)
 	}

@@ -45,7 +45,7 @@ func TestSortedMapAgreesWithAMap(t *testing.T) {
 					if !maps.Equal(collect(shared), before) {
 						t.Fatal("an editor changed its base")
 					}
-					shared = e.m
+					shared = e.result()
 				}
 			}
 			if got := collect(shared); !maps.Equal(got, want) {
