@@ -112,6 +112,10 @@ func startInNamespace(t *testing.T, ns *netns.NS, bin, roles string, extra []str
 	if err != nil {
 		t.Fatal(err)
 	}
+	// Stopped before dir is removed: the namespace stops what runs in it
+	// only after, and a node role's last sync could still be installing
+	// the CNI plugin into dir.
+	t.Cleanup(func() { p.Stop(5 * time.Second) })
 	p.Name = "netplane-" + roles
 	return p
 }
