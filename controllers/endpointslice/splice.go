@@ -80,8 +80,8 @@ func (s *splicer) update(ns string, es *discovery.EndpointSlice) (*discovery.End
 func (s *splicer) allowed(ns, svc, name string) bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	if _, cut := s.cuts[ns+"/"+name]; cut {
-		svc = s.cuts[ns+"/"+name].whole.Labels[discovery.LabelServiceName]
+	if c, cut := s.cuts[ns+"/"+name]; cut {
+		svc = c.whole.Labels[discovery.LabelServiceName]
 	}
 	if !s.services[ns+"/"+svc] {
 		return true
