@@ -228,7 +228,7 @@ func (l *lookup) namedPort(s *service, name, proto string) Result {
 		found = found || match(p)
 	}
 	for e := range s.eps.all() {
-		for _, p := range e.ports {
+		for _, p := range e.portList() {
 			found = found || match(p)
 		}
 	}
@@ -261,7 +261,7 @@ func (l *lookup) srv(s *service, match func(port) bool) Result {
 		}
 	} else {
 		for e := range s.eps.all() {
-			for _, p := range e.ports {
+			for _, p := range e.portList() {
 				if match(p) {
 					ts = append(ts, target{e.name() + "." + base, p.port, []netip.Addr{e.addr}})
 				}

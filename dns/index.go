@@ -141,9 +141,10 @@ func (c *Change) SetService(k svcKey, s *service) bool {
 			c.reverse.remove(a, k)
 		}
 	}
+	shared := &k // one key for all the addresses gained
 	for _, a := range is {
 		if _, had := slices.BinarySearchFunc(was, a, netip.Addr.Compare); !had {
-			c.reverse.add(a, k)
+			c.reverse.add(a, shared)
 		}
 	}
 	if s == nil {

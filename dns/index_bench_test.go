@@ -11,15 +11,17 @@ import (
 // (three slices) turns unready and ready again, each a Change of the index
 // of 250 such Services and 9,750 of one ClusterIP each, the Services of
 // BenchmarkRelistMemory's largest size. What a change copies of the index
-// is its cost, in time and in garbage.
+// is its cost, in time and in garbage. index-MB is the live heap the
+// index and its records take.
 func BenchmarkOneEndpointChange(b *testing.B) {
 	const headless, others, perService = 250, 9750, 250
+	before := liveHeap()
 	ix := NewIndex()
 	c := ix.Edit()
 	sliceOfService := func(i, part int, unready int) *discoveryv1.EndpointSlice {
 		var eps []ep
 		for j := part * 100; j < min(part*100+100, perService); j++ {
-			eps = append(eps, ep{addr: fmt.Sprintf("10.%d.%d.%d", 200+i>>16, i>>8&255, j), host: fmt.Sprintf("web-%d", j), ready: j != unready})
+			eps = append(eps, ep{addr: fmt.Sprintf("10.%d.%d.%d", 200+i>>8, i&255, j), host: fmt.Sprintf("web-%d", j), ready: j != unready})
 		}
 		return slice(fmt.Sprintf("ns-%d", i), fmt.Sprintf("svc-%d-%d", i, part), fmt.Sprintf("svc-%d", i), discoveryv1.AddressTypeIPv4, httpSlicePorts(), eps...)
 	}
@@ -39,6 +41,7 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 		c.SetService(svcKey{svc.Namespace, svc.Name}, buildService(svc, nil))
 	}
 	ix = c.Done(1)
+	size := float64(liveHeap()-before) / 1e6
 	k := svcKey{"ns-7", "svc-7"}
 	states := [2]*service{build(7, 42), build(7, -1)}
 	b.ReportAllocs()
@@ -50,4 +53,5 @@ func BenchmarkOneEndpointChange(b *testing.B) {
 		}
 		ix = c.Done(ix.serial + 1)
 	}
+	b.ReportMetric(size, "index-MB")
 }

@@ -70,7 +70,7 @@ func (m *objMeta) GetObjectKind() schema.ObjectKind { return schema.EmptyObjectK
 // DNS answers from. The Service's records share the slice's list
 // (records.go). Kept as a slimmed
 // discoveryv1.EndpointSlice, a slice's endpoints took about 140 bytes
-// each beside the Service's copy; now one copy of 64 and its name.
+// each beside the Service's copy; now one copy of 48 and its name.
 type sliceInfo struct {
 	objMeta
 	service string     // the kubernetes.io/service-name label

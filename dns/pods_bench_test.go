@@ -57,6 +57,7 @@ func BenchmarkAutopathMemory(b *testing.B) {
 	}
 }
 
+// liveHeap is the heap's live bytes after a full collection.
 func liveHeap() uint64 {
 	runtime.GC()
 	runtime.GC()

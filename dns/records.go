@@ -28,10 +28,21 @@ type port struct {
 }
 
 // endpoint is one ready address of a Service, merged across its slices.
+// Its ports are its slice's, one list the slice's endpoints point to: a
+// slice header in each was 16 bytes more an endpoint, 1 MB of the 62,500
+// endpoints of docs/benchmarks.md's relist.
 type endpoint struct {
 	host  string // the slice's hostname, lowercase; none for most endpoints
 	addr  netip.Addr
-	ports []port
+	ports *[]port
+}
+
+// portList is the endpoint's ports.
+func (e endpoint) portList() []port {
+	if e.ports == nil {
+		return nil
+	}
+	return *e.ports
 }
 
 // name is the endpoint's label: its hostname, else its dashed address,
@@ -208,7 +219,10 @@ func readyEndpoints(sl *discoveryv1.EndpointSlice) []endpoint {
 	if sl.AddressType != discoveryv1.AddressTypeIPv4 && sl.AddressType != discoveryv1.AddressTypeIPv6 {
 		return nil
 	}
-	ports := slicePorts(sl)
+	var ports *[]port // shared by the slice's endpoints
+	if ps := slicePorts(sl); len(ps) > 0 {
+		ports = &ps
+	}
 	eps := make([]endpoint, 0, len(sl.Endpoints))
 	for _, e := range sl.Endpoints {
 		if e.Conditions.Ready != nil && !*e.Conditions.Ready {
@@ -247,7 +261,9 @@ func oneByAddress(in []endpoint) []endpoint {
 			eps = append(eps, e)
 			continue
 		}
-		eps[i].ports = mergePorts(eps[i].ports, e.ports)
+		if merged := mergePorts(eps[i].portList(), e.portList()); len(merged) > len(eps[i].portList()) {
+			eps[i].ports = &merged
+		}
 		if eps[i].host == "" {
 			eps[i].host = e.host
 		}
@@ -352,7 +368,7 @@ func (s *service) equal(o *service) bool {
 		slices.Equal(s.ips, o.ips) && slices.Equal(s.ports, o.ports) &&
 		slices.EqualFunc(s.eps, o.eps, func(a, b []endpoint) bool {
 			return slices.EqualFunc(a, b, func(a, b endpoint) bool {
-				return a.host == b.host && a.addr == b.addr && slices.Equal(a.ports, b.ports)
+				return a.host == b.host && a.addr == b.addr && slices.Equal(a.portList(), b.portList())
 			})
 		})
 }

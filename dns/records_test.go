@@ -95,8 +95,8 @@ func TestAServiceSharesItsSlicesEndpoints(t *testing.T) {
 func endpointsText(eps endpoints) string {
 	var out []string
 	for e := range eps.all() {
-		ports := make([]string, len(e.ports))
-		for j, p := range e.ports {
+		ports := make([]string, len(e.portList()))
+		for j, p := range e.portList() {
 			ports[j] = fmt.Sprintf("%s/%s/%d", p.name, p.proto, p.port)
 		}
 		out = append(out, fmt.Sprintf("%s@%s:%v", e.name(), e.addr, ports))

@@ -34,7 +34,7 @@ var relistFull = flag.Bool("relist-full", false,
 	"BenchmarkRelistMemory at Kubernetes' published limits: 150,000 pods, 10,000 Services in 10,000 namespaces")
 
 var relistProfile = flag.String("relist-profile", "",
-	"BenchmarkRelistMemory writes netplane's heap profiles into this directory: steady.pb.gz before the API server restart, relisted.pb.gz after the relist")
+	"BenchmarkRelistMemory writes netplane's heap profiles into this directory: steady.pb.gz before the API server restart, relisted.pb.gz after the relist, each with its text (.txt)")
 
 // relistSize is the cluster BenchmarkRelistMemory builds.
 type relistSize struct{ pods, services int }
@@ -192,18 +192,23 @@ func heapProfile(b *testing.B, args []string, file string) {
 		return
 	}
 	addr := strings.TrimPrefix(args[0], "--pprof-bind-address=")
-	resp, err := http.Get("http://" + addr + "/debug/pprof/heap")
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer resp.Body.Close()
-	out, err := os.Create(filepath.Join(*relistProfile, file))
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer out.Close()
-	if _, err := io.Copy(out, resp.Body); err != nil {
-		b.Fatal(err)
+	// The profile, and beside it its text, which ends with the runtime's
+	// memory statistics (heap in use, idle, released; stacks, metadata).
+	for _, f := range []struct{ query, name string }{{"", file}, {"?debug=1", file + ".txt"}} {
+		resp, err := http.Get("http://" + addr + "/debug/pprof/heap" + f.query)
+		if err != nil {
+			b.Fatal(err)
+		}
+		out, err := os.Create(filepath.Join(*relistProfile, f.name))
+		if err != nil {
+			b.Fatal(err)
+		}
+		_, err = io.Copy(out, resp.Body)
+		resp.Body.Close()
+		out.Close()
+		if err != nil {
+			b.Fatal(err)
+		}
 	}
 }
 

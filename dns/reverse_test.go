@@ -45,7 +45,7 @@ func TestPtrIndexKeepsTheNamersInOrder(t *testing.T) {
 				want = append(want, [2][]svcKey{ix.namers(a), ix.namers(b)})
 				e := ix.edit()
 				if o.add {
-					e.add(o.addr, o.k)
+					e.add(o.addr, &o.k)
 				} else {
 					e.remove(o.addr, o.k)
 				}
