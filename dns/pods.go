@@ -35,6 +35,10 @@ type podSink struct {
 	// pods of it, outside the sink's lock.
 	chunk   func()
 	inChunk int // pods of the open list since chunk was last told
+	// relist, when set, is told as a list opens after one has ended (an
+	// API server restart, a watch too old to resume), outside the lock.
+	relist func()
+	ended  bool // a list has ended
 }
 
 // listChunk is how many listed pods the sink takes between two calls of
@@ -124,7 +128,11 @@ func (s *podSink) BeginList() {
 	s.mu.Lock()
 	s.pods.begin()
 	s.listing, s.inChunk = true, 0
+	again := s.ended
 	s.mu.Unlock()
+	if again && s.relist != nil {
+		s.relist()
+	}
 	s.tellChunk()
 }
 
@@ -137,7 +145,7 @@ func (s *podSink) EndList(string) error {
 		s.held = append(s.held, podMove{ns, addrs.unpack(), nil})
 	})
 	moves := s.held
-	s.held, s.listing = nil, false
+	s.held, s.listing, s.ended = nil, false, true
 	s.moves(moves)
 	if s.listed != nil {
 		s.listed()

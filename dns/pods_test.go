@@ -189,3 +189,40 @@ func TestPodSinkIsToldOfEachChunkOfAList(t *testing.T) {
 		})
 	}
 }
+
+// TestPodSinkIsToldOfRelistsOnly: the first list is the start-up sync; a
+// list after one has ended is a relist, whether it comes streamed or whole.
+func TestPodSinkIsToldOfRelistsOnly(t *testing.T) {
+	pod := testPod("p", corev1.PodRunning, "10.0.0.1")
+	for _, tc := range []struct {
+		name    string
+		lists   []string // "stream" (BeginList, Add, EndList), "whole" (Replace), "open" (BeginList only)
+		relists int
+	}{
+		{"the first list", []string{"stream"}, 0},
+		{"a list after it", []string{"stream", "stream"}, 1},
+		{"whole lists", []string{"whole", "whole", "whole"}, 2},
+		{"a list that never ended", []string{"open", "stream"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := newPodSink(func([]podMove) {})
+			relists := 0
+			s.relist = func() { relists++ }
+			for _, l := range tc.lists {
+				switch l {
+				case "whole":
+					_ = s.Replace([]any{pod}, "")
+				case "open":
+					s.BeginList()
+				default:
+					s.BeginList()
+					_ = s.Add(pod)
+					_ = s.EndList("")
+				}
+			}
+			if relists != tc.relists {
+				t.Errorf("told of %d relists, want %d", relists, tc.relists)
+			}
+		})
+	}
+}

@@ -24,6 +24,10 @@ import (
 func ReleaseStartup() {
 	EndStartupHeadroom()
 	gcMu.Lock()
+	if relistGOGC != 0 {
+		debug.SetGCPercent(relistGOGC)
+		relistGOGC = 0
+	}
 	serving := servingGOGC
 	gcMu.Unlock()
 	if serving > 0 {
@@ -166,3 +170,29 @@ func DefaultGCPercent(percent int) {
 }
 
 var gcMu sync.Mutex
+
+// RelistGCPercent lowers the collector's GOGC to percent until the next
+// ReleaseStartup, unless the operator chose one with $GOGC. A relist
+// decodes every object of the cluster again while the state built from
+// them is held: the heap grows by GOGC percent of that state between two
+// collections, while serving makes so little garbage that the steady
+// heap stays near what is live.
+func RelistGCPercent(percent int) {
+	if _, set := os.LookupEnv("GOGC"); set {
+		return
+	}
+	gcMu.Lock()
+	defer gcMu.Unlock()
+	old := debug.SetGCPercent(percent)
+	if old < 0 || old <= percent {
+		debug.SetGCPercent(old)
+		return
+	}
+	if relistGOGC == 0 {
+		relistGOGC = old
+	}
+}
+
+// relistGOGC is the GOGC RelistGCPercent lowered, restored by
+// ReleaseStartup; 0: none.
+var relistGOGC int

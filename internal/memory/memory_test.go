@@ -132,3 +132,46 @@ func TestServingGCPercentAppliesWhenStartUpIsReleased(t *testing.T) {
 		})
 	}
 }
+
+func TestRelistGCPercentLowersGOGCUntilReleased(t *testing.T) {
+	old := debug.SetGCPercent(100)
+	defer debug.SetGCPercent(old)
+	defer func() { relistGOGC, servingGOGC = 0, 0 }()
+	gogc := func() int {
+		p := debug.SetGCPercent(-1)
+		debug.SetGCPercent(p)
+		return p
+	}
+	for _, c := range []struct {
+		name        string
+		env         string // "" means unset
+		serving     int
+		relist      []int
+		during, end int
+	}{
+		{"lowered through the relist", "", 25, []int{10}, 10, 25},
+		{"asked twice, the first level comes back", "", 25, []int{10, 5}, 5, 25},
+		{"never raised", "", 5, []int{10}, 5, 5},
+		{"the operator's GOGC wins", "80", 25, []int{10}, 100, 100},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			relistGOGC, servingGOGC = 0, 0
+			debug.SetGCPercent(100)
+			t.Setenv("GOGC", c.env)
+			if c.env == "" {
+				os.Unsetenv("GOGC")
+				debug.SetGCPercent(c.serving)
+			}
+			for _, p := range c.relist {
+				RelistGCPercent(p)
+			}
+			if got := gogc(); got != c.during {
+				t.Errorf("GOGC %d through the relist, want %d", got, c.during)
+			}
+			ReleaseStartup()
+			if got := gogc(); got != c.end {
+				t.Errorf("GOGC %d once released, want %d", got, c.end)
+			}
+		})
+	}
+}
